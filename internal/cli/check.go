@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/spf13/cobra"
+	"helm.sh/helm/v4/pkg/cli/values"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+type checkOptions struct {
+	chart      chartsource.Options
+	values     values.Options
+	release    string
+	rollback   bool
+	toRevision int
+	helmDriver string
+	crdPolicy  string
+	output     string
+	verbose    bool
+	noHistory  bool
+}
+
+func newCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
+	o := &checkOptions{}
+	cmd := &cobra.Command{
+		Use:   "check (--chart REF | --rollback --release NAME)",
+		Short: "Predict whether an upgrade or rollback will fail on CRD storage versions",
+		Long: `check compares the CRDs an upgrade or rollback brings with the live CRDs and says, for
+each one, what the API server will do:
+
+  ok       the update is accepted (or the CRD is new, or Helm will not touch it)
+  migrate  a stored version is dropped; migrating objects to the live storage
+           version and pruning storedVersions fixes it (upgradeguard migrate)
+  bridge   the live storage version itself is dropped; the storage version must
+           move first (a storage switch, or a stepping-stone chart version)
+  delete   the release stops rendering a live CRD: Helm deletes it and every
+           object of its type
+
+check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not run.`,
+		Example: `  # Upgrade of a release to a chart in a repository
+  upgradeguard check --chart flux2 --repo https://fluxcd-community.github.io/helm-charts \
+    --version 2.18.2 --release flux -n flux-system
+
+  # The same from an OCI registry, with values
+  upgradeguard check --chart oci://ghcr.io/fluxcd-community/charts/flux2 --version '~2.18' \
+    -f values.yaml --set crds.migration.enabled=true --release flux -n flux-system
+
+  # Rollback to the previous revision, as JSON for a script
+  upgradeguard check --rollback --release flux -n flux-system -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), streams, kube)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.chart.Ref, "chart", "", "chart to upgrade to: a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path")
+	f.StringVar(&o.chart.Version, "version", "", "chart version or semver range (default: newest stable)")
+	f.StringVar(&o.chart.RepoURL, "repo", "", "chart repository URL")
+	f.StringArrayVarP(&o.values.ValueFiles, "values", "f", nil, "values file (can repeat)")
+	f.StringArrayVar(&o.values.Values, "set", nil, "set values on the command line (can repeat: key1=val1,key2=val2)")
+	f.StringArrayVar(&o.values.StringValues, "set-string", nil, "set STRING values on the command line (can repeat)")
+	f.StringArrayVar(&o.values.FileValues, "set-file", nil, "set values from files (can repeat: key=path)")
+	f.StringArrayVar(&o.values.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
+	f.StringVar(&o.chart.Username, "username", "", "chart repository or registry username")
+	f.StringVar(&o.chart.Password, "password", "", "chart repository or registry password")
+	f.StringVar(&o.chart.CAFile, "ca-file", "", "verify the chart server's certificate with this CA bundle")
+	f.StringVar(&o.chart.CertFile, "cert-file", "", "client certificate for the chart server")
+	f.StringVar(&o.chart.KeyFile, "key-file", "", "client key for the chart server")
+	f.BoolVar(&o.chart.InsecureSkipTLSVerify, "insecure-skip-tls-verify-chart", false, "skip TLS verification of the chart server")
+	f.BoolVar(&o.chart.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
+	f.StringVar(&o.release, "release", "", "Helm release name: finds CRDs the upgrade would delete; required with --rollback")
+	f.BoolVar(&o.rollback, "rollback", false, "predict a rollback of --release instead of an upgrade")
+	f.IntVar(&o.toRevision, "to-revision", 0, "rollback target revision (default: the previous one, as helm rollback)")
+	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
+	f.StringVar(&o.crdPolicy, "crd-policy", string(check.PolicyHelm), "which CRDs are applied: helm (crds/ never upgraded) or create-replace (Flux upgrade.crds=CreateReplace)")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "show every CRD, not only those that change")
+	f.BoolVar(&o.noHistory, "no-stepping-stone", false, "do not search the chart's repository for a stepping-stone version")
+	return cmd
+}
+
+func (o *checkOptions) validate() error {
+	switch {
+	case o.output != "text" && o.output != "json":
+		return couldNot("unknown output format %q: use -o text or -o json", o.output)
+	case o.rollback && o.chart.Ref != "":
+		return couldNot("--rollback and --chart do not go together: a rollback's CRDs come from the stored revision")
+	case o.rollback && o.release == "":
+		return couldNot("--rollback needs --release NAME (and -n NAMESPACE)")
+	case !o.rollback && o.chart.Ref == "":
+		return couldNot("nothing to check: pass --chart REF for an upgrade, or --rollback --release NAME")
+	case !o.rollback && o.toRevision != 0:
+		return couldNot("--to-revision only applies with --rollback")
+	case o.toRevision < 0:
+		return couldNot("--to-revision must be a positive revision number")
+	}
+	if _, err := check.ParsePolicy(o.crdPolicy); err != nil {
+		return couldNot("%v", err)
+	}
+	return nil
+}
+
+func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	policy, _ := check.ParsePolicy(o.crdPolicy)
+	conn, err := connect(ctx, kube)
+	if err != nil {
+		return err
+	}
+	req := check.Request{Policy: policy, Release: o.release, Namespace: conn.namespace}
+
+	var reader *helmrelease.Reader
+	if o.release != "" {
+		if reader, err = helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver); err != nil {
+			return couldNot("%v", err)
+		}
+	}
+	if o.rollback {
+		current, target, err := reader.RollbackPair(ctx, o.release, o.toRevision)
+		if err != nil {
+			return classify(err, conn)
+		}
+		req.Operation, req.FromRevision, req.ToRevision = predict.Rollback, current.Version, target.Version
+		if target.Chart != nil && target.Chart.Metadata != nil {
+			req.Chart, req.ChartVersion = target.Chart.Metadata.Name, target.Chart.Metadata.Version
+		}
+		if req.Incoming, err = chartcrds.All(target.Chart, target.Manifest); err != nil {
+			return couldNot("revision %d of release %s: %v", target.Version, o.release, err)
+		}
+		if req.Current, err = chartcrds.All(current.Chart, current.Manifest); err != nil {
+			return couldNot("revision %d of release %s: %v", current.Version, o.release, err)
+		}
+	} else {
+		req.Operation = predict.Upgrade
+		o.chart.Values = o.values
+		o.chart.ReleaseName, o.chart.Namespace = o.release, conn.namespace
+		o.chart.KubeVersion, o.chart.IsUpgrade = conn.serverVersion, o.release != ""
+		if reader != nil {
+			current, err := reader.Current(ctx, o.release)
+			if err != nil {
+				return classify(err, conn)
+			}
+			req.FromRevision = current.Version
+			if req.Current, err = chartcrds.All(current.Chart, current.Manifest); err != nil {
+				return couldNot("revision %d of release %s: %v", current.Version, o.release, err)
+			}
+		}
+		ch, err := chartsource.Load(ctx, o.chart)
+		if err != nil {
+			return couldNot("%v", err)
+		}
+		req.Incoming, req.Chart, req.ChartVersion = ch.CRDs, ch.Name, ch.Version
+		if !o.noHistory {
+			req.History = &chartHistory{opts: o.chart}
+		}
+	}
+
+	rep, err := check.Run(ctx, conn.cluster, req)
+	if err != nil {
+		return classify(err, conn)
+	}
+	if err := render(streams.Out, o.output, o.verbose, rep); err != nil {
+		return couldNot("write output: %v", err)
+	}
+	if !rep.Safe {
+		return &ExitError{Code: ExitFindings}
+	}
+	return nil
+}
+
+// chartHistory adapts chartsource to check.History.
+type chartHistory struct{ opts chartsource.Options }
+
+func (h *chartHistory) Versions(ctx context.Context) ([]string, error) {
+	vs, err := chartsource.Versions(ctx, h.opts)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, v.Original())
+	}
+	return out, nil
+}
+
+func (h *chartHistory) CRDs(ctx context.Context, version string) ([]chartcrds.CRD, error) {
+	o := h.opts
+	o.Version = version
+	ch, err := chartsource.Load(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return ch.CRDs, nil
+}
+
+type connection struct {
+	config        *rest.Config
+	clientset     kubernetes.Interface
+	cluster       *check.KubeCluster
+	namespace     string
+	serverVersion string
+	host          string
+}
+
+// connect loads the kubeconfig and checks that the API server answers, so that an
+// unreachable cluster is reported once, clearly, before any other work.
+func connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connection, error) {
+	cfg, err := kube.ToRESTConfig()
+	if err != nil {
+		return nil, couldNot("load kubeconfig: %v (set --kubeconfig or KUBECONFIG, and --context)", err)
+	}
+	ns, _, err := kube.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, couldNot("read namespace from kubeconfig: %v", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, couldNot("build client: %v", err)
+	}
+	cl, err := check.NewKubeCluster(cfg)
+	if err != nil {
+		return nil, couldNot("build client: %v", err)
+	}
+	c := &connection{config: cfg, clientset: cs, cluster: cl, namespace: ns, host: cfg.Host}
+	if c.serverVersion, err = cl.ServerVersion(ctx); err != nil {
+		return nil, couldNot("cannot reach the Kubernetes API server at %s: %v (check --kubeconfig, --context and that the cluster is up)", cfg.Host, err)
+	}
+	return c, nil
+}
+
+// classify turns library errors into exit-2 errors that say what to do.
+func classify(err error, conn *connection) error {
+	var nf *helmrelease.NotFoundError
+	switch {
+	case errors.As(err, &nf):
+		return couldNot("%v", err)
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		return couldNot("%v\nupgradeguard check needs get/list on customresourcedefinitions.apiextensions.k8s.io, list on the custom resources it counts, and get/list on the release's Secrets (or ConfigMaps); see docs/operator-guide.md#rbac", err)
+	}
+	return couldNot("%v (API server %s)", err, conn.host)
+}

@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+func render(w io.Writer, format string, verbose bool, rep *check.Report) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return renderText(w, verbose, rep)
+}
+
+func renderText(w io.Writer, verbose bool, rep *check.Report) error {
+	findings := rep.Findings()
+	fmt.Fprintf(w, "%s\n", title(rep))
+	if len(rep.CRDs) == 0 {
+		fmt.Fprintln(w, "No CRDs are brought or dropped: nothing to check.")
+		return nil
+	}
+	if rep.Safe {
+		fmt.Fprintf(w, "SAFE: all %d CRDs are accepted by the API server.\n", len(rep.CRDs))
+	} else {
+		fmt.Fprintf(w, "BLOCKED: %d of %d CRDs need action before the %s.\n", len(findings), len(rep.CRDs), rep.Operation)
+	}
+	rows := findings
+	if verbose {
+		rows = rep.CRDs
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "(use -v to list every CRD)")
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CRD\tVERDICT\tOBJECTS\tSTORED (LIVE)\tINCOMING")
+	for _, c := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Verdict, objects(c), stored(c), incoming(c.IncomingVersions))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, c := range rows {
+		if c.Verdict == predict.OK && !verbose {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s (%s)\n  why:  %s\n", c.Name, c.Verdict, c.Reason)
+		if c.ObjectsError != "" {
+			fmt.Fprintf(w, "  note: objects could not be counted: %s\n", c.ObjectsError)
+		}
+		if c.SteppingStone != "" {
+			fmt.Fprintf(w, "  stepping stone: chart version %s\n", c.SteppingStone)
+		}
+		if c.Action != "" {
+			fmt.Fprintf(w, "  next: %s\n", c.Action)
+		}
+	}
+	return nil
+}
+
+func title(rep *check.Report) string {
+	var b strings.Builder
+	b.WriteString(strings.ToUpper(string(rep.Operation[:1])) + string(rep.Operation[1:]))
+	if rep.Release != "" {
+		fmt.Fprintf(&b, " of release %s", rep.Release)
+		if rep.Namespace != "" {
+			fmt.Fprintf(&b, " (namespace %s)", rep.Namespace)
+		}
+	}
+	switch {
+	case rep.Operation == predict.Rollback:
+		fmt.Fprintf(&b, ": revision %d -> %d", rep.FromRevision, rep.ToRevision)
+		if rep.Chart != "" {
+			fmt.Fprintf(&b, " (%s %s)", rep.Chart, rep.ChartVersion)
+		}
+	case rep.Chart != "":
+		fmt.Fprintf(&b, " to %s %s", rep.Chart, rep.ChartVersion)
+	}
+	return b.String()
+}
+
+func objects(c check.CRDReport) string {
+	switch {
+	case c.Objects != nil:
+		return strconv.FormatInt(*c.Objects, 10)
+	case c.ObjectsError != "":
+		return "?"
+	}
+	return "-"
+}
+
+func stored(c check.CRDReport) string {
+	if len(c.LiveStoredVersions) == 0 {
+		return "(new)"
+	}
+	return strings.Join(c.LiveStoredVersions, ",") + " [storage " + c.LiveStorageVersion + "]"
+}
+
+func incoming(vs []crdversions.Version) string {
+	if len(vs) == 0 {
+		return "(dropped)"
+	}
+	parts := make([]string, 0, len(vs))
+	for _, v := range vs {
+		parts = append(parts, v.String())
+	}
+	return strings.Join(parts, " ")
+}

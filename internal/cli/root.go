@@ -1,0 +1,95 @@
+// Package cli is the thin cobra front end of upgradeguard: it turns flags into library
+// requests, renders the typed results as text or JSON, and maps outcomes to exit codes
+// (0 safe, 1 findings, 2 could not run). No decision is made here.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+)
+
+// Exit codes shared by every command.
+const (
+	ExitSafe     = 0
+	ExitFindings = 1
+	ExitCouldNot = 2
+)
+
+// ExitError carries an exit code out of a command. A nil Err with ExitFindings means the
+// command ran and reported findings, which it has already printed.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// couldNot wraps an error as "could not run" (exit 2).
+func couldNot(format string, args ...any) error {
+	return &ExitError{Code: ExitCouldNot, Err: fmt.Errorf(format, args...)}
+}
+
+// Streams are where commands write: Out for results, ErrOut for progress and errors.
+type Streams struct {
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// NewRootCmd builds the upgradeguard command tree.
+func NewRootCmd(streams Streams) *cobra.Command {
+	kube := genericclioptions.NewConfigFlags(true)
+	root := &cobra.Command{
+		Use:   "upgradeguard",
+		Short: "Make Helm and Flux upgrades, rollbacks and chart migrations safe",
+		Long: `upgradeguard predicts what a Helm or Flux upgrade or rollback will do to the CRDs
+on a cluster, before anyone presses the button, and names the exact fix.
+
+An upgrade fails mid-flight when its chart drops a CRD version that the live CRD still
+lists in status.storedVersions; a rollback fails the same way the other way round.
+'upgradeguard check' finds these cases and says which command fixes each one.
+
+Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	kube.AddFlags(root.PersistentFlags())
+	root.AddCommand(newCheckCmd(streams, kube), newVersionCmd(streams))
+	return root
+}
+
+// Execute runs the command line and returns the process exit code.
+func Execute(ctx context.Context, args []string, streams Streams) int {
+	slog.SetDefault(slog.New(slog.NewTextHandler(streams.ErrOut, &slog.HandlerOptions{Level: slog.LevelError})))
+	root := NewRootCmd(streams)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitSafe
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Err != nil {
+			fmt.Fprintln(streams.ErrOut, "Error:", ee.Err)
+		}
+		return ee.Code
+	}
+	// Flag and argument errors from cobra: could not run.
+	fmt.Fprintln(streams.ErrOut, "Error:", err)
+	fmt.Fprintln(streams.ErrOut, "Run 'upgradeguard --help' for usage.")
+	return ExitCouldNot
+}

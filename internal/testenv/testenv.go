@@ -1,0 +1,185 @@
+// Package testenv starts and stops the real control plane (kube-apiserver and etcd from
+// bin/, built by `make testbin`) for integration tests and the demo. It is the one place
+// that knows how the control plane is found and wired.
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// ControlPlane is a running kube-apiserver with its etcd.
+type ControlPlane struct {
+	// Config is an admin (system:masters) client config.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file for the same admin user, for the Helm
+	// CLI and upgradeguard.
+	Kubeconfig string
+	// Bin is the directory holding kube-apiserver, etcd and helm.
+	Bin string
+
+	env *envtest.Environment
+	dir string
+}
+
+// Start starts a control plane. The binaries come from bin/ at the repository root, or
+// from $UPGRADEGUARD_TESTBIN when set.
+func Start() (*ControlPlane, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    bin,
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start control plane from %s: %w", bin, err)
+	}
+	cp := &ControlPlane{Config: cfg, Bin: bin, env: env}
+	if err := cp.writeKubeconfig(); err != nil {
+		_ = cp.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+// ForTest starts a control plane for one test (or package) and stops it at cleanup.
+func ForTest(t testing.TB) *ControlPlane {
+	t.Helper()
+	cp, err := Start()
+	if err != nil {
+		t.Fatalf("control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Errorf("stop control plane: %v", err)
+		}
+	})
+	return cp
+}
+
+// Stop stops the control plane and removes its files.
+func (cp *ControlPlane) Stop() error {
+	err := cp.env.Stop()
+	if cp.dir != "" {
+		err = errors.Join(err, os.RemoveAll(cp.dir))
+	}
+	return err
+}
+
+// AddUser creates a user authenticated by client certificate, in the given groups, and
+// returns its client config. RBAC decides what it may do.
+func (cp *ControlPlane) AddUser(name string, groups ...string) (*rest.Config, error) {
+	u, err := cp.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return u.Config(), nil
+}
+
+// UserKubeconfig writes a kubeconfig for a user created with the given name and groups.
+func (cp *ControlPlane) UserKubeconfig(name string, groups ...string) (string, error) {
+	u, err := cp.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return "", err
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(cp.dir, name+".kubeconfig")
+	return path, os.WriteFile(path, data, 0o600)
+}
+
+func (cp *ControlPlane) writeKubeconfig() error {
+	dir, err := os.MkdirTemp("", "upgradeguard-cp-")
+	if err != nil {
+		return err
+	}
+	cp.dir = dir
+	path, err := cp.UserKubeconfig("admin", "system:masters")
+	if err != nil {
+		return fmt.Errorf("write admin kubeconfig: %w", err)
+	}
+	cp.Kubeconfig = path
+	return nil
+}
+
+// Helm returns a command running the real Helm CLI against this control plane, with its
+// own cache and config so that it never touches the user's.
+func (cp *ControlPlane) Helm(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(cp.Bin, "helm"), append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	home := filepath.Join(cp.dir, "helm")
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+	)
+	return cmd
+}
+
+// BinDir finds the directory with the control-plane binaries.
+func BinDir() (string, error) {
+	if d := os.Getenv("UPGRADEGUARD_TESTBIN"); d != "" {
+		return d, checkBins(d)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	d := filepath.Join(root, "bin")
+	return d, checkBins(d)
+}
+
+func checkBins(dir string) error {
+	for _, b := range []string{"kube-apiserver", "etcd", "helm"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return fmt.Errorf("%s/%s is missing: run `make testbin` first", dir, b)
+		}
+	}
+	return nil
+}
+
+// RepoRoot walks up from the working directory to the directory holding go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "cmd", "upgradeguard")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cannot find the upgradeguard repository root (no go.mod with cmd/upgradeguard above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+// Fixtures returns the fixtures directory: $UPGRADEGUARD_FIXTURES, or test/fixtures in
+// the repository (real upstream CRDs and charts, checked against their SHA256SUMS).
+func Fixtures() (string, error) {
+	if d := os.Getenv("UPGRADEGUARD_FIXTURES"); d != "" {
+		return d, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "test", "fixtures"), nil
+}

@@ -1,0 +1,91 @@
+// Package chartcrds owns the answer to "which CRDs does this chart bring, and from where":
+// the CRDs rendered into a release manifest from templates/, and the files in the crds/
+// folders of the chart and its subcharts. Rendered charts and stored release revisions
+// both go through it, so an upgrade and a rollback are judged from the same inputs.
+package chartcrds
+
+import (
+	"fmt"
+
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// CRD is one CustomResourceDefinition a chart brings, with the file it came from.
+type CRD struct {
+	CRD    *apiextv1.CustomResourceDefinition
+	Source predict.Source
+	File   string
+}
+
+// FromManifest returns the CRDs in a rendered release manifest (templates/), naming each
+// by its "# Source:" file.
+func FromManifest(manifest string) ([]CRD, error) {
+	if manifest == "" {
+		return nil, nil
+	}
+	_, manifests, err := releaseutil.SortManifests(releaseutil.SplitManifests(manifest), nil, releaseutil.InstallOrder)
+	if err != nil {
+		return nil, fmt.Errorf("split rendered manifest: %w", err)
+	}
+	var out []CRD
+	for _, m := range manifests {
+		if m.Head == nil || m.Head.Kind != "CustomResourceDefinition" {
+			continue
+		}
+		crds, err := crdversions.FromManifest(m.Name, []byte(m.Content))
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range crds {
+			out = append(out, CRD{CRD: c, Source: predict.Templates, File: m.Name})
+		}
+	}
+	return out, nil
+}
+
+// FromCRDsDir returns the CRDs in the crds/ folders of a chart and its subcharts.
+func FromCRDsDir(ch *chart.Chart) ([]CRD, error) {
+	var out []CRD
+	for _, obj := range ch.CRDObjects() {
+		if obj.File == nil {
+			continue
+		}
+		crds, err := crdversions.FromManifest(obj.Filename, obj.File.Data)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range crds {
+			out = append(out, CRD{CRD: c, Source: predict.CRDsDir, File: obj.Filename})
+		}
+	}
+	return out, nil
+}
+
+// All returns the CRDs of a chart: crds/ first, then templates/, with a CRD that appears
+// in both reported once, from templates/ (the copy Helm keeps applying).
+func All(ch *chart.Chart, manifest string) ([]CRD, error) {
+	fromDir, err := FromCRDsDir(ch)
+	if err != nil {
+		return nil, err
+	}
+	fromTemplates, err := FromManifest(manifest)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]int{}
+	var out []CRD
+	for _, c := range append(fromDir, fromTemplates...) {
+		if i, ok := seen[c.CRD.Name]; ok {
+			out[i] = c
+			continue
+		}
+		seen[c.CRD.Name] = len(out)
+		out = append(out, c)
+	}
+	return out, nil
+}

@@ -1,0 +1,213 @@
+// Package chartsource owns getting a chart and the CRDs it brings: from a local directory,
+// a packaged .tgz, an HTTP(S) chart repository or an oci:// registry, rendered with the
+// chart defaults, values files and --set, exactly as Helm would. Everything is done by the
+// Helm SDK; this package only wires it and names failures so an operator can act on them.
+package chartsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"helm.sh/helm/v4/pkg/action"
+	chartapi "helm.sh/helm/v4/pkg/chart"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/cli"
+	"helm.sh/helm/v4/pkg/cli/values"
+	"helm.sh/helm/v4/pkg/getter"
+	"helm.sh/helm/v4/pkg/registry"
+	release "helm.sh/helm/v4/pkg/release/v1"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+)
+
+// Options say which chart to load and how to render it. The field names follow the helm
+// flags they mirror.
+type Options struct {
+	// Ref is a chart directory, a .tgz, "repo/name" from the local repositories file, a
+	// chart name together with RepoURL, or an oci:// reference.
+	Ref string
+	// Version is an exact version or a semver range; empty means the newest stable one.
+	Version string
+	// RepoURL is the chart repository URL (--repo).
+	RepoURL string
+
+	Values values.Options
+
+	Username, Password        string
+	CertFile, KeyFile, CAFile string
+	InsecureSkipTLSVerify     bool
+	PlainHTTP                 bool
+	PassCredentialsAll        bool
+
+	// ReleaseName and Namespace are the .Release values templates see.
+	ReleaseName string
+	Namespace   string
+	// KubeVersion is the .Capabilities.KubeVersion to render for, normally the live
+	// cluster's. Empty uses Helm's default.
+	KubeVersion string
+	// IsUpgrade renders with .Release.IsUpgrade=true, as helm upgrade does.
+	IsUpgrade bool
+
+	// Settings carries Helm's cache and config paths. Nil uses the HELM_* environment.
+	Settings *cli.EnvSettings
+}
+
+// Chart is a loaded and rendered chart.
+type Chart struct {
+	Name    string
+	Version string
+	// Path is where the chart was loaded from (a cached download for remote sources).
+	Path  string
+	Chart *chart.Chart
+	// Manifest is the rendered non-hook manifest.
+	Manifest string
+	CRDs     []chartcrds.CRD
+}
+
+// LoadError says that the chart could not be fetched, loaded or rendered. It is a
+// "could not run" error: the prediction never started.
+type LoadError struct {
+	Ref  string
+	Step string
+	Err  error
+}
+
+func (e *LoadError) Error() string {
+	return fmt.Sprintf("chart %s: %s: %v", e.Ref, e.Step, e.Err)
+}
+
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// Load fetches, loads and renders the chart.
+func Load(ctx context.Context, o Options) (*Chart, error) {
+	if strings.TrimSpace(o.Ref) == "" {
+		return nil, &LoadError{Ref: "(none)", Step: "locate", Err: errors.New("no chart given: pass --chart with a directory, .tgz, repo/name or oci:// reference")}
+	}
+	settings := o.settings()
+	path, err := o.Locate(settings)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := loadChart(o.Ref, path)
+	if err != nil {
+		return nil, err
+	}
+	return o.render(ctx, settings, path, ch)
+}
+
+// Locate downloads the chart when it is remote and returns its local path.
+func (o Options) Locate(settings *cli.EnvSettings) (string, error) {
+	if settings == nil {
+		settings = o.settings()
+	}
+	rc, err := o.registryClient(settings)
+	if err != nil {
+		return "", &LoadError{Ref: o.Ref, Step: "registry client", Err: err}
+	}
+	install := action.NewInstall(action.NewConfiguration())
+	install.ChartPathOptions = o.pathOptions()
+	install.SetRegistryClient(rc)
+	if err := os.MkdirAll(settings.RepositoryCache, 0o755); err != nil {
+		return "", &LoadError{Ref: o.Ref, Step: "prepare cache", Err: err}
+	}
+	path, err := install.LocateChart(o.Ref, settings)
+	if err != nil {
+		return "", &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("%w (check the reference, --version and --repo, and that the repository or registry is reachable)", err)}
+	}
+	return path, nil
+}
+
+func loadChart(ref, path string) (*chart.Chart, error) {
+	charter, err := loader.Load(path)
+	if err != nil {
+		return nil, &LoadError{Ref: ref, Step: "load", Err: fmt.Errorf("%w (run `helm lint %s` to see what is wrong)", err, path)}
+	}
+	ch, ok := charter.(*chart.Chart)
+	if !ok {
+		return nil, &LoadError{Ref: ref, Step: "load", Err: fmt.Errorf("unsupported chart API version %T", charter)}
+	}
+	ac, err := chartapi.NewAccessor(ch)
+	if err != nil {
+		return nil, &LoadError{Ref: ref, Step: "load", Err: err}
+	}
+	if err := action.CheckDependencies(ch, ac.MetaDependencies()); err != nil {
+		return nil, &LoadError{Ref: ref, Step: "dependencies", Err: fmt.Errorf("%w (run `helm dependency build %s`)", err, path)}
+	}
+	return ch, nil
+}
+
+func (o Options) render(ctx context.Context, settings *cli.EnvSettings, path string, ch *chart.Chart) (*Chart, error) {
+	vals, err := o.Values.MergeValues(getter.All(settings))
+	if err != nil {
+		return nil, &LoadError{Ref: o.Ref, Step: "values", Err: err}
+	}
+	install := action.NewInstall(action.NewConfiguration())
+	install.DryRunStrategy = action.DryRunClient
+	install.Replace = true
+	install.DisableHooks = false
+	install.IsUpgrade = o.IsUpgrade
+	install.ReleaseName = orDefault(o.ReleaseName, "release-name")
+	install.Namespace = orDefault(o.Namespace, "default")
+	if o.KubeVersion != "" {
+		kv, err := common.ParseKubeVersion(o.KubeVersion)
+		if err != nil {
+			return nil, &LoadError{Ref: o.Ref, Step: "render", Err: err}
+		}
+		install.KubeVersion = kv
+	}
+	rel, err := install.RunWithContext(ctx, ch, vals)
+	if err != nil {
+		return nil, &LoadError{Ref: o.Ref, Step: "render", Err: err}
+	}
+	r, ok := rel.(*release.Release)
+	if !ok {
+		return nil, &LoadError{Ref: o.Ref, Step: "render", Err: fmt.Errorf("unexpected release type %T", rel)}
+	}
+	crds, err := chartcrds.All(ch, r.Manifest)
+	if err != nil {
+		return nil, &LoadError{Ref: o.Ref, Step: "read CRDs", Err: err}
+	}
+	return &Chart{Name: ch.Name(), Version: ch.Metadata.Version, Path: path, Chart: ch, Manifest: r.Manifest, CRDs: crds}, nil
+}
+
+func (o Options) pathOptions() action.ChartPathOptions {
+	return action.ChartPathOptions{
+		CaFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
+		InsecureSkipTLSVerify: o.InsecureSkipTLSVerify, PlainHTTP: o.PlainHTTP,
+		Password: o.Password, Username: o.Username, PassCredentialsAll: o.PassCredentialsAll,
+		RepoURL: o.RepoURL, Version: o.Version,
+	}
+}
+
+func (o Options) registryClient(settings *cli.EnvSettings) (*registry.Client, error) {
+	opts := []registry.ClientOption{
+		registry.ClientOptEnableCache(true),
+		registry.ClientOptWriter(io.Discard),
+		registry.ClientOptCredentialsFile(settings.RegistryConfig),
+		registry.ClientOptBasicAuth(o.Username, o.Password),
+	}
+	if o.PlainHTTP {
+		opts = append(opts, registry.ClientOptPlainHTTP())
+	}
+	return registry.NewClient(opts...)
+}
+
+func (o Options) settings() *cli.EnvSettings {
+	if o.Settings != nil {
+		return o.Settings
+	}
+	return cli.New()
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

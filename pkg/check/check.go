@@ -1,0 +1,296 @@
+// Package check owns the upgrade and rollback prediction: for every CRD an operation
+// brings or drops, it joins the live cluster's state with the pure decision in package
+// predict, counts the objects at stake and names the exact next action. It returns a
+// typed Report and never writes to the cluster; callers render it.
+package check
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// CRDPolicy says which CRDs the operation writes when they already exist.
+type CRDPolicy string
+
+const (
+	// PolicyHelm is plain Helm: CRDs in crds/ are created when missing and never upgraded.
+	PolicyHelm CRDPolicy = "helm"
+	// PolicyCreateReplace is Flux's upgrade.crds=CreateReplace: crds/ files are applied too.
+	PolicyCreateReplace CRDPolicy = "create-replace"
+)
+
+// ParsePolicy validates a --crd-policy value.
+func ParsePolicy(s string) (CRDPolicy, error) {
+	switch p := CRDPolicy(s); p {
+	case PolicyHelm, PolicyCreateReplace:
+		return p, nil
+	case "":
+		return PolicyHelm, nil
+	}
+	return "", fmt.Errorf("unknown CRD policy %q: use %s (plain Helm) or %s (Flux upgrade.crds=CreateReplace)", s, PolicyHelm, PolicyCreateReplace)
+}
+
+// History lets check look for a stepping-stone chart version when an upgrade needs one.
+type History interface {
+	// Versions lists the chart versions to try, newest first.
+	Versions(ctx context.Context) ([]string, error)
+	// CRDs returns the CRDs that one chart version brings.
+	CRDs(ctx context.Context, version string) ([]chartcrds.CRD, error)
+}
+
+// Request is one prediction.
+type Request struct {
+	Operation predict.Operation
+	// Incoming are the CRDs the upgrade's chart or the rollback's target revision brings.
+	Incoming []chartcrds.CRD
+	// Current are the CRDs the release deploys today. CRDs rendered from templates/ that
+	// the incoming side drops are deleted by Helm. Nil when there is no release.
+	Current []chartcrds.CRD
+	Policy  CRDPolicy
+	// History, when set, is searched for a stepping stone for bridge verdicts.
+	History History
+	// MaxSteppingStones bounds how many older chart versions are loaded (default 10).
+	MaxSteppingStones int
+
+	// What the report and its actions name.
+	Release      string
+	Namespace    string
+	Chart        string
+	ChartVersion string
+	FromRevision int
+	ToRevision   int
+}
+
+// CRDReport is the verdict for one CRD with the objects at stake and the next action.
+type CRDReport struct {
+	predict.Finding
+	// Objects is the number of objects of this type on the cluster; nil when the CRD does
+	// not exist or counting failed (ObjectsError says why).
+	Objects      *int64 `json:"objects"`
+	ObjectsError string `json:"objectsError,omitempty"`
+	// SteppingStone is a chart version that can be upgraded to first, for a bridge.
+	SteppingStone string `json:"steppingStone,omitempty"`
+	// Action is the exact next command, or advice when no command fixes it.
+	Action string `json:"action"`
+}
+
+// Report is the result of a prediction.
+type Report struct {
+	Operation    predict.Operation `json:"operation"`
+	Safe         bool              `json:"safe"`
+	Release      string            `json:"release,omitempty"`
+	Namespace    string            `json:"namespace,omitempty"`
+	Chart        string            `json:"chart,omitempty"`
+	ChartVersion string            `json:"chartVersion,omitempty"`
+	FromRevision int               `json:"fromRevision,omitempty"`
+	ToRevision   int               `json:"toRevision,omitempty"`
+	CRDs         []CRDReport       `json:"crds"`
+}
+
+// Findings returns the CRDs whose verdict is not ok.
+func (r *Report) Findings() []CRDReport {
+	var out []CRDReport
+	for _, c := range r.CRDs {
+		if c.Verdict != predict.OK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Run predicts the operation against the live cluster. It only reads.
+func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
+	if req.Policy == "" {
+		req.Policy = PolicyHelm
+	}
+	live, err := cluster.CRDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read live CRDs: %w", err)
+	}
+
+	rep := &Report{
+		Operation: req.Operation, Release: req.Release, Namespace: req.Namespace,
+		Chart: req.Chart, ChartVersion: req.ChartVersion, FromRevision: req.FromRevision, ToRevision: req.ToRevision,
+		CRDs: []CRDReport{},
+	}
+	incoming := map[string]bool{}
+	for _, in := range req.Incoming {
+		incoming[in.CRD.Name] = true
+		applied := in.Source == predict.Templates || req.Policy == PolicyCreateReplace
+		f := predict.Decide(live[in.CRD.Name], predict.Incoming{CRD: in.CRD, Source: in.Source, Applied: applied})
+		rep.CRDs = append(rep.CRDs, CRDReport{Finding: f})
+	}
+	for _, cur := range req.Current {
+		l := live[cur.CRD.Name]
+		if cur.Source != predict.Templates || incoming[cur.CRD.Name] || l == nil {
+			continue
+		}
+		incoming[cur.CRD.Name] = true
+		rep.CRDs = append(rep.CRDs, CRDReport{Finding: predict.DecideRemoved(req.Operation, l)})
+	}
+	slices.SortFunc(rep.CRDs, func(a, b CRDReport) int { return strings.Compare(a.Name, b.Name) })
+
+	if err := countObjects(ctx, cluster, live, rep.CRDs); err != nil {
+		return nil, err
+	}
+	if err := findSteppingStones(ctx, live, req, rep.CRDs); err != nil {
+		return nil, err
+	}
+	rep.Safe = true
+	for i := range rep.CRDs {
+		rep.CRDs[i].Action = action(req, rep.CRDs[i])
+		if rep.CRDs[i].Verdict != predict.OK {
+			rep.Safe = false
+		}
+	}
+	return rep, nil
+}
+
+// countObjects fills Objects for every CRD that exists live. A CRD whose objects cannot
+// be listed (a conversion webhook that is down, say) keeps its verdict and says why the
+// count is missing; a forbidden list stops the run, since the caller lacks RBAC.
+func countObjects(ctx context.Context, cluster Cluster, live map[string]*apiextv1.CustomResourceDefinition, crds []CRDReport) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := range crds {
+		l := live[crds[i].Name]
+		if l == nil {
+			continue
+		}
+		g.Go(func() error {
+			n, err := cluster.CountObjects(gctx, l)
+			if err != nil {
+				if isForbidden(err) {
+					return fmt.Errorf("count objects of %s: %w", l.Name, err)
+				}
+				crds[i].ObjectsError = err.Error()
+				return nil
+			}
+			crds[i].Objects = &n
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func findSteppingStones(ctx context.Context, live map[string]*apiextv1.CustomResourceDefinition, req Request, crds []CRDReport) error {
+	if req.History == nil || req.Operation != predict.Upgrade {
+		return nil
+	}
+	var bridges []int
+	for i, c := range crds {
+		if c.Verdict == predict.Bridge {
+			bridges = append(bridges, i)
+		}
+	}
+	if len(bridges) == 0 {
+		return nil
+	}
+	versions, err := req.History.Versions(ctx)
+	if err != nil {
+		return fmt.Errorf("list chart versions for a stepping stone: %w", err)
+	}
+	target := map[string]*apiextv1.CustomResourceDefinition{}
+	for _, in := range req.Incoming {
+		target[in.CRD.Name] = in.CRD
+	}
+	limit := req.MaxSteppingStones
+	if limit <= 0 {
+		limit = 10
+	}
+	tried := 0
+	for _, v := range versions {
+		if v == req.ChartVersion {
+			continue
+		}
+		if tried == limit {
+			break
+		}
+		tried++
+		cand, err := req.History.CRDs(ctx, v)
+		if err != nil {
+			continue // a version that will not load or render is no stepping stone
+		}
+		if steppingStoneFits(live, cand, target, crds, bridges) {
+			for _, i := range bridges {
+				crds[i].SteppingStone = v
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// steppingStoneFits checks that a candidate chart version is accepted after migrating to
+// the live storage versions, and that the target is accepted after it.
+func steppingStoneFits(live map[string]*apiextv1.CustomResourceDefinition, cand []chartcrds.CRD,
+	target map[string]*apiextv1.CustomResourceDefinition, crds []CRDReport, bridges []int) bool {
+	byName := map[string]*apiextv1.CustomResourceDefinition{}
+	for _, c := range cand {
+		byName[c.CRD.Name] = c.CRD
+	}
+	for _, i := range bridges {
+		name := crds[i].Name
+		if !predict.SteppingStone(live[name], byName[name], target[name]) {
+			return false
+		}
+	}
+	for name, c := range byName {
+		l := live[name]
+		if l == nil {
+			continue
+		}
+		if v := predict.Decide(l, predict.Incoming{CRD: c, Applied: true}).Verdict; v == predict.Bridge {
+			return false
+		}
+	}
+	return true
+}
+
+func action(req Request, c CRDReport) string {
+	ns := ""
+	if req.Namespace != "" {
+		ns = " -n " + req.Namespace
+	}
+	switch c.Verdict {
+	case predict.Migrate:
+		return "upgradeguard migrate --crd " + c.Name
+	case predict.Delete:
+		return fmt.Sprintf("keep it: kubectl annotate crd %s %s=%s (the live annotation protects it from an upgrade or rollback)",
+			c.Name, predict.KeepAnnotation, predict.KeepValue)
+	case predict.Bridge:
+		switch {
+		case req.Operation == predict.Rollback && c.StorageSwitchTo != "":
+			to := ""
+			if req.ToRevision > 0 {
+				to = fmt.Sprintf(" --to-revision %d", req.ToRevision)
+			}
+			return fmt.Sprintf("upgradeguard migrate --rollback --release %s%s%s --allow-storage-switch (reverse migration: storage %s -> %s)",
+				req.Release, ns, to, c.LiveStorageVersion, c.StorageSwitchTo)
+		case c.StorageSwitchTo != "":
+			return fmt.Sprintf("upgradeguard migrate --crd %s --storage-version %s --allow-storage-switch", c.Name, c.StorageSwitchTo)
+		case c.SteppingStone != "":
+			return fmt.Sprintf("two steps: upgradeguard migrate --crd %s; upgrade to chart version %s; upgradeguard migrate --crd %s; then upgrade to %s",
+				c.Name, c.SteppingStone, c.Name, orUnknown(req.ChartVersion))
+		default:
+			return fmt.Sprintf("no automatic path: apply a CRD that serves %s and stores at one of the incoming versions, migrate, then retry",
+				c.LiveStorageVersion)
+		}
+	}
+	return ""
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "the target version"
+	}
+	return s
+}

@@ -1,0 +1,104 @@
+package check
+
+import (
+	"context"
+	"fmt"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+)
+
+// Cluster is the read-only view of the live cluster that check needs.
+type Cluster interface {
+	// CRDs returns every CustomResourceDefinition on the cluster, by name.
+	CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error)
+	// CountObjects returns how many objects of the CRD's type exist, in all namespaces.
+	CountObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (int64, error)
+}
+
+// KubeCluster reads a real cluster. It only ever issues GET and LIST.
+type KubeCluster struct {
+	crds     apiextclient.Interface
+	metadata metadata.Interface
+	disco    discovery.DiscoveryInterface
+}
+
+// NewKubeCluster builds a Cluster from a REST config.
+func NewKubeCluster(cfg *rest.Config) (*KubeCluster, error) {
+	crds, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &KubeCluster{crds: crds, metadata: md, disco: disco}, nil
+}
+
+// ServerVersion returns the API server's git version, for rendering charts against it.
+func (k *KubeCluster) ServerVersion(_ context.Context) (string, error) {
+	v, err := k.disco.ServerVersion()
+	if err != nil {
+		return "", err
+	}
+	return v.GitVersion, nil
+}
+
+// CRDs lists every CRD in pages.
+func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
+	out := map[string]*apiextv1.CustomResourceDefinition{}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := k.crds.ApiextensionsV1().CustomResourceDefinitions().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list CustomResourceDefinitions: %w", err)
+		}
+		for i := range list.Items {
+			out[list.Items[i].Name] = &list.Items[i]
+		}
+		if list.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// CountObjects asks for one object's metadata and reads the remaining item count the
+// API server reports, so counting costs one call whatever the number of objects.
+func (k *KubeCluster) CountObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (int64, error) {
+	version := crdversions.ServedVersion(crd)
+	if version == "" {
+		return 0, fmt.Errorf("%s serves no version, so its objects cannot be listed", crd.Name)
+	}
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Spec.Names.Plural}
+	opts := metav1.ListOptions{Limit: 1}
+	var n int64
+	for {
+		list, err := k.metadata.Resource(gvr).List(ctx, opts)
+		if err != nil {
+			return 0, fmt.Errorf("list %s: %w", gvr.GroupResource(), err)
+		}
+		n += int64(len(list.Items))
+		if list.Continue == "" {
+			return n, nil
+		}
+		if list.RemainingItemCount != nil {
+			return n + *list.RemainingItemCount, nil
+		}
+		// No count offered (for example a list served from a watch cache that does not
+		// know it): page through, metadata only.
+		opts = metav1.ListOptions{Limit: 500, Continue: list.Continue}
+	}
+}

@@ -1,0 +1,129 @@
+// Package helmrelease owns reading Helm release history from the cluster, through the
+// Helm SDK's own storage drivers (Secret and ConfigMap), and picking the revisions an
+// upgrade or rollback works from. It never decodes release data by hand and never
+// returns release values to callers that print.
+package helmrelease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage"
+	"helm.sh/helm/v4/pkg/storage/driver"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Driver names, as HELM_DRIVER spells them.
+const (
+	DriverSecret    = "secret"
+	DriverConfigMap = "configmap"
+)
+
+// Reader reads release revisions from one namespace.
+type Reader struct {
+	store     *storage.Storage
+	namespace string
+	driver    string
+}
+
+// NewReader returns a Reader over the Secret or ConfigMap driver. An empty driver name
+// means secret, Helm's default.
+func NewReader(cs kubernetes.Interface, namespace, driverName string) (*Reader, error) {
+	var d driver.Driver
+	switch driverName {
+	case "", DriverSecret, "secrets":
+		s := driver.NewSecrets(cs.CoreV1().Secrets(namespace))
+		d, driverName = s, DriverSecret
+	case DriverConfigMap, "configmaps":
+		c := driver.NewConfigMaps(cs.CoreV1().ConfigMaps(namespace))
+		d, driverName = c, DriverConfigMap
+	default:
+		return nil, fmt.Errorf("unknown Helm storage driver %q: use secret or configmap (the value of HELM_DRIVER)", driverName)
+	}
+	return &Reader{store: storage.Init(d), namespace: namespace, driver: driverName}, nil
+}
+
+// NotFoundError says that a release or revision does not exist.
+type NotFoundError struct {
+	Release, Namespace, Driver string
+	Revision                   int
+}
+
+func (e *NotFoundError) Error() string {
+	if e.Revision > 0 {
+		return fmt.Sprintf("release %s has no revision %d in namespace %s: list revisions with `helm history %s -n %s`",
+			e.Release, e.Revision, e.Namespace, e.Release, e.Namespace)
+	}
+	return fmt.Sprintf("release %s not found in namespace %s (Helm driver %s): check `helm list -n %s`, or pass --helm-driver configmap if it was installed with HELM_DRIVER=configmap",
+		e.Release, e.Namespace, e.Driver, e.Namespace)
+}
+
+// History returns every stored revision of a release, oldest first.
+func (r *Reader) History(ctx context.Context, name string) ([]*release.Release, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	list, err := r.store.History(name)
+	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil, fmt.Errorf("read history of release %s in namespace %s: %w", name, r.namespace, err)
+	}
+	out := make([]*release.Release, 0, len(list))
+	for _, ri := range list {
+		rel, ok := ri.(*release.Release)
+		if !ok {
+			return nil, fmt.Errorf("release %s: unsupported release format %T", name, ri)
+		}
+		out = append(out, rel)
+	}
+	if len(out) == 0 {
+		return nil, &NotFoundError{Release: name, Namespace: r.namespace, Driver: r.driver}
+	}
+	slices.SortFunc(out, func(a, b *release.Release) int { return a.Version - b.Version })
+	return out, nil
+}
+
+// Current returns the revision an upgrade starts from: the last deployed revision when
+// there is one, otherwise the last revision whatever its status.
+func (r *Reader) Current(ctx context.Context, name string) (*release.Release, error) {
+	h, err := r.History(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].Info != nil && h[i].Info.Status == common.StatusDeployed {
+			return h[i], nil
+		}
+	}
+	return h[len(h)-1], nil
+}
+
+// RollbackPair returns what helm rollback works from and to: the last revision
+// (whatever its status) and the target, which is toRevision or, when it is 0, the
+// revision before the last one. This is helm's own rule.
+func (r *Reader) RollbackPair(ctx context.Context, name string, toRevision int) (current, target *release.Release, err error) {
+	if toRevision < 0 {
+		return nil, nil, fmt.Errorf("--to-revision must be a positive revision number, got %d", toRevision)
+	}
+	h, err := r.History(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	current = h[len(h)-1]
+	want := toRevision
+	if want == 0 {
+		want = current.Version - 1
+	}
+	if want < 1 {
+		return nil, nil, fmt.Errorf("release %s in namespace %s has only revision %d: there is nothing to roll back to", name, r.namespace, current.Version)
+	}
+	for _, rel := range h {
+		if rel.Version == want {
+			return current, rel, nil
+		}
+	}
+	return nil, nil, &NotFoundError{Release: name, Namespace: r.namespace, Driver: r.driver, Revision: want}
+}

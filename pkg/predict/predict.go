@@ -1,0 +1,215 @@
+// Package predict owns the decision of what an upgrade or rollback will do to each CRD,
+// given the live CRD and the one the operation brings. It is pure: no I/O, no clocks, so
+// every rule is covered by table tests and the same answer is given by the CLI, the
+// controller and the admission gate.
+//
+// The rule comes from the API server: every write to a CRD is validated so that each entry
+// of status.storedVersions is still in spec.versions. An incoming CRD that drops a stored
+// version is rejected until a storage migration removes that version from storedVersions.
+package predict
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+)
+
+// Verdict is what will happen to one CRD.
+type Verdict string
+
+const (
+	// OK means the API server accepts the incoming CRD (or it is new, or not applied).
+	OK Verdict = "ok"
+	// Migrate means some stored versions are missing from the incoming CRD, but the live
+	// storage version stays: migrating every object to the live storage version and
+	// pruning storedVersions makes the operation succeed.
+	Migrate Verdict = "migrate"
+	// Bridge means the live storage version itself is missing from the incoming CRD. A
+	// migration alone cannot help: the storage version must move first (a stepping-stone
+	// chart version, or a storage switch on the live CRD), then the objects are migrated.
+	Bridge Verdict = "bridge"
+	// Delete means the operation deletes a live CRD, and with it every object of its type.
+	Delete Verdict = "delete"
+)
+
+// Operation is the Helm operation being predicted.
+type Operation string
+
+const (
+	// Upgrade is a helm upgrade (or a Flux HelmRelease upgrade) to a new chart.
+	Upgrade Operation = "upgrade"
+	// Rollback is a helm rollback (or a Flux rollback) to an earlier revision.
+	Rollback Operation = "rollback"
+)
+
+// Source says where an incoming CRD comes from in its chart.
+type Source string
+
+const (
+	// Templates means the CRD is rendered from templates/: Helm applies it on every
+	// upgrade and rollback, and deletes it when a later revision drops it.
+	Templates Source = "templates"
+	// CRDsDir means the CRD sits in the chart's crds/ folder: Helm creates it on install
+	// and never upgrades or deletes it. Flux's upgrade.crds=CreateReplace applies it too.
+	CRDsDir Source = "crds"
+)
+
+// Incoming is one CRD the operation brings.
+type Incoming struct {
+	CRD    *apiextv1.CustomResourceDefinition
+	Source Source
+	// Applied says whether the operation writes this CRD when it already exists live.
+	// It is false for crds/ files under plain Helm.
+	Applied bool
+}
+
+// Finding is the decision for one CRD with the facts it rests on.
+type Finding struct {
+	Name                   string                `json:"name"`
+	Verdict                Verdict               `json:"verdict"`
+	Reason                 string                `json:"reason"`
+	Source                 Source                `json:"source,omitempty"`
+	LiveStoredVersions     []string              `json:"liveStoredVersions"`
+	LiveStorageVersion     string                `json:"liveStorageVersion"`
+	LiveVersions           []crdversions.Version `json:"liveVersions,omitempty"`
+	IncomingVersions       []crdversions.Version `json:"incomingVersions"`
+	IncomingStorageVersion string                `json:"incomingStorageVersion"`
+	MissingStoredVersions  []string              `json:"missingStoredVersions"`
+	Conversion             string                `json:"conversion"`
+	// StorageSwitchTo is, for a bridge, a version that both the live and the incoming CRD
+	// serve. Switching the live storage version to it, migrating and pruning unblocks the
+	// operation without a stepping stone. Empty when no such version exists.
+	StorageSwitchTo string `json:"storageSwitchTo,omitempty"`
+}
+
+// Decide returns the verdict for one incoming CRD against the live one (nil when the CRD
+// does not exist on the cluster).
+func Decide(live *apiextv1.CustomResourceDefinition, in Incoming) Finding {
+	f := Finding{
+		Name:                   in.CRD.Name,
+		Source:                 in.Source,
+		IncomingVersions:       crdversions.Versions(in.CRD),
+		IncomingStorageVersion: crdversions.StorageVersion(in.CRD),
+		Conversion:             crdversions.Conversion(in.CRD),
+		LiveStoredVersions:     []string{},
+		MissingStoredVersions:  []string{},
+	}
+	if live == nil {
+		f.Verdict = OK
+		f.Reason = "new CRD: it is created"
+		return f
+	}
+	fillLive(&f, live)
+
+	for _, v := range live.Status.StoredVersions {
+		if !crdversions.Has(in.CRD, v) {
+			f.MissingStoredVersions = append(f.MissingStoredVersions, v)
+		}
+	}
+	if !in.Applied {
+		f.Verdict = OK
+		f.Reason = "Helm does not upgrade CRDs in crds/: the live CRD stays as it is"
+		if len(f.MissingStoredVersions) > 0 {
+			f.Reason += fmt.Sprintf(" (applying it, as Flux upgrade.crds=CreateReplace does, would fail on stored %s)",
+				strings.Join(f.MissingStoredVersions, ","))
+		}
+		return f
+	}
+	if len(f.MissingStoredVersions) == 0 {
+		f.Verdict = OK
+		f.Reason = "every stored version stays in spec.versions"
+		return f
+	}
+	missing := strings.Join(f.MissingStoredVersions, ",")
+	if crdversions.Has(in.CRD, f.LiveStorageVersion) {
+		f.Verdict = Migrate
+		f.Reason = fmt.Sprintf("stored %s dropped by the incoming CRD: migrate objects to %s and prune storedVersions first",
+			missing, f.LiveStorageVersion)
+		return f
+	}
+	f.Verdict = Bridge
+	f.StorageSwitchTo = switchTarget(live, in.CRD)
+	f.Reason = fmt.Sprintf("live storage version %s is dropped by the incoming CRD (%s): a migration alone cannot help",
+		f.LiveStorageVersion, versionNames(in.CRD))
+	if f.StorageSwitchTo != "" {
+		f.Reason += fmt.Sprintf("; switch live storage to %s (served by both), migrate, prune", f.StorageSwitchTo)
+	} else {
+		f.Reason += fmt.Sprintf("; go through a chart version whose CRD serves %s and stores at one of %s",
+			f.LiveStorageVersion, versionNames(in.CRD))
+	}
+	return f
+}
+
+// DecideRemoved returns the verdict for a live CRD that the release deploys today from
+// templates/ and that the target no longer renders. Helm deletes it, and every object of
+// its type, unless the live CRD carries helm.sh/resource-policy: keep.
+func DecideRemoved(op Operation, live *apiextv1.CustomResourceDefinition) Finding {
+	f := Finding{Name: live.Name, Source: Templates, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
+	fillLive(&f, live)
+	f.Conversion = crdversions.Conversion(live)
+	if live.Annotations[KeepAnnotation] == KeepValue {
+		f.Verdict = OK
+		f.Reason = fmt.Sprintf("no longer rendered by the %s target, but the live CRD carries %s=%s: Helm leaves it", op, KeepAnnotation, KeepValue)
+		return f
+	}
+	f.Verdict = Delete
+	f.Reason = fmt.Sprintf("no longer rendered by the %s target: Helm deletes the CRD and every object of its type", op)
+	return f
+}
+
+// KeepAnnotation and KeepValue are Helm's resource policy that stops it deleting an object.
+const (
+	KeepAnnotation = "helm.sh/resource-policy"
+	KeepValue      = "keep"
+)
+
+// SteppingStone reports whether a candidate CRD works as the middle step between live
+// and target: the candidate is accepted after migrating to the live storage version
+// (it keeps that version), and the target is accepted after migrating again to the
+// candidate's storage version (the target keeps that one).
+func SteppingStone(live, candidate, target *apiextv1.CustomResourceDefinition) bool {
+	if live == nil || candidate == nil {
+		return false
+	}
+	return crdversions.Has(candidate, crdversions.StorageVersion(live)) &&
+		crdversions.Has(target, crdversions.StorageVersion(candidate))
+}
+
+func fillLive(f *Finding, live *apiextv1.CustomResourceDefinition) {
+	f.LiveStoredVersions = append([]string{}, live.Status.StoredVersions...)
+	f.LiveStorageVersion = crdversions.StorageVersion(live)
+	f.LiveVersions = crdversions.Versions(live)
+}
+
+// switchTarget picks a version the live CRD serves and the incoming CRD keeps, preferring
+// the incoming storage version, then the incoming served versions in manifest order.
+func switchTarget(live, in *apiextv1.CustomResourceDefinition) string {
+	candidates := []string{crdversions.StorageVersion(in)}
+	for _, v := range in.Spec.Versions {
+		if v.Served {
+			candidates = append(candidates, v.Name)
+		}
+	}
+	for _, v := range in.Spec.Versions {
+		candidates = append(candidates, v.Name)
+	}
+	for _, c := range candidates {
+		if crdversions.Serves(live, c) {
+			return c
+		}
+	}
+	return ""
+}
+
+func versionNames(crd *apiextv1.CustomResourceDefinition) string {
+	names := make([]string, 0, len(crd.Spec.Versions))
+	for _, v := range crd.Spec.Versions {
+		names = append(names, v.Name)
+	}
+	slices.Sort(names)
+	return "[" + strings.Join(names, " ") + "]"
+}
