@@ -1,0 +1,111 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+)
+
+// ReadCRDs reads CRDs from fixture files, given relative to the fixtures directory.
+func ReadCRDs(files ...string) ([]*apiextv1.CustomResourceDefinition, error) {
+	dir, err := Fixtures()
+	if err != nil {
+		return nil, err
+	}
+	var out []*apiextv1.CustomResourceDefinition
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			return nil, err
+		}
+		crds, err := crdversions.FromManifest(f, data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, crds...)
+	}
+	return out, nil
+}
+
+// ApplyCRD creates the CRD or replaces the spec of the live one, as an apply does, and
+// returns the API server's answer. A created CRD is waited for until it is Established.
+func ApplyCRD(ctx context.Context, cs apiextclient.Interface, crd *apiextv1.CustomResourceDefinition) error {
+	api := cs.ApiextensionsV1().CustomResourceDefinitions()
+	live, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		obj := crd.DeepCopy()
+		obj.ResourceVersion, obj.Status = "", apiextv1.CustomResourceDefinitionStatus{}
+		if _, err := api.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		return WaitEstablished(ctx, cs, crd.Name)
+	case err != nil:
+		return err
+	}
+	live.Spec = crd.Spec
+	if live.Annotations == nil {
+		live.Annotations = map[string]string{}
+	}
+	for k, v := range crd.Annotations {
+		live.Annotations[k] = v
+	}
+	_, err = api.Update(ctx, live, metav1.UpdateOptions{})
+	return err
+}
+
+// SetStoredVersions sets status.storedVersions through the status subresource, which the
+// API server accepts for any subset of spec.versions holding the storage version. Tests
+// use it to stand for a long-lived cluster that ran every release.
+func SetStoredVersions(ctx context.Context, cs apiextclient.Interface, name string, stored ...string) error {
+	api := cs.ApiextensionsV1().CustomResourceDefinitions()
+	live, err := api.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	live.Status.StoredVersions = stored
+	_, err = api.UpdateStatus(ctx, live, metav1.UpdateOptions{})
+	return err
+}
+
+// WaitEstablished waits until the CRD's Established condition is true.
+func WaitEstablished(ctx context.Context, cs apiextclient.Interface, name string) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextv1.Established && c.Status == apiextv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
+
+// DeleteAllCRDs deletes every CRD and waits until they are gone, so that the next
+// scenario starts from an empty cluster.
+func DeleteAllCRDs(ctx context.Context, cs apiextclient.Interface) error {
+	api := cs.ApiextensionsV1().CustomResourceDefinitions()
+	if err := api.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("delete CRDs: %w", err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := api.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	})
+}
