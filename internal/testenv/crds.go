@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
@@ -41,7 +42,7 @@ func ReadCRDs(files ...string) ([]*apiextv1.CustomResourceDefinition, error) {
 // returns the API server's answer. A created CRD is waited for until it is Established.
 func ApplyCRD(ctx context.Context, cs apiextclient.Interface, crd *apiextv1.CustomResourceDefinition) error {
 	api := cs.ApiextensionsV1().CustomResourceDefinitions()
-	live, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
+	_, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		obj := crd.DeepCopy()
@@ -53,15 +54,21 @@ func ApplyCRD(ctx context.Context, cs apiextclient.Interface, crd *apiextv1.Cust
 	case err != nil:
 		return err
 	}
-	live.Spec = crd.Spec
-	if live.Annotations == nil {
-		live.Annotations = map[string]string{}
-	}
-	for k, v := range crd.Annotations {
-		live.Annotations[k] = v
-	}
-	_, err = api.Update(ctx, live, metav1.UpdateOptions{})
-	return err
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		live, err := api.Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		live.Spec = crd.Spec
+		if live.Annotations == nil {
+			live.Annotations = map[string]string{}
+		}
+		for k, v := range crd.Annotations {
+			live.Annotations[k] = v
+		}
+		_, err = api.Update(ctx, live, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // SetStoredVersions sets status.storedVersions through the status subresource, which the
@@ -69,13 +76,15 @@ func ApplyCRD(ctx context.Context, cs apiextclient.Interface, crd *apiextv1.Cust
 // use it to stand for a long-lived cluster that ran every release.
 func SetStoredVersions(ctx context.Context, cs apiextclient.Interface, name string, stored ...string) error {
 	api := cs.ApiextensionsV1().CustomResourceDefinitions()
-	live, err := api.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		live, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		live.Status.StoredVersions = stored
+		_, err = api.UpdateStatus(ctx, live, metav1.UpdateOptions{})
 		return err
-	}
-	live.Status.StoredVersions = stored
-	_, err = api.UpdateStatus(ctx, live, metav1.UpdateOptions{})
-	return err
+	})
 }
 
 // WaitEstablished waits until the CRD's Established condition is true.

@@ -1,0 +1,65 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Objects describes custom resources to create for a scenario.
+type Objects struct {
+	GVR        schema.GroupVersionResource
+	Kind       string
+	Namespaces []string // empty for cluster-scoped resources
+	PerNS      int
+	Spec       map[string]any
+}
+
+// CreateObjects creates the objects (and their namespaces) at GVR.Version, which makes the
+// API server store them at the CRD's storage version of that moment.
+func CreateObjects(ctx context.Context, cfg *rest.Config, o Objects) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	namespaces := o.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{""}
+	}
+	for _, ns := range namespaces {
+		if ns != "" {
+			_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+		}
+		for i := range o.PerNS {
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": o.GVR.GroupVersion().String(),
+				"kind":       o.Kind,
+				"metadata":   map[string]any{"name": fmt.Sprintf("obj-%d", i)},
+				"spec":       o.Spec,
+			}}
+			var ri dynamic.ResourceInterface = dyn.Resource(o.GVR)
+			if ns != "" {
+				ri = dyn.Resource(o.GVR).Namespace(ns)
+			}
+			if _, err := ri.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("create %s %s/obj-%d: %w", o.Kind, ns, i, err)
+			}
+		}
+	}
+	return nil
+}
