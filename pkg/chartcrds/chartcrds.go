@@ -6,6 +6,7 @@ package chartcrds
 
 import (
 	"fmt"
+	"strings"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
@@ -37,12 +38,13 @@ func FromManifest(manifest string) ([]CRD, error) {
 		if m.Head == nil || m.Head.Kind != "CustomResourceDefinition" {
 			continue
 		}
-		crds, err := crdversions.FromManifest(m.Name, []byte(m.Content))
+		file := sourceFile(m.Content, m.Name)
+		crds, err := crdversions.FromManifest(file, []byte(m.Content))
 		if err != nil {
 			return nil, err
 		}
 		for _, c := range crds {
-			out = append(out, CRD{CRD: c, Source: predict.Templates, File: m.Name})
+			out = append(out, CRD{CRD: c, Source: predict.Templates, File: file})
 		}
 	}
 	return out, nil
@@ -88,4 +90,15 @@ func All(ch *chart.Chart, manifest string) ([]CRD, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// sourceFile reads the "# Source: chart/templates/x.yaml" line Helm puts above every
+// rendered document.
+func sourceFile(content, fallback string) string {
+	for _, line := range strings.SplitN(content, "\n", 3) {
+		if f, ok := strings.CutPrefix(strings.TrimSpace(line), "# Source: "); ok {
+			return f
+		}
+	}
+	return fallback
 }

@@ -1,0 +1,118 @@
+package testenv
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/registry"
+	repo "helm.sh/helm/v4/pkg/repo/v1"
+)
+
+// WriteChart writes a chart directory dir/name with a Chart.yaml for version and the given
+// extra files (path -> content), and returns its path.
+func WriteChart(dir, name, version string, files map[string]string) (string, error) {
+	root := filepath.Join(dir, name)
+	all := map[string]string{
+		"Chart.yaml": fmt.Sprintf("apiVersion: v2\nname: %s\nversion: %s\nappVersion: %q\n", name, version, version),
+	}
+	for k, v := range files {
+		all[k] = v
+	}
+	for path, content := range all {
+		p := filepath.Join(root, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return root, nil
+}
+
+// FixtureChart writes a chart whose templates/ holds the given fixture files unchanged,
+// the way the flux2 community chart ships its CRDs.
+func FixtureChart(dir, name, version string, fixtureFiles ...string) (string, error) {
+	fx, err := Fixtures()
+	if err != nil {
+		return "", err
+	}
+	files := map[string]string{}
+	for i, f := range fixtureFiles {
+		data, err := os.ReadFile(filepath.Join(fx, f))
+		if err != nil {
+			return "", err
+		}
+		files[fmt.Sprintf("templates/%02d-%s", i, filepath.Base(f))] = string(data)
+	}
+	return WriteChart(dir, name, version, files)
+}
+
+// Package packages a chart directory into outDir and returns the .tgz path.
+func Package(chartDir, outDir string) (string, error) {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return "", err
+	}
+	c, ok := ch.(*chart.Chart)
+	if !ok {
+		return "", fmt.Errorf("unsupported chart %T", ch)
+	}
+	return chartutil.Save(c, outDir)
+}
+
+// ServeRepo serves dir (packaged charts) as a chart repository over loopback HTTP, with
+// an index.yaml made by the Helm SDK. Call the returned function to stop it.
+func ServeRepo(dir string) (url string, stop func(), err error) {
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	idx, err := repo.IndexDirectory(dir, srv.URL)
+	if err != nil {
+		srv.Close()
+		return "", nil, err
+	}
+	if err := idx.WriteFile(filepath.Join(dir, "index.yaml"), 0o644); err != nil {
+		srv.Close()
+		return "", nil, err
+	}
+	return srv.URL, srv.Close, nil
+}
+
+// ServeOCI runs an OCI registry in-process on loopback and returns its host:port.
+func ServeOCI() (host string, stop func()) {
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(nopLogger())))
+	return strings.TrimPrefix(srv.URL, "http://"), srv.Close
+}
+
+// PushOCI pushes a packaged chart to host/path:version with the Helm SDK's registry client.
+func PushOCI(tgz, host, path string) (string, error) {
+	data, err := os.ReadFile(tgz)
+	if err != nil {
+		return "", err
+	}
+	ch, err := loader.LoadArchive(strings.NewReader(string(data)))
+	if err != nil {
+		return "", err
+	}
+	c := ch.(*chart.Chart)
+	rc, err := registry.NewClient(registry.ClientOptPlainHTTP(), registry.ClientOptWriter(io.Discard))
+	if err != nil {
+		return "", err
+	}
+	ref := fmt.Sprintf("%s/%s/%s:%s", host, path, c.Name(), c.Metadata.Version)
+	if _, err := rc.Push(data, ref); err != nil {
+		return "", err
+	}
+	return "oci://" + host + "/" + path + "/" + c.Name(), nil
+}
+
+func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
