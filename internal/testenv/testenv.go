@@ -25,15 +25,32 @@ type ControlPlane struct {
 	Kubeconfig string
 	// Bin is the directory holding kube-apiserver, etcd and helm.
 	Bin string
+	// AuditLog is the API server's audit log (JSON lines) when started with Audit.
+	AuditLog string
 
 	env *envtest.Environment
 	dir string
 }
 
+// Options tune the control plane.
+type Options struct {
+	// Audit records every request in an audit log (see ControlPlane.AuditLog), so tests
+	// can prove which verbs a command sent.
+	Audit bool
+}
+
 // Start starts a control plane. The binaries come from bin/ at the repository root, or
 // from $UPGRADEGUARD_TESTBIN when set.
-func Start() (*ControlPlane, error) {
+func Start(opts ...Options) (*ControlPlane, error) {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "upgradeguard-cp-")
 	if err != nil {
 		return nil, err
 	}
@@ -42,11 +59,25 @@ func Start() (*ControlPlane, error) {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
+	cp := &ControlPlane{Bin: bin, env: env, dir: dir}
+	if o.Audit {
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		rule := "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"
+		if err := os.WriteFile(policy, []byte(rule), 0o600); err != nil {
+			return nil, err
+		}
+		cp.AuditLog = filepath.Join(dir, "audit.log")
+		env.ControlPlane.GetAPIServer().Configure().
+			Set("audit-policy-file", policy).
+			Set("audit-log-path", cp.AuditLog).
+			Set("audit-log-mode", "blocking")
+	}
 	cfg, err := env.Start()
 	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start control plane from %s: %w", bin, err)
 	}
-	cp := &ControlPlane{Config: cfg, Bin: bin, env: env}
+	cp.Config = cfg
 	if err := cp.writeKubeconfig(); err != nil {
 		_ = cp.Stop()
 		return nil, err
@@ -55,9 +86,9 @@ func Start() (*ControlPlane, error) {
 }
 
 // ForTest starts a control plane for one test (or package) and stops it at cleanup.
-func ForTest(t testing.TB) *ControlPlane {
+func ForTest(t testing.TB, opts ...Options) *ControlPlane {
 	t.Helper()
-	cp, err := Start()
+	cp, err := Start(opts...)
 	if err != nil {
 		t.Fatalf("control plane: %v", err)
 	}
@@ -103,11 +134,6 @@ func (cp *ControlPlane) UserKubeconfig(name string, groups ...string) (string, e
 }
 
 func (cp *ControlPlane) writeKubeconfig() error {
-	dir, err := os.MkdirTemp("", "upgradeguard-cp-")
-	if err != nil {
-		return err
-	}
-	cp.dir = dir
 	path, err := cp.UserKubeconfig("admin", "system:masters")
 	if err != nil {
 		return fmt.Errorf("write admin kubeconfig: %w", err)
