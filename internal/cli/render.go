@@ -30,7 +30,7 @@ func renderText(w io.Writer, verbose bool, rep *check.Report) error {
 		return nil
 	}
 	if rep.Safe {
-		fmt.Fprintf(w, "SAFE: all %d CRDs are accepted by the API server.\n", len(rep.CRDs))
+		fmt.Fprintf(w, "SAFE: the API server accepts every CRD (%d checked).\n", len(rep.CRDs))
 	} else {
 		fmt.Fprintf(w, "BLOCKED: %d of %d CRDs need action before the %s.\n", len(findings), len(rep.CRDs), rep.Operation)
 	}
@@ -51,22 +51,51 @@ func renderText(w io.Writer, verbose bool, rep *check.Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if verbose {
+		for _, c := range rows {
+			fmt.Fprintf(w, "\n%s (%s)\n  why:  %s\n", c.Name, c.Verdict, c.Reason)
+			if c.Action != "" {
+				fmt.Fprintf(w, "  next: %s\n", c.Action)
+			}
+		}
+	} else {
+		renderWhy(w, findings)
+	}
 	for _, c := range rows {
-		if c.Verdict == predict.OK && !verbose {
-			continue
-		}
-		fmt.Fprintf(w, "\n%s (%s)\n  why:  %s\n", c.Name, c.Verdict, c.Reason)
 		if c.ObjectsError != "" {
-			fmt.Fprintf(w, "  note: objects could not be counted: %s\n", c.ObjectsError)
+			fmt.Fprintf(w, "\nnote: objects of %s could not be counted: %s\n", c.Name, c.ObjectsError)
 		}
-		if c.SteppingStone != "" {
-			fmt.Fprintf(w, "  stepping stone: chart version %s\n", c.SteppingStone)
-		}
-		if c.Action != "" {
-			fmt.Fprintf(w, "  next: %s\n", c.Action)
+	}
+	if len(rep.NextSteps) > 0 {
+		fmt.Fprintln(w, "\nNext steps:")
+		for i, s := range rep.NextSteps {
+			fmt.Fprintf(w, "  %d. %s\n", i+1, s)
 		}
 	}
 	return nil
+}
+
+// renderWhy explains each verdict once, with the CRDs it applies to; -v gives each CRD's
+// own reason.
+func renderWhy(w io.Writer, findings []check.CRDReport) {
+	explain := map[predict.Verdict]string{
+		predict.Migrate: "a stored version is dropped; migrating objects to the live storage version and pruning storedVersions fixes it",
+		predict.Bridge:  "the live storage version itself is dropped; the storage version must move first",
+		predict.Delete:  "the target no longer renders this CRD: Helm deletes it and every object of its type",
+	}
+	fmt.Fprintln(w, "\nWhy:")
+	for _, v := range []predict.Verdict{predict.Delete, predict.Migrate, predict.Bridge} {
+		n := 0
+		for _, c := range findings {
+			if c.Verdict == v {
+				n++
+			}
+		}
+		if n > 0 {
+			fmt.Fprintf(w, "  %-8s %d CRD(s): %s\n", v, n, explain[v])
+		}
+	}
+	fmt.Fprintln(w, "  (-v shows the reason for each CRD)")
 }
 
 func title(rep *check.Report) string {

@@ -93,6 +93,9 @@ type Report struct {
 	FromRevision int               `json:"fromRevision,omitempty"`
 	ToRevision   int               `json:"toRevision,omitempty"`
 	CRDs         []CRDReport       `json:"crds"`
+	// NextSteps are the actions of all findings, merged into as few commands as possible
+	// and in the order to run them.
+	NextSteps []string `json:"nextSteps"`
 }
 
 // Findings returns the CRDs whose verdict is not ok.
@@ -151,7 +154,35 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 			rep.Safe = false
 		}
 	}
+	rep.NextSteps = nextSteps(rep.CRDs)
 	return rep, nil
+}
+
+// nextSteps merges per-CRD actions: one migrate command for every migrate verdict, one
+// annotate command for every delete verdict, and each distinct bridge action once.
+func nextSteps(crds []CRDReport) []string {
+	var migrate, keep []string
+	var bridges []string
+	for _, c := range crds {
+		switch c.Verdict {
+		case predict.Migrate:
+			migrate = append(migrate, "--crd "+c.Name)
+		case predict.Delete:
+			keep = append(keep, c.Name)
+		case predict.Bridge:
+			if !slices.Contains(bridges, c.Action) {
+				bridges = append(bridges, c.Action)
+			}
+		}
+	}
+	steps := []string{}
+	if len(keep) > 0 {
+		steps = append(steps, fmt.Sprintf("kubectl annotate crd %s %s=%s", strings.Join(keep, " "), predict.KeepAnnotation, predict.KeepValue))
+	}
+	if len(migrate) > 0 {
+		steps = append(steps, "upgradeguard migrate "+strings.Join(migrate, " "))
+	}
+	return append(steps, bridges...)
 }
 
 // countObjects fills Objects for every CRD that exists live. A CRD whose objects cannot

@@ -302,7 +302,7 @@ func TestVerdictsAgreeWithAPIServer(t *testing.T) {
 				switch {
 				case blocked && err == nil:
 					t.Errorf("%s: verdict %s, but the API server accepted the incoming CRD", in.Name, verdict)
-				case blocked && !(apierrors.IsInvalid(err) && strings.Contains(err.Error(), "storedVersions")):
+				case blocked && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "storedVersions")):
 					t.Errorf("%s: verdict %s, want a storedVersions rejection, got %v", in.Name, verdict, err)
 				case !blocked && err != nil:
 					t.Errorf("%s: verdict %s, but the API server rejected the incoming CRD: %v", in.Name, verdict, err)

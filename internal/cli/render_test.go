@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func goldenReport() *check.Report {
+	six, zero := int64(6), int64(0)
+	v1 := []crdversions.Version{{Name: "v1", Served: true, Storage: true}}
+	return &check.Report{
+		Operation: predict.Upgrade, Release: "flux", Namespace: "flux-system", Chart: "flux2", ChartVersion: "2.18.2", FromRevision: 2,
+		CRDs: []check.CRDReport{
+			{Finding: predict.Finding{Name: "helmrepositories.source.toolkit.fluxcd.io", Verdict: predict.Migrate, Source: predict.Templates,
+				Reason:             "stored v1beta2 dropped by the incoming CRD: migrate objects to v1 and prune storedVersions first",
+				LiveStoredVersions: []string{"v1beta2", "v1"}, LiveStorageVersion: "v1", IncomingVersions: v1, IncomingStorageVersion: "v1",
+				MissingStoredVersions: []string{"v1beta2"}, Conversion: "None"},
+				Objects: &six, Action: "upgradeguard migrate --crd helmrepositories.source.toolkit.fluxcd.io"},
+			{Finding: predict.Finding{Name: "certificates.cert-manager.io", Verdict: predict.Migrate, Source: predict.Templates,
+				Reason:             "stored v1alpha2 dropped by the incoming CRD: migrate objects to v1 and prune storedVersions first",
+				LiveStoredVersions: []string{"v1alpha2", "v1"}, LiveStorageVersion: "v1", IncomingVersions: v1, IncomingStorageVersion: "v1",
+				MissingStoredVersions: []string{"v1alpha2"}, Conversion: "Webhook"},
+				ObjectsError: "conversion webhook for cert-manager.io/v1alpha2 failed", Action: "upgradeguard migrate --crd certificates.cert-manager.io"},
+			{Finding: predict.Finding{Name: "gitrepositories.source.toolkit.fluxcd.io", Verdict: predict.OK, Source: predict.Templates,
+				Reason: "every stored version stays in spec.versions", LiveStoredVersions: []string{"v1"}, LiveStorageVersion: "v1",
+				IncomingVersions: v1, IncomingStorageVersion: "v1", MissingStoredVersions: []string{}, Conversion: "None"}, Objects: &zero},
+		},
+		NextSteps: []string{"upgradeguard migrate --crd helmrepositories.source.toolkit.fluxcd.io --crd certificates.cert-manager.io"},
+	}
+}
+
+func TestRenderGolden(t *testing.T) {
+	safe := &check.Report{Operation: predict.Rollback, Safe: true, Release: "xp", Namespace: "crossplane-system", FromRevision: 2, ToRevision: 1,
+		Chart: "crossplane", ChartVersion: "1.17.3", CRDs: goldenReport().CRDs[2:], NextSteps: []string{}}
+	cases := []struct {
+		name    string
+		format  string
+		verbose bool
+		rep     *check.Report
+	}{
+		{"upgrade-blocked.txt", "text", false, goldenReport()},
+		{"upgrade-blocked-verbose.txt", "text", true, goldenReport()},
+		{"upgrade-blocked.json", "json", false, goldenReport()},
+		{"rollback-safe.txt", "text", false, safe},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := render(&buf, tc.format, tc.verbose, tc.rep); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.name)
+			if *update {
+				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./internal/cli -run TestRenderGolden -update)", err)
+			}
+			if diff := cmp.Diff(string(want), buf.String()); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+			}
+		})
+	}
+}
