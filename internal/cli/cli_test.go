@@ -195,7 +195,7 @@ func TestFluxIncident(t *testing.T) {
 		}
 	}
 	text := ug(t, "check", "--chart", target, "--release", "flux", "-n", "flux-system")
-	for _, want := range []string{"BLOCKED: 3 of 14", "upgradeguard migrate --crd " + helmrepos, "migrate"} {
+	for _, want := range []string{"BLOCKED: 3 of 14", "upgradeguard migrate --crd " + buckets, "--crd " + helmrepos} {
 		if !strings.Contains(text.stdout, want) {
 			t.Errorf("text output lacks %q:\n%s", want, text.stdout)
 		}
