@@ -1,0 +1,77 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// retriable says whether an error is worth retrying: throttling (429), server errors and
+// timeouts (5xx, including a conversion webhook that is unavailable), and transport
+// errors such as a refused connection while the API server restarts.
+func retriable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true // transport level: connection refused or reset, EOF
+	}
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) ||
+		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || status.Status().Code >= 500
+}
+
+// retry calls f until it succeeds, fails permanently, or ctx ends, backing off
+// exponentially and honouring the server's Retry-After.
+func retry(ctx context.Context, f func() error) error {
+	delay := 100 * time.Millisecond
+	for {
+		err := f()
+		if !retriable(err) {
+			return err
+		}
+		wait := delay
+		if s, ok := apierrors.SuggestsClientDelay(err); ok && s > 0 {
+			wait = time.Duration(s) * time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		case <-time.After(wait):
+		}
+		delay = min(delay*2, 10*time.Second)
+	}
+}
+
+// continueFrom returns the continue token a 410 Expired list response offers, to go on
+// from the next key.
+func continueFrom(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return status.Status().ListMeta.Continue
+	}
+	return ""
+}
+
+// isRBACForbidden tells an RBAC denial (which will fail every object the same way) from
+// an admission webhook's denial of one object.
+func isRBACForbidden(err error) bool {
+	return apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook")
+}
+
+// describe says why one object failed, in words an operator acts on.
+func describe(err error) string {
+	switch {
+	case apierrors.IsInvalid(err):
+		return "rejected as invalid (422): " + err.Error()
+	case apierrors.IsForbidden(err):
+		return "denied: " + err.Error()
+	case apierrors.IsConflict(err):
+		return "conflict: " + err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,529 @@
+// Package migrate owns storage-version migration of custom resources: re-persisting every
+// object of a CRD at its current storage version with an empty merge patch, then pruning
+// status.storedVersions to that version, and only then. It pages, bounds its work with a
+// deadline, retries what can be retried, reports what cannot per object, holds a Lease so
+// that two runs never overlap, and never prunes after a partial run.
+//
+// An empty merge patch re-encodes an object only when its stored bytes differ from the
+// encoding at the storage version (the API server's GuaranteedUpdate skips identical
+// writes), so "resourceVersion unchanged" proves an object was already current, and a
+// re-run on a migrated cluster writes nothing.
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/endpoints/discovery"
+	clientdiscovery "k8s.io/client-go/discovery"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+)
+
+// Defaults are gentle on a production API server; see docs/cli.md for going faster.
+const (
+	DefaultPageSize      = 500
+	DefaultConcurrency   = 4
+	DefaultQPS           = 50
+	DefaultBurst         = 100
+	DefaultDeadline      = 10 * time.Minute
+	DefaultLeaseDuration = 30 * time.Second
+	// maxReportedFailures bounds the per-object failures kept in a Result.
+	maxReportedFailures = 50
+)
+
+// Status of one CRD after a run.
+type Status string
+
+const (
+	// Migrated means every object was re-persisted and storedVersions was pruned.
+	Migrated Status = "migrated"
+	// AlreadyMigrated means storedVersions already equalled [storageVersion]: nothing was done.
+	AlreadyMigrated Status = "alreadyMigrated"
+	// Incomplete means the run stopped or some objects failed: storedVersions is untouched.
+	Incomplete Status = "incomplete"
+	// WouldMigrate is the dry-run answer for a CRD that needs migrating.
+	WouldMigrate Status = "wouldMigrate"
+)
+
+// Target is one CRD to migrate, optionally switching its storage version first (a
+// reverse migration for a rollback, or the storage switch of a bridge).
+type Target struct {
+	Name           string `json:"name"`
+	StorageVersion string `json:"storageVersion,omitempty"`
+}
+
+// Options tune a run.
+type Options struct {
+	PageSize    int64
+	Concurrency int
+	Deadline    time.Duration
+	// SkipManagedFields skips cleaning managedFields entries that name unserved versions.
+	SkipManagedFields bool
+	DryRun            bool
+	// AllowStorageSwitch confirms that a Target with StorageVersion may change the live
+	// CRD's storage version.
+	AllowStorageSwitch bool
+	// LeaseNamespace holds the per-CRD Leases; Holder names this run in them.
+	LeaseNamespace string
+	Holder         string
+	LeaseDuration  time.Duration
+	// Wait waits for a Lease another run holds instead of failing.
+	Wait bool
+	// QPS is used for the dry-run estimate (the client's own limiter does the limiting).
+	QPS float64
+	// Progress, when set, is called after every page.
+	Progress func(Progress)
+}
+
+// Progress is a snapshot of one CRD's run.
+type Progress struct {
+	CRD     string
+	Done    int64
+	Total   int64 // best estimate; 0 when unknown
+	Elapsed time.Duration
+}
+
+// ObjectError is one object that could not be migrated.
+type ObjectError struct {
+	Object string `json:"object"`
+	Error  string `json:"error"`
+}
+
+// Result is the outcome for one CRD.
+type Result struct {
+	Name                 string        `json:"name"`
+	Status               Status        `json:"status"`
+	StorageVersion       string        `json:"storageVersion"`
+	StorageSwitchedFrom  string        `json:"storageSwitchedFrom,omitempty"`
+	StoredVersionsBefore []string      `json:"storedVersionsBefore"`
+	StoredVersionsAfter  []string      `json:"storedVersionsAfter"`
+	Objects              int64         `json:"objects"`
+	Rewritten            int64         `json:"rewritten"`
+	AlreadyCurrent       int64         `json:"alreadyCurrent"`
+	Deleted              int64         `json:"deleted"`
+	Failed               []ObjectError `json:"failed"`
+	FailedCount          int64         `json:"failedCount"`
+	ManagedFieldsCleaned int64         `json:"managedFieldsCleaned"`
+	DurationSeconds      float64       `json:"durationSeconds"`
+	// EstimatedSeconds is the dry-run estimate at the configured QPS (0 when unlimited).
+	EstimatedSeconds float64 `json:"estimatedSeconds,omitempty"`
+	Message          string  `json:"message,omitempty"`
+}
+
+// Migrator runs migrations with one set of clients.
+type Migrator struct {
+	crds      apiextclient.Interface
+	metadata  metadata.Interface
+	leases    coordclient.CoordinationV1Interface
+	discovery clientdiscovery.DiscoveryInterface
+}
+
+// RateLimit sets the client-side rate limit on cfg: qps 0 means none.
+func RateLimit(cfg *rest.Config, qps float32, burst int) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	if qps <= 0 {
+		c.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+		return c
+	}
+	c.QPS, c.Burst = qps, max(burst, 1)
+	c.RateLimiter = nil
+	return c
+}
+
+// New builds a Migrator from a REST config (rate limits come from it; see RateLimit).
+func New(cfg *rest.Config) (*Migrator, error) {
+	crds, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	leases, err := coordclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	disco, err := clientdiscovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Migrator{crds: crds, metadata: md, leases: leases, discovery: disco}, nil
+}
+
+func (o *Options) defaults() {
+	if o.PageSize <= 0 {
+		o.PageSize = DefaultPageSize
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Deadline <= 0 {
+		o.Deadline = DefaultDeadline
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.LeaseNamespace == "" {
+		o.LeaseNamespace = "kube-system"
+	}
+	if o.Holder == "" {
+		o.Holder = "upgradeguard"
+	}
+}
+
+// Migrate migrates one CRD. A returned error means the run could not start or the CRD
+// could not be read (for example RBAC, a missing CRD or a held Lease); everything that
+// happened to objects is in the Result.
+func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, error) {
+	o.defaults()
+	start := time.Now()
+	ctx, cancelDeadline := context.WithTimeout(ctx, o.Deadline)
+	defer cancelDeadline()
+
+	crd, err := m.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, t.Name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("CRD %s not found: check the name with `kubectl get crd`", t.Name)
+		}
+		return nil, fmt.Errorf("read CRD %s: %w", t.Name, err)
+	}
+	res := &Result{Name: t.Name, StorageVersion: crdversions.StorageVersion(crd),
+		StoredVersionsBefore: slices.Clone(crd.Status.StoredVersions), Failed: []ObjectError{}}
+	res.StoredVersionsAfter = res.StoredVersionsBefore
+	defer func() { res.DurationSeconds = time.Since(start).Seconds() }()
+
+	switchTo := ""
+	if t.StorageVersion != "" && t.StorageVersion != res.StorageVersion {
+		switchTo = t.StorageVersion
+		if !crdversions.Serves(crd, switchTo) {
+			return nil, fmt.Errorf("cannot switch the storage version of %s to %s: the live CRD does not serve it", t.Name, switchTo)
+		}
+		if !o.AllowStorageSwitch && !o.DryRun {
+			return nil, fmt.Errorf("switching the storage version of %s from %s to %s changes the live CRD: confirm with --allow-storage-switch", t.Name, res.StorageVersion, switchTo)
+		}
+	}
+	if switchTo == "" && slices.Equal(crd.Status.StoredVersions, []string{res.StorageVersion}) {
+		res.Status = AlreadyMigrated
+		res.Message = "storedVersions already equals [" + res.StorageVersion + "]"
+		return res, nil
+	}
+	if o.DryRun {
+		return m.dryRun(ctx, crd, switchTo, o, res)
+	}
+
+	l := &lease{client: m.leases.Leases(o.LeaseNamespace), name: leaseName(t.Name), holder: o.Holder,
+		duration: o.LeaseDuration, crd: t.Name, ns: o.LeaseNamespace}
+	if err := l.acquire(ctx, o.Wait); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go l.keepRenewed(runCtx, cancel)
+	defer func() { _ = l.release(context.WithoutCancel(ctx)) }()
+
+	if switchTo != "" {
+		if crd, err = m.switchStorage(runCtx, crd, switchTo); err != nil {
+			res.Status, res.Message = Incomplete, err.Error()
+			return res, nil
+		}
+		res.StorageSwitchedFrom, res.StorageVersion = res.StorageVersion, switchTo
+	}
+	if err := m.waitServedStorage(runCtx, crd); err != nil {
+		res.Status, res.Message = Incomplete, err.Error()
+		return res, nil
+	}
+
+	w := &worker{m: m, crd: crd, o: o, res: res, start: start,
+		gvr: schema.GroupVersionResource{Group: crd.Spec.Group, Version: crdversions.ServedVersion(crd), Resource: crd.Spec.Names.Plural}}
+	complete := w.run(runCtx)
+	res.FailedCount = w.failedCount.Load()
+	switch {
+	case !complete:
+		res.Status = Incomplete
+		if res.Message == "" {
+			res.Message = stopReason(runCtx, w.stopErr)
+		}
+	case res.FailedCount > 0:
+		res.Status = Incomplete
+		res.Message = fmt.Sprintf("%d objects could not be migrated: storedVersions untouched; fix them and run again", res.FailedCount)
+	default:
+		if err := m.prune(runCtx, crd, res); err != nil {
+			res.Status, res.Message = Incomplete, err.Error()
+			return res, nil
+		}
+		res.Status = Migrated
+	}
+	return res, nil
+}
+
+func stopReason(ctx context.Context, stopErr error) string {
+	const untouched = "storedVersions untouched; run again to finish (objects already migrated are skipped)"
+	switch {
+	case context.Cause(ctx) != nil && !errors.Is(context.Cause(ctx), context.Canceled) && !errors.Is(context.Cause(ctx), context.DeadlineExceeded):
+		return fmt.Sprintf("stopped: %v: %s", context.Cause(ctx), untouched)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && stopErr != nil:
+		return fmt.Sprintf("deadline passed; last error: %v: %s", stopErr, untouched)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return "deadline passed: " + untouched
+	case stopErr != nil:
+		return fmt.Sprintf("stopped: %v: %s", stopErr, untouched)
+	case ctx.Err() != nil:
+		return "interrupted: " + untouched
+	}
+	return untouched
+}
+
+// switchStorage marks version as the storage version of the live CRD.
+func (m *Migrator) switchStorage(ctx context.Context, crd *apiextv1.CustomResourceDefinition, version string) (*apiextv1.CustomResourceDefinition, error) {
+	c := crd.DeepCopy()
+	for i := range c.Spec.Versions {
+		c.Spec.Versions[i].Storage = c.Spec.Versions[i].Name == version
+	}
+	updated, err := m.crds.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, c, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("switch storage version of %s to %s: %w", crd.Name, version, err)
+	}
+	return updated, nil
+}
+
+// waitServedStorage waits until the API server encodes new writes at the CRD's storage
+// version, read from discovery's storage version hash; a CRD update takes effect
+// asynchronously, and a migration that starts too early would re-persist at the old one.
+func (m *Migrator) waitServedStorage(ctx context.Context, crd *apiextv1.CustomResourceDefinition) error {
+	storage := crdversions.StorageVersion(crd)
+	want := discovery.StorageVersionHash(crd.Spec.Group, storage, crd.Spec.Names.Kind)
+	gv := schema.GroupVersion{Group: crd.Spec.Group, Version: crdversions.ServedVersion(crd)}.String()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		list, err := m.discovery.ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			return false, nil //nolint:nilerr // discovery lags a CRD update; poll again
+		}
+		for _, r := range list.APIResources {
+			if r.Name == crd.Spec.Names.Plural {
+				return r.StorageVersionHash == want || r.StorageVersionHash == "", nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the API server does not yet store %s at %s (discovery storage version hash): %w", crd.Name, storage, err)
+	}
+	return nil
+}
+
+// prune sets storedVersions to [storage], only if the storage version and generation are
+// what they were when the run started. The first attempt carries the resourceVersion read
+// at the start as a precondition; after a conflict it re-reads and re-checks.
+func (m *Migrator) prune(ctx context.Context, started *apiextv1.CustomResourceDefinition, res *Result) error {
+	api := m.crds.ApiextensionsV1().CustomResourceDefinitions()
+	storage := crdversions.StorageVersion(started)
+	cur := started.DeepCopy()
+	for attempt := 0; attempt < 5; attempt++ {
+		if got := crdversions.StorageVersion(cur); got != storage || cur.Generation != started.Generation {
+			return fmt.Errorf("%s changed during the run (storage version %s -> %s, generation %d -> %d): not pruning storedVersions; run again",
+				started.Name, storage, got, started.Generation, cur.Generation)
+		}
+		for _, v := range cur.Status.StoredVersions {
+			if !slices.Contains(started.Status.StoredVersions, v) && v != storage {
+				return fmt.Errorf("%s gained stored version %s during the run: not pruning; run again", started.Name, v)
+			}
+		}
+		cur.Status.StoredVersions = []string{storage}
+		updated, err := api.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		if err == nil {
+			res.StoredVersionsAfter = slices.Clone(updated.Status.StoredVersions)
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return fmt.Errorf("prune storedVersions of %s: %w", started.Name, err)
+		}
+		if cur, err = api.Get(ctx, started.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("re-read %s before pruning: %w", started.Name, err)
+		}
+	}
+	return fmt.Errorf("prune storedVersions of %s: the CRD kept changing; run again", started.Name)
+}
+
+func (m *Migrator) dryRun(ctx context.Context, crd *apiextv1.CustomResourceDefinition, switchTo string, o Options, res *Result) (*Result, error) {
+	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: crdversions.ServedVersion(crd), Resource: crd.Spec.Names.Plural}
+	list, err := m.metadata.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return nil, fmt.Errorf("count objects of %s: %w", crd.Name, err)
+	}
+	res.Objects = int64(len(list.Items))
+	if list.RemainingItemCount != nil {
+		res.Objects += *list.RemainingItemCount
+	}
+	res.Status = WouldMigrate
+	if switchTo != "" {
+		res.StorageSwitchedFrom, res.StorageVersion = res.StorageVersion, switchTo
+	}
+	res.StoredVersionsAfter = []string{res.StorageVersion}
+	if o.QPS > 0 {
+		res.EstimatedSeconds = float64(res.Objects+int64(res.Objects/o.PageSize)+2) / o.QPS
+	}
+	res.Message = "dry run: nothing was written"
+	return res, nil
+}
+
+// worker migrates the objects of one CRD.
+type worker struct {
+	m     *Migrator
+	crd   *apiextv1.CustomResourceDefinition
+	gvr   schema.GroupVersionResource
+	o     Options
+	res   *Result
+	start time.Time
+
+	rewritten, current, deleted, failedCount, cleaned atomic.Int64
+	mu                                                sync.Mutex
+	stopErr                                           error
+}
+
+// run pages through the objects and rewrites them; it reports whether every page was
+// processed.
+func (w *worker) run(ctx context.Context) bool {
+	defer w.collect()
+	opts := metav1.ListOptions{Limit: w.o.PageSize}
+	var total int64
+	served := map[string]bool{}
+	for _, v := range w.crd.Spec.Versions {
+		served[schema.GroupVersion{Group: w.crd.Spec.Group, Version: v.Name}.String()] = v.Served
+	}
+	for {
+		var list *metav1.PartialObjectMetadataList
+		err := retry(ctx, func() error {
+			var err error
+			list, err = w.m.metadata.Resource(w.gvr).List(ctx, opts)
+			return err
+		})
+		if apierrors.IsResourceExpired(err) {
+			// The continue token expired; the server hands out one that continues from the
+			// next key without a consistent snapshot, which is all a migration needs.
+			if next := continueFrom(err); next != "" {
+				opts.Continue = next
+				continue
+			}
+			opts.Continue = ""
+			continue
+		}
+		if err != nil {
+			w.stop(fmt.Errorf("list %s: %w", w.gvr.GroupResource(), err))
+			return false
+		}
+		if total == 0 {
+			total = int64(len(list.Items))
+			if list.RemainingItemCount != nil {
+				total += *list.RemainingItemCount
+			}
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(w.o.Concurrency)
+		for i := range list.Items {
+			item := &list.Items[i]
+			g.Go(func() error { return w.rewrite(gctx, item, served) })
+		}
+		if err := g.Wait(); err != nil {
+			w.stop(err)
+			return false
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if w.o.Progress != nil {
+			w.o.Progress(Progress{CRD: w.crd.Name, Done: w.done(), Total: max(total, w.done()), Elapsed: time.Since(w.start)})
+		}
+		if list.Continue == "" {
+			return true
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+func (w *worker) done() int64 {
+	return w.rewritten.Load() + w.current.Load() + w.deleted.Load() + w.failedCount.Load()
+}
+
+func (w *worker) stop(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopErr == nil {
+		w.stopErr = err
+	}
+}
+
+func (w *worker) collect() {
+	w.res.Rewritten, w.res.AlreadyCurrent, w.res.Deleted = w.rewritten.Load(), w.current.Load(), w.deleted.Load()
+	w.res.ManagedFieldsCleaned = w.cleaned.Load()
+	w.res.Objects = w.done()
+}
+
+// rewrite re-persists one object. It returns an error only to stop the whole run (RBAC
+// forbids patching at all); per-object problems are recorded and the run goes on.
+func (w *worker) rewrite(ctx context.Context, item *metav1.PartialObjectMetadata, served map[string]bool) error {
+	ri := w.m.metadata.Resource(w.gvr).Namespace(item.Namespace)
+	var out *metav1.PartialObjectMetadata
+	err := retry(ctx, func() error {
+		var err error
+		out, err = ri.Patch(ctx, item.Name, types.MergePatchType, []byte("{}"), metav1.PatchOptions{})
+		return err
+	})
+	switch {
+	case err == nil:
+	case apierrors.IsNotFound(err):
+		w.deleted.Add(1)
+		return nil
+	case ctx.Err() != nil:
+		return nil // stopping: not this object's fault
+	case isRBACForbidden(err):
+		return fmt.Errorf("not allowed to patch %s: grant the patch verb on %s (see `upgradeguard rbac --crd %s`): %w",
+			w.gvr.GroupResource(), w.gvr.GroupResource(), w.crd.Name, err)
+	default:
+		w.fail(item, err)
+		return nil
+	}
+	if out.ResourceVersion != item.ResourceVersion {
+		w.rewritten.Add(1)
+	} else {
+		w.current.Add(1)
+	}
+	if !w.o.SkipManagedFields {
+		w.cleanManagedFields(ctx, ri, out, served)
+	}
+	return nil
+}
+
+func (w *worker) fail(item *metav1.PartialObjectMetadata, err error) {
+	w.failedCount.Add(1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.res.Failed) < maxReportedFailures {
+		w.res.Failed = append(w.res.Failed, ObjectError{Object: objectName(item), Error: describe(err)})
+	}
+}
+
+func objectName(item *metav1.PartialObjectMetadata) string {
+	if item.Namespace == "" {
+		return item.Name
+	}
+	return item.Namespace + "/" + item.Name
+}
