@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"helm.sh/helm/v4/pkg/cli/values"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -65,6 +66,16 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
 		},
 	}
 	f := cmd.Flags()
+	o.addPredictFlags(f)
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "show every CRD, not only those that change")
+	f.BoolVar(&o.noHistory, "no-stepping-stone", false, "do not search the chart's repository for a stepping-stone version")
+	return cmd
+}
+
+// addPredictFlags registers the flags that choose what is predicted: shared by check and
+// migrate (--chart and --rollback select CRDs there).
+func (o *checkOptions) addPredictFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.chart.Ref, "chart", "", "chart to upgrade to: a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path")
 	f.StringVar(&o.chart.Version, "version", "", "chart version or semver range (default: newest stable)")
 	f.StringVar(&o.chart.RepoURL, "repo", "", "chart repository URL")
@@ -85,10 +96,6 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
 	f.IntVar(&o.toRevision, "to-revision", 0, "rollback target revision (default: the previous one, as helm rollback)")
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
 	f.StringVar(&o.crdPolicy, "crd-policy", string(check.PolicyHelm), "which CRDs are applied: helm (crds/ never upgraded) or create-replace (Flux upgrade.crds=CreateReplace)")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	f.BoolVarP(&o.verbose, "verbose", "v", false, "show every CRD, not only those that change")
-	f.BoolVar(&o.noHistory, "no-stepping-stone", false, "do not search the chart's repository for a stepping-stone version")
-	return cmd
 }
 
 func (o *checkOptions) validate() error {
@@ -116,33 +123,49 @@ func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	if err := o.validate(); err != nil {
 		return err
 	}
-	policy, _ := check.ParsePolicy(o.crdPolicy)
 	conn, err := connect(ctx, kube)
 	if err != nil {
 		return err
 	}
+	rep, err := o.predict(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if err := render(streams.Out, o.output, o.verbose, rep); err != nil {
+		return couldNot("write output: %v", err)
+	}
+	if !rep.Safe {
+		return &ExitError{Code: ExitFindings}
+	}
+	return nil
+}
+
+// predict runs the upgrade or rollback prediction the flags describe.
+func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Report, error) {
+	policy, _ := check.ParsePolicy(o.crdPolicy)
+	var err error
 	req := check.Request{Policy: policy, Release: o.release, Namespace: conn.namespace}
 
 	var reader *helmrelease.Reader
 	if o.release != "" {
 		if reader, err = helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver); err != nil {
-			return couldNot("%v", err)
+			return nil, couldNot("%v", err)
 		}
 	}
 	if o.rollback {
 		current, target, err := reader.RollbackPair(ctx, o.release, o.toRevision)
 		if err != nil {
-			return classify(err, conn)
+			return nil, classify(err, conn)
 		}
 		req.Operation, req.FromRevision, req.ToRevision = predict.Rollback, current.Version, target.Version
 		if target.Chart != nil && target.Chart.Metadata != nil {
 			req.Chart, req.ChartVersion = target.Chart.Metadata.Name, target.Chart.Metadata.Version
 		}
 		if req.Incoming, err = chartcrds.All(target.Chart, target.Manifest); err != nil {
-			return couldNot("revision %d of release %s: %v", target.Version, o.release, err)
+			return nil, couldNot("revision %d of release %s: %v", target.Version, o.release, err)
 		}
 		if req.Current, err = chartcrds.All(current.Chart, current.Manifest); err != nil {
-			return couldNot("revision %d of release %s: %v", current.Version, o.release, err)
+			return nil, couldNot("revision %d of release %s: %v", current.Version, o.release, err)
 		}
 	} else {
 		req.Operation = predict.Upgrade
@@ -152,16 +175,16 @@ func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericcl
 		if reader != nil {
 			current, err := reader.Current(ctx, o.release)
 			if err != nil {
-				return classify(err, conn)
+				return nil, classify(err, conn)
 			}
 			req.FromRevision = current.Version
 			if req.Current, err = chartcrds.All(current.Chart, current.Manifest); err != nil {
-				return couldNot("revision %d of release %s: %v", current.Version, o.release, err)
+				return nil, couldNot("revision %d of release %s: %v", current.Version, o.release, err)
 			}
 		}
 		ch, err := chartsource.Load(ctx, o.chart)
 		if err != nil {
-			return couldNot("%v", err)
+			return nil, couldNot("%v", err)
 		}
 		req.Incoming, req.Chart, req.ChartVersion = ch.CRDs, ch.Name, ch.Version
 		if !o.noHistory {
@@ -171,15 +194,9 @@ func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericcl
 
 	rep, err := check.Run(ctx, conn.cluster, req)
 	if err != nil {
-		return classify(err, conn)
+		return nil, classify(err, conn)
 	}
-	if err := render(streams.Out, o.output, o.verbose, rep); err != nil {
-		return couldNot("write output: %v", err)
-	}
-	if !rep.Safe {
-		return &ExitError{Code: ExitFindings}
-	}
-	return nil
+	return rep, nil
 }
 
 // chartHistory adapts chartsource to check.History.

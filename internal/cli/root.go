@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -68,7 +69,7 @@ Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	kube.AddFlags(root.PersistentFlags())
-	root.AddCommand(newCheckCmd(streams, kube), newVersionCmd(streams))
+	root.AddCommand(newCheckCmd(streams, kube), newMigrateCmd(streams, kube), newVersionCmd(streams))
 	return root
 }
 
@@ -92,4 +93,13 @@ func Execute(ctx context.Context, args []string, streams Streams) int {
 	fmt.Fprintln(streams.ErrOut, "Error:", err)
 	fmt.Fprintln(streams.ErrOut, "Run 'upgradeguard --help' for usage.")
 	return ExitCouldNot
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

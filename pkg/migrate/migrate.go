@@ -221,7 +221,7 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 			return nil, fmt.Errorf("switching the storage version of %s from %s to %s changes the live CRD: confirm with --allow-storage-switch", t.Name, res.StorageVersion, switchTo)
 		}
 	}
-	if switchTo == "" && slices.Equal(crd.Status.StoredVersions, []string{res.StorageVersion}) {
+	if switchTo == "" && !NeedsMigration(crd) {
 		res.Status = AlreadyMigrated
 		res.Message = "storedVersions already equals [" + res.StorageVersion + "]"
 		return res, nil
@@ -526,4 +526,10 @@ func objectName(item *metav1.PartialObjectMetadata) string {
 		return item.Name
 	}
 	return item.Namespace + "/" + item.Name
+}
+
+// NeedsMigration reports whether a CRD's storedVersions is anything other than exactly
+// its storage version.
+func NeedsMigration(crd *apiextv1.CustomResourceDefinition) bool {
+	return !slices.Equal(crd.Status.StoredVersions, []string{crdversions.StorageVersion(crd)})
 }
