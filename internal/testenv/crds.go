@@ -11,7 +11,9 @@ import (
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -103,10 +105,57 @@ func WaitEstablished(ctx context.Context, cs apiextclient.Interface, name string
 	})
 }
 
-// DeleteAllCRDs deletes every CRD and waits until they are gone, so that the next
-// scenario starts from an empty cluster.
-func DeleteAllCRDs(ctx context.Context, cs apiextclient.Interface) error {
+// DeleteAllCRDs deletes every custom resource, then every CRD, and waits until they are
+// gone, so that the next scenario starts from an empty cluster. Instances are deleted
+// explicitly: on this control plane they can outlive their CRD in etcd, and a later CRD of
+// the same name would then meet objects stored at versions it does not know.
+func (cp *ControlPlane) DeleteAllCRDs(ctx context.Context) error {
+	cs, err := apiextclient.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	md, err := metadata.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
 	api := cs.ApiextensionsV1().CustomResourceDefinitions()
+	list, err := api.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, crd := range list.Items {
+		if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextv1.WebhookConverter {
+			// A conversion webhook that is not running would make the instances unlistable.
+			crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.NoneConverter}
+			if _, err := api.Update(ctx, &crd, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("drop the conversion webhook of %s before deleting it: %w", crd.Name, err)
+			}
+		}
+		gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: crdversions.ServedVersion(&crd), Resource: crd.Spec.Names.Plural}
+		var objs *metav1.PartialObjectMetadataList
+		// A version added a moment ago may not be served yet: wait for it.
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			var err error
+			objs, err = md.Resource(gvr).List(ctx, metav1.ListOptions{})
+			return !apierrors.IsNotFound(err), ignoreNotFound(err)
+		})
+		if err != nil {
+			return fmt.Errorf("list %s before deleting it: %w", crd.Name, err)
+		}
+		namespaces := map[string]bool{}
+		for _, o := range objs.Items {
+			namespaces[o.Namespace] = true
+		}
+		for ns := range namespaces {
+			ri := md.Resource(gvr).Namespace(ns)
+			if ns == "" {
+				ri = md.Resource(gvr)
+			}
+			if err := ri.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+				return fmt.Errorf("delete %s in %q: %w", crd.Name, ns, err)
+			}
+		}
+	}
 	if err := api.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		return fmt.Errorf("delete CRDs: %w", err)
 	}
@@ -117,4 +166,11 @@ func DeleteAllCRDs(ctx context.Context, cs apiextclient.Interface) error {
 		}
 		return len(list.Items) == 0, nil
 	})
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }

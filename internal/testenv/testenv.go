@@ -77,6 +77,7 @@ func Start(opts ...Options) (*ControlPlane, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start control plane from %s: %w", bin, err)
 	}
+	cfg.WarningHandler = rest.NoWarnings{}
 	cp.Config = cfg
 	if err := cp.writeKubeconfig(); err != nil {
 		_ = cp.Stop()

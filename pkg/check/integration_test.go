@@ -251,7 +251,7 @@ func TestVerdictsAgreeWithAPIServer(t *testing.T) {
 	for _, sc := range scenarios(t) {
 		t.Run(sc.name, func(t *testing.T) {
 			ctx := t.Context()
-			if err := testenv.DeleteAllCRDs(ctx, cs); err != nil {
+			if err := cp.DeleteAllCRDs(ctx); err != nil {
 				t.Fatal(err)
 			}
 			for _, step := range sc.steps {
@@ -313,7 +313,7 @@ func TestVerdictsAgreeWithAPIServer(t *testing.T) {
 			}
 		})
 	}
-	if err := testenv.DeleteAllCRDs(t.Context(), cs); err != nil {
+	if err := cp.DeleteAllCRDs(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 }

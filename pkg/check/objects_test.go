@@ -22,10 +22,10 @@ func freshCluster(t *testing.T) (context.Context, apiextclient.Interface, *check
 	}
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	if err := testenv.DeleteAllCRDs(ctx, cs); err != nil {
+	if err := cp.DeleteAllCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = testenv.DeleteAllCRDs(context.WithoutCancel(ctx), cs) })
+	t.Cleanup(func() { _ = cp.DeleteAllCRDs(context.WithoutCancel(ctx)) })
 	cluster, err := check.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)

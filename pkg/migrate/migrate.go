@@ -150,6 +150,8 @@ func RateLimit(cfg *rest.Config, qps float32, burst int) *rest.Config {
 
 // New builds a Migrator from a REST config (rate limits come from it; see RateLimit).
 func New(cfg *rest.Config) (*Migrator, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.WarningHandler = rest.NoWarnings{} // deprecated-version warnings on every object say nothing new
 	crds, err := apiextclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -239,6 +241,20 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 	defer cancel(nil)
 	go l.keepRenewed(runCtx, cancel)
 	defer func() { _ = l.release(context.WithoutCancel(ctx)) }()
+
+	// Another run may have finished while this one waited for the Lease: decide again
+	// from the CRD as it is now.
+	if crd, err = m.crds.ApiextensionsV1().CustomResourceDefinitions().Get(runCtx, t.Name, metav1.GetOptions{}); err != nil {
+		return nil, fmt.Errorf("read CRD %s: %w", t.Name, err)
+	}
+	if switchTo == "" && !NeedsMigration(crd) {
+		res.Status, res.StoredVersionsAfter = AlreadyMigrated, slices.Clone(crd.Status.StoredVersions)
+		res.Message = "migrated by another run while this one waited"
+		return res, nil
+	}
+	if switchTo == crdversions.StorageVersion(crd) {
+		switchTo = ""
+	}
 
 	if switchTo != "" {
 		if crd, err = m.switchStorage(runCtx, crd, switchTo); err != nil {
