@@ -52,7 +52,7 @@ func retry(ctx context.Context, f func() error) error {
 func continueFrom(err error) string {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
-		return status.Status().ListMeta.Continue
+		return status.Status().Continue
 	}
 	return ""
 }

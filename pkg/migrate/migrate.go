@@ -395,7 +395,7 @@ func (m *Migrator) dryRun(ctx context.Context, crd *apiextv1.CustomResourceDefin
 	}
 	res.StoredVersionsAfter = []string{res.StorageVersion}
 	if o.QPS > 0 {
-		res.EstimatedSeconds = float64(res.Objects+int64(res.Objects/o.PageSize)+2) / o.QPS
+		res.EstimatedSeconds = float64(res.Objects+res.Objects/o.PageSize+2) / o.QPS
 	}
 	res.Message = "dry run: nothing was written"
 	return res, nil
