@@ -120,8 +120,48 @@ the 11 CRDs it does not render.`)
 		return err
 	}
 
-	step(`Summary: check named each blocked CRD before Helm touched the cluster, with the exact
-fix (upgradeguard migrate --crd ...). JSON for scripts: add -o json.`)
+	step(`The rollback can be unblocked with a reverse migration: switch the live storage version
+back to v1beta2 (which the live CRDs still serve), migrate, prune. It changes live CRDs, so
+migrate asks for confirmation first.`)
+	d.upgradeguard("migrate", "--rollback", "--release", "flux", "-n", "flux-system", "--to-revision", "1")
+	d.upgradeguard("migrate", "--rollback", "--release", "flux", "-n", "flux-system", "--to-revision", "1", "--allow-storage-switch")
+	if err := d.storedVersions(ctx, "helmrepositories.source.toolkit.fluxcd.io"); err != nil {
+		return err
+	}
+
+	step("The real rollback to revision 1 now succeeds.")
+	if err := d.helm("rollback", "flux", "1", "-n", "flux-system"); err != nil {
+		return err
+	}
+
+	step(`Back on the old release, upgrade properly. Going straight to 2.18.2 is a bridge: it drops
+the live storage version v1beta2 itself, so 2.17.2 is the stepping stone.`)
+	d.upgradeguard("check", "--chart", "charts/flux2-2.18.2", "--release", "flux", "-n", "flux-system")
+	d.upgradeguard("check", "--chart", "charts/flux2-2.17.2/flux2", "--release", "flux", "-n", "flux-system")
+	if err := d.helm("upgrade", "flux", "charts/flux2-2.17.2/flux2", "-n", "flux-system"); err != nil {
+		return err
+	}
+
+	step(`Before 2.18.2: a dry run of the migration check asks for, then the migration itself. Every
+object is re-persisted at v1 with an empty patch; then storedVersions is pruned to [v1].`)
+	d.upgradeguard("migrate", "--chart", "charts/flux2-2.18.2", "--release", "flux", "-n", "flux-system", "--dry-run")
+	d.upgradeguard("migrate", "--chart", "charts/flux2-2.18.2", "--release", "flux", "-n", "flux-system")
+	if err := d.storedVersions(ctx, "helmrepositories.source.toolkit.fluxcd.io"); err != nil {
+		return err
+	}
+
+	step("check now says the upgrade is safe, and the real Helm upgrade succeeds.")
+	d.upgradeguard("check", "--chart", "charts/flux2-2.18.2", "--release", "flux", "-n", "flux-system")
+	if err := d.helm("upgrade", "flux", "charts/flux2-2.18.2", "-n", "flux-system"); err != nil {
+		return err
+	}
+
+	step("Running migrate again writes nothing: every CRD is already migrated.")
+	d.upgradeguard("migrate", "--all")
+
+	step(`Summary: check named each blocked CRD before Helm touched the cluster; migrate fixed
+them without changing any object's data, and a re-run made no writes. JSON for scripts:
+add -o json to either command.`)
 	return nil
 }
 

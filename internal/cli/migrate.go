@@ -222,31 +222,42 @@ func renderMigrate(w io.Writer, format string, results []*migrate.Result, blocke
 		fmt.Fprintln(w, "Nothing to migrate: every selected CRD's storedVersions is already its storage version.")
 		return nil
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CRD\tSTATUS\tOBJECTS\tREWRITTEN\tCURRENT\tDELETED\tFAILED\tSTORED VERSIONS\tTIME")
-	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s -> %s\t%s\n", r.Name, r.Status, r.Objects, r.Rewritten, r.AlreadyCurrent,
-			r.Deleted, r.FailedCount, strings.Join(r.StoredVersionsBefore, ","), strings.Join(r.StoredVersionsAfter, ","),
-			(time.Duration(r.DurationSeconds * float64(time.Second))).Round(time.Millisecond))
+	if len(results) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "CRD\tSTATUS\tOBJECTS\tREWRITTEN\tCURRENT\tDELETED\tFAILED\tSTORED VERSIONS\tTIME")
+		for _, r := range results {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s -> %s\t%s\n", r.Name, r.Status, r.Objects, r.Rewritten, r.AlreadyCurrent,
+				r.Deleted, r.FailedCount, strings.Join(r.StoredVersionsBefore, ","), strings.Join(r.StoredVersionsAfter, ","),
+				seconds(r.DurationSeconds).Round(time.Millisecond))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	var estimate float64
+	dryRun := false
 	for _, r := range results {
 		if r.StorageSwitchedFrom != "" {
 			fmt.Fprintf(w, "\n%s: storage version switched from %s to %s\n", r.Name, r.StorageSwitchedFrom, r.StorageVersion)
 		}
-		if r.Status == migrate.Incomplete || r.EstimatedSeconds > 0 {
-			fmt.Fprintf(w, "\n%s: %s\n", r.Name, r.Message)
+		if r.Status == migrate.WouldMigrate {
+			dryRun, estimate = true, estimate+r.EstimatedSeconds
 		}
-		if r.EstimatedSeconds > 0 {
-			fmt.Fprintf(w, "  estimated duration: %s\n", time.Duration(r.EstimatedSeconds*float64(time.Second)).Round(time.Second))
+		if r.Status == migrate.Incomplete {
+			fmt.Fprintf(w, "\n%s: %s\n", r.Name, r.Message)
 		}
 		for _, f := range r.Failed {
 			fmt.Fprintf(w, "  failed %s: %s\n", f.Object, f.Error)
 		}
 		if int64(len(r.Failed)) < r.FailedCount {
 			fmt.Fprintf(w, "  ... and %d more failed objects (-o json lists the first %d)\n", r.FailedCount-int64(len(r.Failed)), len(r.Failed))
+		}
+	}
+	if dryRun {
+		if estimate > 0 {
+			fmt.Fprintf(w, "\nDry run: nothing was written. Estimated duration at the configured --qps: %s.\n", seconds(estimate).Round(time.Second))
+		} else {
+			fmt.Fprintln(w, "\nDry run: nothing was written. No client-side rate limit (--qps 0): the API server sets the pace.")
 		}
 	}
 	for _, b := range blocked {
@@ -289,7 +300,7 @@ func (p *progress) update(s migrate.Progress) {
 		p.drawn = true
 		return
 	}
-	if time.Since(p.last) < p.interval && s.Done < s.Total {
+	if s.Total == 0 || (time.Since(p.last) < p.interval && s.Done < s.Total) {
 		return
 	}
 	p.last = time.Now()
@@ -304,3 +315,5 @@ func (p *progress) finish() {
 		p.drawn = false
 	}
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -11,7 +11,11 @@ import (
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/util/retry"
@@ -173,4 +177,34 @@ func ignoreNotFound(err error) error {
 		return nil
 	}
 	return err
+}
+
+// ApplyCRDServerSide applies a CRD with server-side apply as the given field manager,
+// without forcing conflicts: what Helm 4 does (manager "helm").
+func ApplyCRDServerSide(ctx context.Context, cfg *rest.Config, crd *apiextv1.CustomResourceDefinition, manager string) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	obj := crd.DeepCopy()
+	obj.Status = apiextv1.CustomResourceDefinitionStatus{}
+	obj.ResourceVersion, obj.ManagedFields = "", nil
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	un := &unstructured.Unstructured{Object: u}
+	un.SetAPIVersion(apiextv1.SchemeGroupVersion.String())
+	un.SetKind("CustomResourceDefinition")
+	unstructured.RemoveNestedField(un.Object, "status")
+	unstructured.RemoveNestedField(un.Object, "metadata", "creationTimestamp")
+	gvr := apiextv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
+	if _, err := dyn.Resource(gvr).Apply(ctx, crd.Name, un, metav1.ApplyOptions{FieldManager: manager}); err != nil {
+		return err
+	}
+	cs, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return WaitEstablished(ctx, cs, crd.Name)
 }

@@ -14,6 +14,7 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -312,8 +313,8 @@ func action(req Request, c CRDReport) string {
 			return fmt.Sprintf("two steps: upgradeguard migrate --crd %s; upgrade to chart version %s; upgradeguard migrate --crd %s; then upgrade to %s",
 				c.Name, c.SteppingStone, c.Name, orUnknown(req.ChartVersion))
 		default:
-			return fmt.Sprintf("no automatic path: apply a CRD that serves %s and stores at one of the incoming versions, migrate, then retry",
-				c.LiveStorageVersion)
+			return fmt.Sprintf("go through a chart version whose CRD serves %s and stores at one of %s: upgrade to it, migrate, then upgrade to %s (a chart from a repository or OCI registry lets check name one)",
+				c.LiveStorageVersion, versionList(c.IncomingVersions), orUnknown(req.ChartVersion))
 		}
 	}
 	return ""
@@ -324,4 +325,12 @@ func orUnknown(s string) string {
 		return "the target version"
 	}
 	return s
+}
+
+func versionList(vs []crdversions.Version) string {
+	names := make([]string, 0, len(vs))
+	for _, v := range vs {
+		names = append(names, v.Name)
+	}
+	return "[" + strings.Join(names, " ") + "]"
 }

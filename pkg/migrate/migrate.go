@@ -12,6 +12,7 @@ package migrate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -308,15 +309,38 @@ func stopReason(ctx context.Context, stopErr error) string {
 	return untouched
 }
 
-// switchStorage marks version as the storage version of the live CRD.
+// FieldManager is the field manager upgradeguard writes as.
+const FieldManager = "upgradeguard"
+
+// switchStorage marks version as the storage version of the live CRD. The update makes
+// upgradeguard a co-owner of spec.versions, which would make the next Helm 4 server-side
+// apply of the chart fail on a field conflict; so the ownership entry is removed again
+// right after, leaving spec.versions owned by whoever applied it (Helm, Flux).
 func (m *Migrator) switchStorage(ctx context.Context, crd *apiextv1.CustomResourceDefinition, version string) (*apiextv1.CustomResourceDefinition, error) {
+	api := m.crds.ApiextensionsV1().CustomResourceDefinitions()
 	c := crd.DeepCopy()
 	for i := range c.Spec.Versions {
 		c.Spec.Versions[i].Storage = c.Spec.Versions[i].Name == version
 	}
-	updated, err := m.crds.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, c, metav1.UpdateOptions{})
+	updated, err := api.Update(ctx, c, metav1.UpdateOptions{FieldManager: FieldManager})
 	if err != nil {
 		return nil, fmt.Errorf("switch storage version of %s to %s: %w", crd.Name, version, err)
+	}
+	keep := make([]metav1.ManagedFieldsEntry, 0, len(updated.ManagedFields))
+	for _, e := range updated.ManagedFields {
+		if e.Manager != FieldManager || e.Subresource != "" {
+			keep = append(keep, e)
+		}
+	}
+	if len(keep) == len(updated.ManagedFields) || len(keep) == 0 {
+		return updated, nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"managedFields": keep, "resourceVersion": updated.ResourceVersion}})
+	if err != nil {
+		return nil, err
+	}
+	if updated, err = api.Patch(ctx, crd.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("hand spec.versions of %s back to its owner (managedFields): %w", crd.Name, err)
 	}
 	return updated, nil
 }
@@ -364,7 +388,7 @@ func (m *Migrator) prune(ctx context.Context, started *apiextv1.CustomResourceDe
 			}
 		}
 		cur.Status.StoredVersions = []string{storage}
-		updated, err := api.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		updated, err := api.UpdateStatus(ctx, cur, metav1.UpdateOptions{FieldManager: FieldManager})
 		if err == nil {
 			res.StoredVersionsAfter = slices.Clone(updated.Status.StoredVersions)
 			return nil

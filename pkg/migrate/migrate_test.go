@@ -363,15 +363,27 @@ func TestReverseMigrationUnblocksRollback(t *testing.T) {
 	})
 	const revs = "compositionrevisions.apiextensions.crossplane.io"
 	oldFile, newFile := "crds/crossplane/v1.10.2/apiextensions.crossplane.io_compositionrevisions.yaml", "crds/crossplane/v1.11.1/apiextensions.crossplane.io_compositionrevisions.yaml"
-	apply(t, e, oldFile)
+	ssa := func(file string) error {
+		crds, err := testenv.ReadCRDs(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testenv.ApplyCRDServerSide(e.ctx, cp.Config, crds[0], "helm")
+	}
+	// Applied as Helm 4 applies: server-side, field manager "helm", no force.
+	if err := ssa(oldFile); err != nil {
+		t.Fatal(err)
+	}
 	spec := map[string]any{"revision": int64(1), "compositeTypeRef": map[string]any{"apiVersion": "example.org/v1", "kind": "XThing"}, "resources": []any{}}
 	gvr := schema.GroupVersionResource{Group: "apiextensions.crossplane.io", Version: "v1alpha1", Resource: "compositionrevisions"}
 	if err := testenv.CreateObjects(e.ctx, cp.Config, testenv.Objects{GVR: gvr, Kind: "CompositionRevision", PerNS: 5, Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
-	apply(t, e, newFile)
+	if err := ssa(newFile); err != nil {
+		t.Fatal(err)
+	}
 	before, _ := snapshot(t, e, gvr)
-	if err := applyErr(t, e, oldFile, revs); err == nil {
+	if err := ssa(oldFile); err == nil {
 		t.Fatal("rollback CRD accepted before the reverse migration")
 	}
 
@@ -385,7 +397,9 @@ func TestReverseMigrationUnblocksRollback(t *testing.T) {
 	if err != nil || res.Status != migrate.Migrated || res.StorageSwitchedFrom != "v1beta1" || !cmp.Equal(res.StoredVersionsAfter, []string{"v1alpha1"}) {
 		t.Fatalf("reverse migration: %v %+v", err, res)
 	}
-	if err := applyErr(t, e, oldFile, revs); err != nil {
+	// The rollback applies as Helm does; the storage switch must not have left upgradeguard
+	// owning spec.versions, or this apply fails on a field conflict.
+	if err := ssa(oldFile); err != nil {
 		t.Fatalf("rollback CRD still rejected: %v", err)
 	}
 	after, _ := snapshot(t, e, gvr)
