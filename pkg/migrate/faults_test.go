@@ -1,6 +1,7 @@
 package migrate_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -111,7 +112,7 @@ func TestRejectingAdmissionWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(t.Context(), "freeze", metav1.DeleteOptions{})
+		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.WithoutCancel(e.ctx), "freeze", metav1.DeleteOptions{})
 	})
 
 	res, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, opts())
@@ -160,8 +161,8 @@ func TestThrottledByAPF(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cs.FlowcontrolV1().FlowSchemas().Delete(t.Context(), fs.Name, metav1.DeleteOptions{})
-		_ = cs.FlowcontrolV1().PriorityLevelConfigurations().Delete(t.Context(), pl.Name, metav1.DeleteOptions{})
+		_ = cs.FlowcontrolV1().FlowSchemas().Delete(context.WithoutCancel(e.ctx), fs.Name, metav1.DeleteOptions{})
+		_ = cs.FlowcontrolV1().PriorityLevelConfigurations().Delete(context.WithoutCancel(e.ctx), pl.Name, metav1.DeleteOptions{})
 	})
 	// Not in system:masters: that group matches the mandatory "exempt" FlowSchema.
 	throttled, err := cp.AddUser("throttled")
