@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,8 +29,20 @@ type ControlPlane struct {
 	// AuditLog is the API server's audit log (JSON lines) when started with Audit.
 	AuditLog string
 
-	env *envtest.Environment
-	dir string
+	env    *envtest.Environment
+	dir    string
+	tokens map[string]string
+}
+
+// TokenConfig returns a client config that authenticates as user with its bearer token
+// (see Options.Tokens).
+func (cp *ControlPlane) TokenConfig(user string) *rest.Config {
+	return &rest.Config{
+		Host:            cp.Config.Host,
+		BearerToken:     cp.tokens[user],
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.Config.CAData},
+		WarningHandler:  rest.NoWarnings{},
+	}
 }
 
 // Options tune the control plane.
@@ -37,6 +50,9 @@ type Options struct {
 	// Audit records every request in an audit log (see ControlPlane.AuditLog), so tests
 	// can prove which verbs a command sent.
 	Audit bool
+	// Tokens are bearer tokens the API server accepts (user name -> token), for tests
+	// that authenticate the way a ServiceAccount or CI job does.
+	Tokens map[string]string
 }
 
 // Start starts a control plane. The binaries come from bin/ at the repository root, or
@@ -71,6 +87,18 @@ func Start(opts ...Options) (*ControlPlane, error) {
 			Set("audit-policy-file", policy).
 			Set("audit-log-path", cp.AuditLog).
 			Set("audit-log-mode", "blocking")
+	}
+	if len(o.Tokens) > 0 {
+		var csv strings.Builder
+		for user, token := range o.Tokens {
+			fmt.Fprintf(&csv, "%s,%s,%s\n", token, user, user)
+		}
+		path := filepath.Join(dir, "tokens.csv")
+		if err := os.WriteFile(path, []byte(csv.String()), 0o600); err != nil {
+			return nil, err
+		}
+		env.ControlPlane.GetAPIServer().Configure().Set("token-auth-file", path)
+		cp.tokens = o.Tokens
 	}
 	cfg, err := env.Start()
 	if err != nil {

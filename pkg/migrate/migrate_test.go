@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	var err error
-	if cp, err = testenv.Start(testenv.Options{Audit: true}); err != nil {
+	if cp, err = testenv.Start(testenv.Options{Audit: true, Tokens: map[string]string{"migrator": "migrator-token"}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}

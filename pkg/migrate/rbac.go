@@ -1,0 +1,58 @@
+package migrate
+
+import (
+	"slices"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Permissions are the least privileges a migration of some CRDs needs: a ClusterRole for
+// the CRDs and their objects, and a Role for the Leases in the lease namespace.
+type Permissions struct {
+	ClusterRole *rbacv1.ClusterRole
+	Role        *rbacv1.Role
+}
+
+// RBAC returns the minimal permissions to migrate the given CRDs. With storageSwitch, the
+// role may also change the CRDs' storage version (reverse migrations).
+func RBAC(name, leaseNamespace string, crds []*apiextv1.CustomResourceDefinition, storageSwitch bool) Permissions {
+	names := make([]string, 0, len(crds))
+	leases := make([]string, 0, len(crds))
+	var rules []rbacv1.PolicyRule
+	for _, c := range crds {
+		names = append(names, c.Name)
+		leases = append(leases, leaseName(c.Name))
+		rules = append(rules, rbacv1.PolicyRule{
+			APIGroups: []string{c.Spec.Group}, Resources: []string{c.Spec.Names.Plural}, Verbs: []string{"get", "list", "patch"},
+		})
+	}
+	slices.Sort(names)
+	slices.Sort(leases)
+	crdVerbs := []string{"get"}
+	if storageSwitch {
+		crdVerbs = []string{"get", "patch", "update"}
+	}
+	rules = append([]rbacv1.PolicyRule{
+		{APIGroups: []string{apiextv1.GroupName}, Resources: []string{"customresourcedefinitions"}, ResourceNames: names, Verbs: crdVerbs},
+		{APIGroups: []string{apiextv1.GroupName}, Resources: []string{"customresourcedefinitions/status"}, ResourceNames: names, Verbs: []string{"get", "update"}},
+	}, rules...)
+	labels := map[string]string{"app.kubernetes.io/managed-by": "upgradeguard"}
+	return Permissions{
+		ClusterRole: &rbacv1.ClusterRole{
+			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Rules:      rules,
+		},
+		Role: &rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: leaseNamespace, Labels: labels},
+			Rules: []rbacv1.PolicyRule{
+				// create cannot be limited by name: the API server does not know it yet.
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}},
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: leases, Verbs: []string{"get", "update"}},
+			},
+		},
+	}
+}
