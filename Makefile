@@ -4,6 +4,7 @@ BIN   := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOLANGCI_LINT_VERSION := v2.15.0
 TEST_TIMEOUT ?= 30m
+BENCH_N ?= 20000
 
 .DEFAULT_GOAL := help
 
@@ -32,8 +33,9 @@ demo: testbin build ## Reproduce the Flux storage-version incident on an embedde
 	go run ./hack/demo
 
 .PHONY: bench
-bench: testbin ## Measure check against the local control plane, with ratios to an in-run baseline
-	go run ./hack/bench
+bench: testbin build ## Measure check and migrate against the local control plane, with ratios to in-run baselines
+	./hack/testbin.sh --with-kubectl
+	go run ./hack/bench -n $(BENCH_N) all
 
 .PHONY: lint
 lint: $(BIN)/golangci-lint ## Run golangci-lint (pinned) and gofmt

@@ -16,7 +16,13 @@ ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.1
 
 with_kcm=false
-[[ "${1:-}" == "--with-kcm" ]] && with_kcm=true
+with_kubectl=false
+for arg in "$@"; do
+  case "$arg" in
+    --with-kcm) with_kcm=true ;;
+    --with-kubectl) with_kubectl=true ;; # only the benchmark needs kubectl
+  esac
+done
 
 # need NAME VERSION: true when bin/NAME is missing or was built at another version.
 need() {
@@ -49,6 +55,7 @@ build_kube() { # NAME
 
 build_kube kube-apiserver
 $with_kcm && build_kube kube-controller-manager
+$with_kubectl && build_kube kubectl
 
 if need etcd "$ETCD_VERSION"; then
   echo "testbin: building etcd $ETCD_VERSION"

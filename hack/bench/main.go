@@ -1,6 +1,9 @@
-// Command bench measures `check` against the local control plane and prints each result
-// as a ratio to a baseline measured in the same run, so numbers compare across machines.
-// Run it with `make bench`; record results in docs/benchmarks.md.
+// Command bench measures upgradeguard against the local control plane and prints each
+// result as a ratio to a baseline measured in the same run, so numbers compare across
+// machines. Run it with `make bench`; record the results in docs/benchmarks.md.
+//
+//	go run ./hack/bench check     # check of the flux2 chart, and object counting
+//	go run ./hack/bench migrate   # migrate throughput and memory against a raw patch loop
 package main
 
 import (
@@ -8,165 +11,34 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
-	"runtime"
-	"slices"
-	"time"
-
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/metadata"
-
-	"github.com/upgradeguard/upgradeguard/internal/testenv"
-	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
-	"github.com/upgradeguard/upgradeguard/pkg/check"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 func main() {
-	rounds := flag.Int("rounds", 30, "measured rounds per case")
-	objects := flag.Int("objects", 2000, "HelmRepository objects to create")
+	rounds := flag.Int("rounds", 30, "check: measured rounds per case")
+	objects := flag.Int("objects", 2000, "check: HelmRepository objects to count")
+	n := flag.Int("n", 20000, "migrate: objects stored at the old version")
+	concurrency := flag.Int("concurrency", 4, "migrate: patch concurrency for the raw loop and migrate --qps 0")
+	skipDefaults := flag.Bool("skip-defaults", false, "migrate: skip the run at default rate limits (slow for large -n)")
 	flag.Parse()
-	if err := run(context.Background(), *rounds, *objects); err != nil {
+	mode := flag.Arg(0)
+	ctx := context.Background()
+	var err error
+	switch mode {
+	case "", "all":
+		if err = benchCheck(ctx, *rounds, *objects); err == nil {
+			err = benchMigrate(ctx, *n, *concurrency, *skipDefaults)
+		}
+	case "check":
+		err = benchCheck(ctx, *rounds, *objects)
+	case "migrate":
+		err = benchMigrate(ctx, *n, *concurrency, *skipDefaults)
+	case "raw":
+		err = rawLoop(ctx, flag.Args()[1:])
+	default:
+		err = fmt.Errorf("unknown mode %q: use check, migrate or all", mode)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-}
-
-type result struct {
-	name   string
-	median time.Duration
-	allocs uint64 // bytes allocated per round
-}
-
-func measure(name string, rounds int, f func() error) (result, error) {
-	if err := f(); err != nil { // warm caches and connections
-		return result{}, err
-	}
-	var times []time.Duration
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	before := ms.TotalAlloc
-	for range rounds {
-		start := time.Now()
-		if err := f(); err != nil {
-			return result{}, err
-		}
-		times = append(times, time.Since(start))
-	}
-	runtime.ReadMemStats(&ms)
-	slices.Sort(times)
-	return result{name: name, median: times[len(times)/2], allocs: (ms.TotalAlloc - before) / uint64(rounds)}, nil
-}
-
-func run(ctx context.Context, rounds, objects int) error {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return err
-	}
-	cp, err := testenv.Start()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = cp.Stop() }()
-	cs := apiextclient.NewForConfigOrDie(cp.Config)
-
-	// The production incident's starting point: source 1.2.0 stored v1beta2, then 2.17.2.
-	old, err := testenv.ReadCRDs("crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
-	if err != nil {
-		return err
-	}
-	if err := testenv.ApplyCRD(ctx, cs, old[0]); err != nil {
-		return err
-	}
-	fmt.Printf("creating %d HelmRepositories ...\n", objects)
-	gvr := schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"}
-	if err := testenv.CreateObjects(ctx, cp.Config, testenv.Objects{GVR: gvr, Kind: "HelmRepository",
-		Namespaces: []string{"bench"}, PerNS: objects, Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"}}); err != nil {
-		return err
-	}
-	crds, err := testenv.ReadCRDs("charts/flux2-2.17.2/rendered/crds.yaml")
-	if err != nil {
-		return err
-	}
-	for _, c := range crds {
-		if err := testenv.ApplyCRD(ctx, cs, c); err != nil {
-			return err
-		}
-	}
-
-	// Chart loading is excluded: it is done once, before timing.
-	ch, err := chartsource.Load(ctx, chartsource.Options{Ref: filepath.Join(root, "test/fixtures/charts/flux2-2.18.2")})
-	if err != nil {
-		return err
-	}
-	cluster, err := check.NewKubeCluster(cp.Config)
-	if err != nil {
-		return err
-	}
-	md := metadata.NewForConfigOrDie(cp.Config)
-	var hr *apiextv1.CustomResourceDefinition
-	for _, c := range crds {
-		if c.Name == "helmrepositories.source.toolkit.fluxcd.io" {
-			hr = c
-		}
-	}
-	v1 := gvr
-	v1.Version = "v1"
-
-	baseline, err := measure("baseline: one LIST of all CRDs", rounds, func() error {
-		_, err := cs.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	checkRun, err := measure(fmt.Sprintf("check flux2 2.18.2 (%d CRDs)", len(ch.CRDs)), rounds, func() error {
-		rep, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: ch.CRDs})
-		if err == nil && rep.Safe {
-			err = fmt.Errorf("expected findings")
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	count, err := measure(fmt.Sprintf("count %d objects (remainingItemCount)", objects), rounds, func() error {
-		n, err := cluster.CountObjects(ctx, hr)
-		if err == nil && n != int64(objects) {
-			err = fmt.Errorf("counted %d objects, want %d", n, objects)
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	naive, err := measure(fmt.Sprintf("count %d objects by paging metadata (naive)", objects), rounds, func() error {
-		opts := metav1.ListOptions{Limit: 500}
-		for {
-			l, err := md.Resource(v1).List(ctx, opts)
-			if err != nil {
-				return err
-			}
-			if l.Continue == "" {
-				return nil
-			}
-			opts.Continue = l.Continue
-		}
-	})
-	if err != nil {
-		return err
-	}
-
-	fmt.Printf("\n%-52s %12s %10s %14s\n", "case", "median", "ratio", "alloc/round")
-	for _, r := range []result{baseline, checkRun} {
-		fmt.Printf("%-52s %12s %9.1fx %11d KiB\n", r.name, r.median.Round(time.Microsecond), float64(r.median)/float64(baseline.median), r.allocs/1024)
-	}
-	for _, r := range []result{naive, count} {
-		fmt.Printf("%-52s %12s %9.2fx %11d KiB\n", r.name, r.median.Round(time.Microsecond), float64(r.median)/float64(naive.median), r.allocs/1024)
-	}
-	fmt.Printf("\nratios: check vs one CRD LIST; counting vs naive paging (lower is better). %d rounds, median.\n", rounds)
-	return nil
 }

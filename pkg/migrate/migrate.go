@@ -42,8 +42,8 @@ import (
 const (
 	DefaultPageSize      = 500
 	DefaultConcurrency   = 4
-	DefaultQPS           = 50
-	DefaultBurst         = 100
+	DefaultQPS           = 100
+	DefaultBurst         = 200
 	DefaultDeadline      = 10 * time.Minute
 	DefaultLeaseDuration = 30 * time.Second
 	// maxReportedFailures bounds the per-object failures kept in a Result.
