@@ -76,6 +76,12 @@ func Start(opts ...Options) (*ControlPlane, error) {
 		ControlPlaneStopTimeout:  time.Minute,
 	}
 	cp := &ControlPlane{Bin: bin, env: env, dir: dir}
+	// A fixed certificate directory keeps the serving certificate across RestartAPIServer.
+	api := env.ControlPlane.GetAPIServer()
+	api.CertDir = filepath.Join(dir, "apiserver")
+	if err := os.MkdirAll(api.CertDir, 0o700); err != nil {
+		return nil, err
+	}
 	if o.Audit {
 		policy := filepath.Join(dir, "audit-policy.yaml")
 		rule := "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"
@@ -137,6 +143,14 @@ func (cp *ControlPlane) Stop() error {
 	}
 	return err
 }
+
+// StopAPIServer stops kube-apiserver (etcd keeps running), as in a control-plane
+// restart or an outage. StartAPIServer brings it back on the same address and
+// certificates; users and tokens stay valid.
+func (cp *ControlPlane) StopAPIServer() error { return cp.env.ControlPlane.APIServer.Stop() }
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer.
+func (cp *ControlPlane) StartAPIServer() error { return cp.env.ControlPlane.APIServer.Start() }
 
 // AddUser creates a user authenticated by client certificate, in the given groups, and
 // returns its client config. RBAC decides what it may do.
