@@ -11,10 +11,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
@@ -232,6 +236,49 @@ func TestFluxIncident(t *testing.T) {
 	if !strings.Contains(out, "storedVersions") || !strings.Contains(out, `"v1": missing from spec.versions`) {
 		t.Errorf("helm rollback failed for another reason:\n%s", out)
 	}
+	before := readObjects(t, "v1")
+
+	// The fix for the rollback: a reverse migration, then the real helm rollback succeeds.
+	r = ug(t, "migrate", "--rollback", "--release", "flux", "-n", "flux-system", "--to-revision", "1", "--allow-storage-switch", "--lease-namespace", "flux-system")
+	if r.code != cli.ExitSafe {
+		t.Fatalf("reverse migration: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	mustHelm(t, nil, "rollback", "flux", "1", "-n", "flux-system")
+	if diff := cmp.Diff(before, readObjects(t, "v1beta2")); diff != "" {
+		t.Errorf("objects changed by the reverse migration and rollback (-before +after):\n%s", diff)
+	}
+
+	// The fix for the upgrade: through 2.17.2 (2.18.2 drops the live storage version
+	// itself), migrate, then the real helm upgrade to 2.18.2 succeeds.
+	mustHelm(t, nil, "upgrade", "flux", rev2, "-n", "flux-system")
+	r = ug(t, "migrate", "--chart", target, "--release", "flux", "-n", "flux-system", "--lease-namespace", "flux-system")
+	if r.code != cli.ExitSafe {
+		t.Fatalf("migrate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	mustHelm(t, nil, "upgrade", "flux", target, "-n", "flux-system")
+	// v1beta2 is gone from the CRD now: every object still reads back, unchanged.
+	if diff := cmp.Diff(before, readObjects(t, "v1")); diff != "" {
+		t.Errorf("objects changed by the migration and upgrade (-before +after):\n%s", diff)
+	}
+}
+
+// readObjects reads every HelmRepository's spec and status at a version, by name.
+func readObjects(t *testing.T, version string) map[string]any {
+	t.Helper()
+	gvr := schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: version, Resource: "helmrepositories"}
+	list, err := dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("read HelmRepositories at %s: %v", version, err)
+	}
+	out := map[string]any{}
+	for _, o := range list.Items {
+		spec, _, _ := unstructured.NestedMap(o.Object, "spec")
+		out[o.GetNamespace()+"/"+o.GetName()] = map[string]any{"spec": spec, "status": o.Object["status"]}
+	}
+	if len(out) == 0 {
+		t.Fatal("no HelmRepositories read back")
+	}
+	return out
 }
 
 // assertRejected checks that Helm's error names storedVersions rejections only for CRDs
