@@ -38,7 +38,6 @@ type procResult struct {
 	name    string
 	elapsed time.Duration
 	maxRSS  int64 // KiB
-	objects int
 }
 
 // benchMigrate compares, in one run on the same objects: (a) a bare concurrent

@@ -3,8 +3,6 @@ package cli_test
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,22 +27,7 @@ import (
 
 var cp *testenv.ControlPlane
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	var err error
-	if cp, err = testenv.Start(testenv.Options{Audit: true}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	code := m.Run()
-	if err := cp.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, &cp, testenv.Options{Audit: true})) }
 
 type result struct {
 	code           int

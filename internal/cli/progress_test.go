@@ -24,7 +24,7 @@ func TestProgress(t *testing.T) {
 	buf.Reset()
 	lines := &progress{w: &buf, interval: time.Hour}
 	lines.update(migrate.Progress{CRD: "w", Done: 10, Total: 100, Elapsed: time.Second})
-	lines.update(migrate.Progress{CRD: "w", Done: 20, Total: 100, Elapsed: 2 * time.Second}) // within the interval: dropped
+	lines.update(migrate.Progress{CRD: "w", Done: 20, Total: 100, Elapsed: 2 * time.Second})  // within the interval: dropped
 	lines.update(migrate.Progress{CRD: "w", Done: 100, Total: 100, Elapsed: 3 * time.Second}) // done: always shown
 	if n := strings.Count(buf.String(), "\n"); n != 2 || !strings.Contains(buf.String(), "w: 100/100 objects (100%)") {
 		t.Errorf("log lines:\n%s", buf.String())

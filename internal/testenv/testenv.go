@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -251,4 +252,23 @@ func Fixtures() (string, error) {
 		return "", err
 	}
 	return filepath.Join(root, "test", "fixtures"), nil
+}
+
+// RunTests is a test package's TestMain: unless -short, it starts one control plane for
+// the package into *cp, runs the tests and stops it.
+func RunTests(m *testing.M, cp **ControlPlane, opts ...Options) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
+	var err error
+	if *cp, err = Start(opts...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	code := m.Run()
+	if err := (*cp).Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	return code
 }

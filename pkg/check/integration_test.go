@@ -2,7 +2,6 @@ package check_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,22 +23,7 @@ import (
 
 var cp *testenv.ControlPlane
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	var err error
-	if cp, err = testenv.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	code := m.Run()
-	if err := cp.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, &cp)) }
 
 // dir lists every CRD file of one fixture set, e.g. dir("flux-source-controller/v1.6.0").
 func dir(t *testing.T, set string) []string {

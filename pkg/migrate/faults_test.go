@@ -28,7 +28,7 @@ import (
 // fails every conversion. The run stops at its deadline, does not prune, and names the
 // webhook.
 func TestFailingConversionWebhook(t *testing.T) {
-	e := fluxState(t, nil, 0) // an empty cluster with the control plane running
+	e := emptyCluster(t)
 	wh := testenv.StartWebhook(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var review apiextv1.ConversionReview
 		_ = json.NewDecoder(r.Body).Decode(&review)

@@ -3,7 +3,6 @@ package migrate_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -26,20 +25,7 @@ import (
 var cp *testenv.ControlPlane
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run())
-	}
-	var err error
-	if cp, err = testenv.Start(testenv.Options{Audit: true, Tokens: map[string]string{"migrator": "migrator-token"}}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	code := m.Run()
-	if err := cp.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	os.Exit(testenv.RunTests(m, &cp, testenv.Options{Audit: true, Tokens: map[string]string{"migrator": "migrator-token"}}))
 }
 
 const helmrepos = "helmrepositories.source.toolkit.fluxcd.io"
@@ -57,18 +43,7 @@ type env struct {
 // 2.17.2 CRDs, so storedVersions is [v1beta2, v1].
 func fluxState(t *testing.T, namespaces []string, n int) env {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs the control plane")
-	}
-	e := env{ctx: t.Context(), crds: apiextclient.NewForConfigOrDie(cp.Config), dyn: dynamic.NewForConfigOrDie(cp.Config)}
-	if err := cp.DeleteAllCRDs(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.DeleteAllCRDs(context.WithoutCancel(e.ctx)); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	e := emptyCluster(t)
 	apply(t, e, "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
 	old := hrV1
 	old.Version = "v1beta2"
@@ -90,6 +65,25 @@ func fluxState(t *testing.T, namespaces []string, n int) env {
 		}
 	}
 	apply(t, e, "charts/flux2-2.17.2/rendered/crds.yaml")
+	return e
+}
+
+// emptyCluster gives a test the package's control plane with no CRDs, and empties it again
+// after the test.
+func emptyCluster(t *testing.T) env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	e := env{ctx: t.Context(), crds: apiextclient.NewForConfigOrDie(cp.Config), dyn: dynamic.NewForConfigOrDie(cp.Config)}
+	if err := cp.DeleteAllCRDs(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.DeleteAllCRDs(context.WithoutCancel(e.ctx)); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	return e
 }
 
@@ -349,18 +343,7 @@ func TestChurn(t *testing.T) {
 
 // TestReverseMigrationUnblocksRollback: Crossplane 1.11.1 -> 1.10.2 with real objects.
 func TestReverseMigrationUnblocksRollback(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the control plane")
-	}
-	e := env{ctx: t.Context(), crds: apiextclient.NewForConfigOrDie(cp.Config), dyn: dynamic.NewForConfigOrDie(cp.Config)}
-	if err := cp.DeleteAllCRDs(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.DeleteAllCRDs(context.WithoutCancel(e.ctx)); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	e := emptyCluster(t)
 	const revs = "compositionrevisions.apiextensions.crossplane.io"
 	oldFile, newFile := "crds/crossplane/v1.10.2/apiextensions.crossplane.io_compositionrevisions.yaml", "crds/crossplane/v1.11.1/apiextensions.crossplane.io_compositionrevisions.yaml"
 	ssa := func(file string) error {
