@@ -18,7 +18,7 @@ func main() {
 	objects := flag.Int("objects", 2000, "check: HelmRepository objects to count")
 	n := flag.Int("n", 20000, "migrate: objects stored at the old version")
 	concurrency := flag.Int("concurrency", 4, "migrate: patch concurrency for the raw loop and migrate --qps 0")
-	skipDefaults := flag.Bool("skip-defaults", false, "migrate: skip the run at default rate limits (slow for large -n)")
+	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d (c runs at the default 100 QPS: slow for large -n)")
 	flag.Parse()
 	mode := flag.Arg(0)
 	ctx := context.Background()
@@ -26,12 +26,12 @@ func main() {
 	switch mode {
 	case "", "all":
 		if err = benchCheck(ctx, *rounds, *objects); err == nil {
-			err = benchMigrate(ctx, *n, *concurrency, *skipDefaults)
+			err = benchMigrate(ctx, *n, *concurrency, *cases)
 		}
 	case "check":
 		err = benchCheck(ctx, *rounds, *objects)
 	case "migrate":
-		err = benchMigrate(ctx, *n, *concurrency, *skipDefaults)
+		err = benchMigrate(ctx, *n, *concurrency, *cases)
 	case "raw":
 		err = rawLoop(ctx, flag.Args()[1:])
 	default:
