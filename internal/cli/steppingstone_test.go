@@ -17,7 +17,9 @@ import (
 func TestSteppingStoneFromRepository(t *testing.T) {
 	needCluster(t)
 	const revs = "compositionrevisions.apiextensions.crossplane.io"
-	file := func(v string) string { return "crds/crossplane/v" + v + "/apiextensions.crossplane.io_compositionrevisions.yaml" }
+	file := func(v string) string {
+		return "crds/crossplane/v" + v + "/apiextensions.crossplane.io_compositionrevisions.yaml"
+	}
 	pkgs := t.TempDir()
 	for _, v := range []string{"1.10.2", "1.11.1", "1.12.2", "1.13.0", "1.20.0", "2.0.0"} {
 		if _, err := testenv.Package(fixtureChart(t, "crossplane-revs", v, file(v)), pkgs); err != nil {

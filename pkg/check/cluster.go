@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
 // Cluster is the read-only view of the live cluster that check needs.
@@ -32,19 +33,11 @@ type KubeCluster struct {
 
 // NewKubeCluster builds a Cluster from a REST config.
 func NewKubeCluster(cfg *rest.Config) (*KubeCluster, error) {
-	crds, err := apiextclient.NewForConfig(cfg)
+	c, err := kubeclient.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &KubeCluster{crds: crds, metadata: md, disco: disco}, nil
+	return &KubeCluster{crds: c.CRDs, metadata: c.Metadata, disco: c.Discovery}, nil
 }
 
 // ServerVersion returns the API server's git version, for rendering charts against it.

@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
 // Defaults are gentle on a production API server; see docs/cli.md for going faster.
@@ -151,25 +152,11 @@ func RateLimit(cfg *rest.Config, qps float32, burst int) *rest.Config {
 
 // New builds a Migrator from a REST config (rate limits come from it; see RateLimit).
 func New(cfg *rest.Config) (*Migrator, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.WarningHandler = rest.NoWarnings{} // deprecated-version warnings on every object say nothing new
-	crds, err := apiextclient.NewForConfig(cfg)
+	c, err := kubeclient.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	leases, err := coordclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	disco, err := clientdiscovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Migrator{crds: crds, metadata: md, leases: leases, discovery: disco}, nil
+	return &Migrator{crds: c.CRDs, metadata: c.Metadata, leases: c.Leases, discovery: c.Discovery}, nil
 }
 
 func (o *Options) defaults() {
