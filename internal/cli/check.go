@@ -17,6 +17,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -262,8 +263,9 @@ func connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connect
 // classify turns library errors into exit-2 errors that say what to do.
 func classify(err error, conn *connection) error {
 	var nf *helmrelease.NotFoundError
+	var held *migrate.LeaseHeldError
 	switch {
-	case errors.As(err, &nf):
+	case errors.As(err, &nf), errors.As(err, &held):
 		return couldNot("%v", err)
 	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 		return couldNot("%v\nupgradeguard check needs get/list on customresourcedefinitions.apiextensions.k8s.io, list on the custom resources it counts, and get/list on the release's Secrets (or ConfigMaps); see docs/operator-guide.md#rbac", err)
