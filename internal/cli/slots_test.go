@@ -1,0 +1,39 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/slots"
+)
+
+func TestSlotsCommand(t *testing.T) {
+	g := testenv.NewGitRepo(t)
+	base := g.Commit("base", map[string]string{"migrations/1": "one\n", "migrations/2": "two\n", "values.yaml": "migrations:\n  targetVersion: 3\n"})
+	g.Branch("release-1.0", base)
+	g.Commit("claim slot 3", map[string]string{"migrations/3": "repair\n", "values.yaml": "migrations:\n  targetVersion: 4\n"})
+	g.Branch("release-1.1", base)
+	g.Commit("1.1", map[string]string{"migrations/3": "other\n", "migrations/4": "four\n", "values.yaml": "migrations:\n  targetVersion: 5\n"})
+	args := []string{"slots", "--repo", g.Dir, "--dir", "migrations", "--target", "values.yaml:migrations.targetVersion"}
+
+	r := run(t, append(args, "--ref", "release-1.0", "--ref", "release-1.1")...)
+	if r.code != cli.ExitFindings || !strings.Contains(r.stdout, "slot 3 (claimed)") {
+		t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, append(args, "--ref", "release-1.0", "--ref", "release-1.1", "-o", "json")...)
+	var rep slots.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Findings) != 1 || rep.Findings[0].Slot != 3 {
+		t.Errorf("JSON %s (%v)", r.stdout, err)
+	}
+	r = run(t, append(args, "--ref", "master", "--ref", "release-1.1")...)
+	if r.code != cli.ExitSafe || !strings.Contains(r.stdout, "ALIGNED") {
+		t.Errorf("aligned: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, "slots", "--repo", g.Dir, "--ref", "release-1.0", "--ref", "release-1.1", "--dir", "migrations", "--target", "values.yaml")
+	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "FILE:KEY") {
+		t.Errorf("bad --target: exit %d %s", r.code, r.stderr)
+	}
+}
