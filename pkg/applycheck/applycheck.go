@@ -163,3 +163,20 @@ func subject(obj *unstructured.Unstructured) string {
 	}
 	return obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
 }
+
+// Subjects lists the Kind/namespace/name of every object of a manifest, in apply order.
+func Subjects(manifest, namespace string) []string {
+	_, manifests, err := releaseutil.SortManifests(releaseutil.SplitManifests(manifest), nil, releaseutil.InstallOrder)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(manifests))
+	for _, m := range manifests {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(m.Content), &obj.Object); err != nil || obj.Object == nil {
+			continue
+		}
+		out = append(out, subject(obj))
+	}
+	return out
+}

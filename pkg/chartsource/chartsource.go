@@ -38,6 +38,10 @@ type Options struct {
 	RepoURL string
 
 	Values values.Options
+	// BaseValues are used instead of chart-default overrides when Values sets nothing:
+	// for example a release's stored values, to render an upgrade the way `helm upgrade
+	// --reuse-values` would.
+	BaseValues map[string]any
 
 	Username, Password        string
 	CertFile, KeyFile, CAFile string
@@ -146,6 +150,9 @@ func (o Options) render(ctx context.Context, settings *cli.EnvSettings, path str
 	vals, err := o.Values.MergeValues(getter.All(settings))
 	if err != nil {
 		return nil, &LoadError{Ref: o.Ref, Step: "values", Err: err}
+	}
+	if len(vals) == 0 && o.BaseValues != nil {
+		vals = o.BaseValues
 	}
 	install := action.NewInstall(action.NewConfiguration())
 	install.DryRunStrategy = action.DryRunClient
