@@ -142,7 +142,7 @@ the live storage version v1beta2 itself, so 2.17.2 is the stepping stone.`)
 		return err
 	}
 
-	step(`Before 2.18.2: a dry run of the migration check asks for, then the migration itself. Every
+	step(`Before 2.18.2: a dry run of the migration that check asks for, then the migration itself. Every
 object is re-persisted at v1 with an empty patch; then storedVersions is pruned to [v1].`)
 	d.upgradeguard("migrate", "--chart", "charts/flux2-2.18.2", "--release", "flux", "-n", "flux-system", "--dry-run")
 	d.upgradeguard("migrate", "--chart", "charts/flux2-2.18.2", "--release", "flux", "-n", "flux-system")
