@@ -11,7 +11,6 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -58,28 +57,9 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	defer func() { _ = cp.Stop() }()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
 
-	// The production incident's starting point: source 1.2.0 stored v1beta2, then 2.17.2.
-	old, err := testenv.ReadCRDs("crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
+	crds, err := incidentState(ctx, cp, objects)
 	if err != nil {
 		return err
-	}
-	if err := testenv.ApplyCRD(ctx, cs, old[0]); err != nil {
-		return err
-	}
-	fmt.Printf("creating %d HelmRepositories ...\n", objects)
-	gvr := schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"}
-	if err := testenv.CreateObjects(ctx, cp.Config, testenv.Objects{GVR: gvr, Kind: "HelmRepository",
-		Namespaces: []string{"bench"}, PerNS: objects, Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"}}); err != nil {
-		return err
-	}
-	crds, err := testenv.ReadCRDs("charts/flux2-2.17.2/rendered/crds.yaml")
-	if err != nil {
-		return err
-	}
-	for _, c := range crds {
-		if err := testenv.ApplyCRD(ctx, cs, c); err != nil {
-			return err
-		}
 	}
 
 	// Chart loading is excluded: it is done once, before timing.
@@ -98,8 +78,6 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 			hr = c
 		}
 	}
-	v1 := gvr
-	v1.Version = "v1"
 
 	baseline, err := measure("baseline: one LIST of all CRDs", rounds, func() error {
 		_, err := cs.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
@@ -131,7 +109,7 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	naive, err := measure(fmt.Sprintf("count %d objects by paging metadata (naive)", objects), rounds, func() error {
 		opts := metav1.ListOptions{Limit: 500}
 		for {
-			l, err := md.Resource(v1).List(ctx, opts)
+			l, err := md.Resource(benchGVR).List(ctx, opts)
 			if err != nil {
 				return err
 			}

@@ -14,14 +14,10 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
@@ -55,27 +51,8 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 	}
 	defer func() { _ = cp.Stop() }()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	old, err := testenv.ReadCRDs("crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
-	if err != nil {
+	if _, err := incidentState(ctx, cp, n); err != nil {
 		return err
-	}
-	if err := testenv.ApplyCRD(ctx, cs, old[0]); err != nil {
-		return err
-	}
-	fmt.Printf("creating %d HelmRepositories at v1beta2 ...\n", n)
-	if err := createMany(ctx, cp, n); err != nil {
-		return err
-	}
-	newCRDs, err := testenv.ReadCRDs("charts/flux2-2.17.2/rendered/crds.yaml")
-	if err != nil {
-		return err
-	}
-	for _, c := range newCRDs {
-		if c.Name == benchCRD {
-			if err := testenv.ApplyCRD(ctx, cs, c); err != nil {
-				return err
-			}
-		}
 	}
 	m, err := migrate.New(migrate.RateLimit(cp.Config, 0, 0))
 	if err != nil {
@@ -236,38 +213,6 @@ func lastBytes(b []byte, n int) string {
 func machine() string {
 	host, _ := os.Hostname()
 	return fmt.Sprintf("%s, %d CPUs", host, runtime.NumCPU())
-}
-
-// createMany creates n HelmRepositories at v1beta2 with 16 writers.
-func createMany(ctx context.Context, cp *testenv.ControlPlane, n int) error {
-	cfg := migrate.RateLimit(cp.Config, 0, 0)
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	gvr := benchGVR
-	gvr.Version = "v1beta2"
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	for i := range n {
-		g.Go(func() error {
-			obj := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "source.toolkit.fluxcd.io/v1beta2", "kind": "HelmRepository",
-				"metadata": map[string]any{"name": fmt.Sprintf("repo-%06d", i), "namespace": "bench"},
-				"spec":     map[string]any{"url": "https://charts.example.com", "interval": "10m"},
-			}}
-			_, err := dyn.Resource(gvr).Namespace("bench").Create(gctx, obj, metav1.CreateOptions{})
-			return err
-		})
-	}
-	return g.Wait()
 }
 
 // rawLoop is the baseline: list metadata in pages of 500 and send an empty merge patch to

@@ -115,7 +115,7 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return err
 	}
-	rep := &applyCheckReport{Release: o.release, Apply: apply, CRDCheck: crd, Deletes: deletes(current.Manifest, ch.Manifest, conn.namespace)}
+	rep := &applyCheckReport{Release: o.release, Apply: apply, CRDCheck: crd, Deletes: deletes(current.Manifest, ch.Manifest)}
 	rep.Safe = apply.Safe && crd.Safe
 	if err := renderApplyCheck(streams.Out, o.output, rep); err != nil {
 		return couldNot("write output: %v", err)
@@ -127,10 +127,10 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 }
 
 // deletes lists the objects of the current manifest the new one no longer renders.
-func deletes(current, next, namespace string) []string {
-	keep := applycheck.Subjects(next, namespace)
+func deletes(current, next string) []string {
+	keep := applycheck.Subjects(next)
 	out := []string{}
-	for _, s := range applycheck.Subjects(current, namespace) {
+	for _, s := range applycheck.Subjects(current) {
 		if !slices.Contains(keep, s) {
 			out = append(out, s)
 		}

@@ -75,17 +75,13 @@ type Options struct {
 
 // Run dry-runs every object of a rendered manifest in Helm's install order.
 func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, manifest string, o Options) (*Report, error) {
-	_, manifests, err := releaseutil.SortManifests(releaseutil.SplitManifests(manifest), nil, releaseutil.InstallOrder)
+	objs, err := objects(manifest)
 	if err != nil {
-		return nil, fmt.Errorf("split manifest: %w", err)
+		return nil, err
 	}
 	rep := &Report{FieldManager: o.FieldManager, Safe: true, Objects: []Object{}, PartialState: []string{}}
 	stopped := false
-	for _, m := range manifests {
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(m.Content), &obj.Object); err != nil || obj.Object == nil {
-			continue
-		}
+	for _, obj := range objs {
 		res, err := dryRun(ctx, dyn, mapper, obj, o)
 		if err != nil {
 			return nil, err
@@ -165,18 +161,28 @@ func subject(obj *unstructured.Unstructured) string {
 }
 
 // Subjects lists the Kind/namespace/name of every object of a manifest, in apply order.
-func Subjects(manifest, namespace string) []string {
+func Subjects(manifest string) []string {
+	objs, _ := objects(manifest)
+	out := make([]string, 0, len(objs))
+	for _, obj := range objs {
+		out = append(out, subject(obj))
+	}
+	return out
+}
+
+// objects splits a rendered manifest into objects in Helm's install order.
+func objects(manifest string) ([]*unstructured.Unstructured, error) {
 	_, manifests, err := releaseutil.SortManifests(releaseutil.SplitManifests(manifest), nil, releaseutil.InstallOrder)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("split manifest: %w", err)
 	}
-	out := make([]string, 0, len(manifests))
+	out := make([]*unstructured.Unstructured, 0, len(manifests))
 	for _, m := range manifests {
 		obj := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal([]byte(m.Content), &obj.Object); err != nil || obj.Object == nil {
 			continue
 		}
-		out = append(out, subject(obj))
+		out = append(out, obj)
 	}
-	return out
+	return out, nil
 }
