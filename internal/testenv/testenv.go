@@ -29,6 +29,9 @@ type ControlPlane struct {
 	Bin string
 	// AuditLog is the API server's audit log (JSON lines) when started with Audit.
 	AuditLog string
+	// Webhooks is envtest's webhook installation when started with Options.Webhooks:
+	// the local host, port and certificate directory a webhook server must serve on.
+	Webhooks *envtest.WebhookInstallOptions
 
 	env    *envtest.Environment
 	dir    string
@@ -54,6 +57,9 @@ type Options struct {
 	// Tokens are bearer tokens the API server accepts (user name -> token), for tests
 	// that authenticate the way a ServiceAccount or CI job does.
 	Tokens map[string]string
+	// Webhooks installs admission webhook configurations (Paths or objects) pointing at
+	// a local serving port with generated certificates (see ControlPlane.Webhooks).
+	Webhooks *envtest.WebhookInstallOptions
 }
 
 // Start starts a control plane. The binaries come from bin/ at the repository root, or
@@ -106,6 +112,10 @@ func Start(opts ...Options) (*ControlPlane, error) {
 		}
 		env.ControlPlane.GetAPIServer().Configure().Set("token-auth-file", path)
 		cp.tokens = o.Tokens
+	}
+	if o.Webhooks != nil {
+		env.WebhookInstallOptions = *o.Webhooks
+		cp.Webhooks = &env.WebhookInstallOptions
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -1,0 +1,329 @@
+package webhook
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/gate"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// Labels on a StorageMigration the gate creates, naming its HelmRelease.
+const (
+	LabelHelmReleaseNamespace = "upgradeguard.io/helmrelease-namespace"
+	LabelHelmReleaseName      = "upgradeguard.io/helmrelease-name"
+)
+
+// Condition reasons the gate adds to pkg/gate's.
+const (
+	ReasonNotChecked = "NotChecked"
+	ReasonCheckError = "CheckFailed"
+)
+
+// decision is one answer with what the event, annotation and metric need.
+type decision struct {
+	outcome    string
+	allowed    bool
+	message    string
+	warnings   []string
+	reason     string // event reason
+	migration  string
+	created    bool
+	operation  predict.Operation
+	chart      string
+	conditions []metav1.Condition
+	noState    bool // leave the conditions as they are (the gate could not decide)
+}
+
+func (g *Gate) decide(ctx context.Context, old, hr *helmv2.HelmRelease, dryRun bool) decision {
+	res, err := runWithin(ctx, func(ctx context.Context) (*fluxrelease.Result, error) {
+		return fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: hr, Reader: g.reader, Local: g.local, Settings: g.settings})
+	})
+	subjectHR := fmt.Sprintf("HelmRelease %s/%s", hr.Namespace, hr.Name)
+	var unsupported *fluxrelease.UnsupportedError
+	switch {
+	case errors.As(err, &unsupported):
+		msg := fmt.Sprintf("upgradeguard did not check the chart change of %s: %s", subjectHR, unsupported.Reason)
+		return decision{outcome: OutcomeAdmitted, allowed: true, message: msg, warnings: []string{msg}, reason: "ChartChangeNotChecked",
+			chart: fluxrelease.Describe(hr), conditions: conds(hr, ReasonNotChecked, msg, metav1.ConditionUnknown, ReasonNotChecked, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)}
+	case err != nil:
+		return g.errored(hr, subjectHR, err)
+	}
+
+	rep := res.Report
+	d := decision{operation: res.Operation, chart: res.Chart + "@" + res.Version}
+	what := fmt.Sprintf("%s of release %s/%s to chart %s %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.Version)
+	if res.CurrentVersion != "" {
+		what = fmt.Sprintf("%s of release %s/%s from chart %s %s to %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.CurrentVersion, res.Version)
+	}
+	if len(res.RemediationRisk) > 0 {
+		d.warnings = append(d.warnings, fmt.Sprintf("if this upgrade fails after applying its CRDs, helm-controller's rollback remediation would be rejected on %s (the older chart lacks the new storage version); consider spec.upgrade.remediation.strategy: uninstall or retries: 0 for this upgrade",
+			strings.Join(res.RemediationRisk, ", ")))
+	}
+
+	if rep.Safe {
+		reason := gate.ReasonNotRequired
+		if sm, _ := g.getMigration(ctx, MigrationName(hr.Namespace, hr.Name)); sm != nil && succeeded(sm) {
+			reason, d.migration = gate.ReasonMigrated, sm.Name
+		}
+		d.outcome, d.allowed, d.reason = OutcomeAdmitted, true, "ChartChangeAdmitted"
+		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD of the incoming chart is accepted by the target's API server", what)
+		d.conditions = conds(hr, reason, d.message, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)
+		return d
+	}
+
+	var toMigrate, unfixable []string
+	reason := gate.ReasonMigrationRequired
+	for _, c := range rep.Findings() {
+		switch c.Verdict {
+		case predict.Migrate:
+			toMigrate = append(toMigrate, c.Name)
+		case predict.Bridge:
+			unfixable, reason = append(unfixable, fmt.Sprintf("%s: %s (next: %s)", c.Name, c.Reason, c.Action)), gate.ReasonBridgeRequired
+		case predict.Delete:
+			unfixable, reason = append(unfixable, fmt.Sprintf("%s: %s (next: %s)", c.Name, c.Reason, c.Action)), gate.ReasonCRDDeletion
+		}
+	}
+	target := ""
+	if res.Remote {
+		target = fmt.Sprintf(" (against the cluster of the kubeConfig Secret %s/%s)", hr.Namespace, hr.Spec.KubeConfig.SecretRef.Name)
+	}
+	if len(unfixable) > 0 {
+		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
+		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: the API server would reject it, and no automatic migration fixes it. %s. Next steps%s: %s",
+			what, strings.Join(unfixable, "; "), target, strings.Join(rep.NextSteps, "; then "))
+		d.conditions = conds(hr, reason, d.message, metav1.ConditionTrue, gate.ReasonIdle, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)
+		return d
+	}
+
+	required := fmt.Sprintf("stored versions of %s are dropped by the incoming chart and must be migrated first", strings.Join(toMigrate, ", "))
+	policy, unselected, err := g.policyFor(ctx, res.LiveCRDs, toMigrate)
+	if err != nil {
+		return g.errored(hr, subjectHR, err)
+	}
+	if policy == nil {
+		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
+		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run%s: %s, then re-apply (Flux retries on its next reconcile); or create a StorageMigrationPolicy with autoMigrate: true that selects them",
+			what, required, strings.Join(unselected, ", "), target, strings.Join(rep.NextSteps, "; then "))
+		d.conditions = conds(hr, gate.ReasonMigrationRequired, required, metav1.ConditionTrue, gate.ReasonAutoMigrationOff, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)
+		return d
+	}
+
+	name := MigrationName(hr.Namespace, hr.Name)
+	d.migration = name
+	sm, created, err := g.ensureMigration(ctx, hr, name, toMigrate, policy, dryRun)
+	if err != nil {
+		return g.errored(hr, subjectHR, err)
+	}
+	d.created = created
+	if sm != nil && failed(sm) {
+		msg := failureMessage(sm)
+		d.outcome, d.reason = OutcomeBlocked, "StorageMigrationFailed"
+		d.message = fmt.Sprintf("upgradeguard denied the %s: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the gate starts a new one on Flux's next retry, or run%s: %s",
+			what, required, name, msg, name, target, strings.Join(rep.NextSteps, "; then "))
+		d.conditions = conds(hr, gate.ReasonMigrationRequired, required, metav1.ConditionTrue, gate.ReasonMigrationFailed, metav1.ConditionFalse, gate.ReasonMigrationFailed, metav1.ConditionTrue)
+		d.conditions[2].Message = msg
+		return d
+	}
+	d.outcome, d.reason = OutcomeMigrating, "ChartChangeHeld"
+	if created {
+		d.reason = "StorageMigrationStarted"
+		d.message = fmt.Sprintf("upgradeguard is holding the %s: %s. StorageMigration %s was created to migrate them; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
+			what, required, name, name, name)
+	} else {
+		d.message = fmt.Sprintf("upgradeguard is holding the %s: %s, and StorageMigration %s is in progress; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
+			what, required, name, name, name)
+	}
+	if dryRun {
+		d.message += " (dry run: nothing was created)"
+	}
+	d.conditions = conds(hr, gate.ReasonMigrationRequired, required, metav1.ConditionTrue, gate.ReasonMigrating, metav1.ConditionTrue, gate.ReasonIdle, metav1.ConditionFalse)
+	d.conditions[1].Message = d.message
+	return d
+}
+
+func (g *Gate) errored(hr *helmv2.HelmRelease, subject string, err error) decision {
+	msg := fmt.Sprintf("upgradeguard could not check the chart change of %s (%s): %v. ", subject, fluxrelease.Describe(hr), err)
+	if g.opts.AllowOnError {
+		msg += "It is admitted unchecked (the gate runs with AllowOnError)"
+	} else {
+		msg += "It is denied until the check can run: fix the cause, and Flux's next retry is checked again (runbook: docs/operator-guide.md, \"Runbook: a blocked HelmRelease\")"
+	}
+	d := decision{outcome: OutcomeError, allowed: g.opts.AllowOnError, message: msg, reason: "GateError", chart: fluxrelease.Describe(hr), noState: true}
+	if d.allowed {
+		d.warnings = []string{msg}
+	}
+	return d
+}
+
+func opName(op predict.Operation) string {
+	if op == predict.Rollback {
+		return "rollback (a move back to an older chart version)"
+	}
+	return "upgrade"
+}
+
+// conds builds the three conditions in the order Required, InProgress, Failed.
+func conds(hr *helmv2.HelmRelease, reqReason, reqMsg string, req metav1.ConditionStatus,
+	progReason string, prog metav1.ConditionStatus, failReason string, fail metav1.ConditionStatus) []metav1.Condition {
+	gen := hr.Generation
+	return []metav1.Condition{
+		{Type: v1alpha1.ConditionStorageMigrationRequired, Status: req, Reason: reqReason, Message: reqMsg, ObservedGeneration: gen},
+		{Type: v1alpha1.ConditionStorageMigrationInProgress, Status: prog, Reason: progReason, ObservedGeneration: gen},
+		{Type: v1alpha1.ConditionStorageMigrationFailed, Status: fail, Reason: failReason, ObservedGeneration: gen},
+	}
+}
+
+// policyFor returns a StorageMigrationPolicy with autoMigrate that selects every named
+// CRD, or nil and the names no such policy selects.
+func (g *Gate) policyFor(ctx context.Context, live map[string]*apiextv1.CustomResourceDefinition, names []string) (*v1alpha1.StorageMigrationPolicy, []string, error) {
+	var list v1alpha1.StorageMigrationPolicyList
+	if err := g.reader.List(ctx, &list); err != nil {
+		return nil, nil, fmt.Errorf("list StorageMigrationPolicies: %w", err)
+	}
+	slices.SortFunc(list.Items, func(a, b v1alpha1.StorageMigrationPolicy) int { return strings.Compare(a.Name, b.Name) })
+	var chosen *v1alpha1.StorageMigrationPolicy
+	var unselected []string
+	for _, n := range names {
+		crd := live[n]
+		found := false
+		for i := range list.Items {
+			p := &list.Items[i]
+			if !p.AutoMigrates() || crd == nil {
+				continue
+			}
+			ok, err := p.Selects(crd)
+			if err != nil {
+				return nil, nil, err
+			}
+			if ok {
+				found = true
+				if chosen == nil {
+					chosen = p
+				}
+				break
+			}
+		}
+		if !found {
+			unselected = append(unselected, n)
+		}
+	}
+	if len(unselected) > 0 {
+		return nil, unselected, nil
+	}
+	return chosen, nil, nil
+}
+
+// MigrationName is the StorageMigration the gate creates for a HelmRelease:
+// hr-<namespace>-<name>, shortened with a hash when it is not a valid name.
+func MigrationName(namespace, name string) string {
+	n := "hr-" + namespace + "-" + name
+	if len(n) <= validation.DNS1123SubdomainMaxLength && len(validation.IsDNS1123Subdomain(n)) == 0 {
+		return n
+	}
+	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(namespace+"/"+name)))
+	const keep = 50
+	if len(n) > keep {
+		n = n[:keep]
+	}
+	return strings.TrimRight(n, "-.") + "-" + sum[:10]
+}
+
+func (g *Gate) getMigration(ctx context.Context, name string) (*v1alpha1.StorageMigration, error) {
+	var sm v1alpha1.StorageMigration
+	if err := g.reader.Get(ctx, client.ObjectKey{Name: name}, &sm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("get StorageMigration %s: %w", name, err)
+	}
+	return &sm, nil
+}
+
+// ensureMigration returns the HelmRelease's StorageMigration, creating it when there is
+// none, or replacing it when it succeeded earlier and a new migration is needed. A
+// running or failed one is returned as it is.
+func (g *Gate) ensureMigration(ctx context.Context, hr *helmv2.HelmRelease, name string, crds []string,
+	policy *v1alpha1.StorageMigrationPolicy, dryRun bool) (*v1alpha1.StorageMigration, bool, error) {
+	sm, err := g.getMigration(ctx, name)
+	if err != nil {
+		return nil, false, err
+	}
+	if sm != nil && !succeeded(sm) {
+		return sm, false, nil
+	}
+	if dryRun {
+		return nil, true, nil
+	}
+	if sm != nil {
+		// It succeeded, yet the check still finds stored versions to migrate (new
+		// objects, another chart): start over with what is needed now.
+		uid := sm.UID
+		if err := g.writer.Delete(ctx, sm, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, false, fmt.Errorf("replace StorageMigration %s: %w", name, err)
+		}
+	}
+	want := &v1alpha1.StorageMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			LabelHelmReleaseNamespace: hr.Namespace, LabelHelmReleaseName: truncateLabel(hr.Name),
+		}},
+		Spec: v1alpha1.StorageMigrationSpec{Resources: slices.Sorted(slices.Values(crds)), Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline},
+	}
+	if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil {
+		want.Spec.KubeConfig = &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: hr.Namespace, Name: kc.SecretRef.Name, Key: kc.SecretRef.Key}}
+	}
+	if err := g.writer.Create(ctx, want); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Another replica (or a finalizer keeping the old one) got there first.
+			sm, gerr := g.getMigration(ctx, name)
+			return sm, false, gerr
+		}
+		return nil, false, fmt.Errorf("create StorageMigration %s: %w", name, err)
+	}
+	return want, true, nil
+}
+
+func truncateLabel(v string) string {
+	if len(v) <= validation.LabelValueMaxLength {
+		return v
+	}
+	return strings.TrimRight(v[:validation.LabelValueMaxLength], "-_.")
+}
+
+func succeeded(sm *v1alpha1.StorageMigration) bool {
+	return sm.Status.Phase == v1alpha1.PhaseSucceeded || meta.IsStatusConditionTrue(sm.Status.Conditions, v1alpha1.ConditionSucceeded)
+}
+
+func failed(sm *v1alpha1.StorageMigration) bool {
+	return sm.Status.Phase == v1alpha1.PhaseFailed || meta.IsStatusConditionTrue(sm.Status.Conditions, v1alpha1.ConditionFailed)
+}
+
+func failureMessage(sm *v1alpha1.StorageMigration) string {
+	if c := meta.FindStatusCondition(sm.Status.Conditions, v1alpha1.ConditionFailed); c != nil && c.Message != "" {
+		return c.Message
+	}
+	var msgs []string
+	for _, r := range sm.Status.Resources {
+		if r.Message != "" {
+			msgs = append(msgs, r.Name+": "+r.Message)
+		}
+	}
+	if len(msgs) == 0 {
+		return "no message (kubectl describe storagemigration " + sm.Name + ")"
+	}
+	return strings.Join(msgs, "; ")
+}

@@ -1,0 +1,175 @@
+// Package webhook is the admission gate for Flux HelmReleases: a validating webhook on
+// helm.toolkit.fluxcd.io/v2 HelmRelease updates that change the chart. It predicts the
+// change with pkg/fluxrelease (and so pkg/check), admits what is safe, starts a
+// StorageMigration when a migration fixes the rest and a policy allows it, and denies
+// what cannot be fixed with check's actionable reason. It is a thin front end: the
+// prediction lives in pkg/, this package only turns it into an admission response,
+// events, an annotation and a metric.
+//
+// The gate never writes the object under admission and never touches the HelmRelease's
+// status, which belongs to helm-controller. It records its state in the annotation
+// upgradeguard.io/gate, patched asynchronously after the response; that patch does not
+// change the chart, so the webhook's matchConditions keep it (and helm-controller's own
+// metadata and finalizer updates) away from the webhook.
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"helm.sh/helm/v4/pkg/cli"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
+)
+
+// Path is where the webhook server serves the gate (the contract with the chart and
+// config/webhook/manifests.yaml).
+const Path = "/validate-helm-toolkit-fluxcd-io-v2-helmrelease"
+
+// Options tune the gate.
+type Options struct {
+	// Timeout bounds one decision: fetching the chart, reading the target and check.
+	// Keep it below the ValidatingWebhookConfiguration's timeoutSeconds (30 in the
+	// shipped manifest) so the gate answers with its own message. Default 25s.
+	Timeout time.Duration
+	// HelmCacheDir holds downloaded indexes and charts. Default: a directory under
+	// os.TempDir().
+	HelmCacheDir string
+	// AllowOnError admits a chart change the gate could not check (a repository that is
+	// down, an unreachable target). Default false: deny with the reason, so the change is
+	// retried once the gate can check it. This is the gate's own policy; the
+	// webhook's failurePolicy covers the gate being unreachable.
+	AllowOnError bool
+}
+
+// Outcomes, the values of metrics.GateDecisions' outcome label.
+const (
+	OutcomeAdmitted  = "admitted"
+	OutcomeMigrating = "migrating"
+	OutcomeBlocked   = "blocked"
+	OutcomeError     = "error"
+)
+
+// Setup registers the gate on the manager's webhook server at Path, and the annotation
+// writer as a runnable. The scheme gains the Flux and upgradeguard types it reads.
+func Setup(mgr manager.Manager, o Options) error {
+	for _, add := range []func(*runtime.Scheme) error{helmv2.AddToScheme, sourcev1.AddToScheme, v1alpha1.AddToScheme, corev1.AddToScheme} {
+		if err := add(mgr.GetScheme()); err != nil {
+			return fmt.Errorf("webhook: register types: %w", err)
+		}
+	}
+	g, err := New(mgr.GetAPIReader(), mgr.GetClient(), mgr.GetConfig(), mgr.GetEventRecorder("upgradeguard-gate"), o)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(g.annotator); err != nil {
+		return err
+	}
+	mgr.GetWebhookServer().Register(Path, &ctrlwebhook.Admission{Handler: g})
+	return nil
+}
+
+// Gate is the admission.Handler.
+type Gate struct {
+	reader    client.Reader
+	writer    client.Client
+	local     *rest.Config
+	recorder  events.EventRecorder
+	settings  *cli.EnvSettings
+	opts      Options
+	annotator *annotator
+}
+
+// New builds the gate. reader should read through to the API server (Secrets and
+// sources are not worth caching cluster-wide); writer creates StorageMigrations and
+// patches the annotation.
+func New(reader client.Reader, writer client.Client, local *rest.Config, recorder events.EventRecorder, o Options) (*Gate, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = 25 * time.Second
+	}
+	if o.HelmCacheDir == "" {
+		o.HelmCacheDir = filepath.Join(os.TempDir(), "upgradeguard-helm")
+	}
+	if err := os.MkdirAll(o.HelmCacheDir, 0o700); err != nil {
+		return nil, fmt.Errorf("webhook: Helm cache directory: %w", err)
+	}
+	s := cli.New()
+	s.RepositoryCache = filepath.Join(o.HelmCacheDir, "repository")
+	s.RepositoryConfig = filepath.Join(o.HelmCacheDir, "repositories.yaml")
+	s.RegistryConfig = filepath.Join(o.HelmCacheDir, "registry", "config.json")
+	s.ContentCache = filepath.Join(o.HelmCacheDir, "content")
+	return &Gate{reader: reader, writer: writer, local: local, recorder: recorder, settings: s, opts: o,
+		annotator: newAnnotator(writer)}, nil
+}
+
+// Handle decides one HelmRelease UPDATE.
+func (g *Gate) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Update {
+		return admission.Allowed("only updates are gated")
+	}
+	var old, hr helmv2.HelmRelease
+	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the old HelmRelease: %w", err))
+	}
+	if err := json.Unmarshal(req.Object.Raw, &hr); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the HelmRelease: %w", err))
+	}
+	if !fluxrelease.ChartChanged(&old, &hr) {
+		return admission.Allowed("the chart does not change")
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	logger := log.FromContext(ctx).WithValues("helmRelease", client.ObjectKeyFromObject(&hr).String())
+
+	ctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
+	defer cancel()
+	d := g.decide(ctx, &old, &hr, dryRun)
+	metrics.GateDecisions.WithLabelValues(d.outcome).Inc()
+	logger.Info("gate decision", "outcome", d.outcome, "chart", fluxrelease.Describe(&hr), "storageMigration", d.migration)
+	if !dryRun {
+		g.record(&old, d)
+	}
+	if d.allowed {
+		return admission.Allowed(d.message).WithWarnings(d.warnings...)
+	}
+	return admission.Denied(d.message).WithWarnings(d.warnings...)
+}
+
+// runWithin runs f and gives up when ctx ends first. Helm's chart download does not take
+// a context, so a slow repository is cut off here; the abandoned call ends on its own.
+func runWithin[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("no answer within the gate's timeout: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,211 @@
+package fluxrelease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	"helm.sh/helm/v4/pkg/cli"
+	"helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// Request is one HelmRelease change to predict.
+type Request struct {
+	// HelmRelease is the object as it would be after the update.
+	HelmRelease *helmv2.HelmRelease
+	// Reader reads sources and Secrets on the cluster holding the HelmRelease.
+	Reader Reader
+	// Local is the config of that cluster, the target when spec.kubeConfig is unset.
+	Local *rest.Config
+	// Settings carries Helm's cache paths for fetching charts. Nil uses HELM_*.
+	Settings *cli.EnvSettings
+}
+
+// Result is the prediction with what it was made from.
+type Result struct {
+	Report *check.Report
+	// Operation is Upgrade, or Rollback when the incoming chart is an older version of
+	// the chart the release runs now (Flux performs that as an upgrade to the older
+	// chart; the CRDs meet the live storage versions exactly as in a helm rollback).
+	Operation predict.Operation
+	// Release and StorageNamespace name the Helm release on the target.
+	Release, StorageNamespace string
+	// Remote is true when the target is the kubeConfig Secret's cluster.
+	Remote bool
+	// Chart and Version are the resolved incoming chart; CurrentVersion is the release's
+	// chart version now (empty when the release is not installed yet).
+	Chart, Version, CurrentVersion string
+	// LiveCRDs are the target's CRDs as check saw them, for callers that select them.
+	LiveCRDs map[string]*apiextv1.CustomResourceDefinition
+	// RemediationRisk names the CRDs on which helm-controller's rollback remediation
+	// would be rejected if this upgrade failed after applying its CRDs. Empty when the
+	// HelmRelease does not remediate by rollback or a rollback stays safe.
+	RemediationRisk []string
+}
+
+// Check resolves the incoming chart and the target, reads the release's current
+// revision from Helm storage on the target, and predicts the change with package check.
+// It only reads. An *UnsupportedError means the source or target is not one the gate
+// resolves; any other error means the prediction could not run.
+func Check(ctx context.Context, req Request) (*Result, error) {
+	hr := req.HelmRelease
+	src, err := Source(ctx, req.Reader, hr)
+	if err != nil {
+		return nil, err
+	}
+	target, remote, err := Target(ctx, req.Reader, hr, req.Local)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := check.NewKubeCluster(target)
+	if err != nil {
+		return nil, fmt.Errorf("target cluster: %w", err)
+	}
+	res := &Result{Release: ReleaseName(hr), StorageNamespace: StorageNamespace(hr), Remote: remote, Operation: predict.Upgrade}
+	kubeVersion, err := kc.ServerVersion(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the target API server at %s: %w", target.Host, err)
+	}
+	cs, err := kubernetes.NewForConfig(target)
+	if err != nil {
+		return nil, fmt.Errorf("target cluster: %w", err)
+	}
+	reader, err := helmrelease.NewReader(cs, res.StorageNamespace, helmrelease.DriverSecret)
+	if err != nil {
+		return nil, err
+	}
+	history, err := reader.History(ctx, res.Release)
+	var nf *helmrelease.NotFoundError
+	if err != nil && !errors.As(err, &nf) {
+		return nil, err
+	}
+	current := latestDeployed(history)
+
+	src.ReleaseName, src.Namespace = res.Release, hr.GetReleaseNamespace()
+	src.KubeVersion, src.IsUpgrade = kubeVersion, current != nil
+	src.BaseValues, src.Settings = hr.GetValues(), req.Settings
+	ch, err := chartsource.Load(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	res.Chart, res.Version = ch.Name, ch.Version
+
+	creq := check.Request{
+		Operation: predict.Upgrade, Incoming: ch.CRDs, Policy: check.PolicyHelm,
+		Release: res.Release, Namespace: res.StorageNamespace, Chart: ch.Name, ChartVersion: ch.Version,
+	}
+	if CRDPolicyCreateReplace(hr) {
+		creq.Policy = check.PolicyCreateReplace
+	}
+	if current != nil {
+		creq.FromRevision = current.Version
+		if creq.Current, err = chartcrds.All(current.Chart, current.Manifest); err != nil {
+			return nil, fmt.Errorf("revision %d of release %s: %w", current.Version, res.Release, err)
+		}
+		if current.Chart != nil && current.Chart.Metadata != nil {
+			res.CurrentVersion = current.Chart.Metadata.Version
+			if current.Chart.Metadata.Name == ch.Name && Older(ch.Version, res.CurrentVersion) {
+				creq.Operation = predict.Rollback
+				creq.ToRevision = revisionOf(history, ch.Name, ch.Version)
+			}
+		}
+	}
+	res.Operation = creq.Operation
+	cluster := &recordingCluster{Cluster: kc}
+	rep, err := check.Run(ctx, cluster, creq)
+	if err != nil {
+		return nil, err
+	}
+	res.Report, res.LiveCRDs = rep, cluster.live
+	if RollbackRemediation(hr) && current != nil && creq.Operation == predict.Upgrade {
+		res.RemediationRisk = remediationRisk(cluster.live, ch.CRDs, creq.Current)
+	}
+	return res, nil
+}
+
+// latestDeployed is the revision an upgrade starts from (helmrelease.Reader.Current's
+// rule) over an already read history.
+func latestDeployed(h []*release.Release) *release.Release {
+	for i := len(h) - 1; i >= 0; i-- {
+		if h[i].Info != nil && h[i].Info.Status == common.StatusDeployed {
+			return h[i]
+		}
+	}
+	if len(h) > 0 {
+		return h[len(h)-1]
+	}
+	return nil
+}
+
+// revisionOf is the newest revision that ran chart@version, so the rollback action can
+// name it; 0 when none did.
+func revisionOf(h []*release.Release, chart, version string) int {
+	for i := len(h) - 1; i >= 0; i-- {
+		if m := h[i].Chart; m != nil && m.Metadata != nil && m.Metadata.Name == chart && m.Metadata.Version == version {
+			return h[i].Version
+		}
+	}
+	return 0
+}
+
+// remediationRisk predicts helm-controller's rollback remediation after this upgrade:
+// the live CRDs as the upgrade leaves them (the incoming spec, the incoming storage
+// version added to storedVersions) against the current revision's CRDs.
+func remediationRisk(live map[string]*apiextv1.CustomResourceDefinition, incoming, current []chartcrds.CRD) []string {
+	after := map[string]*apiextv1.CustomResourceDefinition{}
+	for _, in := range incoming {
+		if in.Source != predict.Templates {
+			continue
+		}
+		c := in.CRD.DeepCopy()
+		if l := live[c.Name]; l != nil {
+			c.Status.StoredVersions = append([]string{}, l.Status.StoredVersions...)
+		}
+		for _, v := range c.Spec.Versions {
+			if v.Storage && !slices.Contains(c.Status.StoredVersions, v.Name) {
+				c.Status.StoredVersions = append(c.Status.StoredVersions, v.Name)
+			}
+		}
+		after[c.Name] = c
+	}
+	var out []string
+	for _, cur := range current {
+		a := after[cur.CRD.Name]
+		if a == nil || cur.Source != predict.Templates {
+			continue
+		}
+		if f := predict.Decide(a, predict.Incoming{CRD: cur.CRD, Source: cur.Source, Applied: true}); f.Verdict == predict.Bridge {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
+// recordingCluster keeps the CRDs check read, so callers select them without a second
+// LIST.
+type recordingCluster struct {
+	check.Cluster
+	mu   sync.Mutex
+	live map[string]*apiextv1.CustomResourceDefinition
+}
+
+func (r *recordingCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
+	m, err := r.Cluster.CRDs(ctx)
+	r.mu.Lock()
+	r.live = m
+	r.mu.Unlock()
+	return m, err
+}

@@ -1,0 +1,251 @@
+// Package fluxrelease owns reading a Flux HelmRelease the way helm-controller does: which
+// chart an update asks for (HelmRepository over HTTP or OCI, or an OCIRepository through
+// spec.chartRef, honouring semver ranges), which cluster it installs to
+// (spec.kubeConfig.secretRef or the local one), which Helm release and storage namespace it
+// owns, and whether an update is an upgrade or a move back to an older chart. Check joins
+// these with package check, so the admission gate and any other caller predict a
+// HelmRelease change exactly as `upgradeguard check` predicts a helm upgrade or rollback.
+package fluxrelease
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"strings"
+
+	"github.com/Masterminds/semver/v3"
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+)
+
+// Reader reads the HelmRelease's sources and Secrets on the cluster that holds it.
+type Reader = client.Reader
+
+// ChartChanged reports whether an update changes what chart helm-controller installs:
+// spec.chart.spec.{chart,version,sourceRef} or spec.chartRef. Interval, values files,
+// verification and every metadata or status change leave it false.
+func ChartChanged(old, updated *helmv2.HelmRelease) bool {
+	return chartKey(old) != chartKey(updated)
+}
+
+// key is what names the chart: the template's chart, version and source, or the chartRef.
+type key struct {
+	field, chart, version           string
+	srcAPI, srcKind, srcName, srcNS string
+}
+
+func chartKey(hr *helmv2.HelmRelease) key {
+	if c := hr.Spec.Chart; c != nil {
+		r := c.Spec.SourceRef
+		return key{field: "chart", chart: c.Spec.Chart, version: c.Spec.Version,
+			srcAPI: r.APIVersion, srcKind: r.Kind, srcName: r.Name, srcNS: orDefault(r.Namespace, hr.Namespace)}
+	}
+	if r := hr.Spec.ChartRef; r != nil {
+		return key{field: "chartRef", srcAPI: r.APIVersion, srcKind: r.Kind, srcName: r.Name, srcNS: orDefault(r.Namespace, hr.Namespace)}
+	}
+	return key{}
+}
+
+// Describe names the chart a HelmRelease asks for, for messages: "flux2@2.18.2 from
+// HelmRepository flux-system/charts" or "OCIRepository flux-system/podinfo".
+func Describe(hr *helmv2.HelmRelease) string {
+	if c := hr.Spec.Chart; c != nil {
+		v := c.Spec.Version
+		if v == "" {
+			v = "*"
+		}
+		return fmt.Sprintf("%s@%s from %s %s/%s", c.Spec.Chart, v, c.Spec.SourceRef.Kind, c.GetNamespace(hr.Namespace), c.Spec.SourceRef.Name)
+	}
+	if r := hr.Spec.ChartRef; r != nil {
+		return fmt.Sprintf("%s %s/%s", r.Kind, orDefault(r.Namespace, hr.Namespace), r.Name)
+	}
+	return "no chart"
+}
+
+// ReleaseName is the Helm release name helm-controller uses: status.history's latest
+// snapshot when there is one, else spec.releaseName or [targetNamespace-]name, shortened
+// to 53 characters with a hash the way helm-controller shortens it.
+func ReleaseName(hr *helmv2.HelmRelease) string {
+	if s := hr.Status.History.Latest(); s != nil && s.Name != "" {
+		return s.Name
+	}
+	return shortenName(hr.GetReleaseName())
+}
+
+// StorageNamespace is where helm-controller keeps the release's revisions on the target.
+func StorageNamespace(hr *helmv2.HelmRelease) string { return hr.GetStorageNamespace() }
+
+func shortenName(name string) string {
+	const maxLength, hashLength = 53, 12
+	if len(name) <= maxLength {
+		return name
+	}
+	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(name)))
+	return name[:maxLength-(hashLength+1)] + "-" + sum[:hashLength]
+}
+
+// UnsupportedError says that the HelmRelease's chart comes from a source the gate cannot
+// resolve (a GitRepository or Bucket, say). It is not a finding and not an outage: callers
+// decide whether to let such releases through.
+type UnsupportedError struct{ Reason string }
+
+func (e *UnsupportedError) Error() string { return e.Reason }
+
+// Source returns the chartsource options that fetch the chart the HelmRelease asks for,
+// with the same version rule as source-controller (an exact version, or the highest
+// version matching a semver range; "*" or empty is the newest stable one). It reads the
+// HelmRepository or OCIRepository and, for a HelmRepository's secretRef, the username and
+// password keys of the Secret.
+func Source(ctx context.Context, r Reader, hr *helmv2.HelmRelease) (chartsource.Options, error) {
+	switch {
+	case hr.Spec.Chart != nil:
+		return templateSource(ctx, r, hr)
+	case hr.Spec.ChartRef != nil:
+		return chartRefSource(ctx, r, hr)
+	}
+	return chartsource.Options{}, &UnsupportedError{Reason: "the HelmRelease sets neither spec.chart nor spec.chartRef"}
+}
+
+func templateSource(ctx context.Context, r Reader, hr *helmv2.HelmRelease) (chartsource.Options, error) {
+	spec := hr.Spec.Chart.Spec
+	ref := spec.SourceRef
+	if ref.Kind != sourcev1.HelmRepositoryKind {
+		return chartsource.Options{}, &UnsupportedError{Reason: fmt.Sprintf("chart source kind %s is not resolved by the gate (only HelmRepository, and OCIRepository through spec.chartRef)", ref.Kind)}
+	}
+	ns := hr.Spec.Chart.GetNamespace(hr.Namespace)
+	var repo sourcev1.HelmRepository
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &repo); err != nil {
+		return chartsource.Options{}, fmt.Errorf("HelmRepository %s/%s: %w", ns, ref.Name, err)
+	}
+	version := spec.Version
+	if version == "*" {
+		version = ""
+	}
+	o := chartsource.Options{Version: version, PassCredentialsAll: repo.Spec.PassCredentials}
+	if repo.Spec.Type == sourcev1.HelmRepositoryTypeOCI {
+		o.Ref = strings.TrimSuffix(repo.Spec.URL, "/") + "/" + spec.Chart
+		o.PlainHTTP = repo.Spec.Insecure
+	} else {
+		o.Ref, o.RepoURL = spec.Chart, repo.Spec.URL
+	}
+	if repo.Spec.SecretRef != nil {
+		user, pass, err := basicAuth(ctx, r, ns, repo.Spec.SecretRef.Name)
+		if err != nil {
+			return chartsource.Options{}, fmt.Errorf("HelmRepository %s/%s: %w", ns, ref.Name, err)
+		}
+		o.Username, o.Password = user, pass
+	}
+	return o, nil
+}
+
+func chartRefSource(ctx context.Context, r Reader, hr *helmv2.HelmRelease) (chartsource.Options, error) {
+	ref := hr.Spec.ChartRef
+	if ref.Kind != sourcev1.OCIRepositoryKind {
+		return chartsource.Options{}, &UnsupportedError{Reason: fmt.Sprintf("spec.chartRef kind %s is not resolved by the gate (only OCIRepository)", ref.Kind)}
+	}
+	ns := orDefault(ref.Namespace, hr.Namespace)
+	var repo sourcev1.OCIRepository
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &repo); err != nil {
+		return chartsource.Options{}, fmt.Errorf("OCIRepository %s/%s: %w", ns, ref.Name, err)
+	}
+	o := chartsource.Options{Ref: repo.Spec.URL, PlainHTTP: repo.Spec.Insecure}
+	if rr := repo.Spec.Reference; rr != nil {
+		switch {
+		case rr.Digest != "":
+			o.Ref += "@" + rr.Digest
+		case rr.SemVer != "":
+			o.Version = rr.SemVer
+		case rr.Tag != "":
+			o.Version = rr.Tag
+		}
+	}
+	if repo.Spec.SecretRef != nil {
+		return chartsource.Options{}, &UnsupportedError{Reason: fmt.Sprintf("OCIRepository %s/%s uses a docker-config secretRef, which the gate does not read", ns, ref.Name)}
+	}
+	return o, nil
+}
+
+func basicAuth(ctx context.Context, r Reader, ns, name string) (user, pass string, err error) {
+	var s corev1.Secret
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
+		return "", "", fmt.Errorf("secretRef %s: %w", name, err)
+	}
+	user, pass = string(s.Data["username"]), string(s.Data["password"])
+	if user == "" || pass == "" {
+		return "", "", fmt.Errorf("secretRef %s has no username and password keys: the gate supports basic auth only", name)
+	}
+	return user, pass, nil
+}
+
+// Target returns the REST config of the cluster helm-controller installs to: the
+// kubeconfig in spec.kubeConfig.secretRef (key "value", then "value.yaml", unless the
+// reference names a key), or local when there is none.
+func Target(ctx context.Context, r Reader, hr *helmv2.HelmRelease, local *rest.Config) (cfg *rest.Config, remote bool, err error) {
+	kc := hr.Spec.KubeConfig
+	if kc == nil {
+		return local, false, nil
+	}
+	if kc.SecretRef == nil {
+		return nil, true, &UnsupportedError{Reason: "spec.kubeConfig without secretRef (a ConfigMap reference) is not resolved by the gate"}
+	}
+	var s corev1.Secret
+	if err := r.Get(ctx, types.NamespacedName{Namespace: hr.Namespace, Name: kc.SecretRef.Name}, &s); err != nil {
+		return nil, true, fmt.Errorf("kubeConfig Secret %s/%s: %w", hr.Namespace, kc.SecretRef.Name, err)
+	}
+	keys := []string{"value", "value.yaml"}
+	if kc.SecretRef.Key != "" {
+		keys = []string{kc.SecretRef.Key}
+	}
+	for _, k := range keys {
+		if data := s.Data[k]; len(data) > 0 {
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+			if err != nil {
+				return nil, true, fmt.Errorf("kubeConfig Secret %s/%s key %s is not a valid kubeconfig: %w", hr.Namespace, s.Name, k, err)
+			}
+			return cfg, true, nil
+		}
+	}
+	return nil, true, fmt.Errorf("kubeConfig Secret %s/%s has none of the keys %s", hr.Namespace, s.Name, strings.Join(keys, ", "))
+}
+
+// CRDPolicyCreateReplace reports whether the upgrade applies the chart's crds/ folder too
+// (spec.upgrade.crds: CreateReplace).
+func CRDPolicyCreateReplace(hr *helmv2.HelmRelease) bool {
+	return hr.GetUpgrade().CRDs == helmv2.CreateReplace
+}
+
+// RollbackRemediation reports whether a failed upgrade makes helm-controller roll back
+// (spec.upgrade.remediation with strategy rollback and retries, or remediateLastFailure).
+func RollbackRemediation(hr *helmv2.HelmRelease) bool {
+	rem := hr.GetUpgrade().GetRemediation()
+	up, ok := rem.(helmv2.UpgradeRemediation)
+	if !ok {
+		return false
+	}
+	return up.GetStrategy() == helmv2.RollbackRemediationStrategy && (up.Retries != 0 || up.MustRemediateLastFailure())
+}
+
+// Older reports whether version is a lower semver than than; false when either does not
+// parse.
+func Older(version, than string) bool {
+	a, err1 := semver.NewVersion(version)
+	b, err2 := semver.NewVersion(than)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return a.LessThan(b)
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
