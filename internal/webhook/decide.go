@@ -93,9 +93,9 @@ func (g *Gate) decide(ctx context.Context, old, hr *helmv2.HelmRelease, dryRun b
 		case predict.Migrate:
 			toMigrate = append(toMigrate, c.Name)
 		case predict.Bridge:
-			unfixable, reason = append(unfixable, fmt.Sprintf("%s: %s (next: %s)", c.Name, c.Reason, c.Action)), gate.ReasonBridgeRequired
+			unfixable, reason = append(unfixable, c.Name+": "+c.Reason), gate.ReasonBridgeRequired
 		case predict.Delete:
-			unfixable, reason = append(unfixable, fmt.Sprintf("%s: %s (next: %s)", c.Name, c.Reason, c.Action)), gate.ReasonCRDDeletion
+			unfixable, reason = append(unfixable, c.Name+": "+c.Reason), gate.ReasonCRDDeletion
 		}
 	}
 	target := ""
@@ -104,7 +104,7 @@ func (g *Gate) decide(ctx context.Context, old, hr *helmv2.HelmRelease, dryRun b
 	}
 	if len(unfixable) > 0 {
 		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
-		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: the API server would reject it, and no automatic migration fixes it. %s. Next steps%s: %s",
+		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: the API server would reject it, and no automatic migration fixes it. %s. Next steps%s: %s; then re-apply the change (Flux retries on its next reconcile)",
 			what, strings.Join(unfixable, "; "), target, strings.Join(rep.NextSteps, "; then "))
 		d.conditions = conds(hr, reason, d.message, metav1.ConditionTrue, gate.ReasonIdle, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)
 		return d

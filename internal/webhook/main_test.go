@@ -1,0 +1,253 @@
+package webhook_test
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"github.com/go-logr/logr"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/config"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/webhook"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+)
+
+// suite is the control plane with the gate registered on a real webhook server, the
+// fixture charts served over HTTP and OCI, and Flux's CRDs installed by a real Helm
+// release of the flux2 2.17.2 chart (as the incident cluster had them).
+type suite struct {
+	cp      *testenv.ControlPlane
+	c       client.Client
+	scheme  *runtime.Scheme
+	repoURL string // HTTP chart repository
+	ociHost string // OCI registry host:port
+	charts  map[string]string
+}
+
+var s suite
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	stop, err := setup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+		if stop != nil {
+			stop()
+		}
+		os.Exit(2)
+	}
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// fixtureCharts are the charts the tests serve: name, version and the fixture CRD files
+// their templates/ hold.
+var fixtureCharts = []struct {
+	name, version string
+	files         []string
+}{
+	{"flux2", "2.17.2", []string{"charts/flux2-2.17.2/rendered/crds.yaml"}},
+	{"flux2", "2.18.2", []string{"charts/flux2-2.18.2/rendered/crds.yaml"}},
+	{"crossplane", "1.17.3", []string{"crds/crossplane/v1.17.3"}},
+	{"crossplane", "1.18.0", []string{"crds/crossplane/v1.18.0"}},
+	{"kro", "0.2.0", []string{"crds/kro/v0.2.0"}},
+	{"kro", "0.9.0", []string{"crds/kro/v0.2.0"}},
+	{"kro", "0.9.3", []string{"crds/kro/v0.9.3"}},
+	{"cert-manager", "1.6.3", []string{"crds/cert-manager/v1.6.3"}},
+	{"cert-manager", "1.7.0", []string{"crds/cert-manager/v1.7.0"}},
+}
+
+func setup() (stop func(), err error) {
+	ctrllog.SetLogger(logr.Discard())
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	cp, err := testenv.Start(testenv.Options{Webhooks: &envtest.WebhookInstallOptions{
+		Paths: []string{filepath.Join(root, "config", "webhook")},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+		_ = cp.Stop()
+	}
+	s.cp = cp
+	ctx := context.Background()
+
+	if err := installOwnCRDs(ctx, cp); err != nil {
+		return stop, err
+	}
+	dir, err := os.MkdirTemp("", "upgradeguard-gate-")
+	if err != nil {
+		return stop, err
+	}
+	stops = append(stops, func() { _ = os.RemoveAll(dir) })
+	repoDir := filepath.Join(dir, "repo")
+	s.charts = map[string]string{}
+	for _, fc := range fixtureCharts {
+		files, err := expand(fc.files)
+		if err != nil {
+			return stop, err
+		}
+		chartDir, err := testenv.FixtureChart(filepath.Join(dir, "src", fc.name+"-"+fc.version), fc.name, fc.version, files...)
+		if err != nil {
+			return stop, err
+		}
+		tgz, err := testenv.Package(chartDir, repoDir)
+		if err != nil {
+			return stop, err
+		}
+		s.charts[fc.name+"-"+fc.version] = tgz
+	}
+	url, stopRepo, err := testenv.ServeRepo(repoDir)
+	if err != nil {
+		return stop, err
+	}
+	stops = append(stops, stopRepo)
+	s.repoURL = url
+	host, stopOCI := testenv.ServeOCI()
+	stops = append(stops, stopOCI)
+	s.ociHost = host
+	for _, v := range []string{"0.2.0", "0.9.0", "0.9.3"} {
+		if _, err := testenv.PushOCI(s.charts["kro-"+v], host, "charts"); err != nil {
+			return stop, fmt.Errorf("push kro %s: %w", v, err)
+		}
+	}
+
+	// Flux's CRDs come from a real Helm release of the flux2 chart.
+	if out, err := cp.Helm("install", "flux", s.charts["flux2-2.17.2"], "-n", "flux-system", "--create-namespace").CombinedOutput(); err != nil {
+		return stop, fmt.Errorf("helm install flux2 2.17.2: %v: %s", err, out)
+	}
+
+	s.scheme = runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, helmv2.AddToScheme, sourcev1.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s.scheme); err != nil {
+			return stop, err
+		}
+	}
+	if s.c, err = client.New(cp.Config, client.Options{Scheme: s.scheme}); err != nil {
+		return stop, err
+	}
+
+	wh := cp.Webhooks
+	mgr, err := manager.New(cp.Config, manager.Options{
+		Scheme:                 s.scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
+			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
+		}),
+	})
+	if err != nil {
+		return stop, err
+	}
+	if err := webhook.Setup(mgr, webhook.Options{Timeout: 20 * time.Second, HelmCacheDir: filepath.Join(dir, "helm")}); err != nil {
+		return stop, err
+	}
+	if err := startController(mgr); err != nil {
+		return stop, err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	stops = append(stops, func() { cancel(); <-done })
+	return stop, waitServing(net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort)))
+}
+
+// waitServing waits until the webhook server accepts TLS connections.
+func waitServing(addr string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of our own loopback server
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("webhook server on %s did not start: %w", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval of a readiness probe
+	}
+}
+
+func installOwnCRDs(ctx context.Context, cp *testenv.ControlPlane) error {
+	cs, err := apiextclient.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	return fs.WalkDir(config.CRDs, "crd", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := config.CRDs.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		crds, err := crdversions.FromManifest(path, data)
+		if err != nil {
+			return err
+		}
+		for _, c := range crds {
+			if err := testenv.ApplyCRD(ctx, cs, c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// expand turns fixture directories into their files.
+func expand(paths []string) ([]string, error) {
+	fx, err := testenv.Fixtures()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range paths {
+		st, err := os.Stat(filepath.Join(fx, p))
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			out = append(out, p)
+			continue
+		}
+		entries, err := os.ReadDir(filepath.Join(fx, p))
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			out = append(out, filepath.Join(p, e.Name()))
+		}
+	}
+	return out, nil
+}
