@@ -100,7 +100,9 @@ func TestFailurePolicy(t *testing.T) {
 		t.Errorf("the shipped failurePolicy is %v, want Fail", fp)
 	}
 	t.Cleanup(func() {
-		setWebhook(t, func(w *admissionregv1.ValidatingWebhook) { w.ClientConfig, w.FailurePolicy = orig.Webhooks[0].ClientConfig, orig.Webhooks[0].FailurePolicy })
+		setWebhook(t, func(w *admissionregv1.ValidatingWebhook) {
+			w.ClientConfig, w.FailurePolicy = orig.Webhooks[0].ClientConfig, orig.Webhooks[0].FailurePolicy
+		})
 	})
 	dead := deadURL(t)
 
@@ -153,7 +155,9 @@ func TestFailurePolicy(t *testing.T) {
 
 	// Back up: a chart the repository does not have is denied by the gate itself, with
 	// its reason (could not check), not admitted.
-	setWebhook(t, func(w *admissionregv1.ValidatingWebhook) { w.ClientConfig, w.FailurePolicy = orig.Webhooks[0].ClientConfig, orig.Webhooks[0].FailurePolicy })
+	setWebhook(t, func(w *admissionregv1.ValidatingWebhook) {
+		w.ClientConfig, w.FailurePolicy = orig.Webhooks[0].ClientConfig, orig.Webhooks[0].FailurePolicy
+	})
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		err := setVersion(ctx, s.c, ns, "probe", "9.9.9")
 		return err != nil && strings.Contains(err.Error(), "upgradeguard could not check the chart change of HelmRelease failure-policy/probe"), nil

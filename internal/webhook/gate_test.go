@@ -13,6 +13,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -21,6 +22,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
@@ -205,16 +207,29 @@ func TestGateFluxBoundary(t *testing.T) {
 
 	// A policy that auto-migrates the Flux groups.
 	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "flux"},
-		Spec: v1alpha1.StorageMigrationPolicySpec{Groups: []string{"source.toolkit.fluxcd.io", "kustomize.toolkit.fluxcd.io", "helm.toolkit.fluxcd.io"}}}
+		Spec: v1alpha1.StorageMigrationPolicySpec{Groups: []string{"source.toolkit.fluxcd.io", "kustomize.toolkit.fluxcd.io", "helm.toolkit.fluxcd.io"},
+			Proactive: ptr.To(false)}} // gate only: proactive mode would migrate before the update
+
 	if err := s.c.Create(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.c.Delete(context.WithoutCancel(ctx), policy) })
 
+	// An operator's `upgradeguard migrate` holds the migration Lease of the first CRD, so
+	// the StorageMigration stays in progress until it is released.
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "upgradeguard-migrate-" + buckets},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("operator-cli"), LeaseDurationSeconds: ptr.To(int32(3600)),
+			RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
+	if err := s.c.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+
 	migrating := decisions(webhook.OutcomeMigrating)
 	err = setVersion(ctx, s.c, "flux-system", "flux", "2.18.2")
-	mustDeny(t, err, "StorageMigration hr-flux-system-flux was created", "held until StorageMigration hr-flux-system-flux completes",
-		"Flux's retries of this change will then succeed")
+	// The API server re-runs admission when the object changes during the call, so the
+	// answer may come from a second call that finds the StorageMigration created.
+	mustDeny(t, err, "StorageMigration hr-flux-system-flux", "held until StorageMigration hr-flux-system-flux completes",
+		"Flux's retries of this change will then succeed", helmrepos)
 	var sm v1alpha1.StorageMigration
 	if err := s.c.Get(ctx, client.ObjectKey{Name: "hr-flux-system-flux"}, &sm); err != nil {
 		t.Fatalf("the StorageMigration was not created: %v", err)
@@ -239,8 +254,16 @@ func TestGateFluxBoundary(t *testing.T) {
 	if got := decisions(webhook.OutcomeMigrating); got < migrating+2 {
 		t.Errorf("migrating decisions = %v, want at least %v", got, migrating+2)
 	}
+	var all v1alpha1.StorageMigrationList
+	if err := s.c.List(ctx, &all, client.MatchingLabels{webhook.LabelHelmReleaseName: "flux"}); err != nil || len(all.Items) != 1 {
+		t.Errorf("StorageMigrations for the HelmRelease: %d (%v)", len(all.Items), err)
+	}
 
-	completeMigration(t, "hr-flux-system-flux")
+	// The operator's run ends; the controller takes over and finishes.
+	if err := s.c.Delete(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitMigration(t, "hr-flux-system-flux")
 
 	// Flux's retry is admitted now.
 	admitted := decisions(webhook.OutcomeAdmitted)
@@ -353,9 +376,10 @@ func TestGateSafeUpdate(t *testing.T) {
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kro"}, &hr); err != nil {
 		t.Fatal(err)
 	}
+	base := hr.DeepCopy()
 	hr.Spec.Chart = nil
 	hr.Spec.ChartRef = &helmv2.CrossNamespaceSourceReference{Kind: sourcev1.OCIRepositoryKind, Name: "kro"}
-	if err := s.c.Update(ctx, &hr); err != nil {
+	if err := s.c.Patch(ctx, &hr, client.MergeFrom(base)); err != nil {
 		t.Fatalf("chartRef switch denied: %v", err)
 	}
 	afterSwitch := decisions(webhook.OutcomeAdmitted)
@@ -363,8 +387,9 @@ func TestGateSafeUpdate(t *testing.T) {
 		t.Errorf("admitted decisions = %v, want at least %v", afterSwitch, admitted+2)
 	}
 	// A values change is not a chart change: the gate is not consulted.
+	base = hr.DeepCopy()
 	hr.Spec.Values = &apiextv1.JSON{Raw: []byte(`{"replicas":2}`)}
-	if err := s.c.Update(ctx, &hr); err != nil {
+	if err := s.c.Patch(ctx, &hr, client.MergeFrom(base)); err != nil {
 		t.Fatalf("values update denied: %v", err)
 	}
 	if got := decisions(webhook.OutcomeAdmitted); got != afterSwitch {
@@ -401,7 +426,7 @@ func TestGateKubeConfigTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cert-manager"},
-		Spec: v1alpha1.StorageMigrationPolicySpec{Groups: []string{"cert-manager.io"}}}
+		Spec: v1alpha1.StorageMigrationPolicySpec{Groups: []string{"cert-manager.io"}, Proactive: ptr.To(false)}}
 	if err := s.c.Create(ctx, policy); err != nil {
 		t.Fatal(err)
 	}
@@ -424,5 +449,19 @@ func TestGateKubeConfigTarget(t *testing.T) {
 	}
 	if !slices.Contains(sm.Spec.Resources, certs) {
 		t.Errorf("StorageMigration resources = %v", sm.Spec.Resources)
+	}
+
+	// The controller migrates the remote cluster through the copied reference, and the
+	// retry is admitted.
+	waitMigration(t, "hr-remote-cert-manager")
+	crd, err := rcs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, certs, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"v1"}, crd.Status.StoredVersions); diff != "" {
+		t.Errorf("remote storedVersions after the migration (-want +got):\n%s", diff)
+	}
+	if err := setVersion(ctx, s.c, ns, "cert-manager", "1.7.0"); err != nil {
+		t.Fatalf("the update after the remote migration was denied: %v", err)
 	}
 }

@@ -18,16 +18,15 @@ import (
 	"github.com/go-logr/logr"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/config"
+	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -155,26 +154,36 @@ func setup() (stop func(), err error) {
 			return stop, err
 		}
 	}
-	if s.c, err = client.New(cp.Config, client.Options{Scheme: s.scheme}); err != nil {
-		return stop, err
+	// The API server serves the new CRDs' kinds a moment after they are established:
+	// build the client once it does.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		c, err := client.New(cp.Config, client.Options{Scheme: s.scheme})
+		if err != nil {
+			return false, err
+		}
+		if c.List(ctx, &sourcev1.HelmRepositoryList{}) != nil || c.List(ctx, &helmv2.HelmReleaseList{}) != nil ||
+			c.List(ctx, &sourcev1.OCIRepositoryList{}) != nil {
+			return false, nil
+		}
+		s.c = c
+		return true, nil
+	})
+	if err != nil {
+		return stop, fmt.Errorf("the Flux kinds are not served: %w", err)
 	}
 
+	// The production wiring: the controller's manager (StorageMigration reconciler,
+	// proactive and policy controllers) with the gate registered on its webhook server,
+	// serving where envtest pointed the installed configuration.
 	wh := cp.Webhooks
-	mgr, err := manager.New(cp.Config, manager.Options{
-		Scheme:                 s.scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
-			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
-		}),
+	mgr, err := controller.NewManager(cp.Config, controller.Options{
+		LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0",
+		EnableWebhook: true, WebhookPort: wh.LocalServingPort, WebhookCertDir: wh.LocalServingCertDir,
 	})
 	if err != nil {
 		return stop, err
 	}
 	if err := webhook.Setup(mgr, webhook.Options{Timeout: 20 * time.Second, HelmCacheDir: filepath.Join(dir, "helm")}); err != nil {
-		return stop, err
-	}
-	if err := startController(mgr); err != nil {
 		return stop, err
 	}
 	mctx, cancel := context.WithCancel(ctx)
