@@ -4,6 +4,7 @@
 //
 //	go run ./hack/bench check     # check of the flux2 chart, and object counting
 //	go run ./hack/bench migrate   # migrate throughput and memory against a raw patch loop
+//	go run ./hack/bench gate      # latency the HelmRelease admission gate adds to an update
 package main
 
 import (
@@ -14,7 +15,7 @@ import (
 )
 
 func main() {
-	rounds := flag.Int("rounds", 30, "check: measured rounds per case")
+	rounds := flag.Int("rounds", 30, "check and gate: measured rounds per case")
 	objects := flag.Int("objects", 2000, "check: HelmRepository objects to count")
 	n := flag.Int("n", 20000, "migrate: objects stored at the old version")
 	concurrency := flag.Int("concurrency", 4, "migrate: patch concurrency for the raw loop and migrate --qps 0")
@@ -28,14 +29,19 @@ func main() {
 		if err = benchCheck(ctx, *rounds, *objects); err == nil {
 			err = benchMigrate(ctx, *n, *concurrency, *cases)
 		}
+		if err == nil {
+			err = benchGate(ctx, *rounds)
+		}
 	case "check":
 		err = benchCheck(ctx, *rounds, *objects)
 	case "migrate":
 		err = benchMigrate(ctx, *n, *concurrency, *cases)
+	case "gate":
+		err = benchGate(ctx, *rounds)
 	case "raw":
 		err = rawLoop(ctx, flag.Args()[1:])
 	default:
-		err = fmt.Errorf("unknown mode %q: use check, migrate or all", mode)
+		err = fmt.Errorf("unknown mode %q: use check, migrate, gate or all", mode)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

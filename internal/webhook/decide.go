@@ -49,7 +49,7 @@ type decision struct {
 	noState    bool // leave the conditions as they are (the gate could not decide)
 }
 
-func (g *Gate) decide(ctx context.Context, old, hr *helmv2.HelmRelease, dryRun bool) decision {
+func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) decision {
 	res, err := runWithin(ctx, func(ctx context.Context) (*fluxrelease.Result, error) {
 		return fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: hr, Reader: g.reader, Local: g.local, Settings: g.settings})
 	})

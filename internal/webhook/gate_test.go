@@ -66,7 +66,7 @@ func helmRepo(t *testing.T, ns, name string, spec sourcev1.HelmRepositorySpec) {
 	}
 }
 
-func helmRelease(t *testing.T, ns, name, chart, version, repo string, mutate ...func(*helmv2.HelmRelease)) *helmv2.HelmRelease {
+func helmRelease(t *testing.T, ns, name, chart, version, repo string, mutate ...func(*helmv2.HelmRelease)) {
 	t.Helper()
 	hr := &helmv2.HelmRelease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -84,7 +84,6 @@ func helmRelease(t *testing.T, ns, name, chart, version, repo string, mutate ...
 	if err := s.c.Create(t.Context(), hr); err != nil {
 		t.Fatal(err)
 	}
-	return hr
 }
 
 // setVersion is the GitOps apply of a chart version change (a patch, as kubectl and
@@ -141,27 +140,25 @@ func condStatus(st webhook.State, typ string) metav1.ConditionStatus {
 	return ""
 }
 
-// events returns the reasons of the events regarding a HelmRelease, once want appears.
-func waitEvent(t *testing.T, ns, name, reason string) eventsv1.Event {
+// waitEvent waits for an event with the reason regarding a HelmRelease, whose note says
+// note.
+func waitEvent(t *testing.T, ns, name, reason, note string) {
 	t.Helper()
-	var found eventsv1.Event
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var list eventsv1.EventList
 		if err := s.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return false, err
 		}
 		for _, e := range list.Items {
-			if e.Regarding.Kind == helmv2.HelmReleaseKind && e.Regarding.Name == name && e.Reason == reason {
-				found = e
+			if e.Regarding.Kind == helmv2.HelmReleaseKind && e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, note) {
 				return true, nil
 			}
 		}
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no event %s on HelmRelease %s/%s: %v", reason, ns, name, err)
+		t.Fatalf("no event %s saying %q on HelmRelease %s/%s: %v", reason, note, ns, name, err)
 	}
-	return found
 }
 
 func decisions(outcome string) float64 {
@@ -203,7 +200,7 @@ func TestGateFluxBoundary(t *testing.T) {
 	if condStatus(st, v1alpha1.ConditionStorageMigrationRequired) != metav1.ConditionTrue {
 		t.Errorf("StorageMigrationRequired is not True: %+v", st.Conditions)
 	}
-	waitEvent(t, "flux-system", "flux", "ChartChangeBlocked")
+	waitEvent(t, "flux-system", "flux", "ChartChangeBlocked", "no StorageMigrationPolicy with autoMigrate")
 
 	// A policy that auto-migrates the Flux groups.
 	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "flux"},
@@ -242,7 +239,7 @@ func TestGateFluxBoundary(t *testing.T) {
 	if sm.Labels[webhook.LabelHelmReleaseNamespace] != "flux-system" || sm.Labels[webhook.LabelHelmReleaseName] != "flux" || sm.Spec.KubeConfig != nil {
 		t.Errorf("StorageMigration labels %v, kubeConfig %v", sm.Labels, sm.Spec.KubeConfig)
 	}
-	waitEvent(t, "flux-system", "flux", "StorageMigrationStarted")
+	waitEvent(t, "flux-system", "flux", "StorageMigrationStarted", "StorageMigration hr-flux-system-flux was created")
 	st = gateState(t, "flux-system", "flux", func(st webhook.State) bool { return st.Decision == webhook.OutcomeMigrating })
 	if condStatus(st, v1alpha1.ConditionStorageMigrationInProgress) != metav1.ConditionTrue || st.StorageMigration != "hr-flux-system-flux" {
 		t.Errorf("gate state while migrating: %+v", st)

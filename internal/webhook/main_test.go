@@ -145,7 +145,7 @@ func setup() (stop func(), err error) {
 
 	// Flux's CRDs come from a real Helm release of the flux2 chart.
 	if out, err := cp.Helm("install", "flux", s.charts["flux2-2.17.2"], "-n", "flux-system", "--create-namespace").CombinedOutput(); err != nil {
-		return stop, fmt.Errorf("helm install flux2 2.17.2: %v: %s", err, out)
+		return stop, fmt.Errorf("helm install flux2 2.17.2: %w: %s", err, out)
 	}
 
 	s.scheme = runtime.NewScheme()

@@ -141,7 +141,7 @@ func (g *Gate) Handle(ctx context.Context, req admission.Request) admission.Resp
 
 	ctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
 	defer cancel()
-	d := g.decide(ctx, &old, &hr, dryRun)
+	d := g.decide(ctx, &hr, dryRun)
 	metrics.GateDecisions.WithLabelValues(d.outcome).Inc()
 	logger.Info("gate decision", "outcome", d.outcome, "chart", fluxrelease.Describe(&hr), "storageMigration", d.migration)
 	if !dryRun {

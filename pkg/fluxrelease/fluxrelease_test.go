@@ -130,8 +130,10 @@ func TestOlder(t *testing.T) {
 	}
 }
 
-func crd(name, storage string, stored []string, versions ...string) *apiextv1.CustomResourceDefinition {
-	c := &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name}}
+const ocirepos = "ocirepositories.source.toolkit.fluxcd.io"
+
+func crd(storage string, stored []string, versions ...string) *apiextv1.CustomResourceDefinition {
+	c := &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: ocirepos}}
 	for _, v := range versions {
 		c.Spec.Versions = append(c.Spec.Versions, apiextv1.CustomResourceDefinitionVersion{Name: v, Served: true, Storage: v == storage})
 	}
@@ -142,15 +144,15 @@ func crd(name, storage string, stored []string, versions ...string) *apiextv1.Cu
 // TestRemediationRisk: OCIRepository 1.5 -> 1.6 moves storage to v1; a rollback to 1.5,
 // which lacks v1, would be rejected (the fixture README's 1.6 -> 1.5 case).
 func TestRemediationRisk(t *testing.T) {
-	const name = "ocirepositories.source.toolkit.fluxcd.io"
-	live := map[string]*apiextv1.CustomResourceDefinition{name: crd(name, "v1beta2", []string{"v1beta2"}, "v1beta2")}
-	incoming := []chartcrds.CRD{{CRD: crd(name, "v1", nil, "v1beta2", "v1"), Source: predict.Templates}}
-	current := []chartcrds.CRD{{CRD: crd(name, "v1beta2", nil, "v1beta2"), Source: predict.Templates}}
+	const name = ocirepos
+	live := map[string]*apiextv1.CustomResourceDefinition{name: crd("v1beta2", []string{"v1beta2"}, "v1beta2")}
+	incoming := []chartcrds.CRD{{CRD: crd("v1", nil, "v1beta2", "v1"), Source: predict.Templates}}
+	current := []chartcrds.CRD{{CRD: crd("v1beta2", nil, "v1beta2"), Source: predict.Templates}}
 	if got := remediationRisk(live, incoming, current); len(got) != 1 || got[0] != name {
 		t.Errorf("remediationRisk = %v, want [%s]", got, name)
 	}
 	// The same storage version on both sides: a rollback stays safe.
-	incoming[0].CRD = crd(name, "v1beta2", nil, "v1beta2", "v1")
+	incoming[0].CRD = crd("v1beta2", nil, "v1beta2", "v1")
 	if got := remediationRisk(live, incoming, current); len(got) != 0 {
 		t.Errorf("remediationRisk = %v, want none", got)
 	}

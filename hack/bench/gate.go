@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"github.com/go-logr/logr"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/upgradeguard/upgradeguard/internal/controller"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/webhook"
+)
+
+// benchGate measures what the HelmRelease gate adds to a HelmRelease update on the real
+// API server, in one run: the same chart-version change on a release the webhook never
+// sees (labelled upgradeguard.io/gate=off, excluded by the shipped objectSelector) is the
+// baseline; then with the webhook (safe chart: admitted; the Flux boundary: denied), and a
+// label-only update with the webhook installed (matchConditions keep it from the webhook).
+func benchGate(ctx context.Context, rounds int) error {
+	ctrllog.SetLogger(logr.Discard())
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	cp, err := testenv.Start(testenv.Options{Webhooks: &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook")}}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = cp.Stop() }()
+	dir, err := os.MkdirTemp("", "upgradeguard-bench-gate-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+
+	repo := filepath.Join(dir, "repo")
+	charts := map[string]string{}
+	for _, c := range []struct{ name, version, file string }{
+		{"flux2", "2.17.2", "charts/flux2-2.17.2/rendered/crds.yaml"},
+		{"flux2", "2.18.2", "charts/flux2-2.18.2/rendered/crds.yaml"},
+		{"kro", "0.9.0", "crds/kro/v0.9.3/kro.run_resourcegraphdefinitions.yaml"},
+		{"kro", "0.9.3", "crds/kro/v0.9.3/kro.run_resourcegraphdefinitions.yaml"},
+	} {
+		src, err := testenv.FixtureChart(filepath.Join(dir, "src", c.name+c.version), c.name, c.version, c.file)
+		if err != nil {
+			return err
+		}
+		if charts[c.name+"-"+c.version], err = testenv.Package(src, repo); err != nil {
+			return err
+		}
+	}
+	url, stopRepo, err := testenv.ServeRepo(repo)
+	if err != nil {
+		return err
+	}
+	defer stopRepo()
+	if out, err := cp.Helm("install", "flux", charts["flux2-2.17.2"], "-n", "flux-system", "--create-namespace").CombinedOutput(); err != nil {
+		return fmt.Errorf("helm install flux2: %w: %s", err, out)
+	}
+	if out, err := cp.Helm("install", "kro", charts["kro-0.9.0"], "-n", "bench", "--create-namespace").CombinedOutput(); err != nil {
+		return fmt.Errorf("helm install kro: %w: %s", err, out)
+	}
+
+	wh := cp.Webhooks
+	mgr, err := controller.NewManager(cp.Config, controller.Options{LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0",
+		EnableWebhook: true, WebhookPort: wh.LocalServingPort, WebhookCertDir: wh.LocalServingCertDir})
+	if err != nil {
+		return err
+	}
+	if err := webhook.Setup(mgr, webhook.Options{HelmCacheDir: filepath.Join(dir, "helm")}); err != nil {
+		return err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	defer func() { cancel(); <-done }()
+
+	var c client.Client
+	// The new Flux kinds are served a moment after Helm returns.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if c, err = client.New(cp.Config, client.Options{Scheme: mgr.GetScheme()}); err != nil {
+			return false, err
+		}
+		return c.List(ctx, &helmv2.HelmReleaseList{}) == nil && c.List(ctx, &sourcev1.HelmRepositoryList{}) == nil, nil
+	}); err != nil {
+		return fmt.Errorf("flux kinds not served: %w", err)
+	}
+	for _, ns := range []string{"bench", "flux-system"} {
+		if err := c.Create(ctx, &sourcev1.HelmRepository{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "charts"},
+			Spec: sourcev1.HelmRepositorySpec{URL: url, Interval: metav1.Duration{Duration: time.Hour}}}); err != nil {
+			return err
+		}
+	}
+	hr := func(ns, name, release, chart, version string, labels map[string]string) error {
+		return c.Create(ctx, &helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+			Spec: helmv2.HelmReleaseSpec{Interval: metav1.Duration{Duration: time.Hour}, ReleaseName: release, Chart: &helmv2.HelmChartTemplate{Spec: helmv2.HelmChartTemplateSpec{
+				Chart: chart, Version: version, SourceRef: helmv2.CrossNamespaceObjectReference{Kind: sourcev1.HelmRepositoryKind, Name: "charts"}}}}})
+	}
+	if err := hr("bench", "ungated", "kro", "kro", "0.9.0", map[string]string{"upgradeguard.io/gate": "off"}); err != nil {
+		return err
+	}
+	if err := hr("bench", "gated", "kro", "kro", "0.9.0", nil); err != nil {
+		return err
+	}
+	if err := hr("flux-system", "flux", "flux", "flux2", "2.17.2", nil); err != nil {
+		return err
+	}
+	for _, crd := range []string{"helmrepositories.source.toolkit.fluxcd.io", "helmcharts.source.toolkit.fluxcd.io", "buckets.source.toolkit.fluxcd.io"} {
+		if err := testenv.SetStoredVersions(ctx, apiextclient.NewForConfigOrDie(cp.Config), crd, "v1beta2", "v1"); err != nil {
+			return err
+		}
+	}
+
+	versions := []string{"0.9.3", "0.9.0"}
+	toggle := func(ns, name string, i *int) error {
+		var obj helmv2.HelmRelease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &obj); err != nil {
+			return err
+		}
+		base := obj.DeepCopy()
+		*i++
+		obj.Spec.Chart.Spec.Version = versions[*i%2]
+		return c.Patch(ctx, &obj, client.MergeFrom(base))
+	}
+	var iu, ig, il int
+	baseline, err := measure("chart update, webhook not called (baseline)", rounds, func() error { return toggle("bench", "ungated", &iu) })
+	if err != nil {
+		return err
+	}
+	gated, err := measure("chart update through the gate: kro, admitted", rounds, func() error { return toggle("bench", "gated", &ig) })
+	if err != nil {
+		return err
+	}
+	label, err := measure("label-only update, webhook installed", rounds, func() error {
+		var obj helmv2.HelmRelease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "bench", Name: "gated"}, &obj); err != nil {
+			return err
+		}
+		base := obj.DeepCopy()
+		il++
+		obj.Labels = map[string]string{"round": fmt.Sprint(il)}
+		return c.Patch(ctx, &obj, client.MergeFrom(base))
+	})
+	if err != nil {
+		return err
+	}
+	denied, err := measure("chart update through the gate: flux2 2.18.2, denied", rounds, func() error {
+		var obj helmv2.HelmRelease
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "flux-system", Name: "flux"}, &obj); err != nil {
+			return err
+		}
+		base := obj.DeepCopy()
+		obj.Spec.Chart.Spec.Version = "2.18.2"
+		err := c.Patch(ctx, &obj, client.MergeFrom(base))
+		if apierrors.IsForbidden(err) {
+			return nil
+		}
+		return errors.Join(errors.New("the flux2 2.18.2 update was not denied"), err)
+	})
+	if err != nil {
+		return err
+	}
+
+	fmt.Printf("\n%-56s %12s %10s %14s\n", "case", "median", "ratio", "alloc/round")
+	for _, r := range []result{baseline, label, gated, denied} {
+		fmt.Printf("%-56s %12s %9.1fx %11d KiB\n", r.name, r.median.Round(time.Microsecond), float64(r.median)/float64(baseline.median), r.allocs/1024)
+	}
+	fmt.Printf("\nratios against the same update with the webhook not called. %d rounds, median. Allocations include the in-process gate.\n", rounds)
+	return nil
+}
