@@ -34,6 +34,11 @@ const (
 	ReasonCheckError = "CheckFailed"
 )
 
+const (
+	whyBridge = "the API server would reject it"
+	whyDelete = "Helm would delete CRDs and every object of their types"
+)
+
 // decision is one answer with what the event, annotation and metric need.
 type decision struct {
 	outcome    string
@@ -86,7 +91,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) 
 		return d
 	}
 
-	var toMigrate, unfixable []string
+	var toMigrate, unfixable, why []string
 	reason := gate.ReasonMigrationRequired
 	for _, c := range rep.Findings() {
 		switch c.Verdict {
@@ -94,8 +99,14 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) 
 			toMigrate = append(toMigrate, c.Name)
 		case predict.Bridge:
 			unfixable, reason = append(unfixable, c.Name+": "+c.Reason), gate.ReasonBridgeRequired
+			if !slices.Contains(why, whyBridge) {
+				why = append(why, whyBridge)
+			}
 		case predict.Delete:
 			unfixable, reason = append(unfixable, c.Name+": "+c.Reason), gate.ReasonCRDDeletion
+			if !slices.Contains(why, whyDelete) {
+				why = append(why, whyDelete)
+			}
 		}
 	}
 	target := ""
@@ -104,8 +115,8 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) 
 	}
 	if len(unfixable) > 0 {
 		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
-		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: the API server would reject it, and no automatic migration fixes it. %s. Next steps%s: %s; then re-apply the change (Flux retries on its next reconcile)",
-			what, strings.Join(unfixable, "; "), target, strings.Join(rep.NextSteps, "; then "))
+		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no automatic migration fixes it. %s. Next steps%s: %s; then re-apply the change (Flux retries on its next reconcile)",
+			what, strings.Join(why, ", and "), strings.Join(unfixable, "; "), target, strings.Join(rep.NextSteps, "; then "))
 		d.conditions = conds(hr, reason, d.message, metav1.ConditionTrue, gate.ReasonIdle, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)
 		return d
 	}

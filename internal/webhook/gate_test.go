@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -102,7 +104,7 @@ func setVersion(ctx context.Context, c client.Client, ns, name, version string) 
 func mustDeny(t *testing.T, err error, want ...string) {
 	t.Helper()
 	if err == nil {
-		t.Fatal("the update was admitted, want it denied")
+		t.Fatalf("the update was admitted, want it denied (%s)", strings.Join(want, "; "))
 	}
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("want a denial (403), got %v", err)
@@ -286,23 +288,66 @@ func TestGateFluxBoundary(t *testing.T) {
 	}
 }
 
-// TestGateRollbackDenied moves a HelmRelease back from crossplane 1.18.0 to 1.17.3 after a
-// real Helm upgrade stored EnvironmentConfigs at v1beta1, which 1.17.3 lacks
-// (crossplane#6148). The gate denies it as a rollback before anything is applied.
+// warnings records the API server's warning headers (admission warnings among them).
+type warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+// TestGateRollbackDenied walks crossplane 1.17.3 -> 1.18.0 -> 1.17.3 through a HelmRelease.
+// The upgrade is admitted, with a warning that helm-controller's rollback remediation
+// would be rejected after it (crossplane#6148). Once a real Helm upgrade has stored
+// EnvironmentConfigs at v1beta1, which 1.17.3 lacks, moving the version back is denied as
+// a rollback before anything is applied.
 func TestGateRollbackDenied(t *testing.T) {
 	skipShort(t)
 	ctx := t.Context()
 	ns := "crossplane-system"
-	for _, args := range [][]string{
-		{"install", "crossplane", s.charts["crossplane-1.17.3"], "-n", ns, "--create-namespace"},
-		{"upgrade", "crossplane", s.charts["crossplane-1.18.0"], "-n", ns},
-	} {
-		if out, err := s.cp.Helm(args...).CombinedOutput(); err != nil {
-			t.Fatalf("helm %v: %v: %s", args[0], err, out)
-		}
+	if out, err := s.cp.Helm("install", "crossplane", s.charts["crossplane-1.17.3"], "-n", ns, "--create-namespace").CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v: %s", err, out)
 	}
 	helmRepo(t, ns, "charts", sourcev1.HelmRepositorySpec{URL: s.repoURL})
-	helmRelease(t, ns, "crossplane", "crossplane", "1.18.0", "charts")
+	helmRelease(t, ns, "crossplane", "crossplane", "1.17.3", "charts", func(hr *helmv2.HelmRelease) {
+		hr.Spec.Upgrade = &helmv2.Upgrade{Remediation: &helmv2.UpgradeRemediation{Retries: 3}}
+	})
+	w := &warnings{}
+	cfg := rest.CopyConfig(s.cp.Config)
+	cfg.WarningHandler = w
+	wc, err := client.New(cfg, client.Options{Scheme: s.scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A chart that drops CRDs the release renders today: Helm would delete them and every
+	// object of their types.
+	err = setVersion(ctx, s.c, ns, "crossplane", "1.18.1")
+	mustDeny(t, err, "before anything was applied: Helm would delete CRDs and every object of their types, and no automatic migration fixes it",
+		"functions.pkg.crossplane.io: no longer rendered by the upgrade target: Helm deletes the CRD and every object of its type",
+		"kubectl annotate crd functionrevisions.pkg.crossplane.io functions.pkg.crossplane.io helm.sh/resource-policy=keep")
+	st := gateState(t, ns, "crossplane", func(st webhook.State) bool { return st.Decision == webhook.OutcomeBlocked })
+	if c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStorageMigrationRequired); c == nil || c.Reason != "CRDWouldBeDeleted" {
+		t.Errorf("gate state: %+v", st)
+	}
+
+	if err := setVersion(ctx, wc, ns, "crossplane", "1.18.0"); err != nil {
+		t.Fatalf("the upgrade to 1.18.0 was denied: %v", err)
+	}
+	w.mu.Lock()
+	got := strings.Join(w.list, "\n")
+	w.mu.Unlock()
+	if !strings.Contains(got, "helm-controller's rollback remediation would be rejected on "+envcfgs) {
+		t.Errorf("no remediation warning on the upgrade; warnings: %q", got)
+	}
+
+	// helm-controller's upgrade, done here by the real Helm CLI.
+	if out, err := s.cp.Helm("upgrade", "crossplane", s.charts["crossplane-1.18.0"], "-n", ns).CombinedOutput(); err != nil {
+		t.Fatalf("helm upgrade: %v: %s", err, out)
+	}
 	cs, err := apiextclient.NewForConfig(s.cp.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -334,8 +379,10 @@ func TestGateRollbackDenied(t *testing.T) {
 	if err := s.c.Get(ctx, client.ObjectKey{Name: webhook.MigrationName(ns, "crossplane")}, &v1alpha1.StorageMigration{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a StorageMigration exists for an unfixable rollback: %v", err)
 	}
-	st := gateState(t, ns, "crossplane", func(st webhook.State) bool { return st.Decision == webhook.OutcomeBlocked })
-	if c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStorageMigrationRequired); c == nil || c.Reason != "BridgeRequired" || st.Operation != "rollback" {
+	st = gateState(t, ns, "crossplane", func(st webhook.State) bool {
+		return st.Decision == webhook.OutcomeBlocked && st.Operation == "rollback"
+	})
+	if c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStorageMigrationRequired); c == nil || c.Reason != "BridgeRequired" {
 		t.Errorf("gate state: %+v", st)
 	}
 }
@@ -434,8 +481,22 @@ func TestGateKubeConfigTarget(t *testing.T) {
 		hr.Spec.TargetNamespace, hr.Spec.StorageNamespace, hr.Spec.ReleaseName = "cert-manager", "cert-manager", "cert-manager"
 	})
 
+	// A run on the remote holds the CRD's migration Lease there, so the migration stays
+	// in progress until it is released (the API server may call the webhook again during
+	// one request, and a finished migration would rightly admit that call).
+	rc, err := client.New(remote.Config, client.Options{Scheme: s.scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "upgradeguard-migrate-" + certs},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("operator-cli"), LeaseDurationSeconds: ptr.To(int32(3600)),
+			RenewTime: ptr.To(metav1.NewMicroTime(time.Now()))}}
+	if err := rc.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+
 	err = setVersion(ctx, s.c, ns, "cert-manager", "1.7.0")
-	mustDeny(t, err, "release cert-manager/cert-manager from chart cert-manager 1.6.3 to 1.7.0", certs, "StorageMigration hr-remote-cert-manager was created")
+	mustDeny(t, err, "release cert-manager/cert-manager from chart cert-manager 1.6.3 to 1.7.0", certs, "held until StorageMigration hr-remote-cert-manager completes")
 	var sm v1alpha1.StorageMigration
 	if err := s.c.Get(ctx, client.ObjectKey{Name: "hr-remote-cert-manager"}, &sm); err != nil {
 		t.Fatal(err)
@@ -450,6 +511,9 @@ func TestGateKubeConfigTarget(t *testing.T) {
 
 	// The controller migrates the remote cluster through the copied reference, and the
 	// retry is admitted.
+	if err := rc.Delete(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
 	waitMigration(t, "hr-remote-cert-manager")
 	crd, err := rcs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, certs, metav1.GetOptions{})
 	if err != nil {

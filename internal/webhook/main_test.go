@@ -73,7 +73,12 @@ var fixtureCharts = []struct {
 	{"flux2", "2.17.2", []string{"charts/flux2-2.17.2/rendered/crds.yaml"}},
 	{"flux2", "2.18.2", []string{"charts/flux2-2.18.2/rendered/crds.yaml"}},
 	{"crossplane", "1.17.3", []string{"crds/crossplane/v1.17.3"}},
-	{"crossplane", "1.18.0", []string{"crds/crossplane/v1.18.0"}},
+	// The fixture set holds only the CRD files that changed: 1.18.0 ships 1.17.3's
+	// Function CRDs unchanged.
+	{"crossplane", "1.18.0", []string{"crds/crossplane/v1.18.0", "crds/crossplane/v1.17.3/pkg.crossplane.io_functionrevisions.yaml",
+		"crds/crossplane/v1.17.3/pkg.crossplane.io_functions.yaml"}},
+	// A chart that stops rendering the Function CRDs: Helm would delete them.
+	{"crossplane", "1.18.1", []string{"crds/crossplane/v1.18.0"}},
 	{"kro", "0.2.0", []string{"crds/kro/v0.2.0"}},
 	{"kro", "0.9.0", []string{"crds/kro/v0.2.0"}},
 	{"kro", "0.9.3", []string{"crds/kro/v0.9.3"}},

@@ -56,7 +56,13 @@ func (g *Gate) record(old *helmv2.HelmRelease, d decision) {
 	if d.reason == "StorageMigrationStarted" {
 		typ = corev1.EventTypeNormal
 	}
-	g.recorder.Eventf(old, nil, typ, d.reason, "Gate", "%s", truncate(d.message, 1000))
+	note := d.message
+	for _, w := range d.warnings {
+		if w != d.message {
+			note += ". Warning: " + w
+		}
+	}
+	g.recorder.Eventf(old, nil, typ, d.reason, "Gate", "%s", truncate(note, 1000))
 
 	prev := ParseState(old)
 	next := State{Decision: d.outcome, Operation: string(d.operation), Chart: d.chart, StorageMigration: d.migration, Message: d.message,
