@@ -151,16 +151,17 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) 
 		return d
 	}
 	d.outcome, d.reason = OutcomeMigrating, "ChartChangeHeld"
-	if created {
+	switch {
+	case dryRun:
+		d.message = fmt.Sprintf("upgradeguard would hold the %s: %s; StorageMigration %s would be created to migrate them (dry run: nothing was created)",
+			what, required, name)
+	case created:
 		d.reason = "StorageMigrationStarted"
 		d.message = fmt.Sprintf("upgradeguard is holding the %s: %s. StorageMigration %s was created to migrate them; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
 			what, required, name, name, name)
-	} else {
+	default:
 		d.message = fmt.Sprintf("upgradeguard is holding the %s: %s, and StorageMigration %s is in progress; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
 			what, required, name, name, name)
-	}
-	if dryRun {
-		d.message += " (dry run: nothing was created)"
 	}
 	d.conditions = conds(hr, gate.ReasonMigrationRequired, required, metav1.ConditionTrue, gate.ReasonMigrating, metav1.ConditionTrue, gate.ReasonIdle, metav1.ConditionFalse)
 	d.conditions[1].Message = d.message

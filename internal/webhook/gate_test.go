@@ -2,10 +2,14 @@ package webhook_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	repo "helm.sh/helm/v4/pkg/repo/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -524,5 +529,100 @@ func TestGateKubeConfigTarget(t *testing.T) {
 	}
 	if err := setVersion(ctx, s.c, ns, "cert-manager", "1.7.0"); err != nil {
 		t.Fatalf("the update after the remote migration was denied: %v", err)
+	}
+}
+
+// TestGateHelmRepositoryAuth resolves a chart from a HelmRepository that needs basic auth,
+// with the credentials of its secretRef; without them the gate cannot check and denies,
+// saying why.
+func TestGateHelmRepositoryAuth(t *testing.T) {
+	skipShort(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	for _, v := range []string{"0.9.0", "0.9.3"} {
+		data, err := os.ReadFile(s.charts["kro-"+v])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(s.charts["kro-"+v])), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var authorized, refused atomic.Int64
+	files := http.FileServer(http.Dir(dir))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "reader" || p != "s3cret" {
+			refused.Add(1)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		authorized.Add(1)
+		files.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	idx, err := repo.IndexDirectory(dir, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.WriteFile(filepath.Join(dir, "index.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ns := "private"
+	namespace(t, s.c, ns)
+	if err := s.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "repo-auth"},
+		Data: map[string][]byte{"username": []byte("reader"), "password": []byte("s3cret")}}); err != nil {
+		t.Fatal(err)
+	}
+	helmRepo(t, ns, "private", sourcev1.HelmRepositorySpec{URL: srv.URL, SecretRef: &meta.LocalObjectReference{Name: "repo-auth"}})
+	helmRepo(t, ns, "private-no-auth", sourcev1.HelmRepositorySpec{URL: srv.URL})
+	helmRelease(t, ns, "kro", "kro", "0.9.0", "private")
+	helmRelease(t, ns, "kro-no-auth", "kro", "0.9.0", "private-no-auth")
+
+	if err := setVersion(ctx, s.c, ns, "kro", "0.9.3"); err != nil {
+		t.Fatalf("update from an authenticated repository denied: %v", err)
+	}
+	if authorized.Load() == 0 {
+		t.Error("the gate never fetched from the repository with the secretRef's credentials")
+	}
+	err = setVersion(ctx, s.c, ns, "kro-no-auth", "0.9.3")
+	mustDeny(t, err, "upgradeguard could not check the chart change of HelmRelease private/kro-no-auth", "401")
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Error("the denial shows the repository password")
+	}
+	if refused.Load() == 0 {
+		t.Error("the repository never refused the gate's request without credentials")
+	}
+
+	// A server-side dry run is answered without side effects (sideEffects: NoneOnDryRun):
+	// once the denial above is recorded, a dry run changes nothing.
+	gateState(t, ns, "kro-no-auth", func(st webhook.State) bool { return st.Decision == webhook.OutcomeError })
+	var hr helmv2.HelmRelease
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kro-no-auth"}, &hr); err != nil {
+		t.Fatal(err)
+	}
+	before := hr.Annotations[webhook.AnnotationGate]
+	base := hr.DeepCopy()
+	hr.Spec.Chart.Spec.Version = "0.9.0-rc.1"
+	err = s.c.Patch(ctx, &hr, client.MergeFrom(base), client.DryRunAll)
+	mustDeny(t, err, "upgradeguard could not check")
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kro-no-auth"}, &hr); err != nil {
+		t.Fatal(err)
+	}
+	if got := hr.Annotations[webhook.AnnotationGate]; got != before {
+		t.Errorf("a dry run changed the gate annotation:\n%s\n->\n%s", before, got)
+	}
+	// Events are written asynchronously: record a real decision after the dry run, wait
+	// for its event, and check that none names the dry run's version.
+	mustDeny(t, setVersion(ctx, s.c, ns, "kro-no-auth", "0.9.0-rc.2"), "upgradeguard could not check")
+	waitEvent(t, ns, "kro-no-auth", "GateError", "kro@0.9.0-rc.2")
+	var list eventsv1.EventList
+	if err := s.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if strings.Contains(e.Note, "0.9.0-rc.1") {
+			t.Errorf("a dry run emitted an event: %s", e.Note)
+		}
 	}
 }
