@@ -46,7 +46,10 @@ const (
 
 // StorageMigrationReconciler runs StorageMigrations.
 type StorageMigrationReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Reader reads StorageMigrations uncached, so a reconcile never starts from a stale
+	// copy of the status it saved last.
+	Reader   client.Reader
 	Config   *rest.Config // the local cluster
 	Recorder events.EventRecorder
 	// LeaseNamespace holds the per-CRD migration Leases; Holder names this process in them.
@@ -64,7 +67,7 @@ type StorageMigrationReconciler struct {
 func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	defer r.updatePending(ctx)
 	sm := &v1alpha1.StorageMigration{}
-	if err := r.Client.Get(ctx, req.NamespacedName, sm); err != nil {
+	if err := r.Reader.Get(ctx, req.NamespacedName, sm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	st := &sm.Status
@@ -253,7 +256,8 @@ func (r *StorageMigrationReconciler) target(ctx context.Context, sm *v1alpha1.St
 	}
 	ref := sm.Spec.KubeConfig.SecretRef
 	secret := &corev1.Secret{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
+	// Uncached: the controller never watches Secrets.
+	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		return nil, fmt.Errorf("read kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	keys := []string{ref.Key}
@@ -269,7 +273,7 @@ func (r *StorageMigrationReconciler) target(ctx context.Context, sm *v1alpha1.St
 			return cfg, nil
 		}
 	}
-	return nil, fmt.Errorf("Secret %s/%s has no key %v holding a kubeconfig", ref.Namespace, ref.Name, keys)
+	return nil, fmt.Errorf("kubeconfig Secret %s/%s has no key %v: name the key in spec.kubeConfig.secretRef.key", ref.Namespace, ref.Name, keys)
 }
 
 // syncResources makes status.resources follow spec.resources, keeping saved progress.
@@ -293,13 +297,13 @@ func (r *StorageMigrationReconciler) saveStatus(ctx context.Context, sm *v1alpha
 	sm.Status.ObservedGeneration = sm.Generation
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := r.Client.Status().Update(ctx, sm); err != nil {
-		if apierrors.IsConflict(err) {
-			// Only this controller writes status; a conflict means the spec changed.
-			return fmt.Errorf("StorageMigration %s changed while migrating; starting over: %w", sm.Name, err)
-		}
-		return err
+	// Update a copy: decoding the answer into sm would replace the slices that the
+	// running migration's progress pointer points into.
+	out := sm.DeepCopy()
+	if err := r.Client.Status().Update(ctx, out); err != nil {
+		return fmt.Errorf("save the status of StorageMigration %s: %w", sm.Name, err)
 	}
+	sm.ResourceVersion = out.ResourceVersion
 	return nil
 }
 
