@@ -328,7 +328,6 @@ func TestClusterRoleAuthorizes(t *testing.T) {
 		{"upgradeguard.io", "storagemigrationpolicies", "", "watch", ""},
 		{"coordination.k8s.io", "leases", "", "create", "NS"},
 		{"coordination.k8s.io", "leases", "", "update", "NS"},
-		{"", "events", "", "create", "apps"},
 		{"events.k8s.io", "events", "", "create", "apps"},
 		{"helm.toolkit.fluxcd.io", "helmreleases", "", "patch", "apps"},
 		{"source.toolkit.fluxcd.io", "ocirepositories", "", "watch", ""},
@@ -339,7 +338,6 @@ func TestClusterRoleAuthorizes(t *testing.T) {
 		{"", "secrets", "", "delete", "apps"},
 		{"apps", "deployments", "", "create", "apps"},
 		{"apiextensions.k8s.io", "customresourcedefinitions", "", "delete", ""},
-		{"upgradeguard.io", "storagemigrations", "", "delete", ""},
 		{"rbac.authorization.k8s.io", "clusterroles", "", "escalate", ""},
 	}
 	allowed := func(release string, a access) bool {

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
 
@@ -214,8 +215,9 @@ func TestSchemaRejects(t *testing.T) {
 	}
 }
 
-// contractFlags are the flags of `upgradeguard controller` (the controller contract):
-// parsing the Deployment's args with them fails on any flag the command does not have.
+// contractFlags are the flags of `upgradeguard controller` the chart sets, with the
+// contract's defaults, to read the rendered values back (TestDeploymentArgsRunTheRealCommand
+// checks the args against the real command).
 func contractFlags() *pflag.FlagSet {
 	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
 	fs.Bool("leader-elect", true, "")
@@ -247,6 +249,29 @@ func controllerArgs(t *testing.T, d *appsv1.Deployment) (*corev1.Container, *pfl
 		t.Fatalf("Deployment args have stray arguments %v", fs.Args())
 	}
 	return c, fs
+}
+
+// TestDeploymentArgsRunTheRealCommand parses the rendered Deployment's args with the real
+// `upgradeguard controller` command (--help stops it before it connects): a flag the
+// command does not have fails here.
+func TestDeploymentArgsRunTheRealCommand(t *testing.T) {
+	for _, set := range [][]string{
+		nil,
+		{"webhook.enabled=false", "metrics.enabled=false"},
+		{"leaderElection.namespace=kube-system", "controller.migrationLeaseNamespace=flux-system", "replicas=2"},
+	} {
+		d := typed[appsv1.Deployment](t, render(t, "ug", "ops", set...), "Deployment", "ug-upgradeguard")
+		args := d.Spec.Template.Spec.Containers[0].Args
+		var out, errOut bytes.Buffer
+		if code := cli.Execute(t.Context(), append(slices.Clone(args), "--help"), cli.Streams{Out: &out, ErrOut: &errOut}); code != 0 {
+			t.Errorf("--set %v: upgradeguard %v exits %d: %s", set, args, code, errOut.String())
+		}
+	}
+	// The check can fail: a flag the command lacks is rejected.
+	var out, errOut bytes.Buffer
+	if code := cli.Execute(t.Context(), []string{"controller", "--leader-elekt=true", "--help"}, cli.Streams{Out: &out, ErrOut: &errOut}); code == 0 {
+		t.Error("upgradeguard controller accepted an unknown flag")
+	}
 }
 
 func flag(t *testing.T, fs *pflag.FlagSet, name string) string {
