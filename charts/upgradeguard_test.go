@@ -371,6 +371,11 @@ func TestRenderDefaults(t *testing.T) {
 	if *wh.FailurePolicy != admissionregistrationv1.Fail {
 		t.Errorf("failurePolicy = %s, want Fail", *wh.FailurePolicy)
 	}
+	// The gate bounds a decision at 25s; the API server must wait longer so the gate's own
+	// message, not a timeout, reaches the user.
+	if *wh.TimeoutSeconds != 30 {
+		t.Errorf("timeoutSeconds = %d, want 30", *wh.TimeoutSeconds)
+	}
 	if *wh.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun {
 		t.Errorf("sideEffects = %s, want NoneOnDryRun", *wh.SideEffects)
 	}
