@@ -24,6 +24,7 @@ func newReleaseCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 	}
 	cmd.AddCommand(newApplyCheckCmd(streams, kube))
 	cmd.AddCommand(newDiffFailedCmd(streams, kube))
+	cmd.AddCommand(newReleaseMigrateCmd(streams, kube))
 	return cmd
 }
 
