@@ -63,9 +63,10 @@ func (e *ExistingBackupError) Error() string {
 // Backup saves what a restore after `helm uninstall` needs: every Secret and PVC the
 // release's last stored manifest lists, and the PersistentVolumes bound to those PVCs
 // (or listed themselves). Objects are sanitised for re-apply: no uid, resourceVersion,
-// generation, creationTimestamp, managedFields, ownerReferences, status or
-// last-applied-configuration; a PV's claimRef keeps the claim's namespace and name but
-// not its uid and resourceVersion, so a re-created claim of that name binds to it again.
+// generation, creationTimestamp, managedFields, ownerReferences, status,
+// last-applied-configuration or binder annotations; a PV's claimRef keeps the claim's
+// namespace and name but not its uid and resourceVersion, so a re-created claim of that
+// name binds to it again (see Sanitize).
 // Files are written 0600 (the directory 0700), each one atomically, and the index last:
 // a directory without index.json is an incomplete backup.
 func Backup(ctx context.Context, c *Clients, o Options, dir string) (*BackupResult, error) {
@@ -188,9 +189,11 @@ func writeObject(dir string, f *BackupFile, obj runtime.Object, apiVersion strin
 
 // Sanitize removes from an object (as unstructured content) what the API server owns or
 // what would stop it from being applied again elsewhere: uid, resourceVersion,
-// generation, creationTimestamp, deletion fields, managedFields, ownerReferences, status
-// and the kubectl last-applied-configuration annotation; and a PersistentVolume
-// claimRef's uid and resourceVersion.
+// generation, creationTimestamp, deletion fields, managedFields, ownerReferences, status,
+// the kubectl last-applied-configuration annotation and the PV binder's bind-completed and
+// bound-by-controller annotations; and a PersistentVolume claimRef's uid and
+// resourceVersion. A claim keeps spec.volumeName and a volume keeps its claimRef's
+// namespace and name, so the two pre-bind to each other when re-created.
 func Sanitize(u map[string]any) {
 	delete(u, "status")
 	if md, ok := u["metadata"].(map[string]any); ok {
@@ -200,6 +203,11 @@ func Sanitize(u map[string]any) {
 		}
 		if ann, ok := md["annotations"].(map[string]any); ok {
 			delete(ann, corev1.LastAppliedConfigAnnotation)
+			// The binder's own marks: left on a re-created claim they make it Lost (it
+			// claims a completed bind the new volume object does not confirm); without
+			// them volumeName and claimRef are a plain pre-binding.
+			delete(ann, "pv.kubernetes.io/bind-completed")
+			delete(ann, "pv.kubernetes.io/bound-by-controller")
 			if len(ann) == 0 {
 				delete(md, "annotations")
 			}

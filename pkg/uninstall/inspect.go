@@ -122,31 +122,16 @@ func (in *inspector) pvc(ctx context.Context, o *Object, deletedClasses map[stri
 // foreignUsers lists the running pods and unfinished Jobs in ns that mount claim and are
 // not part of the release (neither listed in the manifest nor owned by something listed).
 func (in *inspector) foreignUsers(ctx context.Context, ns, claim string) ([]string, error) {
-	pods, err := in.podsIn(ctx, ns)
-	if err != nil {
-		return nil, err
-	}
 	var out []string
-	for _, p := range pods {
-		if !slices.Contains(p.claims, claim) {
-			continue
-		}
-		mine, err := in.ownedByRelease(ctx, ns, p.owners, 0)
-		if err != nil {
-			return nil, err
-		}
-		if !mine && !in.listed[p.subject] {
-			out = append(out, p.subject)
-		}
-	}
+	jobs := map[string]bool{}
 	cont := ""
 	for {
-		jobs, err := in.c.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{Limit: listPage, Continue: cont})
+		list, err := in.c.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{Limit: listPage, Continue: cont})
 		if err != nil {
 			return nil, fmt.Errorf("list Jobs in %s: %w", ns, err)
 		}
-		for i := range jobs.Items {
-			j := &jobs.Items[i]
+		for i := range list.Items {
+			j := &list.Items[i]
 			subject := "Job/" + ns + "/" + j.Name
 			if jobFinished(j) || in.listed[subject] || !mounts(j.Spec.Template.Spec.Volumes, claim) {
 				continue
@@ -157,14 +142,43 @@ func (in *inspector) foreignUsers(ctx context.Context, ns, claim string) ([]stri
 			}
 			if !mine {
 				out = append(out, subject)
+				jobs[j.Name] = true
 			}
 		}
-		if cont = jobs.Continue; cont == "" {
+		if cont = list.Continue; cont == "" {
 			break
+		}
+	}
+	pods, err := in.podsIn(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		if !slices.Contains(p.claims, claim) || in.listed[p.subject] {
+			continue
+		}
+		if job := controllerOf(p.owners); job != nil && job.Kind == "Job" && jobs[job.Name] {
+			continue // reported as its Job
+		}
+		mine, err := in.ownedByRelease(ctx, ns, p.owners, 0)
+		if err != nil {
+			return nil, err
+		}
+		if !mine {
+			out = append(out, p.subject)
 		}
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+func controllerOf(refs []metav1.OwnerReference) *metav1.OwnerReference {
+	for i := range refs {
+		if refs[i].Controller != nil && *refs[i].Controller {
+			return &refs[i]
+		}
+	}
+	return nil
 }
 
 func (in *inspector) podsIn(ctx context.Context, ns string) ([]podRef, error) {
