@@ -355,7 +355,7 @@ func (x *executor) claimRefs(ctx context.Context) (string, error) {
 			done = append(done, v.PV+" (already)")
 			continue
 		}
-		if ref := pv.Spec.ClaimRef; ref != nil && !(ref.Namespace == x.p.Namespace && ref.Name == v.OldPVC) {
+		if ref := pv.Spec.ClaimRef; ref != nil && (ref.Namespace != x.p.Namespace || ref.Name != v.OldPVC) {
 			return "", fmt.Errorf("PersistentVolume/%s is claimed by %s/%s, neither the old nor the new claim: it will not be taken", v.PV, ref.Namespace, ref.Name)
 		}
 		patch := fmt.Sprintf(`{"spec":{"claimRef":{"apiVersion":"v1","kind":"PersistentVolumeClaim","namespace":%q,"name":%q,"uid":null,"resourceVersion":null}}}`, x.p.Namespace, v.NewPVC)
@@ -441,6 +441,7 @@ func (x *executor) secrets(ctx context.Context) (string, error) {
 	var done []string
 	api := x.env.Kube.CoreV1().Secrets(x.p.Namespace)
 	for _, s := range x.p.Secrets {
+		subject := "Secret/" + x.p.Namespace + "/" + s.New
 		saved, err := backupSecret(x.o.Dir, x.p.Namespace, s.Old)
 		if err != nil {
 			return "", err
@@ -449,10 +450,10 @@ func (x *executor) secrets(ctx context.Context) (string, error) {
 		switch {
 		case err == nil:
 			if !sameData(live.Data, saved.Data) {
-				return "", fmt.Errorf("Secret/%s/%s already exists with other data: it is left as it is; move it away (or restore the backup into it) and re-run", x.p.Namespace, s.New)
+				return "", fmt.Errorf("%s already exists with other data: it is left as it is; move it away (or restore the backup into it) and re-run", subject)
 			}
 			if _, err := api.Patch(ctx, s.New, types.MergePatchType, x.ownershipPatch(), metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
-				return "", fmt.Errorf("Secret/%s/%s: stamp for release %s: %w", x.p.Namespace, s.New, x.p.NewRelease, err)
+				return "", fmt.Errorf("%s: stamp for release %s: %w", subject, x.p.NewRelease, err)
 			}
 			done = append(done, s.New+" (already)")
 			continue
@@ -462,7 +463,7 @@ func (x *executor) secrets(ctx context.Context) (string, error) {
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.New, Namespace: x.p.Namespace}, Type: saved.Type, Data: saved.Data}
 		x.own(&sec.ObjectMeta)
 		if _, err := api.Create(ctx, sec, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
-			return "", fmt.Errorf("Secret/%s/%s: restore: %w", x.p.Namespace, s.New, err)
+			return "", fmt.Errorf("%s: restore: %w", subject, err)
 		}
 		done = append(done, s.Old+" -> "+s.New)
 	}

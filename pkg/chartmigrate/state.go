@@ -67,8 +67,11 @@ func LoadState(dir string) (*State, error) {
 		return nil, fmt.Errorf("read the migration record: %w", err)
 	}
 	var st State
-	if err := json.Unmarshal(data, &st); err != nil || st.Plan == nil {
-		return nil, fmt.Errorf("%s is not a migration record (%v): move it away only if no migration is in progress", filepath.Join(dir, StateFile), err)
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("%s is not a migration record: %w (move it away only if no migration is in progress)", filepath.Join(dir, StateFile), err)
+	}
+	if st.Plan == nil {
+		return nil, fmt.Errorf("%s is not a migration record: it holds no plan (move it away only if no migration is in progress)", filepath.Join(dir, StateFile))
 	}
 	if st.Steps == nil {
 		st.Steps = map[string]StepRecord{}
@@ -93,20 +96,14 @@ func (s *State) Save(dir string) error {
 	if err != nil {
 		return fmt.Errorf("write the migration record: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write the migration record: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write the migration record: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write the migration record: %w", err)
+	_, werr := tmp.Write(data)
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return errors.Join(fmt.Errorf("write the migration record: %w", err), os.Remove(tmp.Name()))
 	}
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, StateFile)); err != nil {
-		return fmt.Errorf("write the migration record: %w", err)
+		return errors.Join(fmt.Errorf("write the migration record: %w", err), os.Remove(tmp.Name()))
 	}
 	return nil
 }

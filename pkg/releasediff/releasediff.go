@@ -40,18 +40,18 @@ const FieldManager = "upgradeguard-diff"
 type Verdict string
 
 const (
-	// Failed: the live object matches the failed revision, which differs from the
+	// Failed means the live object matches the failed revision, which differs from the
 	// previous one here. The failed upgrade landed on this object.
 	Failed Verdict = "failed"
-	// Previous: the live object still matches the previous revision.
+	// Previous means the live object still matches the previous revision.
 	Previous Verdict = "previous"
-	// Unchanged: both revisions render the object alike and the live object matches it.
+	// Unchanged means both revisions render the object alike and the live object matches it.
 	Unchanged Verdict = "unchanged"
-	// Neither: the live object matches no revision (another writer, or a drift).
+	// Neither means the live object matches no revision (another writer, or a drift).
 	Neither Verdict = "neither"
-	// Missing: there is no live object.
+	// Missing means there is no live object.
 	Missing Verdict = "missing"
-	// Unknown: the API server rejected the comparison (see Error).
+	// Unknown means the API server rejected the comparison (see Error).
 	Unknown Verdict = "unknown"
 )
 
