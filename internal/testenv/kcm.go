@@ -40,9 +40,11 @@ var DefaultControllers = []string{
 
 // controllerManager is a running kube-controller-manager.
 type controllerManager struct {
-	cmd  *exec.Cmd
-	done chan error
-	log  string
+	cmd *exec.Cmd
+	// done is closed when the process has exited; waitErr is then its exit error.
+	done    chan struct{}
+	waitErr error
+	log     string
 }
 
 // StartControllerManager runs the real kube-controller-manager (bin/kube-controller-manager,
@@ -73,7 +75,7 @@ func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
+	defer func() { _ = logFile.Close() }() // the child process keeps its own descriptor
 	cmd := exec.Command(bin,
 		"--kubeconfig="+cp.Kubeconfig,
 		"--controllers="+strings.Join(controllers, ","),
@@ -91,8 +93,11 @@ func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", bin, err)
 	}
-	k := &controllerManager{cmd: cmd, done: make(chan error, 1), log: logPath}
-	go func() { k.done <- cmd.Wait() }()
+	k := &controllerManager{cmd: cmd, done: make(chan struct{}), log: logPath}
+	go func() {
+		k.waitErr = cmd.Wait()
+		close(k.done)
+	}()
 	cp.kcm = k
 	if err := k.waitHealthy(port, time.Minute); err != nil {
 		_ = cp.StopControllerManager()
@@ -124,15 +129,16 @@ func (k *controllerManager) waitHealthy(port int, timeout time.Duration) error {
 	defer cancel()
 	// The serving certificate is self-signed in the cert dir; /healthz needs no credentials.
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback test process with a self-signed certificate
+		// A loopback test process with a self-signed certificate: nothing to verify against.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 	}}
 	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-k.done:
-			return fmt.Errorf("kube-controller-manager exited during start-up (%v):\n%s", err, tail(k.log, 20))
+		case <-k.done:
+			return fmt.Errorf("kube-controller-manager exited during start-up (%w):\n%s", k.waitErr, tail(k.log, 20))
 		case <-ctx.Done():
 			return fmt.Errorf("kube-controller-manager not healthy within %s:\n%s", timeout, tail(k.log, 20))
 		case <-tick.C:
@@ -153,8 +159,8 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
 }
 
 // tail returns the last n lines of a file, for start-up errors.

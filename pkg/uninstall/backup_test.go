@@ -27,7 +27,7 @@ import (
 func TestBackupRestores(t *testing.T) {
 	needCluster(t)
 	ns := "backup"
-	const sentinel = "s3ntinel-backup-7f1c9e" //nolint:gosec // a test value, not a credential
+	const sentinel = "s3ntinel-backup-7f1c9e"
 	createPV(t, "pv-backup-data", "sc-backup", corev1.PersistentVolumeReclaimRetain)
 	mustHelm(t, nil, "install", "db", dbChart(t, "1.0.0", nil), "-n", ns, "--create-namespace",
 		"--set", "storageClass=sc-backup", "--set", "password="+sentinel)
