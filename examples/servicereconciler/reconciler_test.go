@@ -7,12 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"helm.sh/helm/v4/pkg/cli"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,8 +30,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
-	corev1 "k8s.io/api/core/v1"
 
 	sr "github.com/upgradeguard/upgradeguard/examples/servicereconciler"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -257,20 +258,17 @@ func helmRepos(t *testing.T, ns string, n int) {
 	}
 }
 
-// TestVersionBumpMigratesThenUpgrades: the service runs source-controller 1.2.0 with
-// HelmRepositories stored at v1beta2, moves to 1.6.0 (storage v1, v1beta2 still
-// served), then to 1.8.0, which drops v1beta2. The controller reports the migration in
-// progress on the DemoService, the gate migrates, Helm upgrades, and the conditions clear.
-func TestVersionBumpMigratesThenUpgrades(t *testing.T) {
-	h := start(t, "svc-upgrade", gate.Options{AutoMigrate: true, Budget: time.Minute,
-		Migrate: migrate.Options{LeaseNamespace: "svc-upgrade", Holder: "demo-service-controller"}})
-
+// runningAt160 installs DemoService "flux" at 1.2.0, creates n HelmRepositories stored at
+// v1beta2, and moves it to 1.6.0, which needs no migration: storedVersions is then
+// [v1beta2 v1], the state a long-lived cluster is in before a release drops v1beta2.
+func (h *harness) runningAt160(t *testing.T, ns string, n int) {
+	t.Helper()
 	h.create(t, "flux", "1.2.0")
 	h.waitFor(t, "flux", "install of 1.2.0", applied("1.2.0"))
 	if got := crdversions.StorageVersion(h.liveCRD(t)); got != "v1beta2" {
 		t.Fatalf("1.2.0 stores %s, want v1beta2", got)
 	}
-	helmRepos(t, "tenant", 200)
+	helmRepos(t, ns, n)
 
 	h.bump(t, "flux", "1.6.0")
 	svc := h.waitFor(t, "flux", "upgrade to 1.6.0", applied("1.6.0"))
@@ -280,10 +278,21 @@ func TestVersionBumpMigratesThenUpgrades(t *testing.T) {
 	if got := h.liveCRD(t).Status.StoredVersions; !slices.Equal(got, []string{"v1beta2", "v1"}) {
 		t.Fatalf("storedVersions after 1.6.0 = %v, want [v1beta2 v1]", got)
 	}
+}
+
+// TestVersionBumpMigratesThenUpgrades: the service runs source-controller 1.2.0 with
+// HelmRepositories stored at v1beta2, moves to 1.6.0 (storage v1, v1beta2 still
+// served), then to 1.8.0, which drops v1beta2. The controller reports the migration in
+// progress on the DemoService, the gate migrates, Helm upgrades, and the conditions clear.
+func TestVersionBumpMigratesThenUpgrades(t *testing.T) {
+	h := start(t, "svc-upgrade", gate.Options{AutoMigrate: true, Budget: time.Minute,
+		Migrate: migrate.Options{LeaseNamespace: "svc-upgrade", Holder: "demo-service-controller"}})
+
+	h.runningAt160(t, "tenant", 200)
 
 	statuses := h.record(t, "flux")
 	h.bump(t, "flux", "1.8.0")
-	svc = h.waitFor(t, "flux", "upgrade to 1.8.0", applied("1.8.0"))
+	svc := h.waitFor(t, "flux", "upgrade to 1.8.0", applied("1.8.0"))
 
 	// The API server's side: migrated, pruned, and the chart's CRD applied by Helm.
 	crd := h.liveCRD(t)
@@ -344,8 +353,9 @@ func TestBlockedUpgradeStops(t *testing.T) {
 	if svc.Status.AppliedVersion != "1.2.0" || svc.Status.ObservedGeneration != svc.Generation {
 		t.Errorf("status %+v: want 1.2.0 still applied, generation %d observed", svc.Status, svc.Generation)
 	}
-	if ready := cond(svc.Status, sr.ConditionReady); ready.Status != metav1.ConditionFalse || ready.Message == "" {
-		t.Errorf("Ready = %+v, want False with the reason", ready)
+	if ready := cond(svc.Status, sr.ConditionReady); ready.Status != metav1.ConditionFalse ||
+		!strings.Contains(ready.Message, helmRepositories) || !strings.Contains(ready.Message, "go through a chart version whose CRD serves v1beta2") {
+		t.Errorf("Ready = %+v, want False with the CRD and the way out", ready)
 	}
 	crd := h.liveCRD(t)
 	if got := crdversions.StorageVersion(crd); got != "v1beta2" || !slices.Equal(crd.Status.StoredVersions, []string{"v1beta2"}) {
@@ -376,4 +386,53 @@ func history(t *testing.T, ns, release string) []string {
 		lines = append(lines, fmt.Sprintf("%d %s %s", r.Revision, r.Status, r.Chart))
 	}
 	return lines
+}
+
+// TestMigratingRequeues: another run (the CLI) holds the CRD's migration Lease. The gate
+// answers Migrating, the controller shows it and requeues; when the Lease is released,
+// a requeued reconcile migrates and upgrades.
+func TestMigratingRequeues(t *testing.T) {
+	h := start(t, "svc-requeue", gate.Options{AutoMigrate: true, Budget: time.Minute,
+		Migrate: migrate.Options{LeaseNamespace: "svc-requeue", Holder: "demo-service-controller"}})
+	h.runningAt160(t, "tenant-r", 20)
+
+	leases := kubernetes.NewForConfigOrDie(cp.Config).CoordinationV1().Leases(h.ns)
+	now := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "upgradeguard-migrate-" + helmRepositories},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("upgradeguard-cli"), LeaseDurationSeconds: ptr.To(int32(600)),
+			AcquireTime: &now, RenewTime: &now},
+	}
+	if _, err := leases.Create(t.Context(), lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	h.bump(t, "flux", "1.8.0")
+	svc := h.waitFor(t, "flux", "the held Lease on the status", func(s *sr.DemoService) bool {
+		c := cond(s.Status, gate.ConditionInProgress)
+		return c.Status == metav1.ConditionTrue && c.Reason == gate.ReasonMigrating && strings.Contains(c.Message, "upgradeguard-cli")
+	})
+	if svc.Status.AppliedVersion != "1.6.0" || cond(svc.Status, sr.ConditionReady).Reason != sr.ReasonMigrationPending {
+		t.Errorf("while the Lease is held: %+v, want 1.6.0 applied and Ready=%s", svc.Status, sr.ReasonMigrationPending)
+	}
+	if got := h.liveCRD(t).Status.StoredVersions; !slices.Equal(got, []string{"v1beta2", "v1"}) {
+		t.Errorf("storedVersions while another run holds the Lease = %v, want them untouched", got)
+	}
+
+	// The other run finishes without migrating and gives the Lease up, as migrate does.
+	cur, err := leases.Get(t.Context(), lease.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.HolderIdentity, cur.Spec.RenewTime = nil, nil
+	if _, err := leases.Update(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc = h.waitFor(t, "flux", "upgrade to 1.8.0 after the Lease is released", applied("1.8.0"))
+	if c := cond(svc.Status, gate.ConditionInProgress); c.Status != metav1.ConditionFalse || c.Reason != gate.ReasonMigrated {
+		t.Errorf("%s = %+v, want False %s", gate.ConditionInProgress, c, gate.ReasonMigrated)
+	}
+	if got := h.liveCRD(t).Status.StoredVersions; !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("storedVersions = %v, want [v1]", got)
+	}
 }
