@@ -9,18 +9,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 // GroupVersion is the API group of the example's service resource.
 var GroupVersion = schema.GroupVersion{Group: "example.upgradeguard.io", Version: "v1alpha1"}
 
-var schemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
-
 // AddToScheme adds DemoService and DemoServiceList to a scheme.
-var AddToScheme = schemeBuilder.AddToScheme
-
-func init() { schemeBuilder.Register(&DemoService{}, &DemoServiceList{}) }
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &DemoService{}, &DemoServiceList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
 
 // DemoService is one service, deployed from one chart at spec.chartVersion.
 type DemoService struct {
@@ -90,7 +89,8 @@ func (l *DemoServiceList) DeepCopyObject() runtime.Object {
 	}
 	out := new(DemoServiceList)
 	*out = *l
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	listMeta := l.ListMeta
+	listMeta.DeepCopyInto(&out.ListMeta)
 	if l.Items != nil {
 		out.Items = make([]DemoService, len(l.Items))
 		for i := range l.Items {

@@ -2,6 +2,7 @@ package servicereconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -160,7 +161,7 @@ func (r *Reconciler) setConditions(svc *DemoService, conditions []metav1.Conditi
 func (r *Reconciler) fail(ctx context.Context, svc *DemoService, base *DemoService, reason string, err error) error {
 	r.setConditions(svc, nil, reason, err.Error())
 	if perr := r.patch(ctx, svc, base); perr != nil {
-		return fmt.Errorf("%w (and recording it on the status failed: %v)", err, perr)
+		return errors.Join(err, fmt.Errorf("record it on the status: %w", perr))
 	}
 	return err
 }

@@ -46,7 +46,11 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.RunTests(m, &cp))
 }
 
-const helmRepositories = "helmrepositories.source.toolkit.fluxcd.io"
+const (
+	helmRepositories = "helmrepositories.source.toolkit.fluxcd.io"
+	// service is the DemoService every test drives (one namespace per test).
+	service = "flux"
+)
 
 // sourceCharts serves a chart repository with one chart, "source-controller", whose
 // versions carry the real HelmRepository CRD of that source-controller tag: 1.2.0 stores
@@ -150,18 +154,18 @@ func start(t *testing.T, ns string, o gate.Options) *harness {
 	return &harness{c: c, crd: crds, ns: ns}
 }
 
-func (h *harness) create(t *testing.T, name, version string) {
+func (h *harness) create(t *testing.T, version string) {
 	t.Helper()
-	svc := &sr.DemoService{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns}, Spec: sr.DemoServiceSpec{ChartVersion: version}}
+	svc := &sr.DemoService{ObjectMeta: metav1.ObjectMeta{Name: service, Namespace: h.ns}, Spec: sr.DemoServiceSpec{ChartVersion: version}}
 	if err := h.c.Create(t.Context(), svc); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (h *harness) bump(t *testing.T, name, version string) {
+func (h *harness) bump(t *testing.T, version string) {
 	t.Helper()
 	var svc sr.DemoService
-	if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: h.ns, Name: name}, &svc); err != nil {
+	if err := h.c.Get(t.Context(), client.ObjectKey{Namespace: h.ns, Name: service}, &svc); err != nil {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(svc.DeepCopy())
@@ -172,11 +176,11 @@ func (h *harness) bump(t *testing.T, name, version string) {
 }
 
 // waitFor polls the DemoService until ok holds, and returns it.
-func (h *harness) waitFor(t *testing.T, name, what string, ok func(*sr.DemoService) bool) *sr.DemoService {
+func (h *harness) waitFor(t *testing.T, what string, ok func(*sr.DemoService) bool) *sr.DemoService {
 	t.Helper()
 	var svc sr.DemoService
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := h.c.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: name}, &svc); err != nil {
+		if err := h.c.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: service}, &svc); err != nil {
 			return false, err
 		}
 		return ok(&svc), nil
@@ -195,7 +199,7 @@ func applied(version string) func(*sr.DemoService) bool {
 
 // record watches the DemoService and keeps every status the API server stored, in order,
 // so that a state that lasts only a moment is still seen.
-func (h *harness) record(t *testing.T, name string) func() []sr.DemoServiceStatus {
+func (h *harness) record(t *testing.T) func() []sr.DemoServiceStatus {
 	t.Helper()
 	w, err := h.c.Watch(t.Context(), &sr.DemoServiceList{}, client.InNamespace(h.ns))
 	if err != nil {
@@ -207,7 +211,7 @@ func (h *harness) record(t *testing.T, name string) func() []sr.DemoServiceStatu
 	go func() {
 		for ev := range w.ResultChan() {
 			svc, ok := ev.Object.(*sr.DemoService)
-			if !ok || ev.Type == watch.Error || svc.Name != name {
+			if !ok || ev.Type == watch.Error || svc.Name != service {
 				continue
 			}
 			mu.Lock()
@@ -258,20 +262,20 @@ func helmRepos(t *testing.T, ns string, n int) {
 	}
 }
 
-// runningAt160 installs DemoService "flux" at 1.2.0, creates n HelmRepositories stored at
+// runningAt160 installs the DemoService at 1.2.0, creates n HelmRepositories stored at
 // v1beta2, and moves it to 1.6.0, which needs no migration: storedVersions is then
 // [v1beta2 v1], the state a long-lived cluster is in before a release drops v1beta2.
 func (h *harness) runningAt160(t *testing.T, ns string, n int) {
 	t.Helper()
-	h.create(t, "flux", "1.2.0")
-	h.waitFor(t, "flux", "install of 1.2.0", applied("1.2.0"))
+	h.create(t, "1.2.0")
+	h.waitFor(t, "install of 1.2.0", applied("1.2.0"))
 	if got := crdversions.StorageVersion(h.liveCRD(t)); got != "v1beta2" {
 		t.Fatalf("1.2.0 stores %s, want v1beta2", got)
 	}
 	helmRepos(t, ns, n)
 
-	h.bump(t, "flux", "1.6.0")
-	svc := h.waitFor(t, "flux", "upgrade to 1.6.0", applied("1.6.0"))
+	h.bump(t, "1.6.0")
+	svc := h.waitFor(t, "upgrade to 1.6.0", applied("1.6.0"))
 	if c := cond(svc.Status, gate.ConditionRequired); c.Status != metav1.ConditionFalse || c.Reason != gate.ReasonNotRequired {
 		t.Errorf("1.6.0 keeps v1beta2 and needs no migration, but %s = %+v", gate.ConditionRequired, c)
 	}
@@ -290,9 +294,9 @@ func TestVersionBumpMigratesThenUpgrades(t *testing.T) {
 
 	h.runningAt160(t, "tenant", 200)
 
-	statuses := h.record(t, "flux")
-	h.bump(t, "flux", "1.8.0")
-	svc := h.waitFor(t, "flux", "upgrade to 1.8.0", applied("1.8.0"))
+	statuses := h.record(t)
+	h.bump(t, "1.8.0")
+	svc := h.waitFor(t, "upgrade to 1.8.0", applied("1.8.0"))
 
 	// The API server's side: migrated, pruned, and the chart's CRD applied by Helm.
 	crd := h.liveCRD(t)
@@ -302,7 +306,7 @@ func TestVersionBumpMigratesThenUpgrades(t *testing.T) {
 	if got := servedVersions(crd); !slices.Equal(got, []string{"v1"}) {
 		t.Errorf("live spec.versions = %v, want the 1.8.0 chart's [v1]", got)
 	}
-	if got, want := history(t, h.ns, "flux"), []string{"1 superseded source-controller-1.2.0", "2 superseded source-controller-1.6.0", "3 deployed source-controller-1.8.0"}; !slices.Equal(got, want) {
+	if got, want := history(t, h.ns, service), []string{"1 superseded source-controller-1.2.0", "2 superseded source-controller-1.6.0", "3 deployed source-controller-1.8.0"}; !slices.Equal(got, want) {
 		t.Errorf("helm history = %q, want %q", got, want)
 	}
 
@@ -336,12 +340,12 @@ func TestBlockedUpgradeStops(t *testing.T) {
 	h := start(t, "svc-blocked", gate.Options{AutoMigrate: true,
 		Migrate: migrate.Options{LeaseNamespace: "svc-blocked", Holder: "demo-service-controller"}})
 
-	h.create(t, "flux", "1.2.0")
-	h.waitFor(t, "flux", "install of 1.2.0", applied("1.2.0"))
+	h.create(t, "1.2.0")
+	h.waitFor(t, "install of 1.2.0", applied("1.2.0"))
 	helmRepos(t, "tenant-b", 10)
 
-	h.bump(t, "flux", "1.8.0")
-	svc := h.waitFor(t, "flux", "the gate's verdict on 1.8.0", func(s *sr.DemoService) bool {
+	h.bump(t, "1.8.0")
+	svc := h.waitFor(t, "the gate's verdict on 1.8.0", func(s *sr.DemoService) bool {
 		return cond(s.Status, sr.ConditionReady).Reason == sr.ReasonUpgradeBlocked
 	})
 	if c := cond(svc.Status, gate.ConditionRequired); c.Status != metav1.ConditionTrue || c.Reason != gate.ReasonBridgeRequired {
@@ -361,7 +365,7 @@ func TestBlockedUpgradeStops(t *testing.T) {
 	if got := crdversions.StorageVersion(crd); got != "v1beta2" || !slices.Equal(crd.Status.StoredVersions, []string{"v1beta2"}) {
 		t.Errorf("the blocked upgrade touched the CRD: storage %s, storedVersions %v", got, crd.Status.StoredVersions)
 	}
-	if got, want := history(t, h.ns, "flux"), []string{"1 deployed source-controller-1.2.0"}; !slices.Equal(got, want) {
+	if got, want := history(t, h.ns, service), []string{"1 deployed source-controller-1.2.0"}; !slices.Equal(got, want) {
 		t.Errorf("helm history = %q, want %q: the blocked upgrade must not reach Helm", got, want)
 	}
 }
@@ -407,8 +411,8 @@ func TestMigratingRequeues(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.bump(t, "flux", "1.8.0")
-	svc := h.waitFor(t, "flux", "the held Lease on the status", func(s *sr.DemoService) bool {
+	h.bump(t, "1.8.0")
+	svc := h.waitFor(t, "the held Lease on the status", func(s *sr.DemoService) bool {
 		c := cond(s.Status, gate.ConditionInProgress)
 		return c.Status == metav1.ConditionTrue && c.Reason == gate.ReasonMigrating && strings.Contains(c.Message, "upgradeguard-cli")
 	})
@@ -428,7 +432,7 @@ func TestMigratingRequeues(t *testing.T) {
 	if _, err := leases.Update(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	svc = h.waitFor(t, "flux", "upgrade to 1.8.0 after the Lease is released", applied("1.8.0"))
+	svc = h.waitFor(t, "upgrade to 1.8.0 after the Lease is released", applied("1.8.0"))
 	if c := cond(svc.Status, gate.ConditionInProgress); c.Status != metav1.ConditionFalse || c.Reason != gate.ReasonMigrated {
 		t.Errorf("%s = %+v, want False %s", gate.ConditionInProgress, c, gate.ReasonMigrated)
 	}
