@@ -37,6 +37,20 @@ bench: testbin build ## Measure check and migrate against the local control plan
 	./hack/testbin.sh --with-kubectl
 	go run ./hack/bench -n $(BENCH_N) all
 
+.PHONY: generate
+generate: $(BIN)/controller-gen ## Regenerate the API's deepcopy code and CRDs (api/ -> config/crd, charts/upgradeguard/crds)
+	$(BIN)/controller-gen object paths=./api/...
+	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=config/crd
+	@if [ -d charts/upgradeguard ]; then mkdir -p charts/upgradeguard/crds && cp config/crd/*.yaml charts/upgradeguard/crds/; fi
+
+.PHONY: verify
+verify: generate ## Fail when generated code or CRDs are stale (run make generate and commit)
+	@git diff --exit-code -- api config charts/upgradeguard/crds || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config charts/upgradeguard/crds)" || { git status --porcelain -- api config charts/upgradeguard/crds; echo "generated files are not committed: run make generate and commit"; exit 1; }
+
+$(BIN)/controller-gen: hack/tools/controller-gen/go.mod
+	cd hack/tools/controller-gen && go build -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
+
 .PHONY: lint
 lint: $(BIN)/golangci-lint ## Run golangci-lint (pinned) and gofmt
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt -w"; exit 1; }
