@@ -253,6 +253,10 @@ func servedVersions(crd *apiextv1.CustomResourceDefinition) []string {
 // helmRepos creates n HelmRepositories through v1beta2 while it is the storage version.
 func helmRepos(t *testing.T, ns string, n int) {
 	t.Helper()
+	// Helm applied the CRD from templates/ without waiting for it to be served.
+	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), helmRepositories); err != nil {
+		t.Fatal(err)
+	}
 	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
 		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
 		Kind: "HelmRepository", Namespaces: []string{ns}, PerNS: n,
