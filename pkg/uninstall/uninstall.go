@@ -350,9 +350,9 @@ func (in *inspector) decide(ctx context.Context, mo manifestObject) (Object, err
 		return obj, nil
 	}
 	if mapErr != nil {
-		obj.Action, obj.Reason = Delete, "its kind is not served by the API server: "+mapErr.Error()
-		in.find(CheckUnknownKind, obj.Subject, "the API server does not serve "+mo.apiVersion+" "+mo.kind+": helm uninstall fails to build its delete list and deletes nothing",
-			"install the CRD that serves it again, or remove the release record by hand after deleting its objects")
+		obj.Action, obj.Reason = Absent, "its kind is not served by the API server, so no such object exists: "+mapErr.Error()
+		in.find(CheckUnknownKind, obj.Subject, "the API server no longer serves "+mo.apiVersion+" "+mo.kind+": a Helm whose discovery is fresh fails to build its delete list and the uninstall deletes nothing (with discovery cached before the kind went away, ~/.kube/cache, it goes ahead)",
+			"install the CRD that serves "+mo.kind+" again before the uninstall (and delete it afterwards if it should go), or accept retrying the uninstall")
 		return obj, nil
 	}
 	if liveErr != nil {
