@@ -24,6 +24,8 @@ func newReleaseCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 	}
 	cmd.AddCommand(newApplyCheckCmd(streams, kube))
 	cmd.AddCommand(newUninstallCheckCmd(streams, kube))
+	cmd.AddCommand(newDiffFailedCmd(streams, kube))
+	cmd.AddCommand(newReleaseMigrateCmd(streams, kube))
 	return cmd
 }
 

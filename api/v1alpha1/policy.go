@@ -1,0 +1,36 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"slices"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Selects reports whether the policy covers crd: its labels match Selector and its group
+// is one of Groups (when either is set).
+func (p *StorageMigrationPolicy) Selects(crd *apiextv1.CustomResourceDefinition) (bool, error) {
+	if len(p.Spec.Groups) > 0 && !slices.Contains(p.Spec.Groups, crd.Spec.Group) {
+		return false, nil
+	}
+	if p.Spec.Selector == nil {
+		return true, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+	if err != nil {
+		return false, fmt.Errorf("StorageMigrationPolicy %s: spec.selector: %w", p.Name, err)
+	}
+	return sel.Matches(labels.Set(crd.Labels)), nil
+}
+
+// IsProactive is spec.proactive with its default (true).
+func (p *StorageMigrationPolicy) IsProactive() bool {
+	return p.Spec.Proactive == nil || *p.Spec.Proactive
+}
+
+// AutoMigrates is spec.autoMigrate with its default (true).
+func (p *StorageMigrationPolicy) AutoMigrates() bool {
+	return p.Spec.AutoMigrate == nil || *p.Spec.AutoMigrate
+}

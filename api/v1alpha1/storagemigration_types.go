@@ -1,0 +1,195 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types of a StorageMigration. The gate also sets StorageMigrationRequired and
+// StorageMigrationInProgress on the resources it guards (see pkg/gate).
+const (
+	// ConditionRunning is True while the controller is migrating objects.
+	ConditionRunning = "Running"
+	// ConditionSucceeded is True once every CRD is migrated and its storedVersions pruned.
+	ConditionSucceeded = "Succeeded"
+	// ConditionFailed is True when the migration stopped and needs an operator.
+	ConditionFailed = "Failed"
+
+	ConditionStorageMigrationRequired   = "StorageMigrationRequired"
+	ConditionStorageMigrationInProgress = "StorageMigrationInProgress"
+	ConditionStorageMigrationFailed     = "StorageMigrationFailed"
+)
+
+// Phase is where a StorageMigration is in its life.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed
+type Phase string
+
+const (
+	PhasePending   Phase = "Pending"
+	PhaseRunning   Phase = "Running"
+	PhaseSucceeded Phase = "Succeeded"
+	PhaseFailed    Phase = "Failed"
+)
+
+// KubeConfigReference names a Secret that holds a kubeconfig for a remote cluster, the way
+// Flux's spec.kubeConfig.secretRef does. The StorageMigration is cluster-scoped, so the
+// reference carries the Secret's namespace.
+type KubeConfigReference struct {
+	// SecretRef is the Secret holding the kubeconfig.
+	SecretRef SecretKeyReference `json:"secretRef"`
+}
+
+// SecretKeyReference is one key of one Secret.
+type SecretKeyReference struct {
+	// Namespace of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Key holding the kubeconfig. Flux's keys "value" and then "value.yaml" are tried when
+	// empty.
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// RateSettings bound the load a migration puts on the API server.
+type RateSettings struct {
+	// QPS is the client's sustained request rate. 0 means the default (100).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	QPS int32 `json:"qps,omitempty"`
+	// Burst is the client's burst. 0 means twice QPS.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Burst int32 `json:"burst,omitempty"`
+	// Concurrency is how many objects are patched at once. 0 means the default (4).
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Concurrency int32 `json:"concurrency,omitempty"`
+	// PageSize is the LIST page size. 0 means the default (500).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PageSize int64 `json:"pageSize,omitempty"`
+}
+
+// StorageMigrationSpec says which CRDs to migrate, where, and how fast.
+type StorageMigrationSpec struct {
+	// Resources are the CRDs to migrate, by name (plural.group). Each is migrated to its
+	// live storage version, and its status.storedVersions is pruned to that version once
+	// every object has been re-persisted.
+	// +kubebuilder:validation:MinItems=1
+	// +listType=set
+	Resources []string `json:"resources"`
+
+	// KubeConfig targets a remote cluster. The cluster the controller runs in when unset.
+	// +optional
+	KubeConfig *KubeConfigReference `json:"kubeConfig,omitempty"`
+
+	// Rate bounds the load on the API server.
+	// +optional
+	Rate RateSettings `json:"rate,omitempty"`
+
+	// Deadline bounds one attempt at one CRD; the controller saves its place and carries on
+	// in the next attempt. Defaults to 10m.
+	// +optional
+	Deadline *metav1.Duration `json:"deadline,omitempty"`
+}
+
+// ResourceProgress is the state of one CRD's migration. Its counts are those of
+// `upgradeguard migrate -o json`.
+type ResourceProgress struct {
+	// Name of the CRD.
+	Name string `json:"name"`
+	// Phase of this CRD's migration.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// StorageVersion the objects are re-persisted at.
+	// +optional
+	StorageVersion string `json:"storageVersion,omitempty"`
+	// StoredVersionsBefore is status.storedVersions when the migration started.
+	// +optional
+	StoredVersionsBefore []string `json:"storedVersionsBefore,omitempty"`
+	// StoredVersionsAfter is status.storedVersions when it ended.
+	// +optional
+	StoredVersionsAfter []string `json:"storedVersionsAfter,omitempty"`
+	// Objects seen so far.
+	Objects int64 `json:"objects"`
+	// Rewritten objects (their stored encoding changed).
+	Rewritten int64 `json:"rewritten"`
+	// AlreadyCurrent objects (already stored at the storage version).
+	AlreadyCurrent int64 `json:"alreadyCurrent"`
+	// Deleted while the migration ran.
+	Deleted int64 `json:"deleted"`
+	// FailedCount objects the API server refused to re-persist.
+	FailedCount int64 `json:"failedCount"`
+	// Continue is the LIST continue token after the last page done, so a restarted
+	// controller resumes there. Empty before the first page and after the last.
+	// +optional
+	Continue string `json:"continue,omitempty"`
+	// Attempts made at this CRD.
+	// +optional
+	Attempts int32 `json:"attempts,omitempty"`
+	// Message says what happened, and what to do when it failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// CompletionTime is when this CRD finished.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// StorageMigrationStatus is what the controller observed.
+type StorageMigrationStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase summarises the conditions.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Conditions: Running, Succeeded, Failed, and StorageMigrationRequired,
+	// StorageMigrationInProgress, StorageMigrationFailed for readers that follow the gate's
+	// types.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Resources is the progress per CRD, in spec order.
+	// +optional
+	Resources []ResourceProgress `json:"resources,omitempty"`
+	// StartTime is when the controller started the migration.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when it succeeded or failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// StorageMigration re-persists every object of some CRDs at their storage version and
+// prunes status.storedVersions, so that a chart that drops an old version installs.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=stm,categories=upgradeguard
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Resources",type=string,JSONPath=`.spec.resources`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type StorageMigration struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   StorageMigrationSpec   `json:"spec,omitempty"`
+	Status StorageMigrationStatus `json:"status,omitempty"`
+}
+
+// StorageMigrationList is a list of StorageMigrations.
+//
+// +kubebuilder:object:root=true
+type StorageMigrationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []StorageMigration `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&StorageMigration{}, &StorageMigrationList{})
+}

@@ -1,0 +1,53 @@
+// Package metrics holds upgradeguard's Prometheus metrics. They are registered with
+// controller-runtime's registry, so the manager's metrics endpoint serves them.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Results of a migration of one CRD, the values of the result label.
+const (
+	ResultSucceeded = "succeeded"
+	ResultFailed    = "failed"
+	ResultPartial   = "partial" // the deadline ended the attempt; the next one resumes
+)
+
+var (
+	// Migrations counts CRD migrations by result.
+	Migrations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "upgradeguard_migrations_total",
+		Help: "Storage-version migrations of one CRD, by result (succeeded, failed, partial).",
+	}, []string{"result"})
+
+	// ObjectsRewritten counts objects re-persisted at the storage version, by CRD.
+	ObjectsRewritten = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "upgradeguard_objects_rewritten_total",
+		Help: "Objects re-persisted at their CRD's storage version, by CRD.",
+	}, []string{"crd"})
+
+	// MigrationDuration observes how long one attempt at one CRD took.
+	MigrationDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "upgradeguard_migration_duration_seconds",
+		Help:    "Duration of one migration attempt at one CRD.",
+		Buckets: []float64{0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900},
+	})
+
+	// PendingMigrations is the number of StorageMigrations not yet succeeded or failed.
+	PendingMigrations = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "upgradeguard_pending_migrations",
+		Help: "StorageMigrations that are pending or running.",
+	})
+
+	// GateDecisions counts the admission gate's decisions by outcome (admitted, migrating,
+	// blocked, error).
+	GateDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "upgradeguard_gate_decisions_total",
+		Help: "HelmRelease gate decisions, by outcome (admitted, migrating, blocked, error).",
+	}, []string{"outcome"})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, GateDecisions)
+}
