@@ -326,4 +326,3 @@ func join(ctx context.Context, src ReleaseSource, ns string, hrs []*helmv2.HelmR
 func isAbsent(err error) bool {
 	return err != nil && (apierrors.IsNotFound(err) || meta.IsNoMatchError(err))
 }
-
