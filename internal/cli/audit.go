@@ -156,6 +156,9 @@ func renderAudit(w io.Writer, format string, rep *audit.Report) error {
 		} else {
 			fmt.Fprintf(tw, "  crds\tunknown\n")
 		}
+		if len(r.Mechanisms) > 0 {
+			fmt.Fprintf(tw, "  values\t%s\n", r.ValuesSource)
+		}
 		for _, m := range r.Mechanisms {
 			state := "off"
 			switch {

@@ -283,7 +283,7 @@ func hrFindings(hr *helmv2.HelmRelease, crds []chartcrds.CRD, shipsCRDs bool, si
 	}
 	what := func(names []string) string {
 		if len(names) == 0 {
-			return "no upstream migration hook can protect it"
+			return "so no upstream migration hook can protect it"
 		}
 		return "so " + strings.Join(names, ", ") + " never runs"
 	}
