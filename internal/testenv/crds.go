@@ -113,7 +113,10 @@ func WaitEstablished(ctx context.Context, cs apiextclient.Interface, name string
 // gone, so that the next scenario starts from an empty cluster. Instances are deleted
 // explicitly: on this control plane they can outlive their CRD in etcd, and a later CRD of
 // the same name would then meet objects stored at versions it does not know.
-func (cp *ControlPlane) DeleteAllCRDs(ctx context.Context) error {
+func (cp *ControlPlane) DeleteAllCRDs(ctx context.Context) error { return cp.DeleteCRDs(ctx, nil) }
+
+// DeleteCRDs is DeleteAllCRDs for the CRDs keep does not keep (nil keeps none).
+func (cp *ControlPlane) DeleteCRDs(ctx context.Context, keep func(*apiextv1.CustomResourceDefinition) bool) error {
 	cs, err := apiextclient.NewForConfig(cp.Config)
 	if err != nil {
 		return err
@@ -127,7 +130,12 @@ func (cp *ControlPlane) DeleteAllCRDs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var doomed []string
 	for _, crd := range list.Items {
+		if keep != nil && keep(&crd) {
+			continue
+		}
+		doomed = append(doomed, crd.Name)
 		if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextv1.WebhookConverter {
 			// A conversion webhook that is not running would make the instances unlistable.
 			crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.NoneConverter}
@@ -160,15 +168,18 @@ func (cp *ControlPlane) DeleteAllCRDs(ctx context.Context) error {
 			}
 		}
 	}
-	if err := api.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		return fmt.Errorf("delete CRDs: %w", err)
+	for _, name := range doomed {
+		if err := api.Delete(ctx, name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
+			return fmt.Errorf("delete CRD %s: %w", name, err)
+		}
 	}
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := api.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
+		for _, name := range doomed {
+			if _, err := api.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, ignoreNotFound(err)
+			}
 		}
-		return len(list.Items) == 0, nil
+		return true, nil
 	})
 }
 

@@ -93,6 +93,12 @@ type Options struct {
 	QPS float64
 	// Progress, when set, is called after every page.
 	Progress func(Progress)
+	// Continue resumes an earlier run from the LIST continue token it reported in
+	// Progress.Continue. The caller vouches that every object before the token was
+	// migrated without failures at the same storage version (the run prunes
+	// storedVersions when the rest completes). An expired token continues from the next
+	// key, as a fresh run's expired token does.
+	Continue string
 }
 
 // Progress is a snapshot of one CRD's run.
@@ -101,6 +107,11 @@ type Progress struct {
 	Done    int64
 	Total   int64 // best estimate; 0 when unknown
 	Elapsed time.Duration
+	// Continue is the token to resume after this page (Options.Continue); empty after
+	// the last page.
+	Continue string
+	// The counts so far (Done is their sum).
+	Rewritten, AlreadyCurrent, Deleted, Failed int64
 }
 
 // ObjectError is one object that could not be migrated.
@@ -430,7 +441,7 @@ type worker struct {
 // processed.
 func (w *worker) run(ctx context.Context) bool {
 	defer w.collect()
-	opts := metav1.ListOptions{Limit: w.o.PageSize}
+	opts := metav1.ListOptions{Limit: w.o.PageSize, Continue: w.o.Continue}
 	var total int64
 	served := map[string]bool{}
 	for _, v := range w.crd.Spec.Versions {
@@ -477,7 +488,9 @@ func (w *worker) run(ctx context.Context) bool {
 			return false
 		}
 		if w.o.Progress != nil {
-			w.o.Progress(Progress{CRD: w.crd.Name, Done: w.done(), Total: max(total, w.done()), Elapsed: time.Since(w.start)})
+			w.o.Progress(Progress{CRD: w.crd.Name, Done: w.done(), Total: max(total, w.done()), Elapsed: time.Since(w.start),
+				Continue: list.Continue, Rewritten: w.rewritten.Load(), AlreadyCurrent: w.current.Load(),
+				Deleted: w.deleted.Load(), Failed: w.failedCount.Load()})
 		}
 		if list.Continue == "" {
 			return true

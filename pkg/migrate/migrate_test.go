@@ -390,3 +390,39 @@ func TestReverseMigrationUnblocksRollback(t *testing.T) {
 		t.Errorf("objects changed (-before +after):\n%s", diff)
 	}
 }
+
+// TestResumeFromContinueToken: a run stopped after two pages resumes from the token it
+// reported, lists only the rest, and prunes when the rest is done.
+func TestResumeFromContinueToken(t *testing.T) {
+	e := fluxState(t, []string{"a"}, 40)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	var last migrate.Progress
+	o := opts()
+	o.Concurrency = 1
+	o.Progress = func(p migrate.Progress) {
+		last = p
+		if p.Done >= 14 {
+			cancel()
+		}
+	}
+	res, err := newMigrator(t, cp.Config).Migrate(ctx, migrate.Target{Name: helmrepos}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != migrate.Incomplete || last.Continue == "" || last.Done != 14 || last.Rewritten != 14 {
+		t.Fatalf("first run: status %s, last progress %+v; want incomplete after two pages of 7 with a token", res.Status, last)
+	}
+	o = opts()
+	o.Continue = last.Continue
+	res, err = newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+	if err != nil || res.Status != migrate.Migrated {
+		t.Fatalf("resumed run: %v %+v", err, res)
+	}
+	if res.Objects != 40-14 || res.Rewritten != 40-14 {
+		t.Errorf("resumed run saw %d objects and rewrote %d, want the remaining %d", res.Objects, res.Rewritten, 40-14)
+	}
+	if got := storedVersions(t, e, helmrepos); !cmp.Equal(got, []string{"v1"}) {
+		t.Errorf("storedVersions %v after the resumed run, want [v1]", got)
+	}
+}

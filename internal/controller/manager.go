@@ -1,0 +1,131 @@
+package controller
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	_ "github.com/upgradeguard/upgradeguard/internal/metrics" // registers the metrics
+)
+
+// LeaderElectionID is the name of the controller's leader-election Lease. `audit` looks
+// for it to tell whether the controller is running.
+const LeaderElectionID = "upgradeguard-controller"
+
+// Options configure the controller manager. The zero value of each field means its
+// documented default (see `upgradeguard controller --help`).
+type Options struct {
+	LeaderElect             bool
+	LeaderElectionNamespace string
+	MetricsAddr             string
+	ProbeAddr               string
+	EnableWebhook           bool
+	WebhookPort             int
+	WebhookCertDir          string
+	// MigrationLeaseNamespace holds the per-CRD migration Leases shared with
+	// `upgradeguard migrate`, so a CLI run and the controller never overlap.
+	MigrationLeaseNamespace string
+	// MaxConcurrentMigrations is how many StorageMigrations run at once.
+	MaxConcurrentMigrations int
+	// MigrationLeaseDuration: a restarted controller waits at most this long for the
+	// Lease of a run that died. Defaults to 30s.
+	MigrationLeaseDuration time.Duration
+	// SaveEvery bounds how often a running migration saves its place (default 2s).
+	SaveEvery time.Duration
+	// SkipNameValidation allows more than one manager in a process (tests, embedding).
+	SkipNameValidation bool
+}
+
+// NewScheme is the scheme the manager works with.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextv1.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// DefaultNamespace is $POD_NAMESPACE, else kube-system.
+func DefaultNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "kube-system"
+}
+
+// NewManager builds the manager with the reconcilers registered. Webhooks are added by
+// the caller (internal/webhook) when EnableWebhook is set.
+func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
+	if o.LeaderElectionNamespace == "" {
+		o.LeaderElectionNamespace = DefaultNamespace()
+	}
+	if o.MigrationLeaseNamespace == "" {
+		o.MigrationLeaseNamespace = o.LeaderElectionNamespace
+	}
+	if o.MaxConcurrentMigrations <= 0 {
+		o.MaxConcurrentMigrations = 1
+	}
+	if o.MigrationLeaseDuration <= 0 {
+		o.MigrationLeaseDuration = 30 * time.Second
+	}
+	if o.SaveEvery <= 0 {
+		o.SaveEvery = 2 * time.Second
+	}
+	mo := ctrl.Options{
+		Scheme:                        NewScheme(),
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: &o.SkipNameValidation},
+	}
+	if o.EnableWebhook {
+		mo.WebhookServer = webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir})
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
+	if err != nil {
+		return nil, fmt.Errorf("controller manager: %w", err)
+	}
+	host, _ := os.Hostname()
+	sm := &StorageMigrationReconciler{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Recorder: mgr.GetEventRecorder("upgradeguard"),
+		LeaseNamespace: o.MigrationLeaseNamespace, Holder: fmt.Sprintf("upgradeguard-controller/%s/%d", host, time.Now().UnixNano()),
+		LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery,
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.StorageMigration{}).Named("storagemigration").
+		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: o.MaxConcurrentMigrations}).Complete(sm); err != nil {
+		return nil, err
+	}
+	if err := (&ProactiveReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&PolicyStatusReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	readyz := healthz.Ping
+	if o.EnableWebhook {
+		readyz = mgr.GetWebhookServer().StartedChecker()
+	}
+	if err := mgr.AddReadyzCheck("ready", readyz); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}

@@ -1,0 +1,225 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+)
+
+// +kubebuilder:rbac:groups=upgradeguard.io,resources=storagemigrationpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=upgradeguard.io,resources=storagemigrationpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions/status,verbs=get;update;patch
+
+// Labels on the StorageMigrations the proactive mode creates.
+const (
+	LabelPolicy    = "upgradeguard.io/policy"
+	LabelProactive = "upgradeguard.io/proactive"
+	// AnnotationCRD names the CRD a proactive StorageMigration is for.
+	AnnotationCRD = "upgradeguard.io/crd"
+)
+
+// ProactiveReconciler watches CRDs and, for every CRD a proactive StorageMigrationPolicy
+// selects whose storedVersions hold more than its storage version, makes sure a
+// StorageMigration is migrating it. Migrating to the live storage version is always safe.
+type ProactiveReconciler struct {
+	Client client.Client
+}
+
+// SetupWithManager registers the reconciler: keyed by CRD name, triggered by CRDs,
+// policies (every CRD) and the StorageMigrations it created (their CRD).
+func (r *ProactiveReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&apiextv1.CustomResourceDefinition{}).
+		Watches(&v1alpha1.StorageMigrationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allCRDs)).
+		Watches(&v1alpha1.StorageMigration{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if crd := o.GetAnnotations()[AnnotationCRD]; crd != "" {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: crd}}}
+			}
+			return nil
+		})).
+		Named("proactive").
+		Complete(r)
+}
+
+func (r *ProactiveReconciler) allCRDs(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list apiextv1.CustomResourceDefinitionList
+	if err := r.Client.List(ctx, &list); err != nil {
+		log.FromContext(ctx).Error(err, "listing CRDs")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, c := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: c.Name}})
+	}
+	return out
+}
+
+// Reconcile looks at one CRD.
+func (r *ProactiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	crd := &apiextv1.CustomResourceDefinition{}
+	if err := r.Client.Get(ctx, req.NamespacedName, crd); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	policy, err := r.policyFor(ctx, crd)
+	if err != nil || policy == nil {
+		return ctrl.Result{}, err
+	}
+	if !migrate.NeedsMigration(crd) || !established(crd) {
+		return ctrl.Result{}, nil
+	}
+	name := ProactiveName(crd.Name)
+	existing := &v1alpha1.StorageMigration{}
+	err = r.Client.Get(ctx, client.ObjectKey{Name: name}, existing)
+	switch {
+	case err == nil && existing.Status.Phase == v1alpha1.PhaseSucceeded:
+		// An earlier migration finished, and the CRD needs another (a later storage
+		// switch): replace it.
+		if err := r.Client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		}
+	case err == nil:
+		// Pending or running; a failed one waits for an operator (docs/operator-guide.md).
+		return ctrl.Result{}, nil
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, err
+	}
+	sm := &v1alpha1.StorageMigration{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{LabelPolicy: policy.Name, LabelProactive: "true"},
+			Annotations: map[string]string{AnnotationCRD: crd.Name},
+		},
+		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{crd.Name}, Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline},
+	}
+	if err := r.Client.Create(ctx, sm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return ctrl.Result{}, fmt.Errorf("create StorageMigration %s for %s: %w", name, crd.Name, err)
+	}
+	log.FromContext(ctx).Info("proactive migration created", "crd", crd.Name, "storedVersions", crd.Status.StoredVersions, "policy", policy.Name)
+	return ctrl.Result{}, nil
+}
+
+// policyFor is the first proactive policy (by name) that selects crd, or nil.
+func (r *ProactiveReconciler) policyFor(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (*v1alpha1.StorageMigrationPolicy, error) {
+	var list v1alpha1.StorageMigrationPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(list.Items, func(a, b v1alpha1.StorageMigrationPolicy) int { return strings.Compare(a.Name, b.Name) })
+	for i := range list.Items {
+		p := &list.Items[i]
+		if !p.IsProactive() {
+			continue
+		}
+		ok, err := p.Selects(crd)
+		if err != nil {
+			log.FromContext(ctx).Error(err, "policy skipped")
+			continue
+		}
+		if ok {
+			return p, nil
+		}
+	}
+	return nil, nil
+}
+
+func established(crd *apiextv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextv1.Established {
+			return c.Status == apiextv1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// ProactiveName is the name of the StorageMigration proactive mode keeps for a CRD.
+func ProactiveName(crd string) string {
+	name := "proactive-" + crd
+	if len(name) <= 253 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(crd))
+	return name[:240] + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// PolicyStatusReconciler keeps StorageMigrationPolicy status: how many CRDs it selects
+// and which of them still need a migration.
+type PolicyStatusReconciler struct {
+	Client client.Client
+	Reader client.Reader // uncached, for the policy itself
+}
+
+// SetupWithManager registers the reconciler; CRD changes refresh every policy.
+func (r *PolicyStatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.StorageMigrationPolicy{}).
+		Watches(&apiextv1.CustomResourceDefinition{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+			var list v1alpha1.StorageMigrationPolicyList
+			if err := r.Client.List(ctx, &list); err != nil {
+				return nil
+			}
+			out := make([]reconcile.Request, 0, len(list.Items))
+			for _, p := range list.Items {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+			}
+			return out
+		})).
+		Named("policystatus").
+		Complete(r)
+}
+
+// Reconcile recomputes one policy's status.
+func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	p := &v1alpha1.StorageMigrationPolicy{}
+	if err := r.Reader.Get(ctx, req.NamespacedName, p); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var crds apiextv1.CustomResourceDefinitionList
+	if err := r.Client.List(ctx, &crds); err != nil {
+		return ctrl.Result{}, err
+	}
+	st := v1alpha1.StorageMigrationPolicyStatus{ObservedGeneration: p.Generation, Conditions: p.Status.Conditions, PendingCRDs: []string{}}
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Selected", ObservedGeneration: p.Generation}
+	for i := range crds.Items {
+		ok, err := p.Selects(&crds.Items[i])
+		if err != nil {
+			ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "InvalidSelector", Message: err.Error(), ObservedGeneration: p.Generation}
+			break
+		}
+		if !ok {
+			continue
+		}
+		st.EligibleCRDs++
+		if migrate.NeedsMigration(&crds.Items[i]) {
+			st.PendingCRDs = append(st.PendingCRDs, crds.Items[i].Name)
+		}
+	}
+	if ready.Status == metav1.ConditionTrue {
+		ready.Message = fmt.Sprintf("%d CRDs selected, %d with stale storedVersions", st.EligibleCRDs, len(st.PendingCRDs))
+	}
+	meta.SetStatusCondition(&st.Conditions, ready)
+	slices.Sort(st.PendingCRDs)
+	if equality.Semantic.DeepEqual(p.Status, st) {
+		return ctrl.Result{}, nil
+	}
+	p.Status = st
+	return ctrl.Result{}, r.Client.Status().Update(ctx, p)
+}

@@ -1,0 +1,357 @@
+// Package controller holds upgradeguard's reconcilers: StorageMigration runs migrations
+// with pkg/migrate and saves its place so a restarted controller resumes, and the
+// proactive policy reconciler creates StorageMigrations for CRDs whose storedVersions hold
+// more than their storage version.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+)
+
+// +kubebuilder:rbac:groups=upgradeguard.io,resources=storagemigrations,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=upgradeguard.io,resources=storagemigrations/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+// Event reasons on a StorageMigration.
+const (
+	EventStarted   = "MigrationStarted"
+	EventMigrated  = "Migrated"
+	EventPartial   = "MigrationPaused"
+	EventFailed    = "MigrationFailed"
+	EventResumed   = "MigrationResumed"
+	EventSucceeded = "Succeeded"
+)
+
+// StorageMigrationReconciler runs StorageMigrations.
+type StorageMigrationReconciler struct {
+	Client client.Client
+	// Reader reads StorageMigrations uncached, so a reconcile never starts from a stale
+	// copy of the status it saved last.
+	Reader   client.Reader
+	Config   *rest.Config // the local cluster
+	Recorder events.EventRecorder
+	// LeaseNamespace holds the per-CRD migration Leases; Holder names this process in them.
+	LeaseNamespace string
+	Holder         string
+	// LeaseDuration of the migration Leases. A restarted controller waits at most this
+	// long for the Lease of a run that died.
+	LeaseDuration time.Duration
+	// SaveEvery bounds how often progress is written to status while a CRD migrates
+	// (every page at most).
+	SaveEvery time.Duration
+}
+
+// Reconcile runs (or resumes) one StorageMigration to the end, one CRD after another.
+func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	defer r.updatePending(ctx)
+	sm := &v1alpha1.StorageMigration{}
+	if err := r.Reader.Get(ctx, req.NamespacedName, sm); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	st := &sm.Status
+	if terminal(st.Phase) && st.ObservedGeneration == sm.Generation {
+		return ctrl.Result{}, nil
+	}
+	if st.ObservedGeneration != sm.Generation {
+		// A new or changed spec: start over.
+		sm.Status = v1alpha1.StorageMigrationStatus{ObservedGeneration: sm.Generation}
+	}
+	r.syncResources(sm)
+	resumed := st.Phase == v1alpha1.PhaseRunning
+	if st.StartTime == nil {
+		st.StartTime = ptrTime(metav1.Now())
+	}
+	st.Phase = v1alpha1.PhaseRunning
+	setConditions(sm, metav1.ConditionTrue, "Migrating", "migrating "+fmt.Sprint(sm.Spec.Resources))
+	if err := r.saveStatus(ctx, sm); err != nil {
+		return ctrl.Result{}, err
+	}
+	if resumed {
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventResumed, "Migrate", "resuming where the last run stopped")
+	} else {
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventStarted, "Migrate", "migrating %v", sm.Spec.Resources)
+	}
+
+	cfg, err := r.target(ctx, sm)
+	if err != nil {
+		return r.fail(ctx, sm, "", err.Error())
+	}
+	m, err := migrate.New(rateLimit(cfg, sm.Spec.Rate))
+	if err != nil {
+		return r.fail(ctx, sm, "", err.Error())
+	}
+	crds, err := kubeclient.New(cfg)
+	if err != nil {
+		return r.fail(ctx, sm, "", err.Error())
+	}
+	for i := range st.Resources {
+		rp := &st.Resources[i]
+		if terminal(rp.Phase) {
+			continue
+		}
+		res, requeue, err := r.migrateOne(ctx, sm, rp, m, crds)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if requeue > 0 {
+			return ctrl.Result{RequeueAfter: requeue}, nil
+		}
+		if res == nil {
+			continue
+		}
+		if rp.Phase == v1alpha1.PhaseFailed {
+			return r.fail(ctx, sm, rp.Name, rp.Message)
+		}
+		if rp.Phase == v1alpha1.PhaseRunning {
+			// The attempt's deadline passed: the place is saved; carry on at once.
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
+	}
+	now := metav1.Now()
+	st.Phase, st.CompletionTime = v1alpha1.PhaseSucceeded, &now
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, "Completed", "every CRD is migrated", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, "Migrated", "every CRD is migrated and its storedVersions pruned", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionFalse, "Migrated", "", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationRequired, metav1.ConditionFalse, "Migrated", "storedVersions hold only the storage version", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, "Migrated", "", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionFalse, "Migrated", "", sm))
+	r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventSucceeded, "Migrate", "migrated %v", sm.Spec.Resources)
+	return ctrl.Result{}, r.saveStatus(ctx, sm)
+}
+
+// migrateOne runs one attempt at one CRD and records it in rp. It returns a requeue delay
+// when the attempt could not start yet (a Lease held by another run).
+func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha1.StorageMigration, rp *v1alpha1.ResourceProgress,
+	m *migrate.Migrator, c *kubeclient.Clients) (*migrate.Result, time.Duration, error) {
+	logger := log.FromContext(ctx).WithValues("crd", rp.Name)
+	live, err := c.CRDs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, rp.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		rp.Phase, rp.Message = v1alpha1.PhaseFailed, fmt.Sprintf("CRD %s not found on the target cluster: fix spec.resources", rp.Name)
+		return &migrate.Result{}, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("read CRD %s: %w", rp.Name, err)
+	}
+	storage := crdversions.StorageVersion(live)
+	base := *rp
+	o := migrate.Options{
+		PageSize: sm.Spec.Rate.PageSize, Concurrency: int(sm.Spec.Rate.Concurrency),
+		LeaseNamespace: r.LeaseNamespace, Holder: r.Holder, LeaseDuration: r.LeaseDuration, Wait: true,
+	}
+	if sm.Spec.Deadline != nil {
+		o.Deadline = sm.Spec.Deadline.Duration
+	}
+	if rp.Continue != "" && rp.StorageVersion == storage {
+		o.Continue = rp.Continue
+		logger.Info("resuming from the saved continue token", "done", rp.Objects)
+	} else if rp.Continue != "" {
+		// The storage version changed since the place was saved: objects before it may be
+		// stored at the old one, so start over.
+		base = v1alpha1.ResourceProgress{Name: rp.Name, Attempts: rp.Attempts}
+		rp.Continue = ""
+	}
+	if rp.StoredVersionsBefore == nil {
+		rp.StoredVersionsBefore = slices.Clone(live.Status.StoredVersions)
+	}
+	rp.StorageVersion, rp.Phase = storage, v1alpha1.PhaseRunning
+	rp.Attempts++
+	lastSave := time.Now()
+	o.Progress = func(p migrate.Progress) {
+		rp.Objects, rp.Rewritten = base.Objects+p.Done, base.Rewritten+p.Rewritten
+		rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = base.AlreadyCurrent+p.AlreadyCurrent, base.Deleted+p.Deleted, base.FailedCount+p.Failed
+		if p.Failed == 0 && base.FailedCount == 0 {
+			// Only a clean prefix may be skipped on resume.
+			rp.Continue = p.Continue
+		}
+		if time.Since(lastSave) >= r.SaveEvery {
+			lastSave = time.Now()
+			if err := r.saveStatus(ctx, sm); err != nil {
+				logger.Error(err, "saving progress")
+			}
+		}
+	}
+	started := time.Now()
+	res, err := m.Migrate(ctx, migrate.Target{Name: rp.Name}, o)
+	metrics.MigrationDuration.Observe(time.Since(started).Seconds())
+	var held *migrate.LeaseHeldError
+	switch {
+	case errors.As(err, &held):
+		rp.Message = err.Error()
+		return nil, r.LeaseDuration, r.saveStatus(ctx, sm)
+	case err != nil && ctx.Err() != nil:
+		return nil, 0, r.saveStatus(context.WithoutCancel(ctx), sm)
+	case err != nil:
+		rp.Phase, rp.Message = v1alpha1.PhaseFailed, err.Error()
+		metrics.Migrations.WithLabelValues(metrics.ResultFailed).Inc()
+		return &migrate.Result{}, 0, nil
+	}
+	rp.Objects, rp.Rewritten = base.Objects+res.Objects, base.Rewritten+res.Rewritten
+	rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = base.AlreadyCurrent+res.AlreadyCurrent, base.Deleted+res.Deleted, base.FailedCount+res.FailedCount
+	rp.StoredVersionsAfter = res.StoredVersionsAfter
+	rp.Message = res.Message
+	metrics.ObjectsRewritten.WithLabelValues(rp.Name).Add(float64(res.Rewritten))
+	switch {
+	case res.Status == migrate.Migrated || res.Status == migrate.AlreadyMigrated:
+		rp.Phase, rp.Continue, rp.CompletionTime = v1alpha1.PhaseSucceeded, "", ptrTime(metav1.Now())
+		metrics.Migrations.WithLabelValues(metrics.ResultSucceeded).Inc()
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventMigrated, "Migrate",
+			"%s: %d objects, %d rewritten at %s; storedVersions %v -> %v", rp.Name, rp.Objects, rp.Rewritten, storage, rp.StoredVersionsBefore, rp.StoredVersionsAfter)
+	case rp.FailedCount > 0:
+		rp.Phase = v1alpha1.PhaseFailed
+		metrics.Migrations.WithLabelValues(metrics.ResultFailed).Inc()
+	case ctx.Err() != nil:
+		// The controller is stopping: the place is saved, the next leader resumes.
+		return nil, 0, r.saveStatus(context.WithoutCancel(ctx), sm)
+	default:
+		// The deadline ended the attempt with every object so far migrated: resume.
+		metrics.Migrations.WithLabelValues(metrics.ResultPartial).Inc()
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventPartial, "Migrate",
+			"%s: %d objects so far; %s", rp.Name, rp.Objects, res.Message)
+	}
+	return res, 0, r.saveStatus(ctx, sm)
+}
+
+func (r *StorageMigrationReconciler) fail(ctx context.Context, sm *v1alpha1.StorageMigration, crd, msg string) (ctrl.Result, error) {
+	st := &sm.Status
+	now := metav1.Now()
+	st.Phase, st.CompletionTime = v1alpha1.PhaseFailed, &now
+	if crd != "" {
+		msg = crd + ": " + msg
+	}
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, "Failed", msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, "Failed", msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionTrue, "MigrationFailed", msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, "MigrationFailed", msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionTrue, "MigrationFailed", msg, sm))
+	r.Recorder.Eventf(sm, nil, corev1.EventTypeWarning, EventFailed, "Migrate", "%s", msg)
+	return ctrl.Result{}, r.saveStatus(ctx, sm)
+}
+
+// target is the cluster to migrate: the local one, or the kubeconfig in spec.kubeConfig.
+func (r *StorageMigrationReconciler) target(ctx context.Context, sm *v1alpha1.StorageMigration) (*rest.Config, error) {
+	if sm.Spec.KubeConfig == nil {
+		return rest.CopyConfig(r.Config), nil
+	}
+	ref := sm.Spec.KubeConfig.SecretRef
+	secret := &corev1.Secret{}
+	// Uncached: the controller never watches Secrets.
+	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
+		return nil, fmt.Errorf("read kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	keys := []string{ref.Key}
+	if ref.Key == "" {
+		keys = []string{"value", "value.yaml"}
+	}
+	for _, k := range keys {
+		if data, ok := secret.Data[k]; ok {
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+			if err != nil {
+				return nil, fmt.Errorf("kubeconfig in Secret %s/%s key %s: %w", ref.Namespace, ref.Name, k, err)
+			}
+			return cfg, nil
+		}
+	}
+	return nil, fmt.Errorf("kubeconfig Secret %s/%s has no key %v: name the key in spec.kubeConfig.secretRef.key", ref.Namespace, ref.Name, keys)
+}
+
+// syncResources makes status.resources follow spec.resources, keeping saved progress.
+func (r *StorageMigrationReconciler) syncResources(sm *v1alpha1.StorageMigration) {
+	prev := map[string]v1alpha1.ResourceProgress{}
+	for _, p := range sm.Status.Resources {
+		prev[p.Name] = p
+	}
+	out := make([]v1alpha1.ResourceProgress, 0, len(sm.Spec.Resources))
+	for _, name := range sm.Spec.Resources {
+		p, ok := prev[name]
+		if !ok {
+			p = v1alpha1.ResourceProgress{Name: name, Phase: v1alpha1.PhasePending}
+		}
+		out = append(out, p)
+	}
+	sm.Status.Resources = out
+}
+
+func (r *StorageMigrationReconciler) saveStatus(ctx context.Context, sm *v1alpha1.StorageMigration) error {
+	sm.Status.ObservedGeneration = sm.Generation
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	// Update a copy: decoding the answer into sm would replace the slices that the
+	// running migration's progress pointer points into.
+	out := sm.DeepCopy()
+	if err := r.Client.Status().Update(ctx, out); err != nil {
+		return fmt.Errorf("save the status of StorageMigration %s: %w", sm.Name, err)
+	}
+	sm.ResourceVersion = out.ResourceVersion
+	return nil
+}
+
+// updatePending sets the pending-migrations gauge from the cache.
+func (r *StorageMigrationReconciler) updatePending(ctx context.Context) {
+	var list v1alpha1.StorageMigrationList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return
+	}
+	n := 0
+	for _, sm := range list.Items {
+		if !terminal(sm.Status.Phase) || sm.Status.ObservedGeneration != sm.Generation {
+			n++
+		}
+	}
+	metrics.PendingMigrations.Set(float64(n))
+}
+
+func setConditions(sm *v1alpha1.StorageMigration, running metav1.ConditionStatus, reason, msg string) {
+	st := &sm.Status
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, running, reason, msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionFalse, reason, "", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationRequired, metav1.ConditionTrue, "MigrationRequired",
+		"storedVersions hold versions other than the storage version", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, running, reason, msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionFalse, reason, "", sm))
+}
+
+func cond(t string, s metav1.ConditionStatus, reason, msg string, sm *v1alpha1.StorageMigration) metav1.Condition {
+	return metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: sm.Generation}
+}
+
+func terminal(p v1alpha1.Phase) bool {
+	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed
+}
+
+// rateLimit applies spec.rate: QPS 0 means the default, Burst 0 twice the QPS.
+func rateLimit(cfg *rest.Config, r v1alpha1.RateSettings) *rest.Config {
+	q := float32(r.QPS)
+	if q == 0 {
+		q = migrate.DefaultQPS
+	}
+	burst := int(r.Burst)
+	if burst == 0 {
+		burst = int(2 * q)
+	}
+	return migrate.RateLimit(cfg, q, burst)
+}
+
+func ptrTime(t metav1.Time) *metav1.Time { return &t }
