@@ -157,8 +157,8 @@ type Summary struct {
 // Unprotected reports whether any release that ships CRDs is unprotected.
 func (r *Report) Unprotected() bool { return r.Summary.Protected < r.Summary.ShipCRDs }
 
-// leaseName is the controller's leader-election ID (the controller contract).
-const leaseName = "upgradeguard-controller"
+// ControllerLeaseName is the controller's leader-election Lease (its leader election ID).
+const ControllerLeaseName = "upgradeguard-controller"
 
 // defaultLeaseDuration is client-go's and controller-runtime's default, used when a
 // Lease does not say.

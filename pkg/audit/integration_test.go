@@ -19,12 +19,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/config"
+	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -211,18 +209,21 @@ func TestAuditUpstreamHooks(t *testing.T) {
 	}
 }
 
-func installPolicyCRD(t *testing.T) {
+// installAPI installs upgradeguard's own CRDs (StorageMigrationPolicy, StorageMigration).
+func installAPI(t *testing.T) {
 	t.Helper()
-	data, err := config.CRDs.ReadFile("crd/upgradeguard.io_storagemigrationpolicies.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	crds, err := crdversions.FromManifest("policies", data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.ApplyCRD(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), crds[0]); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"crd/upgradeguard.io_storagemigrationpolicies.yaml", "crd/upgradeguard.io_storagemigrations.yaml"} {
+		data, err := config.CRDs.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crds, err := crdversions.FromManifest(f, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := testenv.ApplyCRD(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), crds[0]); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -242,19 +243,14 @@ func createPolicy(t *testing.T, name string, spec map[string]any) {
 	})
 }
 
-// startLeader runs controller-runtime's leader election with the controller's ID, as
-// `upgradeguard controller` does, and waits until it holds the Lease. The returned
-// function stops it; it releases the Lease on the way out.
-func startLeader(t *testing.T, ns string) (stop func()) {
+// startController runs the real upgradeguard controller (internal/controller, as
+// `upgradeguard controller` does, without the webhook) and waits until its leader
+// election holds the Lease. The returned function stops it; it releases the Lease on the
+// way out.
+func startController(t *testing.T, ns string) (stop func()) {
 	t.Helper()
-	mgr, err := manager.New(cp.Config, manager.Options{
-		LeaderElection:                true,
-		LeaderElectionID:              "upgradeguard-controller",
-		LeaderElectionNamespace:       ns,
-		LeaderElectionReleaseOnCancel: true,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		Logger:                        ctrl.Log.WithName("test"),
+	mgr, err := controller.NewManager(cp.Config, controller.Options{
+		LeaderElect: true, LeaderElectionNamespace: ns, MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +282,7 @@ func startLeader(t *testing.T, ns string) (stop func()) {
 
 func TestAuditCountsUpgradeguard(t *testing.T) {
 	scenario(t)
-	installPolicyCRD(t)
+	installAPI(t)
 	ctx := t.Context()
 
 	// A proactive policy for everything, but no controller: nothing changes.
@@ -296,9 +292,9 @@ func TestAuditCountsUpgradeguard(t *testing.T) {
 		t.Fatalf("policy without a controller: controller %+v, summary %+v, policies %v", rep.Controller, rep.Summary, rep.Policies)
 	}
 
-	// The controller's leader election holds its Lease: every release that ships CRDs is
+	// The real controller holds its Lease: every release that ships CRDs is
 	// protected by upgradeguard, on upgrade and on rollback.
-	stop := startLeader(t, "kube-system")
+	stop := startController(t, "kube-system")
 	rep = run(t, "")
 	if !rep.Controller.Running || rep.Controller.Lease != "kube-system/upgradeguard-controller" {
 		t.Fatalf("controller: %+v", rep.Controller)
@@ -384,5 +380,12 @@ func TestAuditCountsUpgradeguard(t *testing.T) {
 	rep = run(t, "")
 	if !rep.Controller.Running || rep.Controller.Lease != "default/upgradeguard-controller" || rep.Summary.Protected != 3 {
 		t.Errorf("renewed Lease: %+v, summary %+v", rep.Controller, rep.Summary)
+	}
+}
+
+// The audit looks for the Lease the controller's leader election takes.
+func TestLeaseNameIsTheControllers(t *testing.T) {
+	if audit.ControllerLeaseName != controller.LeaderElectionID {
+		t.Errorf("audit looks for Lease %q, the controller takes %q", audit.ControllerLeaseName, controller.LeaderElectionID)
 	}
 }

@@ -232,15 +232,15 @@ func liveCRDs(ctx context.Context, md metadata.Interface) (map[string]*apiextv1.
 // counts as running when the Lease has a holder and was renewed within its
 // leaseDurationSeconds: the rule leader election itself uses to call a Lease held.
 func controllerStatus(ctx context.Context, leases coordclient.LeasesGetter, now time.Time) (Controller, error) {
-	list, err := leases.Leases("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", leaseName).String()})
+	list, err := leases.Leases("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", ControllerLeaseName).String()})
 	if apierrors.IsForbidden(err) {
 		return Controller{Reason: "cannot list Leases (forbidden): whether the controller runs is unknown, so upgradeguard protection is not counted; grant list on leases.coordination.k8s.io"}, nil
 	}
 	if err != nil {
-		return Controller{}, fmt.Errorf("list Leases named %s (to see whether upgradeguard's controller runs): %w", leaseName, err)
+		return Controller{}, fmt.Errorf("list Leases named %s (to see whether upgradeguard's controller runs): %w", ControllerLeaseName, err)
 	}
 	if len(list.Items) == 0 {
-		return Controller{Reason: "no Lease " + leaseName + " in any namespace: the controller is not running (or runs without --leader-elect)"}, nil
+		return Controller{Reason: "no Lease " + ControllerLeaseName + " in any namespace: the controller is not running (or runs without --leader-elect)"}, nil
 	}
 	var best Controller
 	for _, l := range list.Items {
