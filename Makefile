@@ -21,7 +21,7 @@ testbin: ## Build the real control plane and Helm CLI into bin/ (skips what is c
 	./hack/testbin.sh
 
 .PHONY: test
-test: testbin ## Run unit and integration tests (real kube-apiserver, etcd and Helm)
+test: testbin ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd and Helm)
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: unit

@@ -176,3 +176,34 @@ func (r *Reader) Releases(ctx context.Context) ([]*release.Release, error) {
 	})
 	return out, nil
 }
+
+// FailedPair returns a failed revision and the revision before it: the last revision
+// when revision is 0, which must then have failed, or the given one. previous is nil
+// when the failed revision is the first (a failed install).
+func (r *Reader) FailedPair(ctx context.Context, name string, revision int) (failed, previous *release.Release, err error) {
+	if revision < 0 {
+		return nil, nil, fmt.Errorf("--revision must be a positive revision number, got %d", revision)
+	}
+	h, err := r.History(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	i := len(h) - 1
+	if revision > 0 {
+		i = slices.IndexFunc(h, func(rel *release.Release) bool { return rel.Version == revision })
+		if i < 0 {
+			return nil, nil, &NotFoundError{Release: name, Namespace: r.namespace, Driver: r.driver, Revision: revision}
+		}
+	} else if st := h[i].Info; st == nil || (st.Status != common.StatusFailed && !st.Status.IsPending()) {
+		status := "unknown"
+		if st != nil {
+			status = st.Status.String()
+		}
+		return nil, nil, fmt.Errorf("the last revision (%d) of release %s in namespace %s is %s, not failed: pass --revision N to compare a given revision with the one before it",
+			h[i].Version, name, r.namespace, status)
+	}
+	if i > 0 {
+		previous = h[i-1]
+	}
+	return h[i], previous, nil
+}
