@@ -87,9 +87,9 @@ func TestControllerCommand(t *testing.T) {
 		return string(body), err
 	}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		_, errH := get("http://" + probeAddr + "/healthz")
-		_, errR := get("http://" + probeAddr + "/readyz")
-		return errH == nil && errR == nil, nil
+		h, errH := get("http://" + probeAddr + "/healthz")
+		r, errR := get("http://" + probeAddr + "/readyz")
+		return errH == nil && errR == nil && h == "ok" && r == "ok", nil
 	})
 	if err != nil {
 		t.Fatalf("probes never answered: %v\n%s", err, errOut.String())

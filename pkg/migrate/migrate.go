@@ -143,8 +143,8 @@ type Result struct {
 	EstimatedSeconds float64 `json:"estimatedSeconds,omitempty"`
 	// Resumed says the run started where an earlier, interrupted one stopped (the counts
 	// cover only the rest).
-	Resumed bool `json:"resumed,omitempty"`
-	Message          string  `json:"message,omitempty"`
+	Resumed bool   `json:"resumed,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
