@@ -278,8 +278,8 @@ func TestResumeAfterRestart(t *testing.T) {
 		t.Errorf("storedVersions %v, want [v1]", got)
 	}
 	rp := sm.Status.Resources[0]
-	if rp.Attempts != 2 || rp.Objects < n || rp.Rewritten > n {
-		t.Errorf("progress %+v, want two attempts covering all %d objects", rp, n)
+	if rp.Attempts != 2 || rp.Objects != n || rp.Rewritten != n {
+		t.Errorf("progress %+v, want two attempts that together rewrote each of the %d objects once", rp, n)
 	}
 	evs, err := cp.AuditEvents("ug-second")
 	if err != nil {

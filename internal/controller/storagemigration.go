@@ -177,13 +177,20 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	}
 	rp.StorageVersion, rp.Phase = storage, v1alpha1.PhaseRunning
 	rp.Attempts++
-	lastSave := time.Now()
-	o.Progress = func(p migrate.Progress) {
+	// atToken are this attempt's counts at the last page boundary, where rp.Continue
+	// points: an attempt that stops part-way saves these, so that the objects after the
+	// token, which the next attempt lists again, are not counted twice.
+	var atToken migrate.Progress
+	count := func(p migrate.Progress) {
 		rp.Objects, rp.Rewritten = base.Objects+p.Done, base.Rewritten+p.Rewritten
 		rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = base.AlreadyCurrent+p.AlreadyCurrent, base.Deleted+p.Deleted, base.FailedCount+p.Failed
+	}
+	lastSave := time.Now()
+	o.Progress = func(p migrate.Progress) {
+		count(p)
 		if p.Failed == 0 && base.FailedCount == 0 {
 			// Only a clean prefix may be skipped on resume.
-			rp.Continue = p.Continue
+			rp.Continue, atToken = p.Continue, p
 		}
 		if time.Since(lastSave) >= r.SaveEvery {
 			lastSave = time.Now()
@@ -207,18 +214,22 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 		metrics.Migrations.WithLabelValues(metrics.ResultFailed).Inc()
 		return &migrate.Result{}, 0, nil
 	}
-	rp.Objects, rp.Rewritten = base.Objects+res.Objects, base.Rewritten+res.Rewritten
-	rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = base.AlreadyCurrent+res.AlreadyCurrent, base.Deleted+res.Deleted, base.FailedCount+res.FailedCount
+	rewrittenBefore := rp.Rewritten
+	count(migrate.Progress{Done: res.Objects, Rewritten: res.Rewritten, AlreadyCurrent: res.AlreadyCurrent, Deleted: res.Deleted, Failed: res.FailedCount})
 	rp.StoredVersionsAfter = res.StoredVersionsAfter
 	rp.Message = res.Message
-	metrics.ObjectsRewritten.WithLabelValues(rp.Name).Add(float64(res.Rewritten))
+	partial := res.Status == migrate.Incomplete && res.Interrupted && rp.FailedCount == 0
+	if partial {
+		count(atToken)
+	}
+	metrics.ObjectsRewritten.WithLabelValues(rp.Name).Add(float64(max(rp.Rewritten-rewrittenBefore, 0)))
 	switch {
 	case res.Status == migrate.Migrated || res.Status == migrate.AlreadyMigrated:
 		rp.Phase, rp.Continue, rp.CompletionTime = v1alpha1.PhaseSucceeded, "", ptrTime(metav1.Now())
 		metrics.Migrations.WithLabelValues(metrics.ResultSucceeded).Inc()
 		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventMigrated, "Migrate",
 			"%s: %d objects, %d rewritten at %s; storedVersions %v -> %v", rp.Name, rp.Objects, rp.Rewritten, storage, rp.StoredVersionsBefore, rp.StoredVersionsAfter)
-	case rp.FailedCount > 0:
+	case !partial:
 		rp.Phase = v1alpha1.PhaseFailed
 		metrics.Migrations.WithLabelValues(metrics.ResultFailed).Inc()
 	case ctx.Err() != nil:

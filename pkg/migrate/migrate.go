@@ -143,8 +143,11 @@ type Result struct {
 	EstimatedSeconds float64 `json:"estimatedSeconds,omitempty"`
 	// Resumed says the run started where an earlier, interrupted one stopped (the counts
 	// cover only the rest).
-	Resumed bool   `json:"resumed,omitempty"`
-	Message string `json:"message,omitempty"`
+	Resumed bool `json:"resumed,omitempty"`
+	// Interrupted says an incomplete run was cut short (deadline, cancellation, a lost
+	// Lease), so running again carries on; otherwise an error stopped it.
+	Interrupted bool   `json:"interrupted,omitempty"`
+	Message     string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
@@ -292,6 +295,9 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 	switch {
 	case !complete:
 		res.Status = Incomplete
+		// Cut short by the deadline, a cancellation or a lost Lease, rather than by an
+		// error that another attempt would meet again (RBAC, a LIST that keeps failing).
+		res.Interrupted = runCtx.Err() != nil
 		if res.Message == "" {
 			res.Message = stopReason(runCtx, w.stopErr)
 		}
