@@ -21,7 +21,7 @@ testbin: ## Build the real control plane and Helm CLI into bin/ (skips what is c
 	./hack/testbin.sh
 
 .PHONY: test
-test: testbin ## Run unit and integration tests (real kube-apiserver, etcd and Helm)
+test: testbin ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd and Helm)
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: unit
@@ -37,16 +37,23 @@ bench: testbin build ## Measure check and migrate against the local control plan
 	./hack/testbin.sh --with-kubectl
 	go run ./hack/bench -n $(BENCH_N) all
 
+# RBAC: the +kubebuilder:rbac markers under internal/ -> config/rbac/role.yaml; the chart's
+# ClusterRole reads its rules from charts/upgradeguard/files/clusterrole.yaml.
 .PHONY: generate
-generate: $(BIN)/controller-gen ## Regenerate the API's deepcopy code and CRDs (api/ -> config/crd, charts/upgradeguard/crds)
+generate: $(BIN)/controller-gen ## Regenerate deepcopy code, CRDs and RBAC (-> config/crd, config/rbac, charts/upgradeguard)
 	$(BIN)/controller-gen object paths=./api/...
 	$(BIN)/controller-gen crd paths=./api/... output:crd:dir=config/crd
 	@if [ -d charts/upgradeguard ]; then mkdir -p charts/upgradeguard/crds && cp config/crd/*.yaml charts/upgradeguard/crds/; fi
+	$(BIN)/controller-gen rbac:roleName=upgradeguard paths=./internal/... output:rbac:dir=config/rbac
+	@if [ -d charts/upgradeguard ]; then mkdir -p charts/upgradeguard/files && cp config/rbac/role.yaml charts/upgradeguard/files/clusterrole.yaml; fi
+
+# Generated and committed: CRDs, deepcopy, RBAC, and their copies in the chart.
+GENERATED := api config charts/upgradeguard/crds charts/upgradeguard/files
 
 .PHONY: verify
 verify: generate ## Fail when generated code or CRDs are stale (run make generate and commit)
-	@git diff --exit-code -- api config charts/upgradeguard/crds || { echo "generated files are stale: run make generate and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config charts/upgradeguard/crds)" || { git status --porcelain -- api config charts/upgradeguard/crds; echo "generated files are not committed: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- $(GENERATED) || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "generated files are not committed: run make generate and commit"; exit 1; }
 
 $(BIN)/controller-gen: hack/tools/controller-gen/go.mod
 	cd hack/tools/controller-gen && go build -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen

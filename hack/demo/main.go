@@ -1,6 +1,7 @@
 // Command demo reproduces the Flux storage-version incidents on an embedded control
 // plane (real kube-apiserver, etcd and Helm), shows upgradeguard predicting them, and
-// shows the real Helm upgrade and rollback failing exactly where predicted.
+// shows the real Helm upgrade and rollback failing exactly where predicted; then the
+// controller's proactive mode making the next storage-version change a non-event.
 // Run it with `make demo`.
 package main
 
@@ -56,7 +57,10 @@ func run(ctx context.Context) error {
 	}
 	defer os.RemoveAll(work)
 	d := &demo{cp: cp, work: work, ug: filepath.Join(root, "bin", "upgradeguard"), crds: apiextclient.NewForConfigOrDie(cp.Config)}
-	return d.incident(ctx, root)
+	if err := d.incident(ctx, root); err != nil {
+		return err
+	}
+	return d.automatic(ctx)
 }
 
 func (d *demo) incident(ctx context.Context, root string) error {

@@ -23,6 +23,9 @@ func newReleaseCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 		Short: "Pre-flight checks for Helm release operations",
 	}
 	cmd.AddCommand(newApplyCheckCmd(streams, kube))
+	cmd.AddCommand(newUninstallCheckCmd(streams, kube))
+	cmd.AddCommand(newDiffFailedCmd(streams, kube))
+	cmd.AddCommand(newReleaseMigrateCmd(streams, kube))
 	return cmd
 }
 

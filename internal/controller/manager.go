@@ -6,11 +6,14 @@ import (
 	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -44,6 +47,8 @@ type Options struct {
 	MigrationLeaseDuration time.Duration
 	// SaveEvery bounds how often a running migration saves its place (default 2s).
 	SaveEvery time.Duration
+	// SkipNameValidation allows more than one manager in a process (tests, embedding).
+	SkipNameValidation bool
 }
 
 // NewScheme is the scheme the manager works with.
@@ -89,6 +94,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		Controller:                    ctrlconfig.Controller{SkipNameValidation: &o.SkipNameValidation},
 	}
 	if o.EnableWebhook {
 		mo.WebhookServer = webhook.NewServer(webhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir})
@@ -99,7 +105,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	host, _ := os.Hostname()
 	sm := &StorageMigrationReconciler{
-		Client: mgr.GetClient(), Config: mgr.GetConfig(), Recorder: mgr.GetEventRecorder("upgradeguard"),
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Recorder: mgr.GetEventRecorder("upgradeguard"),
 		LeaseNamespace: o.MigrationLeaseNamespace, Holder: fmt.Sprintf("upgradeguard-controller/%s/%d", host, time.Now().UnixNano()),
 		LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery,
 	}
@@ -110,7 +116,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := (&ProactiveReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	if err := (&PolicyStatusReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&PolicyStatusReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -124,4 +130,30 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// Preflight checks that the cluster serves the upgradeguard.io API, so that a controller
+// started before its CRDs fails at once with what to do, instead of waiting on caches.
+func Preflight(cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	res, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the cluster does not serve %s: install the CRDs first (kubectl apply --server-side -f charts/upgradeguard/crds/)", v1alpha1.GroupVersion)
+		}
+		return fmt.Errorf("discover %s: %w", v1alpha1.GroupVersion, err)
+	}
+	have := map[string]bool{}
+	for _, r := range res.APIResources {
+		have[r.Name] = true
+	}
+	for _, want := range []string{"storagemigrations", "storagemigrationpolicies"} {
+		if !have[want] {
+			return fmt.Errorf("the cluster does not serve %s %s: install the CRDs (kubectl apply --server-side -f charts/upgradeguard/crds/)", v1alpha1.GroupVersion, want)
+		}
+	}
+	return nil
 }

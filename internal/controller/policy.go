@@ -164,6 +164,7 @@ func ProactiveName(crd string) string {
 // and which of them still need a migration.
 type PolicyStatusReconciler struct {
 	Client client.Client
+	Reader client.Reader // uncached, for the policy itself
 }
 
 // SetupWithManager registers the reconciler; CRD changes refresh every policy.
@@ -188,7 +189,7 @@ func (r *PolicyStatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile recomputes one policy's status.
 func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	p := &v1alpha1.StorageMigrationPolicy{}
-	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+	if err := r.Reader.Get(ctx, req.NamespacedName, p); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	var crds apiextv1.CustomResourceDefinitionList

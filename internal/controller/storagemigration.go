@@ -46,7 +46,10 @@ const (
 
 // StorageMigrationReconciler runs StorageMigrations.
 type StorageMigrationReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Reader reads StorageMigrations uncached, so a reconcile never starts from a stale
+	// copy of the status it saved last.
+	Reader   client.Reader
 	Config   *rest.Config // the local cluster
 	Recorder events.EventRecorder
 	// LeaseNamespace holds the per-CRD migration Leases; Holder names this process in them.
@@ -64,7 +67,7 @@ type StorageMigrationReconciler struct {
 func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	defer r.updatePending(ctx)
 	sm := &v1alpha1.StorageMigration{}
-	if err := r.Client.Get(ctx, req.NamespacedName, sm); err != nil {
+	if err := r.Reader.Get(ctx, req.NamespacedName, sm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	st := &sm.Status
@@ -174,13 +177,20 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	}
 	rp.StorageVersion, rp.Phase = storage, v1alpha1.PhaseRunning
 	rp.Attempts++
-	lastSave := time.Now()
-	o.Progress = func(p migrate.Progress) {
+	// atToken are this attempt's counts at the last page boundary, where rp.Continue
+	// points: an attempt that stops part-way saves these, so that the objects after the
+	// token, which the next attempt lists again, are not counted twice.
+	var atToken migrate.Progress
+	count := func(p migrate.Progress) {
 		rp.Objects, rp.Rewritten = base.Objects+p.Done, base.Rewritten+p.Rewritten
 		rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = base.AlreadyCurrent+p.AlreadyCurrent, base.Deleted+p.Deleted, base.FailedCount+p.Failed
+	}
+	lastSave := time.Now()
+	o.Progress = func(p migrate.Progress) {
+		count(p)
 		if p.Failed == 0 && base.FailedCount == 0 {
 			// Only a clean prefix may be skipped on resume.
-			rp.Continue = p.Continue
+			rp.Continue, atToken = p.Continue, p
 		}
 		if time.Since(lastSave) >= r.SaveEvery {
 			lastSave = time.Now()
@@ -204,18 +214,22 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 		metrics.Migrations.WithLabelValues(metrics.ResultFailed).Inc()
 		return &migrate.Result{}, 0, nil
 	}
-	rp.Objects, rp.Rewritten = base.Objects+res.Objects, base.Rewritten+res.Rewritten
-	rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = base.AlreadyCurrent+res.AlreadyCurrent, base.Deleted+res.Deleted, base.FailedCount+res.FailedCount
+	rewrittenBefore := rp.Rewritten
+	count(migrate.Progress{Done: res.Objects, Rewritten: res.Rewritten, AlreadyCurrent: res.AlreadyCurrent, Deleted: res.Deleted, Failed: res.FailedCount})
 	rp.StoredVersionsAfter = res.StoredVersionsAfter
 	rp.Message = res.Message
-	metrics.ObjectsRewritten.WithLabelValues(rp.Name).Add(float64(res.Rewritten))
+	partial := res.Status == migrate.Incomplete && res.Interrupted && rp.FailedCount == 0
+	if partial {
+		count(atToken)
+	}
+	metrics.ObjectsRewritten.WithLabelValues(rp.Name).Add(float64(max(rp.Rewritten-rewrittenBefore, 0)))
 	switch {
 	case res.Status == migrate.Migrated || res.Status == migrate.AlreadyMigrated:
 		rp.Phase, rp.Continue, rp.CompletionTime = v1alpha1.PhaseSucceeded, "", ptrTime(metav1.Now())
 		metrics.Migrations.WithLabelValues(metrics.ResultSucceeded).Inc()
 		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventMigrated, "Migrate",
 			"%s: %d objects, %d rewritten at %s; storedVersions %v -> %v", rp.Name, rp.Objects, rp.Rewritten, storage, rp.StoredVersionsBefore, rp.StoredVersionsAfter)
-	case rp.FailedCount > 0:
+	case !partial:
 		rp.Phase = v1alpha1.PhaseFailed
 		metrics.Migrations.WithLabelValues(metrics.ResultFailed).Inc()
 	case ctx.Err() != nil:
@@ -253,7 +267,8 @@ func (r *StorageMigrationReconciler) target(ctx context.Context, sm *v1alpha1.St
 	}
 	ref := sm.Spec.KubeConfig.SecretRef
 	secret := &corev1.Secret{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
+	// Uncached: the controller never watches Secrets.
+	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		return nil, fmt.Errorf("read kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	keys := []string{ref.Key}
@@ -269,7 +284,7 @@ func (r *StorageMigrationReconciler) target(ctx context.Context, sm *v1alpha1.St
 			return cfg, nil
 		}
 	}
-	return nil, fmt.Errorf("Secret %s/%s has no key %v holding a kubeconfig", ref.Namespace, ref.Name, keys)
+	return nil, fmt.Errorf("kubeconfig Secret %s/%s has no key %v: name the key in spec.kubeConfig.secretRef.key", ref.Namespace, ref.Name, keys)
 }
 
 // syncResources makes status.resources follow spec.resources, keeping saved progress.
@@ -293,13 +308,13 @@ func (r *StorageMigrationReconciler) saveStatus(ctx context.Context, sm *v1alpha
 	sm.Status.ObservedGeneration = sm.Generation
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := r.Client.Status().Update(ctx, sm); err != nil {
-		if apierrors.IsConflict(err) {
-			// Only this controller writes status; a conflict means the spec changed.
-			return fmt.Errorf("StorageMigration %s changed while migrating; starting over: %w", sm.Name, err)
-		}
-		return err
+	// Update a copy: decoding the answer into sm would replace the slices that the
+	// running migration's progress pointer points into.
+	out := sm.DeepCopy()
+	if err := r.Client.Status().Update(ctx, out); err != nil {
+		return fmt.Errorf("save the status of StorageMigration %s: %w", sm.Name, err)
 	}
+	sm.ResourceVersion = out.ResourceVersion
 	return nil
 }
 

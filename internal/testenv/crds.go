@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -19,7 +20,9 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/config"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
@@ -113,7 +116,10 @@ func WaitEstablished(ctx context.Context, cs apiextclient.Interface, name string
 // gone, so that the next scenario starts from an empty cluster. Instances are deleted
 // explicitly: on this control plane they can outlive their CRD in etcd, and a later CRD of
 // the same name would then meet objects stored at versions it does not know.
-func (cp *ControlPlane) DeleteAllCRDs(ctx context.Context) error {
+func (cp *ControlPlane) DeleteAllCRDs(ctx context.Context) error { return cp.DeleteCRDs(ctx, nil) }
+
+// DeleteCRDs is DeleteAllCRDs for the CRDs keep does not keep (nil keeps none).
+func (cp *ControlPlane) DeleteCRDs(ctx context.Context, keep func(*apiextv1.CustomResourceDefinition) bool) error {
 	cs, err := apiextclient.NewForConfig(cp.Config)
 	if err != nil {
 		return err
@@ -127,7 +133,12 @@ func (cp *ControlPlane) DeleteAllCRDs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var doomed []string
 	for _, crd := range list.Items {
+		if keep != nil && keep(&crd) {
+			continue
+		}
+		doomed = append(doomed, crd.Name)
 		if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextv1.WebhookConverter {
 			// A conversion webhook that is not running would make the instances unlistable.
 			crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.NoneConverter}
@@ -160,15 +171,18 @@ func (cp *ControlPlane) DeleteAllCRDs(ctx context.Context) error {
 			}
 		}
 	}
-	if err := api.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		return fmt.Errorf("delete CRDs: %w", err)
+	for _, name := range doomed {
+		if err := api.Delete(ctx, name, metav1.DeleteOptions{}); ignoreNotFound(err) != nil {
+			return fmt.Errorf("delete CRD %s: %w", name, err)
+		}
 	}
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := api.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
+		for _, name := range doomed {
+			if _, err := api.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return false, ignoreNotFound(err)
+			}
 		}
-		return len(list.Items) == 0, nil
+		return true, nil
 	})
 }
 
@@ -207,4 +221,30 @@ func ApplyCRDServerSide(ctx context.Context, cfg *rest.Config, crd *apiextv1.Cus
 		return err
 	}
 	return WaitEstablished(ctx, cs, crd.Name)
+}
+
+// ApplyUpgradeguardCRDs installs upgradeguard's own CRDs (config/crd) and waits until
+// they are established.
+func ApplyUpgradeguardCRDs(ctx context.Context, cfg *rest.Config) error {
+	cs, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return fs.WalkDir(config.CRDs, "crd", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := config.CRDs.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		crd := &apiextv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(data, crd); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := ApplyCRD(ctx, cs, crd); err != nil {
+			return err
+		}
+		return WaitEstablished(ctx, cs, crd.Name)
+	})
 }

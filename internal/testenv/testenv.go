@@ -1,6 +1,7 @@
 // Package testenv starts and stops the real control plane (kube-apiserver and etcd from
-// bin/, built by `make testbin`) for integration tests and the demo. It is the one place
-// that knows how the control plane is found and wired.
+// bin/, built by `make testbin`, and kube-controller-manager when a scenario asks for
+// it) for integration tests and the demo. It is the one place that knows how the
+// control plane is found and wired.
 package testenv
 
 import (
@@ -36,6 +37,7 @@ type ControlPlane struct {
 	env    *envtest.Environment
 	dir    string
 	tokens map[string]string
+	kcm    *controllerManager
 }
 
 // TokenConfig returns a client config that authenticates as user with its bearer token
@@ -60,6 +62,12 @@ type Options struct {
 	// Webhooks installs admission webhook configurations (Paths or objects) pointing at
 	// a local serving port with generated certificates (see ControlPlane.Webhooks).
 	Webhooks *envtest.WebhookInstallOptions
+	// ControllerManager also runs the real kube-controller-manager (built by
+	// `./hack/testbin.sh --with-kcm`), for scenarios that need PV/PVC binding, garbage
+	// collection or namespace cleanup. See StartControllerManager.
+	ControllerManager bool
+	// Controllers overrides DefaultControllers when ControllerManager is set.
+	Controllers []string
 }
 
 // Start starts a control plane. The binaries come from bin/ at the repository root, or
@@ -128,6 +136,12 @@ func Start(opts ...Options) (*ControlPlane, error) {
 		_ = cp.Stop()
 		return nil, err
 	}
+	if o.ControllerManager {
+		if err := cp.StartControllerManager(o.Controllers...); err != nil {
+			_ = cp.Stop()
+			return nil, err
+		}
+	}
 	return cp, nil
 }
 
@@ -148,7 +162,7 @@ func ForTest(t testing.TB, opts ...Options) *ControlPlane {
 
 // Stop stops the control plane and removes its files.
 func (cp *ControlPlane) Stop() error {
-	err := cp.env.Stop()
+	err := errors.Join(cp.StopControllerManager(), cp.env.Stop())
 	if cp.dir != "" {
 		err = errors.Join(err, os.RemoveAll(cp.dir))
 	}

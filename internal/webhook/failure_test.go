@@ -26,7 +26,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
-const webhookConfig = "upgradeguard-helmrelease-gate"
+const webhookConfig = "upgradeguard"
 
 // setWebhook changes the installed ValidatingWebhookConfiguration.
 func setWebhook(t *testing.T, mutate func(*admissionregv1.ValidatingWebhook)) {
@@ -123,7 +123,7 @@ func TestFailurePolicy(t *testing.T) {
 				pollUpdate(t, ns, "probe", func(err error) bool { return err == nil })
 			} else {
 				err := pollUpdate(t, ns, "probe", func(err error) bool {
-					return err != nil && strings.Contains(err.Error(), `failed calling webhook "helmrelease-gate.upgradeguard.io"`)
+					return err != nil && strings.Contains(err.Error(), `failed calling webhook "helmrelease.upgradeguard.io"`)
 				})
 				if !strings.Contains(err.Error(), "connection refused") {
 					t.Errorf("rejection does not come from the unreachable endpoint: %v", err)

@@ -75,7 +75,7 @@ type Options struct {
 
 // Run dry-runs every object of a rendered manifest in Helm's install order.
 func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, manifest string, o Options) (*Report, error) {
-	objs, err := objects(manifest)
+	objs, err := Objects(manifest)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func dryRun(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, 
 	gvk := obj.GroupVersionKind()
 	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return Object{Object: subject(obj), Status: Fails, Error: fmt.Sprintf("the cluster does not serve %s: %v", gvk, err)}, nil
+		return Object{Object: Subject(obj), Status: Fails, Error: fmt.Sprintf("the cluster does not serve %s: %v", gvk, err)}, nil
 	}
 	ri := dynamic.ResourceInterface(dyn.Resource(mapping.Resource))
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
@@ -118,7 +118,7 @@ func dryRun(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, 
 		}
 		ri = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
 	}
-	res := Object{Object: subject(obj), Status: Applies}
+	res := Object{Object: Subject(obj), Status: Applies}
 	_, err = ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: o.FieldManager, Force: o.Force, DryRun: []string{metav1.DryRunAll}})
 	switch {
 	case err == nil:
@@ -153,7 +153,8 @@ func conflicts(err error) []FieldConflict {
 	return out
 }
 
-func subject(obj *unstructured.Unstructured) string {
+// Subject names an object as Kind/namespace/name (Kind/name when cluster-scoped).
+func Subject(obj *unstructured.Unstructured) string {
 	if obj.GetNamespace() == "" {
 		return obj.GetKind() + "/" + obj.GetName()
 	}
@@ -162,16 +163,16 @@ func subject(obj *unstructured.Unstructured) string {
 
 // Subjects lists the Kind/namespace/name of every object of a manifest, in apply order.
 func Subjects(manifest string) []string {
-	objs, _ := objects(manifest)
+	objs, _ := Objects(manifest)
 	out := make([]string, 0, len(objs))
 	for _, obj := range objs {
-		out = append(out, subject(obj))
+		out = append(out, Subject(obj))
 	}
 	return out
 }
 
-// objects splits a rendered manifest into objects in Helm's install order.
-func objects(manifest string) ([]*unstructured.Unstructured, error) {
+// Objects splits a rendered manifest into objects in Helm's install order.
+func Objects(manifest string) ([]*unstructured.Unstructured, error) {
 	_, manifests, err := releaseutil.SortManifests(releaseutil.SplitManifests(manifest), nil, releaseutil.InstallOrder)
 	if err != nil {
 		return nil, fmt.Errorf("split manifest: %w", err)

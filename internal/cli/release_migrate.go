@@ -1,0 +1,343 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"helm.sh/helm/v4/pkg/action"
+	helmcli "helm.sh/helm/v4/pkg/cli"
+	"helm.sh/helm/v4/pkg/cli/values"
+	"helm.sh/helm/v4/pkg/getter"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
+	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
+)
+
+// migrateHelmVersion is the Helm that runs the migration's uninstall: the SDK built in.
+const migrateHelmVersion = "4.3.1"
+
+type releaseMigrateOptions struct {
+	release, newRelease string
+	chart               chartsource.Options
+	values              values.Options
+	plan, execute, yes  bool
+	override            bool
+	dir                 string
+	mapPVC, mapSecret   map[string]string
+	helmDriver, output  string
+	timeout             time.Duration
+}
+
+func newReleaseMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
+	o := &releaseMigrateOptions{}
+	cmd := &cobra.Command{
+		Use:   "migrate NAME --to-chart REF (--plan | --execute --backup-dir DIR)",
+		Short: "Move a release to another chart, keeping its volumes and credentials Secrets",
+		Long: `migrate moves a Helm release to a different chart (uninstall the old one, install the
+new one) while keeping the data: each PersistentVolumeClaim's volume and each credentials
+Secret carry over to the names the new chart renders.
+
+--plan only reads. It pairs the old release's claims and Secrets with the new chart's
+(equal names, names equal once the release names are taken out, or the one left with the
+one left; --map-pvc and --map-secret decide the rest), checks each pair (storage class,
+size, access modes against the bound PV), runs the uninstall pre-flight, and prints the
+ordered steps. Exit 1 when a finding blocks.
+
+--execute carries the plan out, in order:
+  1. backup          Secrets, PVCs and PVs into --backup-dir (sanitised for re-apply)
+  2. retain          patch bound PVs to reclaimPolicy Retain (asks; --yes to agree)
+  3. uninstall       helm uninstall (Helm SDK), after re-checking that it deletes nothing
+                     the plan did not show
+  4. claim-refs      free each retained PV of its old claim, reserved for the new one
+  5. pre-create-pvcs the new claims, bound to the PVs (spec.volumeName), owned by the new
+                     release so helm install adopts them
+  6. restore-secrets each Secret from the backup under its new name, owned likewise
+  7. install         helm install of the new chart (Helm SDK)
+  8. verify          each new claim Bound to its old PV: same name, uid and volume source;
+                     each restored Secret holds the same bytes
+
+Every step is recorded in DIR/migration-state.json with the plan. A re-run with the same
+--backup-dir resumes at the step that failed and never repeats a finished one. Nothing is
+deleted except by the uninstall, whose delete list the plan shows. Progress goes to
+stderr; Secret data and values are never printed.
+
+Exit codes: 0 planned safe / migrated and verified, 1 the plan has blocking findings
+(nothing changed), 2 could not run or a step failed (the message says what to do; re-run
+to resume).`,
+		Example: `  # What would happen
+  upgradeguard release migrate db -n data --to-chart ./charts/newdb --new-release newdb --plan
+
+  # Do it, keeping the backup and the record in ./db-migration
+  upgradeguard release migrate db -n data --to-chart oci://registry.example.com/charts/newdb \
+    --version 2.1.0 --new-release newdb -f newdb-values.yaml --execute --backup-dir ./db-migration --yes`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.release = args[0]
+			return o.run(cmd.Context(), streams, kube)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.chart.Ref, "to-chart", "", "the new chart: a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path")
+	f.StringVar(&o.chart.Version, "version", "", "chart version or semver range (default: newest stable)")
+	f.StringVar(&o.chart.RepoURL, "repo", "", "chart repository URL")
+	f.StringArrayVarP(&o.values.ValueFiles, "values", "f", nil, "values file for the new chart (can repeat)")
+	f.StringArrayVar(&o.values.Values, "set", nil, "set values on the command line (can repeat)")
+	f.StringArrayVar(&o.values.StringValues, "set-string", nil, "set STRING values on the command line (can repeat)")
+	f.StringArrayVar(&o.values.FileValues, "set-file", nil, "set values from files (can repeat)")
+	f.StringArrayVar(&o.values.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
+	f.BoolVar(&o.chart.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
+	f.StringVar(&o.newRelease, "new-release", "", "name of the new release (default: the old release's name)")
+	f.BoolVar(&o.plan, "plan", false, "only plan: read, compare and print the steps")
+	f.BoolVar(&o.execute, "execute", false, "carry the plan out (needs --backup-dir)")
+	f.BoolVar(&o.yes, "yes", false, "agree to patching PVs to Retain without asking")
+	f.BoolVar(&o.override, "override-blocking", false, "execute even though the plan has blocking findings (read them first)")
+	f.StringVar(&o.dir, "backup-dir", "", "directory for the backup and the migration record; re-use it to resume")
+	f.StringToStringVar(&o.mapPVC, "map-pvc", nil, "pair an old claim with a new one: OLD=NEW (can repeat)")
+	f.StringToStringVar(&o.mapSecret, "map-secret", nil, "restore an old Secret under a new name: OLD=NEW (can repeat)")
+	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
+	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for claims to go and to bind")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+type releaseMigrateOutput struct {
+	Plan   *chartmigrate.Plan   `json:"plan"`
+	Result *chartmigrate.Result `json:"result,omitempty"`
+}
+
+func (o *releaseMigrateOptions) validate() error {
+	switch {
+	case o.output != "text" && o.output != "json":
+		return couldNot("unknown output format %q: use -o text or -o json", o.output)
+	case o.plan == o.execute:
+		return couldNot("pass exactly one of --plan (read only) and --execute")
+	case o.chart.Ref == "":
+		return couldNot("no new chart given: pass --to-chart REF")
+	case o.execute && o.dir == "":
+		return couldNot("--execute needs --backup-dir DIR: the backup and the migration record go there, and a re-run with it resumes")
+	}
+	if o.newRelease == "" {
+		o.newRelease = o.release
+	}
+	return nil
+}
+
+func (o *releaseMigrateOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	conn, err := connect(ctx, kube)
+	if err != nil {
+		return err
+	}
+	uc, err := uninstall.NewClients(conn.config)
+	if err != nil {
+		return couldNot("build client: %v", err)
+	}
+	uopts := uninstall.Options{Release: o.release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: migrateHelmVersion}
+	o.chart.Values, o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.values, o.newRelease, conn.namespace, conn.serverVersion
+	ch, err := chartsource.Load(ctx, o.chart)
+	if err != nil {
+		return couldNot("%v", err)
+	}
+
+	var st *chartmigrate.State
+	if o.execute {
+		if st, err = chartmigrate.LoadState(o.dir); err != nil {
+			return couldNot("%v", err)
+		}
+	}
+	if st != nil {
+		p := st.Plan
+		if p.Release != o.release || p.NewRelease != o.newRelease || p.Namespace != conn.namespace {
+			return couldNot("%s records the migration of %s/%s to %s, not this one: use another --backup-dir", o.dir, p.Namespace, p.Release, p.NewRelease)
+		}
+		fmt.Fprintf(streams.ErrOut, "resuming the migration recorded in %s\n", o.dir)
+	} else {
+		p, err := o.makePlan(ctx, conn, uc, uopts, ch)
+		if err != nil {
+			return err
+		}
+		st = chartmigrate.NewState(p)
+	}
+
+	if o.plan {
+		if err := renderReleaseMigrate(streams.Out, o.output, &releaseMigrateOutput{Plan: st.Plan}); err != nil {
+			return couldNot("write output: %v", err)
+		}
+		if !st.Plan.Safe {
+			return &ExitError{Code: ExitFindings}
+		}
+		return nil
+	}
+
+	if !st.Plan.Safe && !o.override {
+		if err := renderReleaseMigrate(streams.Out, o.output, &releaseMigrateOutput{Plan: st.Plan}); err != nil {
+			return couldNot("write output: %v", err)
+		}
+		fmt.Fprintln(streams.ErrOut, "Refusing to execute: the plan has blocking findings (above). Fix them, or pass --override-blocking after reading them. Nothing was changed.")
+		return &ExitError{Code: ExitFindings}
+	}
+	vals, err := o.values.MergeValues(getter.All(helmcli.New()))
+	if err != nil {
+		return couldNot("values: %v", err)
+	}
+	env := chartmigrate.Env{
+		Kube: conn.clientset, Uninstall: uc, UninstallOptions: uopts,
+		Helm: func() (*action.Configuration, error) {
+			cfg := action.NewConfiguration()
+			if err := cfg.Init(kube, conn.namespace, o.helmDriver); err != nil {
+				return nil, fmt.Errorf("initialise Helm: %w", err)
+			}
+			return cfg, nil
+		},
+		Confirm:  o.confirm(streams),
+		Progress: func(_, msg string) { fmt.Fprintln(streams.ErrOut, msg) },
+	}
+	res, err := chartmigrate.Execute(ctx, env, st, chartmigrate.ExecOptions{Dir: o.dir, Chart: ch.Chart, Values: vals, Override: o.override, Timeout: o.timeout})
+	if rerr := renderReleaseMigrate(streams.Out, o.output, &releaseMigrateOutput{Plan: st.Plan, Result: res}); rerr != nil && err == nil {
+		return couldNot("write output: %v", rerr)
+	}
+	if err != nil {
+		return &ExitError{Code: ExitCouldNot, Err: err}
+	}
+	return nil
+}
+
+func (o *releaseMigrateOptions) makePlan(ctx context.Context, conn *connection, uc *uninstall.Clients, uopts uninstall.Options, ch *chartsource.Chart) (*chartmigrate.Plan, error) {
+	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
+	if err != nil {
+		return nil, couldNot("%v", err)
+	}
+	h, err := reader.History(ctx, o.release)
+	if err != nil {
+		return nil, classify(err, conn)
+	}
+	pre, err := uninstall.Check(ctx, uc, uopts)
+	if err != nil {
+		return nil, classify(err, conn)
+	}
+	exists := false
+	if o.newRelease != o.release {
+		_, err := reader.History(ctx, o.newRelease)
+		var nf *helmrelease.NotFoundError
+		if err != nil && !errors.As(err, &nf) {
+			return nil, classify(err, conn)
+		}
+		exists = err == nil
+	}
+	p, err := chartmigrate.MakePlan(ctx, conn.clientset, chartmigrate.PlanInput{
+		Old: h[len(h)-1], NewRelease: o.newRelease, NewChart: ch.Name, NewChartVersion: ch.Version, NewManifest: ch.Manifest,
+		Namespace: conn.namespace, Preflight: chartmigrate.FromUninstall(pre), MapPVC: o.mapPVC, MapSecret: o.mapSecret, NewReleaseExists: exists,
+	})
+	if err != nil {
+		return nil, classify(err, conn)
+	}
+	return p, nil
+}
+
+// confirm asks on the terminal, or refuses when nobody can answer.
+func (o *releaseMigrateOptions) confirm(streams Streams) func(string) (bool, error) {
+	return func(q string) (bool, error) {
+		if o.yes {
+			return true, nil
+		}
+		if !term.IsTerminal(int(os.Stdin.Fd())) {
+			return false, errors.New(q + " Refusing without an answer: stdin is not a terminal; pass --yes to agree")
+		}
+		fmt.Fprintf(streams.ErrOut, "%s [y/N] ", q)
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return false, err
+		}
+		a := strings.ToLower(strings.TrimSpace(line))
+		return a == "y" || a == "yes", nil
+	}
+}
+
+func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	p := out.Plan
+	fmt.Fprintf(w, "Migration of release %s/%s (%s, revision %d) to %s (%s-%s)\n", p.Namespace, p.Release, p.OldChart, p.Revision, p.NewRelease, p.NewChart, p.NewChartVersion)
+	fmt.Fprintln(w, "\nVolumes:")
+	if len(p.Volumes) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+	for _, v := range p.Volumes {
+		fmt.Fprintf(w, "  %s -> %s  on PV %s (uid %s, %s, %s, %s, class %q)\n", v.OldPVC, v.NewPVC, v.PV, v.PVUID, v.Source, v.ReclaimPolicy, v.Capacity, v.StorageClass)
+	}
+	for _, n := range p.FreshPVCs {
+		fmt.Fprintf(w, "  (new) %s gets a new volume\n", n)
+	}
+	fmt.Fprintln(w, "Secrets:")
+	if len(p.Secrets) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+	for _, s := range p.Secrets {
+		fmt.Fprintf(w, "  %s -> %s  (%s, keys %s)\n", s.Old, s.New, s.Type, strings.Join(s.Keys, ","))
+	}
+	fmt.Fprintf(w, "The uninstall deletes %d object(s):\n", len(p.Deletes))
+	for _, d := range p.Deletes {
+		fmt.Fprintf(w, "  %s\n", d)
+	}
+	if len(p.Kept) > 0 {
+		fmt.Fprintf(w, "and leaves %d in place: %s\n", len(p.Kept), strings.Join(p.Kept, ", "))
+	}
+	if len(p.Findings) > 0 {
+		fmt.Fprintln(w, "Findings:")
+		for _, f := range p.Findings {
+			tag := "note    "
+			if f.Blocking {
+				tag = "BLOCKING"
+			}
+			fmt.Fprintf(w, "  %s %s  %s: %s\n", tag, f.Check, f.Subject, f.Message)
+			if f.Remediation != "" {
+				fmt.Fprintf(w, "           fix: %s\n", f.Remediation)
+			}
+		}
+	}
+	fmt.Fprintln(w, "Steps:")
+	for _, s := range p.Steps {
+		fmt.Fprintf(w, "  %s\n", s)
+	}
+	if r := out.Result; r != nil {
+		fmt.Fprintln(w, "\nResult:")
+		for _, s := range r.Steps {
+			line := s.Detail
+			if s.Error != "" {
+				line = s.Error
+			}
+			fmt.Fprintf(w, "  %-16s %-8s %s\n", s.Step, s.Status, line)
+		}
+		for _, v := range r.Volumes {
+			fmt.Fprintf(w, "  claim %s: PV %s bound=%v sameUID=%v sameSource=%v\n", v.PVC, v.PV, v.Bound, v.SameUID, v.SameData)
+		}
+		for _, s := range r.Secrets {
+			fmt.Fprintf(w, "  Secret %s: same data=%v\n", s.Secret, s.SameData)
+		}
+		if r.Done {
+			fmt.Fprintf(w, "Migrated: release %s is installed on the old volumes.\n", p.NewRelease)
+		}
+	} else if p.Safe {
+		fmt.Fprintln(w, "Nothing blocks. Run again with --execute --backup-dir DIR.")
+	} else {
+		fmt.Fprintln(w, "Blocked: fix the BLOCKING findings first.")
+	}
+	return nil
+}

@@ -1,0 +1,405 @@
+package controller_test
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	eventsv1 "k8s.io/api/events/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/controller"
+	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+)
+
+var cp *testenv.ControlPlane
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4})))
+	os.Exit(testenv.RunTests(m, &cp, testenv.Options{Audit: true}))
+}
+
+const helmrepos = "helmrepositories.source.toolkit.fluxcd.io"
+
+var hrV1beta2 = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"}
+
+type env struct {
+	ctx  context.Context
+	crds apiextclient.Interface
+	c    client.Client
+}
+
+// setup empties the cluster, installs upgradeguard's CRDs and returns clients.
+func setup(t *testing.T) env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	e := env{ctx: t.Context(), crds: apiextclient.NewForConfigOrDie(cp.Config)}
+	if err := cp.DeleteAllCRDs(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.DeleteAllCRDs(context.WithoutCancel(e.ctx)); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	if err := testenv.ApplyUpgradeguardCRDs(e.ctx, cp.Config); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	e.c, err = client.New(cp.Config, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func apply(t *testing.T, e env, files ...string) {
+	t.Helper()
+	crds, err := testenv.ReadCRDs(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range crds {
+		if err := testenv.ApplyCRD(e.ctx, e.crds, c); err != nil {
+			t.Fatalf("apply %s: %v", c.Name, err)
+		}
+		if err := testenv.WaitEstablished(e.ctx, e.crds, c.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// startController runs the manager as user until the test ends or stop is called; stop
+// waits for it to return.
+func startController(t *testing.T, user string, o controller.Options) (stop func()) {
+	t.Helper()
+	cfg, err := cp.AddUser(user, "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.MetricsAddr, o.ProbeAddr, o.SkipNameValidation = "0", "0", true
+	if o.LeaderElectionNamespace == "" {
+		o.LeaderElectionNamespace = "default"
+	}
+	if o.MigrationLeaseDuration == 0 {
+		o.MigrationLeaseDuration = 5 * time.Second
+	}
+	mgr, err := controller.NewManager(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("controller: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func storedVersions(t *testing.T, e env, name string) []string {
+	t.Helper()
+	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crd.Status.StoredVersions
+}
+
+// waitFor polls cond every 100ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) { return cond() })
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func proactivePolicy(t *testing.T, e env, groups ...string) {
+	t.Helper()
+	p := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "all"},
+		Spec: v1alpha1.StorageMigrationPolicySpec{Groups: groups, Proactive: ptr.To(true)}}
+	if err := e.c.Create(e.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.Delete(context.WithoutCancel(e.ctx), p) })
+}
+
+// TestProactiveAfterStorageSwitch: HelmRepositories stored at v1beta2, then a chart
+// switches the storage version to v1. Within seconds the proactive controller has
+// re-persisted every object and storedVersions is [v1]; the metric counted it and the
+// StorageMigration carries the event.
+func TestProactiveAfterStorageSwitch(t *testing.T) {
+	e := setup(t)
+	apply(t, e, "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
+	if err := testenv.CreateObjects(e.ctx, cp.Config, testenv.Objects{GVR: hrV1beta2, Kind: "HelmRepository", Namespaces: []string{"flux-system"}, PerNS: 25,
+		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"}}); err != nil {
+		t.Fatal(err)
+	}
+	proactivePolicy(t, e, "source.toolkit.fluxcd.io")
+	succeeded := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.ResultSucceeded))
+	rewritten := testutil.ToFloat64(metrics.ObjectsRewritten.WithLabelValues(helmrepos))
+	startController(t, "ug-proactive", controller.Options{})
+
+	// The storage switch: flux2 2.17.2 stores HelmRepositories at v1.
+	apply(t, e, "charts/flux2-2.17.2/rendered/crds.yaml")
+	switched := time.Now()
+	waitFor(t, 30*time.Second, "storedVersions [v1]", func() (bool, error) {
+		return slices.Equal(storedVersions(t, e, helmrepos), []string{"v1"}), nil
+	})
+	t.Logf("storedVersions pruned %v after the storage switch", time.Since(switched).Round(10*time.Millisecond))
+
+	sm := &v1alpha1.StorageMigration{}
+	waitFor(t, 10*time.Second, "StorageMigration Succeeded", func() (bool, error) {
+		sm = &v1alpha1.StorageMigration{}
+		err := e.c.Get(e.ctx, client.ObjectKey{Name: controller.ProactiveName(helmrepos)}, sm)
+		return err == nil && sm.Status.Phase == v1alpha1.PhaseSucceeded, client.IgnoreNotFound(err)
+	})
+	rp := sm.Status.Resources[0]
+	if rp.Objects != 25 || rp.Rewritten != 25 || !slices.Equal(rp.StoredVersionsBefore, []string{"v1beta2", "v1"}) || !slices.Equal(rp.StoredVersionsAfter, []string{"v1"}) {
+		t.Errorf("progress %+v, want 25 objects rewritten and [v1beta2 v1] -> [v1]", rp)
+	}
+	for _, c := range []struct {
+		typ  string
+		want metav1.ConditionStatus
+	}{{v1alpha1.ConditionSucceeded, metav1.ConditionTrue}, {v1alpha1.ConditionRunning, metav1.ConditionFalse},
+		{v1alpha1.ConditionStorageMigrationRequired, metav1.ConditionFalse}, {v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse}} {
+		if got := condStatus(sm, c.typ); got != c.want {
+			t.Errorf("condition %s = %s, want %s", c.typ, got, c.want)
+		}
+	}
+	if got := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.ResultSucceeded)) - succeeded; got < 1 {
+		t.Errorf("upgradeguard_migrations_total{result=succeeded} grew by %v, want >= 1", got)
+	}
+	if got := testutil.ToFloat64(metrics.ObjectsRewritten.WithLabelValues(helmrepos)) - rewritten; got != 25 {
+		t.Errorf("upgradeguard_objects_rewritten_total{crd=%s} grew by %v, want 25", helmrepos, got)
+	}
+	waitFor(t, 10*time.Second, "the Migrated event", func() (bool, error) {
+		evs, err := kubernetes.NewForConfigOrDie(cp.Config).EventsV1().Events("").List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(evs.Items, func(ev eventsv1.Event) bool {
+			return ev.Regarding.Name == sm.Name && ev.Reason == controller.EventMigrated && strings.Contains(ev.Note, "25 rewritten")
+		}), nil
+	})
+
+	// The policy's status shows the CRD as eligible and nothing pending.
+	waitFor(t, 10*time.Second, "policy status", func() (bool, error) {
+		p := &v1alpha1.StorageMigrationPolicy{}
+		if err := e.c.Get(e.ctx, client.ObjectKey{Name: "all"}, p); err != nil {
+			return false, err
+		}
+		return p.Status.EligibleCRDs > 0 && len(p.Status.PendingCRDs) == 0, nil
+	})
+}
+
+func condStatus(sm *v1alpha1.StorageMigration, typ string) metav1.ConditionStatus {
+	for _, c := range sm.Status.Conditions {
+		if c.Type == typ {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// TestResumeAfterRestart: a controller stopped mid-migration leaves its place in status;
+// the next one resumes from exactly that continue token (the API server's audit log shows
+// its first LIST carries it) and finishes.
+func TestResumeAfterRestart(t *testing.T) {
+	e := setup(t)
+	apply(t, e, "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
+	const n = 120
+	if err := testenv.CreateObjects(e.ctx, cp.Config, testenv.Objects{GVR: hrV1beta2, Kind: "HelmRepository", Namespaces: []string{"team-a"}, PerNS: n,
+		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"}}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, e, "charts/flux2-2.17.2/rendered/crds.yaml")
+	sm := &v1alpha1.StorageMigration{ObjectMeta: metav1.ObjectMeta{Name: "resume"},
+		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{helmrepos}, Rate: v1alpha1.RateSettings{QPS: 20, Burst: 1, PageSize: 10, Concurrency: 1}}}
+	if err := e.c.Create(e.ctx, sm); err != nil {
+		t.Fatal(err)
+	}
+	stop := startController(t, "ug-first", controller.Options{SaveEvery: time.Nanosecond})
+	waitFor(t, 30*time.Second, "saved progress", func() (bool, error) {
+		sm = &v1alpha1.StorageMigration{}
+		err := e.c.Get(e.ctx, client.ObjectKey{Name: "resume"}, sm)
+		return err == nil && len(sm.Status.Resources) == 1 && sm.Status.Resources[0].Objects >= 30 && sm.Status.Resources[0].Continue != "", err
+	})
+	stop()
+	sm = &v1alpha1.StorageMigration{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: "resume"}, sm); err != nil {
+		t.Fatal(err)
+	}
+	saved := sm.Status.Resources[0]
+	if sm.Status.Phase != v1alpha1.PhaseRunning || saved.Continue == "" || saved.Objects >= n {
+		t.Fatalf("after the stop: phase %s, progress %+v; want Running with a saved token", sm.Status.Phase, saved)
+	}
+	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1beta2", "v1"}) {
+		t.Fatalf("storedVersions %v after a stopped run, want untouched", got)
+	}
+
+	startController(t, "ug-second", controller.Options{})
+	waitFor(t, 60*time.Second, "Succeeded", func() (bool, error) {
+		sm = &v1alpha1.StorageMigration{}
+		err := e.c.Get(e.ctx, client.ObjectKey{Name: "resume"}, sm)
+		return err == nil && sm.Status.Phase == v1alpha1.PhaseSucceeded, err
+	})
+	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("storedVersions %v, want [v1]", got)
+	}
+	rp := sm.Status.Resources[0]
+	if rp.Attempts != 2 || rp.Objects != n || rp.Rewritten != n {
+		t.Errorf("progress %+v, want two attempts that together rewrote each of the %d objects once", rp, n)
+	}
+	evs, err := cp.AuditEvents("ug-second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lists []string
+	for _, ev := range evs {
+		if ev.Verb == "list" && strings.Contains(ev.RequestURI, "/helmrepositories?") {
+			lists = append(lists, ev.RequestURI)
+		}
+	}
+	if len(lists) == 0 || !strings.Contains(lists[0], "continue="+url.QueryEscape(saved.Continue)) {
+		t.Fatalf("the resumed controller's first LIST was %q, want it to carry the saved continue token", first(lists))
+	}
+	if slices.ContainsFunc(lists, func(u string) bool { return !strings.Contains(u, "continue=") }) {
+		t.Errorf("the resumed controller listed from the start: %v", lists)
+	}
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
+// fixtureProject is one project's state before an upgrade that needs a migration, and
+// that upgrade.
+type fixtureProject struct {
+	name     string
+	steps    [][]string
+	stored   map[string][]string
+	incoming []string
+}
+
+// TestProactiveCoverage: for every fixture project that changes storage versions, a
+// cluster under a proactive policy ends up with nothing that would block the project's
+// next upgrade: the API server accepts every incoming CRD.
+func TestProactiveCoverage(t *testing.T) {
+	d := func(set string) []string { return fixtureDir(t, set) }
+	projects := []fixtureProject{
+		{name: "flux2 2.17.2->2.18.2", steps: [][]string{{"charts/flux2-2.17.2/rendered/crds.yaml"}},
+			stored: map[string][]string{"buckets.source.toolkit.fluxcd.io": {"v1beta2", "v1"}, "gitrepositories.source.toolkit.fluxcd.io": {"v1beta2", "v1"},
+				"helmcharts.source.toolkit.fluxcd.io": {"v1beta2", "v1"}, helmrepos: {"v1beta2", "v1"}, "ocirepositories.source.toolkit.fluxcd.io": {"v1beta2", "v1"},
+				"kustomizations.kustomize.toolkit.fluxcd.io": {"v1beta2", "v1"}, "helmreleases.helm.toolkit.fluxcd.io": {"v2beta2", "v2"}},
+			incoming: []string{"charts/flux2-2.18.2/rendered/crds.yaml"}},
+		{name: "external-secrets 0.15.1->0.16.2", steps: [][]string{d("external-secrets/v0.15.1")},
+			stored: map[string][]string{"externalsecrets.external-secrets.io": {"v1alpha1", "v1beta1"}, "secretstores.external-secrets.io": {"v1alpha1", "v1beta1"},
+				"clustersecretstores.external-secrets.io": {"v1alpha1", "v1beta1"}},
+			incoming: d("external-secrets/v0.16.2")},
+		{name: "kyverno 1.12.6->1.13.4", steps: [][]string{d("kyverno/v1.10.7"), d("kyverno/v1.11.4"), d("kyverno/v1.12.6")}, incoming: d("kyverno/v1.13.4")},
+		{name: "crossplane 1.20.0->2.0.0", steps: [][]string{d("crossplane/v1.20.0")},
+			stored: map[string][]string{"environmentconfigs.apiextensions.crossplane.io": {"v1alpha1", "v1beta1"},
+				"compositionrevisions.apiextensions.crossplane.io": {"v1alpha1", "v1beta1", "v1"}},
+			incoming: d("crossplane/v2.0.0")},
+		{name: "cert-manager 1.6.3->1.7.0", steps: [][]string{d("cert-manager/v1.6.3")},
+			stored:   map[string][]string{"certificates.cert-manager.io": {"v1alpha2", "v1"}, "issuers.cert-manager.io": {"v1alpha2", "v1"}},
+			incoming: d("cert-manager/v1.7.0")},
+	}
+	e := setup(t)
+	proactivePolicy(t, e) // every group
+	startController(t, "ug-coverage", controller.Options{MaxConcurrentMigrations: 4})
+	for _, p := range projects {
+		t.Run(p.name, func(t *testing.T) {
+			for _, step := range p.steps {
+				apply(t, e, step...)
+			}
+			for name, stored := range p.stored {
+				if err := testenv.SetStoredVersions(e.ctx, e.crds, name, stored...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			incoming, err := testenv.ReadCRDs(p.incoming...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 60*time.Second, "no stale storedVersions", func() (bool, error) {
+				list, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().List(e.ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err
+				}
+				for _, c := range list.Items {
+					if len(c.Status.StoredVersions) != 1 {
+						return false, nil
+					}
+				}
+				return true, nil
+			})
+			for _, c := range incoming {
+				if err := testenv.ApplyCRD(e.ctx, e.crds, c); err != nil {
+					t.Errorf("the next upgrade's %s is rejected under proactive mode: %v", c.Name, err)
+				}
+			}
+			cleanProject(t, e)
+		})
+	}
+}
+
+// cleanProject deletes a project's CRDs and objects (not upgradeguard's) between projects.
+func cleanProject(t *testing.T, e env) {
+	t.Helper()
+	ours := func(c *apiextv1.CustomResourceDefinition) bool { return c.Spec.Group == v1alpha1.GroupVersion.Group }
+	if err := cp.DeleteCRDs(e.ctx, ours); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fixtureDir(t *testing.T, set string) []string {
+	t.Helper()
+	root, err := testenv.Fixtures()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(filepath.Join(root, "crds", set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, en := range entries {
+		out = append(out, filepath.Join("crds", set, en.Name()))
+	}
+	return out
+}

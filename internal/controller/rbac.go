@@ -1,0 +1,25 @@
+// Package controller holds upgradeguard's controllers: the StorageMigration reconciler,
+// proactive mode over CRDs, and the manager that also serves the HelmRelease gate.
+//
+// RBAC: `make generate` writes config/rbac/role.yaml and the chart's ClusterRole rules
+// (charts/upgradeguard/files/clusterrole.yaml) from the +kubebuilder:rbac markers in this
+// package. Markers sit beside the code that needs them; this file holds the ones for
+// access the migration engine and the gate need that no reconciler file owns.
+package controller
+
+// Every custom resource: a migration re-persists the objects of whichever CRD a policy or
+// an upgrade selects, with a paged LIST and an empty PATCH per object. RBAC cannot say
+// "custom resources only", so this is a wildcard (it reaches built-in resources too); the
+// chart's rbac.customResourceGroups narrows it to named API groups (docs/operator-guide.md).
+// +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;patch
+
+// The HelmRelease gate: read HelmReleases and annotate them with the gate's state.
+// +kubebuilder:rbac:groups=helm.toolkit.fluxcd.io,resources=helmreleases,verbs=get;list;watch;patch
+
+// The gate resolves the incoming chart from the HelmRelease's source.
+// +kubebuilder:rbac:groups=source.toolkit.fluxcd.io,resources=helmrepositories;ocirepositories;helmcharts,verbs=get;list;watch
+
+// Secrets: a HelmRelease's spec.kubeConfig and a StorageMigration's kubeConfig secretRef,
+// repository credentials, and Helm's release storage (sh.helm.release.v1.* Secrets, listed
+// by label in the release namespace).
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list

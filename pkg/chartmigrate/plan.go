@@ -1,0 +1,481 @@
+// Package chartmigrate owns moving a Helm release from one chart to another while keeping
+// its data: the volumes behind its PersistentVolumeClaims and its credentials Secrets.
+// Helm cannot do this by itself: an uninstall deletes what the stored manifest lists, and
+// the new chart names its claims and Secrets differently. This is the seed runbook's
+// Option C carried out by the tool, step by step, with every step recorded so that a
+// re-run after a failure resumes where it stopped.
+//
+// Plan reads the old release, the new chart's rendered objects, the live claims and
+// volumes and the uninstall pre-flight, and says which old claim becomes which new one,
+// which Secret is restored under which name, what the uninstall deletes and what blocks.
+// Execute carries the plan out (see Steps). Neither prints; Execute reports progress
+// through a callback.
+package chartmigrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	release "helm.sh/helm/v4/pkg/release/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
+)
+
+// Finding is something the plan found, with what to do about it. A blocking finding
+// stops Execute unless the caller overrides it.
+type Finding struct {
+	Check       string `json:"check"`
+	Subject     string `json:"subject"`
+	Message     string `json:"message"`
+	Remediation string `json:"remediation,omitempty"`
+	Blocking    bool   `json:"blocking"`
+}
+
+// Finding check IDs of the migration itself.
+const (
+	CheckPVCUnmapped       = "pvc-unmapped"
+	CheckPVCUnbound        = "pvc-unbound"
+	CheckStorageClass      = "storage-class-mismatch"
+	CheckSizeTooLarge      = "size-too-large"
+	CheckSizeSmaller       = "size-smaller"
+	CheckAccessModes       = "access-modes-mismatch"
+	CheckNotRetain         = "pv-not-retain"
+	CheckSecretUnmapped    = "secret-unmapped"
+	CheckKeptRenamed       = "kept-under-old-name"
+	CheckNewReleaseInUse   = "new-release-exists"
+	CheckNewPVCUnprovision = "new-pvc-fresh"
+)
+
+// Volume is one old claim moving to a new one, with the identity of the volume behind
+// it: the PV's name and uid and what it points at (CSI handle, hostPath, local path,
+// NFS export). Execute proves the new claim is bound to this same volume.
+type Volume struct {
+	OldPVC         string   `json:"oldPVC"`
+	NewPVC         string   `json:"newPVC"`
+	PV             string   `json:"pv"`
+	PVUID          string   `json:"pvUID"`
+	Source         string   `json:"source"`
+	ReclaimPolicy  string   `json:"reclaimPolicy"`
+	StorageClass   string   `json:"storageClass"`
+	Capacity       string   `json:"capacity"`
+	NewClass       string   `json:"newStorageClass"`
+	NewSize        string   `json:"newSize"`
+	NewAccessModes []string `json:"newAccessModes"`
+	// Kept: the uninstall keeps the old claim (keep in the stored manifest) and the new
+	// one has the same name, so the claim is re-stamped for the new release instead.
+	Kept bool `json:"kept,omitempty"`
+	// NewObject is the new chart's rendered claim, the base of the pre-created one.
+	NewObject map[string]any `json:"-"`
+}
+
+// Secret is one old Secret restored under the name the new chart renders.
+type Secret struct {
+	Old  string   `json:"old"`
+	New  string   `json:"new"`
+	Type string   `json:"type"`
+	Keys []string `json:"keys"`
+	Kept bool     `json:"kept,omitempty"`
+}
+
+// Plan is what a migration will do. It holds no Secret data and no values.
+type Plan struct {
+	Release         string `json:"release"`
+	Namespace       string `json:"namespace"`
+	Revision        int    `json:"revision"`
+	OldChart        string `json:"oldChart"`
+	NewRelease      string `json:"newRelease"`
+	NewChart        string `json:"newChart"`
+	NewChartVersion string `json:"newChartVersion"`
+
+	Volumes []Volume `json:"volumes"`
+	Secrets []Secret `json:"secrets"`
+	// FreshPVCs are claims of the new chart with no old counterpart: they get new volumes.
+	FreshPVCs []string `json:"freshPVCs"`
+	// Deletes and Kept are what the uninstall deletes and keeps (Kind/namespace/name).
+	Deletes []string `json:"deletes"`
+	Kept    []string `json:"kept"`
+
+	Findings []Finding `json:"findings"`
+	Steps    []string  `json:"steps"`
+	// Safe is true when no finding blocks.
+	Safe bool `json:"safe"`
+}
+
+// Blocking returns the blocking findings.
+func (p *Plan) Blocking() []Finding {
+	var out []Finding
+	for _, f := range p.Findings {
+		if f.Blocking {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Preflight is what the uninstall pre-flight (pkg/uninstall Check) says about the old
+// release, as the plan needs it.
+type Preflight struct {
+	Deletes  []string
+	Kept     []string
+	Findings []Finding
+}
+
+// PlanInput is what Plan works from.
+type PlanInput struct {
+	// Old is the old release's last revision: its stored manifest is what the uninstall
+	// deletes.
+	Old *release.Release
+	// NewRelease is the new release's name; NewManifest the new chart rendered for it.
+	NewRelease      string
+	NewChart        string
+	NewChartVersion string
+	NewManifest     string
+	Namespace       string
+	Preflight       Preflight
+	// MapPVC and MapSecret pair old names with new ones where the plan cannot tell.
+	MapPVC    map[string]string
+	MapSecret map[string]string
+	// NewReleaseExists says that a release with the new name is already installed.
+	NewReleaseExists bool
+}
+
+// MakePlan builds the migration plan. It only reads.
+func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Plan, error) {
+	p := &Plan{Release: in.Old.Name, Namespace: in.Namespace, Revision: in.Old.Version, NewRelease: in.NewRelease,
+		NewChart: in.NewChart, NewChartVersion: in.NewChartVersion,
+		Volumes: []Volume{}, Secrets: []Secret{}, FreshPVCs: []string{},
+		Deletes: orEmpty(in.Preflight.Deletes), Kept: orEmpty(in.Preflight.Kept), Findings: []Finding{}}
+	if in.Old.Chart != nil && in.Old.Chart.Metadata != nil {
+		p.OldChart = in.Old.Chart.Metadata.Name + "-" + in.Old.Chart.Metadata.Version
+	}
+	oldObjs, err := byKind(in.Old.Manifest, in.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("release %s revision %d: %w", in.Old.Name, in.Old.Version, err)
+	}
+	newObjs, err := byKind(in.NewManifest, in.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("chart %s: %w", in.NewChart, err)
+	}
+	if in.NewReleaseExists {
+		p.Findings = append(p.Findings, Finding{Check: CheckNewReleaseInUse, Subject: "release " + in.NewRelease, Blocking: true,
+			Message:     "a release named " + in.NewRelease + " is already installed in namespace " + in.Namespace,
+			Remediation: "choose another --new-release name"})
+	}
+	kept := func(kind, name string) bool {
+		return slices.Contains(p.Kept, kind+"/"+in.Namespace+"/"+name)
+	}
+
+	oldPVC, newPVC := oldObjs["PersistentVolumeClaim"], newObjs["PersistentVolumeClaim"]
+	pvcPairs, unmapped, fresh := pair(names(oldPVC), names(newPVC), in.Old.Name, in.NewRelease, in.MapPVC)
+	p.FreshPVCs = fresh
+	for _, n := range fresh {
+		p.Findings = append(p.Findings, Finding{Check: CheckNewPVCUnprovision, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n,
+			Message: "the new chart's claim has no old counterpart: it gets a new, empty volume"})
+	}
+	for _, n := range unmapped {
+		p.Findings = append(p.Findings, Finding{Check: CheckPVCUnmapped, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n, Blocking: true,
+			Message:     "no claim of the new chart takes this claim's volume: its data would stay on a retained PV that nothing uses",
+			Remediation: "pass --map-pvc " + n + "=NEW-CLAIM (a claim the new chart renders)"})
+	}
+	for _, pr := range pvcPairs {
+		v, findings, err := volume(ctx, kube, in.Namespace, oldPVC[pr[0]], newPVC[pr[1]])
+		if err != nil {
+			return nil, err
+		}
+		v.Kept = kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC == v.NewPVC
+		if kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC != v.NewPVC {
+			findings = append(findings, Finding{Check: CheckKeptRenamed, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + v.OldPVC, Blocking: true,
+				Message:     "the uninstall keeps this claim, so it stays bound to " + v.PV + " and the new claim " + v.NewPVC + " cannot take the volume",
+				Remediation: "pass --map-pvc " + v.OldPVC + "=" + v.OldPVC + " if the new chart can use that name, or delete the kept claim after the uninstall yourself"})
+		}
+		p.Volumes = append(p.Volumes, v)
+		p.Findings = append(p.Findings, findings...)
+	}
+
+	oldSec, newSec := credentials(oldObjs["Secret"]), credentials(newObjs["Secret"])
+	secPairs, unmappedSec, _ := pair(names(oldSec), names(newSec), in.Old.Name, in.NewRelease, in.MapSecret)
+	for _, n := range unmappedSec {
+		p.Findings = append(p.Findings, Finding{Check: CheckSecretUnmapped, Subject: "Secret/" + in.Namespace + "/" + n,
+			Message:     "no Secret of the new chart takes this Secret's data: it is in the backup but not restored",
+			Remediation: "pass --map-secret " + n + "=NEW-NAME to restore it under the name the new chart reads"})
+	}
+	for _, pr := range secPairs {
+		s := Secret{Old: pr[0], New: pr[1], Kept: kept("Secret", pr[0]) && pr[0] == pr[1]}
+		live, err := kube.CoreV1().Secrets(in.Namespace).Get(ctx, pr[0], metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("Secret %s/%s of the old release is not on the cluster: there is nothing to carry over (pass --map-secret with another name, or restore it first)", in.Namespace, pr[0])
+		case err != nil:
+			return nil, fmt.Errorf("Secret %s/%s: %w", in.Namespace, pr[0], err)
+		}
+		s.Type = string(live.Type)
+		for k := range live.Data {
+			s.Keys = append(s.Keys, k)
+		}
+		slices.Sort(s.Keys)
+		p.Secrets = append(p.Secrets, s)
+	}
+
+	p.Findings = append(p.Findings, in.Preflight.Findings...)
+	p.Safe = len(p.Blocking()) == 0
+	p.Steps = steps(p)
+	return p, nil
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// byKind splits a manifest into kind -> name -> object, namespaced to ns.
+func byKind(manifest, ns string) (map[string]map[string]*unstructured.Unstructured, error) {
+	objs, err := applycheck.Objects(manifest)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if o.GetNamespace() != "" && o.GetNamespace() != ns {
+			continue
+		}
+		if out[o.GetKind()] == nil {
+			out[o.GetKind()] = map[string]*unstructured.Unstructured{}
+		}
+		out[o.GetKind()][o.GetName()] = o
+	}
+	return out, nil
+}
+
+// credentials keeps the Secrets a re-install needs: not service-account tokens, not
+// Helm's own storage, not TLS material a controller re-issues.
+func credentials(m map[string]*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	out := map[string]*unstructured.Unstructured{}
+	for n, o := range m {
+		t, _, _ := unstructured.NestedString(o.Object, "type")
+		if t == string(corev1.SecretTypeServiceAccountToken) || t == "helm.sh/release.v1" {
+			continue
+		}
+		out[n] = o
+	}
+	return out
+}
+
+func names[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pair matches old names with new ones: explicit mappings first, then equal names, then
+// equal names once each release's name is taken out ("olddb-data" and "newdb-data"),
+// then the one old name left with the one new name left. It returns the pairs, the old
+// names left over and the new names left over.
+func pair(old, new []string, oldRel, newRel string, explicit map[string]string) (pairs [][2]string, oldLeft, newLeft []string) {
+	used := map[string]bool{}
+	taken := map[string]bool{}
+	add := func(o, n string) {
+		pairs = append(pairs, [2]string{o, n})
+		used[o], taken[n] = true, true
+	}
+	for _, o := range old {
+		if n, ok := explicit[o]; ok && slices.Contains(new, n) {
+			add(o, n)
+		}
+	}
+	strip := func(name, rel string) string {
+		return strings.Trim(strings.Replace(name, rel, "", 1), "-.")
+	}
+	for _, rule := range []func(o, n string) bool{
+		func(o, n string) bool { return o == n },
+		func(o, n string) bool { return strip(o, oldRel) == strip(n, newRel) },
+	} {
+		for _, o := range old {
+			if used[o] {
+				continue
+			}
+			for _, n := range new {
+				if !taken[n] && rule(o, n) {
+					add(o, n)
+					break
+				}
+			}
+		}
+	}
+	for _, o := range old {
+		if !used[o] {
+			oldLeft = append(oldLeft, o)
+		}
+	}
+	for _, n := range new {
+		if !taken[n] {
+			newLeft = append(newLeft, n)
+		}
+	}
+	if len(oldLeft) == 1 && len(newLeft) == 1 {
+		add(oldLeft[0], newLeft[0])
+		return pairs, nil, nil
+	}
+	return pairs, oldLeft, newLeft
+}
+
+// volume reads the old claim's PV and compares the new claim with it.
+func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, newObj *unstructured.Unstructured) (Volume, []Finding, error) {
+	var newPVC corev1.PersistentVolumeClaim
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(newObj.Object, &newPVC); err != nil {
+		return Volume{}, nil, fmt.Errorf("the new chart's PersistentVolumeClaim %s: %w", newObj.GetName(), err)
+	}
+	v := Volume{OldPVC: oldObj.GetName(), NewPVC: newObj.GetName(), NewObject: newObj.Object}
+	subject := "PersistentVolumeClaim/" + ns + "/" + v.OldPVC
+	if newPVC.Spec.StorageClassName != nil {
+		v.NewClass = *newPVC.Spec.StorageClassName
+	}
+	req := newPVC.Spec.Resources.Requests[corev1.ResourceStorage]
+	v.NewSize = req.String()
+	for _, m := range newPVC.Spec.AccessModes {
+		v.NewAccessModes = append(v.NewAccessModes, string(m))
+	}
+	live, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, v.OldPVC, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Blocking: true,
+			Message: "the old release's claim is not on the cluster: there is no volume to carry over", Remediation: "restore the claim, or drop it with --map-pvc"}}, nil
+	case err != nil:
+		return v, nil, fmt.Errorf("%s: %w", subject, err)
+	}
+	if live.Status.Phase != corev1.ClaimBound || live.Spec.VolumeName == "" {
+		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Blocking: true,
+			Message: fmt.Sprintf("the claim is %s, not Bound: there is no volume to carry over", live.Status.Phase), Remediation: "wait until it is Bound"}}, nil
+	}
+	pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, live.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return v, nil, fmt.Errorf("PersistentVolume %s of %s: %w", live.Spec.VolumeName, subject, err)
+	}
+	v.PV, v.PVUID, v.Source = pv.Name, string(pv.UID), VolumeSource(pv)
+	v.ReclaimPolicy, v.StorageClass = string(pv.Spec.PersistentVolumeReclaimPolicy), pv.Spec.StorageClassName
+	capacity := pv.Spec.Capacity[corev1.ResourceStorage]
+	v.Capacity = capacity.String()
+
+	var fs []Finding
+	if v.ReclaimPolicy != string(corev1.PersistentVolumeReclaimRetain) {
+		fs = append(fs, Finding{Check: CheckNotRetain, Subject: "PersistentVolume/" + v.PV,
+			Message:     "reclaimPolicy is " + v.ReclaimPolicy + ": the uninstall would delete the data",
+			Remediation: "execute patches it to Retain first, after confirmation"})
+	}
+	if newPVC.Spec.StorageClassName != nil && v.NewClass != v.StorageClass {
+		fs = append(fs, Finding{Check: CheckStorageClass, Subject: subject, Blocking: true,
+			Message:     fmt.Sprintf("the new claim %s asks for storageClassName %q, the volume %s has %q: it would not bind", v.NewPVC, v.NewClass, v.PV, v.StorageClass),
+			Remediation: "set the new chart's storage class to " + v.StorageClass + " in its values"})
+	}
+	if newPVC.Spec.StorageClassName == nil {
+		// The claim takes the cluster's default class, if any, at creation; the
+		// pre-created claim names the volume's class so it binds.
+		v.NewClass = v.StorageClass
+	}
+	switch c := req.Cmp(capacity); {
+	case req.IsZero():
+	case c > 0:
+		fs = append(fs, Finding{Check: CheckSizeTooLarge, Subject: subject, Blocking: true,
+			Message:     fmt.Sprintf("the new claim %s requests %s, more than the volume's %s: it would not bind", v.NewPVC, v.NewSize, v.Capacity),
+			Remediation: "set the new chart's size to " + v.Capacity + " in its values"})
+	case c < 0:
+		fs = append(fs, Finding{Check: CheckSizeSmaller, Subject: subject,
+			Message: fmt.Sprintf("the new claim %s requests %s; the volume holds %s and keeps it", v.NewPVC, v.NewSize, v.Capacity)})
+	}
+	for _, m := range newPVC.Spec.AccessModes {
+		if !slices.Contains(pv.Spec.AccessModes, m) {
+			fs = append(fs, Finding{Check: CheckAccessModes, Subject: subject, Blocking: true,
+				Message:     fmt.Sprintf("the new claim %s asks for access mode %s, which the volume %s does not offer", v.NewPVC, m, v.PV),
+				Remediation: "set the new chart's access modes to the volume's in its values"})
+		}
+	}
+	return v, fs, nil
+}
+
+// VolumeSource names what a PV points at: the storage that holds the data.
+func VolumeSource(pv *corev1.PersistentVolume) string {
+	s := pv.Spec.PersistentVolumeSource
+	switch {
+	case s.CSI != nil:
+		return "csi:" + s.CSI.Driver + ":" + s.CSI.VolumeHandle
+	case s.HostPath != nil:
+		return "hostPath:" + s.HostPath.Path
+	case s.Local != nil:
+		return "local:" + s.Local.Path
+	case s.NFS != nil:
+		return "nfs:" + s.NFS.Server + ":" + s.NFS.Path
+	}
+	return "unknown"
+}
+
+// Step names, in order.
+const (
+	StepBackup    = "backup"
+	StepRetain    = "retain"
+	StepUninstall = "uninstall"
+	StepClaimRefs = "claim-refs"
+	StepPVCs      = "pre-create-pvcs"
+	StepSecrets   = "restore-secrets"
+	StepInstall   = "install"
+	StepVerify    = "verify"
+)
+
+// Steps are the steps of Execute, in order.
+var Steps = []string{StepBackup, StepRetain, StepUninstall, StepClaimRefs, StepPVCs, StepSecrets, StepInstall, StepVerify}
+
+func steps(p *Plan) []string {
+	var retain, claims, secrets []string
+	for _, v := range p.Volumes {
+		if v.PV == "" {
+			continue
+		}
+		if v.ReclaimPolicy != string(corev1.PersistentVolumeReclaimRetain) {
+			retain = append(retain, v.PV)
+		}
+		if v.Kept {
+			claims = append(claims, fmt.Sprintf("re-stamp the kept claim %s for release %s (bound to %s)", v.OldPVC, p.NewRelease, v.PV))
+		} else {
+			claims = append(claims, fmt.Sprintf("%s -> %s on %s (%s)", v.OldPVC, v.NewPVC, v.PV, v.Source))
+		}
+	}
+	for _, s := range p.Secrets {
+		secrets = append(secrets, s.Old+" -> "+s.New)
+	}
+	retainStep := "make sure every bound PV is Retain: all are"
+	if len(retain) > 0 {
+		retainStep = "patch these PVs to reclaimPolicy Retain (asks first): " + strings.Join(retain, ", ")
+	}
+	return []string{
+		"1. " + StepBackup + ": write the Secrets and the PVC and PV definitions to the backup directory",
+		"2. " + StepRetain + ": " + retainStep,
+		fmt.Sprintf("3. %s: helm uninstall %s (deletes %d object(s), keeps %d; listed above)", StepUninstall, p.Release, len(p.Deletes), len(p.Kept)),
+		"4. " + StepClaimRefs + ": free each retained PV of its old claim and reserve it for the new one",
+		"5. " + StepPVCs + ": pre-create the new claims bound to the retained PVs, owned by release " + p.NewRelease + ": " + orNone(claims),
+		"6. " + StepSecrets + ": restore the Secrets under the names the new chart renders: " + orNone(secrets),
+		fmt.Sprintf("7. %s: helm install %s %s-%s", StepInstall, p.NewRelease, p.NewChart, p.NewChartVersion),
+		"8. " + StepVerify + ": every new claim is Bound to its old PV (same name, uid and volume source) and every restored Secret holds the same data",
+	}
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, "; ")
+}
+
+// ErrBlocked says the plan has blocking findings.
+var ErrBlocked = errors.New("the plan has blocking findings")

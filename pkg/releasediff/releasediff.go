@@ -1,0 +1,420 @@
+// Package releasediff owns telling what a failed Helm upgrade left behind. Helm 4 applies
+// a release's objects one by one and stops at the first error, so a failed revision is
+// often half-applied: some objects carry the failed revision, others the previous one.
+// Run compares every object of the failed revision (and of the previous one) with the
+// live object and says which revision it matches.
+//
+// The comparison is the one the API server itself would make. For each revision, the
+// rendered object is server-side applied with dryRun=All, forced, as a field manager that
+// owns nothing ("upgradeguard-diff"). Such an apply only sets the fields the manifest
+// sets, after the server's defaulting and normalisation (quantities, stringData, list
+// keys), and removes nothing. If the result equals the live object, every field the
+// revision sets already has that value: the live object matches the revision. Status,
+// managedFields, resourceVersion and generation are left out. It writes nothing.
+package releasediff
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	release "helm.sh/helm/v4/pkg/release/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
+)
+
+// FieldManager is the field manager of the dry runs. It must own no field of any object,
+// so that its apply never removes one.
+const FieldManager = "upgradeguard-diff"
+
+// Verdict says which revision a live object matches.
+type Verdict string
+
+const (
+	// Failed means the live object matches the failed revision, which differs from the
+	// previous one here. The failed upgrade landed on this object.
+	Failed Verdict = "failed"
+	// Previous means the live object still matches the previous revision.
+	Previous Verdict = "previous"
+	// Unchanged means both revisions render the object alike and the live object matches it.
+	Unchanged Verdict = "unchanged"
+	// Neither means the live object matches no revision (another writer, or a drift).
+	Neither Verdict = "neither"
+	// Missing means there is no live object.
+	Missing Verdict = "missing"
+	// Unknown means the API server rejected the comparison (see Error).
+	Unknown Verdict = "unknown"
+)
+
+// Change says how the failed revision changed an object against the previous one.
+type Change string
+
+// Changes.
+const (
+	Same    Change = "same"
+	Changed Change = "changed"
+	Added   Change = "added"   // only in the failed revision
+	Dropped Change = "dropped" // only in the previous revision: a successful upgrade deletes it
+)
+
+// Object is the verdict for one object.
+type Object struct {
+	Object  string  `json:"object"` // Kind/namespace/name
+	Change  Change  `json:"change"`
+	Verdict Verdict `json:"verdict"`
+	// Landed says whether the failed revision's change is what the cluster holds, for
+	// changed, added and dropped objects; nil when there is nothing to land or it matches
+	// neither revision.
+	Landed *bool `json:"landed,omitempty"`
+	// Differs names the fields (never their values) where the live object differs from
+	// the failed revision, or from the previous one for dropped objects.
+	Differs []string `json:"differs,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// Report is the state a failed revision left.
+type Report struct {
+	Release          string   `json:"release"`
+	Namespace        string   `json:"namespace"`
+	FailedRevision   int      `json:"failedRevision"`
+	FailedStatus     string   `json:"failedStatus"`
+	PreviousRevision int      `json:"previousRevision"`
+	Objects          []Object `json:"objects"`
+	// Landed and NotLanded list the changed objects on each side.
+	Landed    []string `json:"landed"`
+	NotLanded []string `json:"notLanded"`
+	// Drifted lists objects that match neither revision, are missing although both
+	// revisions have them, or could not be compared.
+	Drifted []string `json:"drifted"`
+	// Mixed: some of the failed revision's changes landed and others did not.
+	Mixed bool `json:"mixed"`
+}
+
+// Clean says that the release is wholly at one revision: not mixed and nothing drifted.
+func (r *Report) Clean() bool { return !r.Mixed && len(r.Drifted) == 0 }
+
+// Options for Run.
+type Options struct {
+	// Namespace is the release namespace, for namespaced objects that name none.
+	Namespace string
+}
+
+// Run compares the objects of failed and previous with the live cluster. previous may be
+// nil (a failed install): then every object is "added".
+func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, failed, previous *release.Release, o Options) (*Report, error) {
+	rep := &Report{Release: failed.Name, Namespace: o.Namespace, FailedRevision: failed.Version,
+		Objects: []Object{}, Landed: []string{}, NotLanded: []string{}, Drifted: []string{}}
+	if failed.Info != nil {
+		rep.FailedStatus = failed.Info.Status.String()
+	}
+	failedObjs, err := applycheck.Objects(failed.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("revision %d: %w", failed.Version, err)
+	}
+	prevObjs := map[string]*unstructured.Unstructured{}
+	var prevOrder []string
+	if previous != nil {
+		rep.PreviousRevision = previous.Version
+		objs, err := applycheck.Objects(previous.Manifest)
+		if err != nil {
+			return nil, fmt.Errorf("revision %d: %w", previous.Version, err)
+		}
+		for _, obj := range objs {
+			key, err := resolve(mapper, obj, o.Namespace)
+			if err == nil {
+				prevObjs[key] = obj
+				prevOrder = append(prevOrder, key)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, obj := range failedObjs {
+		res, err := compare(ctx, dyn, mapper, obj, prevObjs, o.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		seen[res.Object] = true
+		rep.add(res)
+	}
+	for _, key := range prevOrder {
+		if seen[key] {
+			continue
+		}
+		res, err := compareDropped(ctx, dyn, mapper, prevObjs[key], o.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		rep.add(res)
+	}
+	rep.Mixed = len(rep.Landed) > 0 && len(rep.NotLanded) > 0
+	return rep, nil
+}
+
+func (r *Report) add(res Object) {
+	r.Objects = append(r.Objects, res)
+	switch {
+	case res.Landed != nil && *res.Landed:
+		r.Landed = append(r.Landed, res.Object)
+	case res.Landed != nil:
+		r.NotLanded = append(r.NotLanded, res.Object)
+	case res.Verdict == Neither, res.Verdict == Unknown, res.Verdict == Missing:
+		r.Drifted = append(r.Drifted, res.Object)
+	}
+}
+
+// resolve sets the release namespace on namespaced objects that name none and returns
+// the object's subject.
+func resolve(mapper meta.RESTMapper, obj *unstructured.Unstructured, ns string) (string, error) {
+	gvk := obj.GroupVersionKind()
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return applycheck.Subject(obj), err
+	}
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace && obj.GetNamespace() == "" {
+		obj.SetNamespace(ns)
+	}
+	return applycheck.Subject(obj), nil
+}
+
+// client returns the resource client of an object, or nil when the cluster does not
+// serve its type.
+func client(dyn dynamic.Interface, mapper meta.RESTMapper, obj *unstructured.Unstructured) dynamic.ResourceInterface {
+	gvk := obj.GroupVersionKind()
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil
+	}
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		return dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+	}
+	return dyn.Resource(mapping.Resource)
+}
+
+func landed(b bool) *bool { return &b }
+
+func compare(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, obj *unstructured.Unstructured, prevObjs map[string]*unstructured.Unstructured, ns string) (Object, error) {
+	key, err := resolve(mapper, obj, ns)
+	res := Object{Object: key, Change: Added}
+	prev := prevObjs[key]
+	if prev != nil {
+		res.Change = Changed
+		if reflect.DeepEqual(prev.Object, obj.Object) {
+			res.Change = Same
+		}
+	}
+	if err != nil {
+		if res.Change == Added {
+			res.Verdict, res.Landed = Missing, landed(false)
+			return res, nil
+		}
+		res.Verdict, res.Error = Missing, fmt.Sprintf("the cluster does not serve %s", obj.GroupVersionKind())
+		return res, nil
+	}
+	ri := client(dyn, mapper, obj)
+	live, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		res.Verdict = Missing
+		if res.Change != Same {
+			res.Landed = landed(false)
+		}
+		return res, nil
+	case err != nil:
+		return Object{}, fmt.Errorf("%s: read the live object: %w", key, err)
+	}
+	failedDiff, err := matches(ctx, ri, live, obj)
+	if err != nil {
+		return unknown(res, err)
+	}
+	if res.Change == Same {
+		res.Verdict, res.Differs = Unchanged, failedDiff
+		if len(failedDiff) > 0 {
+			res.Verdict = Neither
+		}
+		return res, nil
+	}
+	var prevDiff []string
+	if prev != nil {
+		if prevDiff, err = matches(ctx, ri, live, prev); err != nil {
+			return unknown(res, err)
+		}
+	}
+	switch {
+	case prev != nil && len(prevDiff) == 0 && len(failedDiff) == 0 && len(removed(prev.Object, obj.Object)) == 0:
+		// The server reads both revisions alike here (a default written out, say).
+		res.Verdict = Unchanged
+	case prev != nil && len(prevDiff) == 0:
+		// Also when the failed revision's fields match: it only removes fields, and
+		// they are still set, so the previous revision is what is live.
+		res.Verdict, res.Landed, res.Differs = Previous, landed(false), failedDiff
+	case len(failedDiff) == 0:
+		res.Verdict, res.Landed = Failed, landed(true)
+	default:
+		res.Verdict, res.Differs = Neither, failedDiff
+	}
+	return res, nil
+}
+
+func compareDropped(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, prev *unstructured.Unstructured, ns string) (Object, error) {
+	key, _ := resolve(mapper, prev, ns)
+	res := Object{Object: key, Change: Dropped}
+	ri := client(dyn, mapper, prev)
+	if ri == nil {
+		res.Verdict, res.Landed = Missing, landed(true)
+		return res, nil
+	}
+	live, err := ri.Get(ctx, prev.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		res.Verdict, res.Landed = Missing, landed(true)
+		return res, nil
+	case err != nil:
+		return Object{}, fmt.Errorf("%s: read the live object: %w", key, err)
+	}
+	diff, err := matches(ctx, ri, live, prev)
+	if err != nil {
+		return unknown(res, err)
+	}
+	res.Verdict, res.Landed, res.Differs = Previous, landed(false), diff
+	if len(diff) > 0 {
+		res.Verdict, res.Landed = Neither, nil
+	}
+	return res, nil
+}
+
+func unknown(res Object, err error) (Object, error) {
+	if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook") {
+		return Object{}, fmt.Errorf("%s: dry-run apply: %w (diff-failed needs patch permission on the release's objects; it only dry-runs)", res.Object, err)
+	}
+	res.Verdict, res.Landed, res.Error = Unknown, nil, err.Error()
+	return res, nil
+}
+
+// matches dry-runs the rendered object over the live one and returns the fields the
+// apply would change: none means the live object already holds every field it sets.
+func matches(ctx context.Context, ri dynamic.ResourceInterface, live, rendered *unstructured.Unstructured) ([]string, error) {
+	obj := rendered.DeepCopy()
+	unstructured.RemoveNestedField(obj.Object, "status")
+	applied, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return nil, err
+	}
+	return Diff(comparable(live), comparable(applied)), nil
+}
+
+func comparable(obj *unstructured.Unstructured) map[string]any {
+	o := obj.DeepCopy().Object
+	for _, f := range [][]string{{"status"}, {"metadata", "managedFields"}, {"metadata", "resourceVersion"}, {"metadata", "generation"}} {
+		unstructured.RemoveNestedField(o, f...)
+	}
+	return o
+}
+
+// Diff returns the paths where a and b differ, sorted. List items that all carry a
+// "name" are matched by name, as Kubernetes merges containers, ports and env.
+func Diff(a, b map[string]any) []string {
+	var out []string
+	diffValue("", a, b, false, &out)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// removed returns the paths a sets and b does not.
+func removed(a, b map[string]any) []string {
+	var out []string
+	diffValue("", a, b, true, &out)
+	return out
+}
+
+func diffValue(path string, a, b any, onlyRemoved bool, out *[]string) {
+	record := func() {
+		if !onlyRemoved || (b == nil && a != nil) {
+			*out = append(*out, orRoot(path))
+		}
+	}
+	switch av := a.(type) {
+	case map[string]any:
+		bv, ok := b.(map[string]any)
+		if !ok {
+			record()
+			return
+		}
+		keys := slices.Sorted(maps.Keys(av))
+		for k := range bv {
+			if _, ok := av[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+		for _, k := range keys {
+			diffValue(path+"."+k, av[k], bv[k], onlyRemoved, out)
+		}
+	case []any:
+		bv, ok := b.([]any)
+		if !ok {
+			record()
+			return
+		}
+		an, bn := byName(av), byName(bv)
+		if an != nil && bn != nil {
+			names := slices.Sorted(maps.Keys(an))
+			for n := range bn {
+				if _, ok := an[n]; !ok {
+					names = append(names, n)
+				}
+			}
+			for _, n := range names {
+				diffValue(fmt.Sprintf("%s[name=%s]", path, strconv.Quote(n)), an[n], bn[n], onlyRemoved, out)
+			}
+			return
+		}
+		if len(av) != len(bv) {
+			record()
+			return
+		}
+		for i := range av {
+			diffValue(fmt.Sprintf("%s[%d]", path, i), av[i], bv[i], onlyRemoved, out)
+		}
+	default:
+		if !reflect.DeepEqual(a, b) {
+			record()
+		}
+	}
+}
+
+func byName(items []any) map[string]any {
+	if len(items) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(items))
+	for _, it := range items {
+		m, ok := it.(map[string]any)
+		if !ok {
+			return nil
+		}
+		n, ok := m["name"].(string)
+		if !ok {
+			return nil
+		}
+		out[n] = m
+	}
+	if len(out) != len(items) {
+		return nil
+	}
+	return out
+}
+
+func orRoot(p string) string {
+	if p == "" {
+		return "."
+	}
+	return p
+}
