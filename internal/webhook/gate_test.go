@@ -268,6 +268,15 @@ func TestGateFluxBoundary(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMigration(t, "hr-flux-system-flux")
+	var done v1alpha1.StorageMigration
+	if err := s.c.Get(ctx, client.ObjectKey{Name: "hr-flux-system-flux"}, &done); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range done.Status.Resources {
+		if r.Phase != v1alpha1.PhaseSucceeded || len(r.StoredVersionsAfter) != 1 {
+			t.Errorf("StorageMigration progress of %s: %+v", r.Name, r)
+		}
+	}
 
 	// Flux's retry is admitted now.
 	admitted := decisions(webhook.OutcomeAdmitted)
