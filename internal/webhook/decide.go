@@ -80,6 +80,11 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) 
 			strings.Join(res.RemediationRisk, ", ")))
 	}
 
+	if len(res.UninstallRisk) > 0 {
+		d.warnings = append(d.warnings, fmt.Sprintf("if this upgrade fails, helm-controller's uninstall remediation (spec.upgrade.remediation.strategy: uninstall) deletes %s and every object of their types; annotate them helm.sh/resource-policy=keep in the chart, or use the rollback strategy",
+			strings.Join(res.UninstallRisk, ", ")))
+	}
+
 	if rep.Safe {
 		reason := gate.ReasonNotRequired
 		if sm, _ := g.getMigration(ctx, MigrationName(hr.Namespace, hr.Name)); sm != nil && succeeded(sm) {

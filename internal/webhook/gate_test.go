@@ -412,11 +412,29 @@ func TestGateSafeUpdate(t *testing.T) {
 		t.Fatalf("helm install kro: %v: %s", err, out)
 	}
 	helmRepo(t, ns, "oci", sourcev1.HelmRepositorySpec{URL: "oci://" + s.ociHost + "/charts", Type: sourcev1.HelmRepositoryTypeOCI, Insecure: true})
-	helmRelease(t, ns, "kro", "kro", "0.2.0", "oci")
+	helmRelease(t, ns, "kro", "kro", "0.2.0", "oci", func(hr *helmv2.HelmRelease) {
+		strategy := helmv2.UninstallRemediationStrategy
+		hr.Spec.Upgrade = &helmv2.Upgrade{Remediation: &helmv2.UpgradeRemediation{Retries: 1, Strategy: &strategy}}
+	})
 
+	w := &warnings{}
+	cfg := rest.CopyConfig(s.cp.Config)
+	cfg.WarningHandler = w
+	wc, err := client.New(cfg, client.Options{Scheme: s.scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
 	admitted := decisions(webhook.OutcomeAdmitted)
-	if err := setVersion(ctx, s.c, ns, "kro", "~0.9"); err != nil {
+	if err := setVersion(ctx, wc, ns, "kro", "~0.9"); err != nil {
 		t.Fatalf("safe update denied: %v", err)
+	}
+	// Safe, but helm-controller's uninstall remediation would delete the CRD (from
+	// templates/) and every ResourceGraphDefinition if the upgrade failed.
+	w.mu.Lock()
+	got := strings.Join(w.list, "\n")
+	w.mu.Unlock()
+	if !strings.Contains(got, "helm-controller's uninstall remediation (spec.upgrade.remediation.strategy: uninstall) deletes resourcegraphdefinitions.kro.run") {
+		t.Errorf("no uninstall-remediation warning; warnings: %q", got)
 	}
 	st := gateState(t, ns, "kro", func(st webhook.State) bool { return st.Decision == webhook.OutcomeAdmitted })
 	if st.Chart != "kro@0.9.3" || condStatus(st, v1alpha1.ConditionStorageMigrationRequired) != metav1.ConditionFalse {

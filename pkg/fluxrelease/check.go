@@ -54,6 +54,11 @@ type Result struct {
 	// would be rejected if this upgrade failed after applying its CRDs. Empty when the
 	// HelmRelease does not remediate by rollback or a rollback stays safe.
 	RemediationRisk []string
+	// UninstallRisk names the live CRDs that helm-controller's uninstall remediation would
+	// delete, with every object of their types, if this upgrade failed: helm uninstall
+	// deletes what the last (failed) revision's manifest lists, and the incoming chart
+	// renders these CRDs from templates/ without helm.sh/resource-policy: keep.
+	UninstallRisk []string
 }
 
 // Check resolves the incoming chart and the target, reads the release's current
@@ -133,6 +138,9 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 	if RollbackRemediation(hr) && current != nil && creq.Operation == predict.Upgrade {
 		res.RemediationRisk = remediationRisk(cluster.live, ch.CRDs, creq.Current)
 	}
+	if UninstallRemediation(hr) && current != nil {
+		res.UninstallRisk = uninstallRisk(cluster.live, ch.CRDs)
+	}
 	return res, nil
 }
 
@@ -190,6 +198,19 @@ func remediationRisk(live map[string]*apiextv1.CustomResourceDefinition, incomin
 		if f := predict.Decide(a, predict.Incoming{CRD: cur.CRD, Source: cur.Source, Applied: true}); f.Verdict == predict.Bridge {
 			out = append(out, f.Name)
 		}
+	}
+	return out
+}
+
+// uninstallRisk lists the incoming chart's templates/ CRDs that exist live and that the
+// chart does not mark helm.sh/resource-policy: keep.
+func uninstallRisk(live map[string]*apiextv1.CustomResourceDefinition, incoming []chartcrds.CRD) []string {
+	var out []string
+	for _, in := range incoming {
+		if in.Source != predict.Templates || live[in.CRD.Name] == nil || in.CRD.Annotations[predict.KeepAnnotation] == predict.KeepValue {
+			continue
+		}
+		out = append(out, in.CRD.Name)
 	}
 	return out
 }

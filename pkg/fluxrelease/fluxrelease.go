@@ -224,12 +224,16 @@ func CRDPolicyCreateReplace(hr *helmv2.HelmRelease) bool {
 // RollbackRemediation reports whether a failed upgrade makes helm-controller roll back
 // (spec.upgrade.remediation with strategy rollback and retries, or remediateLastFailure).
 func RollbackRemediation(hr *helmv2.HelmRelease) bool {
-	rem := hr.GetUpgrade().GetRemediation()
-	up, ok := rem.(helmv2.UpgradeRemediation)
-	if !ok {
-		return false
-	}
-	return up.GetStrategy() == helmv2.RollbackRemediationStrategy && (up.Retries != 0 || up.MustRemediateLastFailure())
+	up, ok := hr.GetUpgrade().GetRemediation().(helmv2.UpgradeRemediation)
+	return ok && up.GetStrategy() == helmv2.RollbackRemediationStrategy && (up.Retries != 0 || up.MustRemediateLastFailure())
+}
+
+// UninstallRemediation reports whether a failed upgrade makes helm-controller uninstall
+// the release (spec.upgrade.remediation.strategy: uninstall, with retries or
+// remediateLastFailure).
+func UninstallRemediation(hr *helmv2.HelmRelease) bool {
+	up, ok := hr.GetUpgrade().GetRemediation().(helmv2.UpgradeRemediation)
+	return ok && up.GetStrategy() == helmv2.UninstallRemediationStrategy && (up.Retries != 0 || up.MustRemediateLastFailure())
 }
 
 // Older reports whether version is a lower semver than than; false when either does not

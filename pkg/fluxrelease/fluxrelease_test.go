@@ -116,6 +116,37 @@ func TestRollbackRemediation(t *testing.T) {
 	}
 }
 
+func TestUninstallRemediation(t *testing.T) {
+	hr := newHR(func(hr *helmv2.HelmRelease) {
+		hr.Spec.Upgrade = &helmv2.Upgrade{Remediation: &helmv2.UpgradeRemediation{Retries: 1, Strategy: ptr.To(helmv2.UninstallRemediationStrategy)}}
+	})
+	if !UninstallRemediation(hr) || RollbackRemediation(hr) {
+		t.Error("uninstall strategy with retries: want uninstall remediation only")
+	}
+	if UninstallRemediation(newHR(nil)) {
+		t.Error("no remediation configured: want none")
+	}
+}
+
+func TestUninstallRisk(t *testing.T) {
+	live := map[string]*apiextv1.CustomResourceDefinition{ocirepos: crd("v1", []string{"v1"}, "v1")}
+	kept := crd("v1", nil, "v1")
+	kept.Annotations = map[string]string{predict.KeepAnnotation: predict.KeepValue}
+	for _, tc := range []struct {
+		name string
+		in   chartcrds.CRD
+		want int
+	}{
+		{"templates", chartcrds.CRD{CRD: crd("v1", nil, "v1"), Source: predict.Templates}, 1},
+		{"crds/ folder", chartcrds.CRD{CRD: crd("v1", nil, "v1"), Source: predict.CRDsDir}, 0},
+		{"keep", chartcrds.CRD{CRD: kept, Source: predict.Templates}, 0},
+	} {
+		if got := uninstallRisk(live, []chartcrds.CRD{tc.in}); len(got) != tc.want {
+			t.Errorf("%s: uninstallRisk = %v, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestOlder(t *testing.T) {
 	for _, tc := range []struct {
 		a, b string
