@@ -76,10 +76,9 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) 
 		what = fmt.Sprintf("%s of release %s/%s from chart %s %s to %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.CurrentVersion, res.Version)
 	}
 	if len(res.RemediationRisk) > 0 {
-		d.warnings = append(d.warnings, fmt.Sprintf("if this upgrade fails after applying its CRDs, helm-controller's rollback remediation would be rejected on %s (the older chart lacks the new storage version); consider spec.upgrade.remediation.strategy: uninstall or retries: 0 for this upgrade",
+		d.warnings = append(d.warnings, fmt.Sprintf("if this upgrade fails after applying its CRDs, helm-controller's rollback remediation would be rejected on %s (the older chart lacks the new storage version); consider spec.upgrade.remediation.retries: 0 for this upgrade, and a reverse migration (upgradeguard migrate --rollback) before any rollback",
 			strings.Join(res.RemediationRisk, ", ")))
 	}
-
 	if len(res.UninstallRisk) > 0 {
 		d.warnings = append(d.warnings, fmt.Sprintf("if this upgrade fails, helm-controller's uninstall remediation (spec.upgrade.remediation.strategy: uninstall) deletes %s and every object of their types; annotate them helm.sh/resource-policy=keep in the chart, or use the rollback strategy",
 			strings.Join(res.UninstallRisk, ", ")))
