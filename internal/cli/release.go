@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -256,7 +257,8 @@ func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
 		force = "conflicts forced"
 	}
 	fmt.Fprintf(w, "helm upgrade %s -n %s, server-side apply as %q, %s (modelled on Helm %s):\n", rep.Release, rep.Namespace, a.FieldManager, force, a.HelmVersions)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  STEP\tOBJECT\tOUTCOME\tDETAIL")
 	for _, obj := range a.Objects {
 		detail := obj.Note
@@ -275,11 +277,15 @@ func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", obj.Step, obj.Object, outcomeLabel[obj.Outcome], detail)
 	}
 	_ = tw.Flush()
+	for line := range strings.Lines(table.String()) {
+		fmt.Fprintln(w, strings.TrimRight(line, " \n"))
+	}
 	fmt.Fprintln(w)
 	switch a.Result {
 	case applycheck.Succeeds:
 		fmt.Fprintf(w, "The upgrade applies: Helm records revision %d as deployed and revision %d as superseded (before any --wait and post-upgrade hooks).\n",
 			a.Record.Revision, a.Record.Previous)
+		preHooks(w, a)
 	case applycheck.Refused:
 		fmt.Fprintln(w, "Helm REFUSES the upgrade before it applies anything or records a revision. It prints:")
 		fmt.Fprintf(w, "  Error: UPGRADE FAILED: %s\n", a.Error)
@@ -291,17 +297,21 @@ func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
 			fmt.Fprintf(w, " Post-upgrade hooks do not run (%s).", strings.Join(a.PostUpgradeHooks, ", "))
 		}
 		fmt.Fprintln(w)
+		preHooks(w, a)
 		fmt.Fprintln(w, "It is not atomic: without --rollback-on-failure the cluster keeps this partial, mixed state.")
 		fmt.Fprintf(w, "  lands anyway: %s\n", listOrNone(a.Landed))
 		fmt.Fprintf(w, "  does not land: %s\n", listOrNone(a.NotLanded))
 		fmt.Fprintln(w, "Fix: settle who owns each conflicting field (take it back with a one-off apply using --force-conflicts, after reading the whole list above, "+
 			"or stop the other manager from writing it), or change the chart; then re-run this check.")
 	}
-	if len(a.PreUpgradeHooks) > 0 && a.Result != applycheck.Refused {
-		fmt.Fprintf(w, "Pre-upgrade hooks run before any object is applied (their outcome is not predicted): %s\n", strings.Join(a.PreUpgradeHooks, ", "))
-	}
 	fmt.Fprintln(w)
 	return renderText(w, false, rep.CRDCheck)
+}
+
+func preHooks(w io.Writer, a *applycheck.Report) {
+	if len(a.PreUpgradeHooks) > 0 {
+		fmt.Fprintf(w, "Pre-upgrade hooks run before any object is applied (their outcome is not predicted): %s\n", strings.Join(a.PreUpgradeHooks, ", "))
+	}
 }
 
 func listOrNone(s []string) string {
