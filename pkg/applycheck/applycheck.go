@@ -61,11 +61,11 @@ const HelmVersions = "v4.2.1 to v4.3.2"
 type Step string
 
 const (
-	// Apply: the object exists, Helm server-side applies the new chart's version.
+	// Apply means the object exists, Helm server-side applies the new chart's version.
 	Apply Step = "apply"
-	// Create: the object does not exist, Helm creates it (a server-side apply too).
+	// Create means the object does not exist, Helm creates it (a server-side apply too).
 	Create Step = "create"
-	// Delete: the new chart no longer renders the object.
+	// Delete means the new chart no longer renders the object.
 	Delete Step = "delete"
 )
 
@@ -73,35 +73,35 @@ const (
 type Outcome string
 
 const (
-	// Updated: the apply succeeds and changes the object.
+	// Updated means the apply succeeds and changes the object.
 	Updated Outcome = "updated"
-	// Unchanged: the apply succeeds and changes nothing.
+	// Unchanged means the apply succeeds and changes nothing.
 	Unchanged Outcome = "unchanged"
-	// Created: the object is created.
+	// Created means the object is created.
 	Created Outcome = "created"
-	// Conflict: another field manager owns fields the chart sets. The whole apply is
+	// Conflict means another field manager owns fields the chart sets. The whole apply is
 	// rejected: none of the object's changes land, and Helm goes on with the next object.
 	Conflict Outcome = "conflict"
-	// Failed: the apply, create or delete is rejected for another reason (validation,
+	// Failed means the apply, create or delete is rejected for another reason (validation,
 	// admission). The object stays as it was.
 	Failed Outcome = "failed"
-	// NotReached: a create before it failed, and Helm stopped there.
+	// NotReached means a create before it failed, and Helm stopped there.
 	NotReached Outcome = "notReached"
-	// Deleted: the dropped object is deleted.
+	// Deleted means the dropped object is deleted.
 	Deleted Outcome = "deleted"
-	// NotDeleted: the dropped object stays, because an apply or create failed (Helm
+	// NotDeleted means the dropped object stays, because an apply or create failed (Helm
 	// deletes dropped objects only after every one succeeded) or because Helm refused the
 	// upgrade.
 	NotDeleted Outcome = "notDeleted"
-	// Kept: the dropped object stays because the live object carries
+	// Kept means the dropped object stays because the live object carries
 	// helm.sh/resource-policy: keep.
 	Kept Outcome = "kept"
-	// AlreadyGone: the dropped object is not on the cluster.
+	// AlreadyGone means the dropped object is not on the cluster.
 	AlreadyGone Outcome = "alreadyGone"
-	// CannotImport: the new chart adds the object, it exists, and its ownership metadata
+	// CannotImport means the new chart adds the object, it exists, and its ownership metadata
 	// does not name this release. Helm refuses the whole upgrade.
 	CannotImport Outcome = "cannotImport"
-	// NotServed: the cluster does not serve the object's kind. Helm refuses the whole
+	// NotServed means the cluster does not serve the object's kind. Helm refuses the whole
 	// upgrade.
 	NotServed Outcome = "notServed"
 )
@@ -110,13 +110,13 @@ const (
 type Result string
 
 const (
-	// Succeeds: every object applies; the new revision is deployed (before any --wait
+	// Succeeds means every object applies; the new revision is deployed (before any --wait
 	// and post-upgrade hooks, which this package does not predict).
 	Succeeds Result = "succeeds"
-	// Fails: the new revision is recorded as failed, with what landed left on the
+	// Fails means the new revision is recorded as failed, with what landed left on the
 	// cluster.
 	Fails Result = "fails"
-	// Refused: Helm stops before it records a revision or applies anything.
+	// Refused means Helm stops before it records a revision or applies anything.
 	Refused Result = "refused"
 )
 
@@ -162,7 +162,7 @@ type Report struct {
 	Force        bool   `json:"forceConflicts"`
 	Safe         bool   `json:"safe"`
 	Result       Result `json:"result"`
-	// Objects: the new chart's objects in apply order, then the dropped ones.
+	// Objects are the new chart's objects in apply order, then the dropped ones.
 	Objects []Object `json:"objects"`
 	// Failing lists the objects whose apply, create or delete fails, or that make Helm
 	// refuse the upgrade.
