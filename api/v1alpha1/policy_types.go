@@ -83,7 +83,3 @@ type StorageMigrationPolicyList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []StorageMigrationPolicy `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&StorageMigrationPolicy{}, &StorageMigrationPolicyList{})
-}

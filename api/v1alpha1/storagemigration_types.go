@@ -23,6 +23,7 @@ const (
 // +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed
 type Phase string
 
+// Phases.
 const (
 	PhasePending   Phase = "Pending"
 	PhaseRunning   Phase = "Running"
@@ -188,8 +189,4 @@ type StorageMigrationList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []StorageMigration `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&StorageMigration{}, &StorageMigrationList{})
 }

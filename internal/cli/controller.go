@@ -52,6 +52,9 @@ Health probes (on --health-probe-bind-address): /healthz and /readyz.`,
 			if err != nil {
 				return couldNot("cluster: %v (set --kubeconfig or --context; in a pod the service account is used)", err)
 			}
+			if err := controller.Preflight(cfg); err != nil {
+				return couldNot("%v", err)
+			}
 			mgr, err := controller.NewManager(cfg, o)
 			if err != nil {
 				return couldNot("%v", err)

@@ -81,7 +81,8 @@ a re-run finishes the job), 2 could not run.`,
 	f.IntVar(&o.opts.Concurrency, "concurrency", migrate.DefaultConcurrency, "objects patched in parallel")
 	f.Float32Var(&o.qps, "qps", migrate.DefaultQPS, "client-side request rate limit; 0 means none")
 	f.IntVar(&o.burst, "burst", migrate.DefaultBurst, "client-side request burst")
-	f.DurationVar(&o.opts.Deadline, "deadline", migrate.DefaultDeadline, "stop after this long, leaving storedVersions untouched; a re-run finishes")
+	f.DurationVar(&o.opts.Deadline, "deadline", migrate.DefaultDeadline, "stop after this long, leaving storedVersions untouched; a re-run resumes where this one stopped")
+	f.BoolVar(&o.opts.NoResume, "no-resume", false, "start from the first object even if an interrupted run left its place in the migration Lease")
 	f.StringVar(&o.opts.LeaseNamespace, "lease-namespace", "kube-system", "namespace of the per-CRD migration Leases")
 	f.BoolVar(&o.opts.Wait, "wait", false, "wait for another run's Lease instead of exiting")
 	f.BoolVar(&o.opts.SkipManagedFields, "skip-managed-fields", false, "do not clean managedFields entries that name unserved versions")
@@ -242,6 +243,9 @@ func renderMigrate(w io.Writer, format string, results []*migrate.Result, blocke
 		}
 		if r.Status == migrate.WouldMigrate {
 			dryRun, estimate = true, estimate+r.EstimatedSeconds
+		}
+		if r.Resumed {
+			fmt.Fprintf(w, "\n%s: resumed where an interrupted run stopped (the counts cover the rest; --no-resume starts over)\n", r.Name)
 		}
 		if r.Status == migrate.Incomplete {
 			fmt.Fprintf(w, "\n%s: %s\n", r.Name, r.Message)

@@ -2,8 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -25,10 +23,8 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
-	"github.com/upgradeguard/upgradeguard/config"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -66,26 +62,10 @@ func setup(t *testing.T) env {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	err := fs.WalkDir(config.CRDs, "crd", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := config.CRDs.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		crd := &apiextv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(data, crd); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if err := testenv.ApplyCRD(e.ctx, e.crds, crd); err != nil {
-			return err
-		}
-		return testenv.WaitEstablished(e.ctx, e.crds, crd.Name)
-	})
-	if err != nil {
+	if err := testenv.ApplyUpgradeguardCRDs(e.ctx, cp.Config); err != nil {
 		t.Fatal(err)
 	}
+	var err error
 	e.c, err = client.New(cp.Config, client.Options{Scheme: controller.NewScheme()})
 	if err != nil {
 		t.Fatal(err)

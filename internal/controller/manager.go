@@ -6,8 +6,10 @@ import (
 	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -128,4 +130,30 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// Preflight checks that the cluster serves the upgradeguard.io API, so that a controller
+// started before its CRDs fails at once with what to do, instead of waiting on caches.
+func Preflight(cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	res, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the cluster does not serve %s: install the CRDs first (kubectl apply --server-side -f charts/upgradeguard/crds/)", v1alpha1.GroupVersion)
+		}
+		return fmt.Errorf("discover %s: %w", v1alpha1.GroupVersion, err)
+	}
+	have := map[string]bool{}
+	for _, r := range res.APIResources {
+		have[r.Name] = true
+	}
+	for _, want := range []string{"storagemigrations", "storagemigrationpolicies"} {
+		if !have[want] {
+			return fmt.Errorf("the cluster does not serve %s %s: install the CRDs (kubectl apply --server-side -f charts/upgradeguard/crds/)", v1alpha1.GroupVersion, want)
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -19,7 +20,9 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/config"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
@@ -218,4 +221,30 @@ func ApplyCRDServerSide(ctx context.Context, cfg *rest.Config, crd *apiextv1.Cus
 		return err
 	}
 	return WaitEstablished(ctx, cs, crd.Name)
+}
+
+// ApplyUpgradeguardCRDs installs upgradeguard's own CRDs (config/crd) and waits until
+// they are established.
+func ApplyUpgradeguardCRDs(ctx context.Context, cfg *rest.Config) error {
+	cs, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return fs.WalkDir(config.CRDs, "crd", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := config.CRDs.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		crd := &apiextv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(data, crd); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := ApplyCRD(ctx, cs, crd); err != nil {
+			return err
+		}
+		return WaitEstablished(ctx, cs, crd.Name)
+	})
 }

@@ -107,6 +107,33 @@ func Load(ctx context.Context, o Options) (*Chart, error) {
 	return o.render(ctx, settings, path, ch)
 }
 
+// Fetch fetches and loads the chart without rendering it, for a caller that installs it
+// itself (with the Helm SDK) and renders it with Render.
+func Fetch(o Options) (*chart.Chart, error) {
+	if strings.TrimSpace(o.Ref) == "" {
+		return nil, &LoadError{Ref: "(none)", Step: "locate", Err: errors.New("no chart given: pass a directory, .tgz, repo/name or oci:// reference")}
+	}
+	path, err := o.Locate(o.settings())
+	if err != nil {
+		return nil, err
+	}
+	return loadChart(o.Ref, path)
+}
+
+// Render renders a chart the caller has already loaded, with o's values and release
+// fields, and returns the CRDs it brings. o.Ref only names the chart in errors (the chart
+// name when empty); the fetch fields are not used.
+func Render(ctx context.Context, ch *chart.Chart, o Options) (*Chart, error) {
+	if ch == nil || ch.Metadata == nil {
+		return nil, &LoadError{Ref: orDefault(o.Ref, "(none)"), Step: "render", Err: errors.New("no chart given: load it first (chartsource.Fetch or the Helm SDK loader)")}
+	}
+	o.Ref = orDefault(o.Ref, ch.Name())
+	if err := checkDependencies(o.Ref, o.Ref, ch); err != nil {
+		return nil, err
+	}
+	return o.render(ctx, o.settings(), "", ch)
+}
+
 // Locate downloads the chart when it is remote and returns its local path.
 func (o Options) Locate(settings *cli.EnvSettings) (string, error) {
 	if settings == nil {
@@ -138,14 +165,21 @@ func loadChart(ref, path string) (*chart.Chart, error) {
 	if !ok {
 		return nil, &LoadError{Ref: ref, Step: "load", Err: fmt.Errorf("unsupported chart API version %T", charter)}
 	}
-	ac, err := chartapi.NewAccessor(ch)
-	if err != nil {
-		return nil, &LoadError{Ref: ref, Step: "load", Err: err}
-	}
-	if err := action.CheckDependencies(ch, ac.MetaDependencies()); err != nil {
-		return nil, &LoadError{Ref: ref, Step: "dependencies", Err: fmt.Errorf("%w (run `helm dependency build %s`)", err, path)}
+	if err := checkDependencies(ref, path, ch); err != nil {
+		return nil, err
 	}
 	return ch, nil
+}
+
+func checkDependencies(ref, path string, ch *chart.Chart) error {
+	ac, err := chartapi.NewAccessor(ch)
+	if err != nil {
+		return &LoadError{Ref: ref, Step: "load", Err: err}
+	}
+	if err := action.CheckDependencies(ch, ac.MetaDependencies()); err != nil {
+		return &LoadError{Ref: ref, Step: "dependencies", Err: fmt.Errorf("%w (run `helm dependency build %s`)", err, path)}
+	}
+	return nil
 }
 
 func (o Options) render(ctx context.Context, settings *cli.EnvSettings, path string, ch *chart.Chart) (*Chart, error) {

@@ -238,3 +238,38 @@ func TestLoadErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestFetchThenRender: a caller that installs the chart itself fetches it once and renders
+// it with its own values; the CRDs are the ones Load finds with the same values.
+func TestFetchThenRender(t *testing.T) {
+	tgz, err := testenv.Package(crdChart(t, t.TempDir(), "1.0.0"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := chartsource.Fetch(chartsource.Options{Ref: tgz, Settings: settings(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := chartsource.Render(t.Context(), ch, chartsource.Options{BaseValues: map[string]any{"extra": true}, Settings: settings(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := chartsource.Load(t.Context(), chartsource.Options{Ref: tgz, Values: values.Options{Values: []string{"extra=true"}}, Settings: settings(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.CRDs) != 3 {
+		t.Errorf("Render found %d CRDs, want 3", len(got.CRDs))
+	}
+	if diff := cmp.Diff(summary(want), summary(got)); diff != "" {
+		t.Errorf("Render vs Load (-want +got):\n%s", diff)
+	}
+
+	var le *chartsource.LoadError
+	if _, err := chartsource.Render(t.Context(), nil, chartsource.Options{}); !errors.As(err, &le) || le.Step != "render" {
+		t.Errorf("Render(nil) = %v, want a render LoadError", err)
+	}
+	if _, err := chartsource.Fetch(chartsource.Options{Ref: filepath.Join(t.TempDir(), "missing"), Settings: settings(t)}); !errors.As(err, &le) || le.Step != "fetch" {
+		t.Errorf("Fetch(missing) = %v, want a fetch LoadError", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,6 +70,11 @@ type Options struct {
 	Current []chartcrds.CRD
 	// ObservedGeneration is copied into the conditions.
 	ObservedGeneration int64
+	// BeforeMigrate, when set, is called once with the conditions of a migration that is
+	// about to start (Required True, InProgress True), before Decide spends its budget on
+	// it, so that the caller can publish them on its resource first: customers then see
+	// why the upgrade is held while it is held. An error stops Decide.
+	BeforeMigrate func(ctx context.Context, conditions []metav1.Condition) error
 }
 
 // Decision is the answer for one incoming chart.
@@ -130,6 +136,13 @@ func Decide(ctx context.Context, target *rest.Config, incoming []chartcrds.CRD, 
 		return d, nil
 	}
 
+	if o.BeforeMigrate != nil {
+		d.set(o, ConditionInProgress, metav1.ConditionTrue, ReasonMigrating,
+			fmt.Sprintf("migrating %s; the upgrade is held until it completes", strings.Join(toMigrate, ", ")))
+		if err := o.BeforeMigrate(ctx, slices.Clone(d.Conditions)); err != nil {
+			return nil, fmt.Errorf("before migrating %s: %w", strings.Join(toMigrate, ", "), err)
+		}
+	}
 	m, err := migrate.New(target)
 	if err != nil {
 		return nil, err

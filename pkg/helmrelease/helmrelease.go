@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
@@ -93,12 +94,18 @@ func (r *Reader) Current(ctx context.Context, name string) (*release.Release, er
 	if err != nil {
 		return nil, err
 	}
+	return current(h), nil
+}
+
+// current picks from a history sorted oldest first: the last deployed revision, else the
+// last revision.
+func current(h []*release.Release) *release.Release {
 	for i := len(h) - 1; i >= 0; i-- {
 		if h[i].Info != nil && h[i].Info.Status == common.StatusDeployed {
-			return h[i], nil
+			return h[i]
 		}
 	}
-	return h[len(h)-1], nil
+	return h[len(h)-1]
 }
 
 // RollbackPair returns what helm rollback works from and to: the last revision
@@ -126,6 +133,48 @@ func (r *Reader) RollbackPair(ctx context.Context, name string, toRevision int) 
 		}
 	}
 	return nil, nil, &NotFoundError{Release: name, Namespace: r.namespace, Driver: r.driver, Revision: want}
+}
+
+// Releases returns the current revision (as Current picks it) of every release the
+// reader sees: one namespace, or every namespace for a reader made with namespace "".
+// Releases uninstalled with --keep-history are left out. Sorted by namespace and name.
+func (r *Reader) Releases(ctx context.Context) ([]*release.Release, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	list, err := r.store.ListReleases()
+	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		where := "namespace " + r.namespace
+		if r.namespace == "" {
+			where = "all namespaces"
+		}
+		return nil, fmt.Errorf("list Helm releases in %s (driver %s): %w", where, r.driver, err)
+	}
+	byName := map[[2]string][]*release.Release{}
+	for _, ri := range list {
+		rel, ok := ri.(*release.Release)
+		if !ok {
+			return nil, fmt.Errorf("unsupported release format %T", ri)
+		}
+		k := [2]string{rel.Namespace, rel.Name}
+		byName[k] = append(byName[k], rel)
+	}
+	var out []*release.Release
+	for _, h := range byName {
+		slices.SortFunc(h, func(a, b *release.Release) int { return a.Version - b.Version })
+		cur := current(h)
+		if cur.Info != nil && cur.Info.Status == common.StatusUninstalled {
+			continue
+		}
+		out = append(out, cur)
+	}
+	slices.SortFunc(out, func(a, b *release.Release) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out, nil
 }
 
 // FailedPair returns a failed revision and the revision before it: the last revision

@@ -44,25 +44,43 @@ func leaseName(crd string) string {
 	return name
 }
 
-// acquire takes the lease, waiting for it while wait is true and ctx allows.
-func (l *lease) acquire(ctx context.Context, wait bool) error {
+// Annotations on a migration Lease that record where an interrupted run stopped, so the
+// next run (CLI, gate or controller) resumes there instead of listing from the start.
+const (
+	annotationResumeContinue = "upgradeguard.io/resume-continue"
+	annotationResumeStorage  = "upgradeguard.io/resume-storage-version"
+	annotationResumeCRDUID   = "upgradeguard.io/resume-crd-uid"
+)
+
+// resumePoint is where a run stopped with every object before it migrated cleanly at
+// storageVersion, on the CRD with uid.
+type resumePoint struct {
+	Continue, StorageVersion, CRDUID string
+}
+
+// acquire takes the lease, waiting for it while wait is true and ctx allows, and returns
+// the resume point the last run left (nil when none).
+func (l *lease) acquire(ctx context.Context, wait bool) (*resumePoint, error) {
 	for {
-		err := l.tryAcquire(ctx)
+		rp, err := l.tryAcquire(ctx)
+		if err == nil {
+			return rp, nil
+		}
 		var held *LeaseHeldError
 		if !errors.As(err, &held) || !wait {
-			return err
+			return nil, err
 		}
 		// Poll until the holder releases it or it expires.
 		delay := min(max(time.Until(held.Until), 200*time.Millisecond), 2*time.Second)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %w: %w", err, ctx.Err())
+			return nil, fmt.Errorf("waiting for %w: %w", err, ctx.Err())
 		case <-time.After(delay):
 		}
 	}
 }
 
-func (l *lease) tryAcquire(ctx context.Context) error {
+func (l *lease) tryAcquire(ctx context.Context) (*resumePoint, error) {
 	now := metav1.NewMicroTime(time.Now())
 	spec := coordinationv1.LeaseSpec{
 		HolderIdentity:       ptr.To(l.holder),
@@ -80,23 +98,27 @@ func (l *lease) tryAcquire(ctx context.Context) error {
 		if apierrors.IsAlreadyExists(err) {
 			return l.tryAcquire(ctx)
 		}
-		return err
+		return nil, err
 	}
 	if err != nil {
-		return fmt.Errorf("read Lease %s/%s: %w", l.ns, l.name, err)
+		return nil, fmt.Errorf("read Lease %s/%s: %w", l.ns, l.name, err)
 	}
 	if h := ptr.Deref(cur.Spec.HolderIdentity, ""); h != "" && h != l.holder && cur.Spec.RenewTime != nil {
 		until := cur.Spec.RenewTime.Add(time.Duration(ptr.Deref(cur.Spec.LeaseDurationSeconds, 0)) * time.Second)
 		if time.Now().Before(until) {
-			return &LeaseHeldError{CRD: l.crd, Holder: h, Namespace: l.ns, Lease: l.name, Until: until}
+			return nil, &LeaseHeldError{CRD: l.crd, Holder: h, Namespace: l.ns, Lease: l.name, Until: until}
 		}
+	}
+	var rp *resumePoint
+	if a := cur.Annotations; a[annotationResumeContinue] != "" {
+		rp = &resumePoint{Continue: a[annotationResumeContinue], StorageVersion: a[annotationResumeStorage], CRDUID: a[annotationResumeCRDUID]}
 	}
 	cur.Spec = spec
 	_, err = l.client.Update(ctx, cur, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		return l.tryAcquire(ctx)
 	}
-	return err
+	return rp, err
 }
 
 // keepRenewed renews the lease until ctx ends; it stops the migration (through cancel)
@@ -118,8 +140,9 @@ func (l *lease) keepRenewed(ctx context.Context, cancel context.CancelCauseFunc)
 	})
 }
 
-// release gives the lease up so that a waiting run starts at once.
-func (l *lease) release(ctx context.Context) error {
+// release gives the lease up so that a waiting run starts at once, recording where this
+// run stopped (nil: nothing to resume).
+func (l *lease) release(ctx context.Context, rp *resumePoint) error {
 	cur, err := l.client.Get(ctx, l.name, metav1.GetOptions{})
 	if err != nil {
 		return client404(err)
@@ -129,6 +152,17 @@ func (l *lease) release(ctx context.Context) error {
 	}
 	cur.Spec.HolderIdentity = nil
 	cur.Spec.RenewTime = nil
+	if cur.Annotations == nil {
+		cur.Annotations = map[string]string{}
+	}
+	delete(cur.Annotations, annotationResumeContinue)
+	delete(cur.Annotations, annotationResumeStorage)
+	delete(cur.Annotations, annotationResumeCRDUID)
+	if rp != nil {
+		cur.Annotations[annotationResumeContinue] = rp.Continue
+		cur.Annotations[annotationResumeStorage] = rp.StorageVersion
+		cur.Annotations[annotationResumeCRDUID] = rp.CRDUID
+	}
 	_, err = l.client.Update(ctx, cur, metav1.UpdateOptions{})
 	return err
 }

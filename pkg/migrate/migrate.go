@@ -99,6 +99,9 @@ type Options struct {
 	// storedVersions when the rest completes). An expired token continues from the next
 	// key, as a fresh run's expired token does.
 	Continue string
+	// NoResume starts from the first object even when the last run of this CRD stopped
+	// cleanly part-way and left its place in the migration Lease.
+	NoResume bool
 }
 
 // Progress is a snapshot of one CRD's run.
@@ -138,7 +141,10 @@ type Result struct {
 	DurationSeconds      float64       `json:"durationSeconds"`
 	// EstimatedSeconds is the dry-run estimate at the configured QPS (0 when unlimited).
 	EstimatedSeconds float64 `json:"estimatedSeconds,omitempty"`
-	Message          string  `json:"message,omitempty"`
+	// Resumed says the run started where an earlier, interrupted one stopped (the counts
+	// cover only the rest).
+	Resumed bool   `json:"resumed,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
@@ -233,13 +239,15 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 
 	l := &lease{client: m.leases.Leases(o.LeaseNamespace), name: leaseName(t.Name), holder: o.Holder,
 		duration: o.LeaseDuration, crd: t.Name, ns: o.LeaseNamespace}
-	if err := l.acquire(ctx, o.Wait); err != nil {
+	saved, err := l.acquire(ctx, o.Wait)
+	if err != nil {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go l.keepRenewed(runCtx, cancel)
-	defer func() { _ = l.release(context.WithoutCancel(ctx)) }()
+	var stoppedAt *resumePoint // where this run leaves off, for the next one
+	defer func() { _ = l.release(context.WithoutCancel(ctx), stoppedAt) }()
 
 	// Another run may have finished while this one waited for the Lease: decide again
 	// from the CRD as it is now.
@@ -267,10 +275,20 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 		return res, nil
 	}
 
+	if o.Continue == "" && !o.NoResume && saved != nil && switchTo == "" &&
+		saved.StorageVersion == crdversions.StorageVersion(crd) && saved.CRDUID == string(crd.UID) {
+		// The last run stopped cleanly at this storage version: every object before its
+		// token is migrated, and objects written since are stored at the storage version.
+		o.Continue = saved.Continue
+		res.Resumed = true
+	}
 	w := &worker{m: m, crd: crd, o: o, res: res, start: start,
 		gvr: schema.GroupVersionResource{Group: crd.Spec.Group, Version: crdversions.ServedVersion(crd), Resource: crd.Spec.Names.Plural}}
 	complete := w.run(runCtx)
 	res.FailedCount = w.failedCount.Load()
+	if !complete && res.FailedCount == 0 && w.cleanContinue != "" {
+		stoppedAt = &resumePoint{Continue: w.cleanContinue, StorageVersion: crdversions.StorageVersion(crd), CRDUID: string(crd.UID)}
+	}
 	switch {
 	case !complete:
 		res.Status = Incomplete
@@ -435,6 +453,9 @@ type worker struct {
 	rewritten, current, deleted, failedCount, cleaned atomic.Int64
 	mu                                                sync.Mutex
 	stopErr                                           error
+	// cleanContinue is the continue token after the last page done while no object had
+	// failed: where a later run may resume.
+	cleanContinue string
 }
 
 // run pages through the objects and rewrites them; it reports whether every page was
@@ -486,6 +507,9 @@ func (w *worker) run(ctx context.Context) bool {
 		}
 		if ctx.Err() != nil {
 			return false
+		}
+		if w.failedCount.Load() == 0 {
+			w.cleanContinue = list.Continue
 		}
 		if w.o.Progress != nil {
 			w.o.Progress(Progress{CRD: w.crd.Name, Done: w.done(), Total: max(total, w.done()), Elapsed: time.Since(w.start),

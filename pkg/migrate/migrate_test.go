@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -204,8 +205,9 @@ func TestIncidentFixedAndIdempotent(t *testing.T) {
 }
 
 // TestDeadlineNeverPrunesAndResumes: a run cut short by its deadline leaves
-// storedVersions untouched; a re-run finishes and counts what the first one did as
-// already current.
+// storedVersions untouched and its place in the migration Lease; a re-run resumes there
+// (it never lists the first pages again) and finishes; with NoResume a run starts over
+// and counts what was done as already current.
 func TestDeadlineNeverPrunesAndResumes(t *testing.T) {
 	e := fluxState(t, []string{"a"}, 60)
 	m, err := migrate.New(migrate.RateLimit(cp.Config, 20, 1))
@@ -225,12 +227,43 @@ func TestDeadlineNeverPrunesAndResumes(t *testing.T) {
 		t.Fatalf("storedVersions %v after a partial run, want untouched", got)
 	}
 	first := res.Rewritten
+	lease, err := kubernetes.NewForConfigOrDie(cp.Config).CoordinationV1().Leases("default").Get(e.ctx, "upgradeguard-migrate-"+helmrepos, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Annotations["upgradeguard.io/resume-continue"] == "" || lease.Annotations["upgradeguard.io/resume-storage-version"] != "v1" {
+		t.Fatalf("Lease annotations %v, want the place the run stopped at v1", lease.Annotations)
+	}
+
+	// NoResume: from the start, everything done so far is already current.
+	o = opts()
+	o.NoResume, o.DryRun = true, false
+	o.Deadline = time.Second
+	again, err := m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+	if err != nil || again.Resumed {
+		t.Fatalf("NoResume run: %v %+v", err, again)
+	}
+	if again.AlreadyCurrent == 0 {
+		t.Errorf("NoResume run found nothing already current: %+v", again)
+	}
+	first += again.Rewritten
+
 	res, err = newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, opts())
 	if err != nil || res.Status != migrate.Migrated {
 		t.Fatalf("re-run: %v %+v", err, res)
 	}
-	if res.Rewritten != 60-first || res.AlreadyCurrent != first {
-		t.Errorf("re-run rewrote %d and found %d current, want %d and %d", res.Rewritten, res.AlreadyCurrent, 60-first, first)
+	if !res.Resumed || res.Objects >= 60 {
+		t.Errorf("re-run resumed=%v and saw %d objects, want it to resume and skip the pages done", res.Resumed, res.Objects)
+	}
+	if res.Rewritten != 60-first {
+		t.Errorf("re-run rewrote %d, want the %d not done before", res.Rewritten, 60-first)
+	}
+	lease, err = kubernetes.NewForConfigOrDie(cp.Config).CoordinationV1().Leases("default").Get(e.ctx, "upgradeguard-migrate-"+helmrepos, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := lease.Annotations["upgradeguard.io/resume-continue"]; ok {
+		t.Errorf("a finished run left a resume point: %v", lease.Annotations)
 	}
 }
 

@@ -98,6 +98,14 @@ func TestEquivalentPortsAndCleanHistory(t *testing.T) {
 		t.Errorf("declared equivalent: %v %+v", err, rep.Findings)
 	}
 
+	// The equivalence silences exactly the declared slot: an undeclared edit of slot 30 on
+	// the same branch is still reported, and only it.
+	g.Commit("edit an old migration", map[string]string{migDir + "/30": migration(30, "migration 30, edited on 1.5")})
+	rep, err = slots.Check(t.Context(), o)
+	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Slot != 30 || rep.Findings[0].Kind != slots.Diverged {
+		t.Errorf("undeclared divergence next to a declared one: %v %+v, want one diverged finding for slot 30", err, rep.Findings)
+	}
+
 	// Clean history: a maintenance branch that took no new slot.
 	g.Branch("release-1.5-clean", base)
 	g.Commit("docs only", map[string]string{"README.md": "hello\n"})

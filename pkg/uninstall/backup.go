@@ -242,3 +242,22 @@ func writeFile(dir, rel string, data []byte) error {
 	}
 	return nil
 }
+
+// ReadBackup loads the index of a backup Backup wrote, so a later step (a restore, or a
+// migration resuming after a failure) works from the same files. A directory without
+// index.json is not a complete backup.
+func ReadBackup(dir string) (*BackupResult, error) {
+	data, err := os.ReadFile(filepath.Join(dir, IndexFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s holds no complete backup (no %s): take one with `upgradeguard release uninstall-check NAME -n NS --backup %s`", dir, IndexFile, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read backup index: %w", err)
+	}
+	var res BackupResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		return nil, fmt.Errorf("backup index %s: %w", filepath.Join(dir, IndexFile), err)
+	}
+	res.Dir = dir
+	return &res, nil
+}

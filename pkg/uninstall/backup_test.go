@@ -104,6 +104,14 @@ func TestBackupRestores(t *testing.T) {
 		t.Error("the claim keeps the binder's bind-completed annotation: re-created, it would go Lost")
 	}
 
+	read, err := uninstall.ReadBackup(dir)
+	if err != nil || read.Dir != dir || len(read.Files) != 3 || read.Revision != res.Revision {
+		t.Errorf("ReadBackup: %+v, %v", read, err)
+	}
+	if _, err := uninstall.ReadBackup(t.TempDir()); err == nil {
+		t.Error("ReadBackup of an empty directory: no error")
+	}
+
 	// A second backup never overwrites the first.
 	if _, err := uninstall.Backup(ctx, c, uninstall.Options{Release: "db", Namespace: ns}, dir); !errors.As(err, new(*uninstall.ExistingBackupError)) {
 		t.Errorf("second backup into the same directory: %v, want ExistingBackupError", err)

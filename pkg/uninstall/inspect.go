@@ -100,11 +100,11 @@ func (in *inspector) pvc(ctx context.Context, o *Object, deletedClasses map[stri
 	case string(corev1.PersistentVolumeReclaimDelete), string(corev1.PersistentVolumeReclaimRecycle):
 		in.find(CheckPVDelete, o.Subject,
 			fmt.Sprintf("deleting the claim makes PersistentVolume %s (reclaimPolicy %s) erase its data: DATA LOSS", info.Volume, info.ReclaimPolicy),
-			fmt.Sprintf("before the uninstall: `kubectl patch pv %s -p '{\"spec\":{\"persistentVolumeReclaimPolicy\":\"Retain\"}}'`, then %s", info.Volume, optionA(in.release, in.namespace, o.Kind)))
+			fmt.Sprintf("first make the volume outlive the claim: `kubectl patch pv %s -p '{\"spec\":{\"persistentVolumeReclaimPolicy\":\"Retain\"}}'`; then keep the claim with %s; or Option C: take a backup (--backup DIR) and bind a new claim to PV %s after the uninstall", info.Volume, optionA(in.release, in.namespace), info.Volume))
 	case string(corev1.PersistentVolumeReclaimRetain):
 		in.find(CheckPVCDeleted, o.Subject,
 			fmt.Sprintf("the claim is deleted; PersistentVolume %s (Retain) keeps the data but goes Released, and only a claim bound to it by hand gets it back", info.Volume),
-			optionA(in.release, in.namespace, o.Kind))
+			remedy(in.release, in.namespace, o.Kind))
 	}
 	users, err := in.foreignUsers(ctx, o.Namespace, o.Name)
 	if err != nil {
@@ -114,7 +114,7 @@ func (in *inspector) pvc(ctx context.Context, o *Object, deletedClasses map[stri
 	if len(users) > 0 {
 		in.find(CheckPVCInUse, o.Subject,
 			fmt.Sprintf("mounted by %s outside the release: they hold the claim in Terminating (kubernetes.io/pvc-protection) until they stop", strings.Join(users, ", ")),
-			"before the uninstall, let them finish or stop them (for example `kubectl delete job NAME -n "+o.Namespace+"`), or the uninstall leaves the claim Terminating")
+			"before the uninstall, let them finish or stop them (for example `"+stopCommand(users[0])+"`), or the uninstall leaves the claim Terminating")
 	}
 	return nil
 }
@@ -295,7 +295,7 @@ func (in *inspector) secret(ctx context.Context, o *Object) error {
 	}
 	in.find(CheckSecret, o.Subject,
 		fmt.Sprintf("deletes Secret %s (type %s, keys %s): a re-install mints new values or refuses, while data kept on volumes still expects these", o.Name, s.Type, strings.Join(keys, ", ")),
-		"back it up before the uninstall: `upgradeguard release uninstall-check "+in.release+" -n "+in.namespace+" --backup DIR`; or "+optionA(in.release, in.namespace, o.Kind))
+		"take a backup before the uninstall: `upgradeguard release uninstall-check "+in.release+" -n "+in.namespace+" --backup DIR`, and restore it under the name the new release renders (Option C); or keep it in place with "+optionA(in.release, in.namespace))
 	return nil
 }
 
@@ -332,7 +332,7 @@ func (in *inspector) namespaceCascade(ctx context.Context, o *Object) error {
 	if cas.Total > 0 {
 		in.find(CheckNamespaceCascade, o.Subject,
 			fmt.Sprintf("deleting the namespace also deletes %d object(s) the release does not list: %s", cas.Total, countsText(cas.Counts)),
-			optionA(in.release, in.namespace, o.Kind)+"; or move what must survive out of the namespace first")
+			remedy(in.release, in.namespace, o.Kind)+"; or move what must survive out of the namespace first")
 	}
 	return nil
 }
@@ -362,7 +362,7 @@ func (in *inspector) crdCascade(ctx context.Context, o *Object) error {
 		cas.Counts[resourceKey(gvr)], cas.Total = n, n
 		in.find(CheckCRDCascade, o.Subject,
 			fmt.Sprintf("deleting the CRD deletes all %d %s object(s) in the cluster", n, crd.Spec.Names.Kind),
-			optionA(in.release, in.namespace, o.Kind)+" (charts that ship CRDs in crds/ never delete them; templates/ CRDs need keep)")
+			optionA(in.release, in.namespace)+" (Helm never deletes CRDs a chart ships in crds/; CRDs rendered from templates/ need keep)")
 	}
 	return nil
 }
@@ -389,7 +389,7 @@ func (in *inspector) storageClass(ctx context.Context, o *Object) error {
 	if len(users) > 0 {
 		in.find(CheckStorageClass, o.Subject,
 			fmt.Sprintf("deleting the StorageClass leaves %d PersistentVolume(s) on a class that no longer exists (%s): claims for them cannot be re-created until it is", len(users), strings.Join(users, ", ")),
-			optionA(in.release, in.namespace, o.Kind))
+			remedy(in.release, in.namespace, o.Kind))
 	}
 	return nil
 }
@@ -440,4 +440,13 @@ func countsText(counts map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// stopCommand is the kubectl command that stops one user of a claim (Kind/ns/name).
+func stopCommand(subject string) string {
+	parts := strings.SplitN(subject, "/", 3)
+	if len(parts) != 3 {
+		return "kubectl delete " + subject
+	}
+	return "kubectl delete " + strings.ToLower(parts[0]) + " " + parts[2] + " -n " + parts[1]
 }

@@ -212,3 +212,11 @@ func createUnstructured(ctx context.Context, dyn dynamic.Interface, gvr schema.G
 	_, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
 	return err
 }
+
+func waitGoneConfigMap(t *testing.T, ns, name string) {
+	t.Helper()
+	waitGone(t, "ConfigMap "+ns+"/"+name, func(ctx context.Context) error {
+		_, err := kube(t).CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+}

@@ -152,7 +152,7 @@ var Checks = []CheckInfo{
 	{CheckLiveOnlyKeep, "helm.sh/resource-policy: keep protects an object only when it is in the stored manifest; on the live object alone it does nothing and the object is deleted"},
 	{CheckOwnershipStripped, "removing the Helm ownership label and annotations from a live object protects it only with Helm 4.3 or newer; older Helm deletes it anyway"},
 	{CheckUnverifiable, "Helm 4.3 or newer skips an object whose ownership it cannot read (for example RBAC): it stays on the cluster"},
-	{CheckUnknownKind, "an object whose kind the API server no longer serves makes the uninstall fail before it deletes anything"},
+	{CheckUnknownKind, "an object whose kind the API server no longer serves makes an uninstall with fresh discovery fail before it deletes anything"},
 	{CheckPVDelete, "deleting a PVC whose PersistentVolume has reclaimPolicy Delete (or Recycle) destroys the data"},
 	{CheckPVCDeleted, "deleting a PVC leaves a Retain volume Released: the data stays, but a new claim must be bound to it by hand"},
 	{CheckPVCInUse, "pods and Jobs outside the release that mount a deleted PVC hold it in Terminating (kubernetes.io/pvc-protection) until they stop"},

@@ -350,9 +350,9 @@ func (in *inspector) decide(ctx context.Context, mo manifestObject) (Object, err
 		return obj, nil
 	}
 	if mapErr != nil {
-		obj.Action, obj.Reason = Delete, "its kind is not served by the API server: "+mapErr.Error()
-		in.find(CheckUnknownKind, obj.Subject, "the API server does not serve "+mo.apiVersion+" "+mo.kind+": helm uninstall fails to build its delete list and deletes nothing",
-			"install the CRD that serves it again, or remove the release record by hand after deleting its objects")
+		obj.Action, obj.Reason = Absent, "its kind is not served by the API server, so no such object exists: "+mapErr.Error()
+		in.find(CheckUnknownKind, obj.Subject, "the API server no longer serves "+mo.apiVersion+" "+mo.kind+": a Helm whose discovery is fresh fails to build its delete list and the uninstall deletes nothing (with discovery cached before the kind went away, ~/.kube/cache, it goes ahead)",
+			"install the CRD that serves "+mo.kind+" again before the uninstall (and delete it afterwards if it should go), or accept retrying the uninstall")
 		return obj, nil
 	}
 	if liveErr != nil {
@@ -372,34 +372,42 @@ func (in *inspector) decide(ctx context.Context, mo manifestObject) (Object, err
 	if !*obj.Owned {
 		problem := ownershipProblem(live, in.release, in.namespace)
 		if in.rep.VerifiesOwnership {
-			obj.Action, obj.Reason = SkipNotOwned, fmt.Sprintf("its live ownership metadata does not name release %s/%s (%s): Helm %s skips it; Helm before 4.3 would delete it",
+			obj.Action, obj.Reason = SkipNotOwned, fmt.Sprintf("its live ownership metadata does not name release %s/%s (%s): Helm %s skips it; Helm before 4.3 would delete it; a new release that renders it must adopt it (helm install --take-ownership)",
 				in.namespace, in.release, problem, in.rep.HelmVersion)
 			return obj, nil
 		}
 		obj.Action, obj.Reason = Delete, fmt.Sprintf("listed in the stored manifest; Helm %s does not look at the live ownership metadata (%s)", in.rep.HelmVersion, problem)
 		in.find(CheckOwnershipStripped, obj.Subject,
 			fmt.Sprintf("its live Helm ownership metadata was changed (%s), which protects it only with Helm 4.3 or newer: Helm %s deletes it", problem, in.rep.HelmVersion),
-			optionA(in.release, in.namespace, obj.Kind)+"; or run the uninstall with Helm 4.3 or newer, which skips it")
+			remedy(in.release, in.namespace, obj.Kind)+"; or run the uninstall with Helm 4.3 or newer, which skips it")
 	} else {
 		obj.Action, obj.Reason = Delete, "listed in the stored manifest without helm.sh/resource-policy: keep"
 	}
 	if obj.LiveKeep {
 		obj.Reason = "helm.sh/resource-policy: keep is only on the live object, not in the stored manifest: Helm ignores it and deletes the object"
-		in.find(CheckLiveOnlyKeep, obj.Subject, "keep is set on the live object only; helm uninstall reads the stored manifest and deletes it", optionA(in.release, in.namespace, obj.Kind))
+		in.find(CheckLiveOnlyKeep, obj.Subject, "keep is set on the live object only; helm uninstall reads the stored manifest and deletes it", remedy(in.release, in.namespace, obj.Kind))
 	}
 	return obj, nil
 }
 
-// optionA is the seed runbook's preferred remediation: put keep into the stored manifest
-// with an upgrade; Option C is the fallback.
-func optionA(rel, ns, kind string) string {
-	s := "Option A: run an upgrade that renders helm.sh/resource-policy: keep on it (chart value or post-renderer), then confirm with `helm get manifest " + rel + " -n " + ns + " | grep resource-policy`"
-	if kind == "PersistentVolumeClaim" {
-		s += "; Option C: make its PV Retain, take a backup (--backup DIR) and re-bind a new claim to the PV after the uninstall"
-	} else {
-		s += "; Option C: back it up (--backup DIR for Secrets, PVCs and PVs) and re-create it after the uninstall"
+// remedy is the chart-migration runbook's pair of remediations for an object the
+// uninstall would delete: Option A (preferred) puts keep into the stored manifest with an
+// upgrade; Option C (fallback) saves the object and brings it back after the uninstall.
+func remedy(rel, ns, kind string) string { return optionA(rel, ns) + "; or " + optionC(kind) }
+
+func optionA(rel, ns string) string {
+	return "Option A: run an upgrade that renders helm.sh/resource-policy: keep on it (a chart value or a post-renderer), then confirm with `helm get manifest " + rel + " -n " + ns + " | grep resource-policy`"
+}
+
+func optionC(kind string) string {
+	switch kind {
+	case "PersistentVolumeClaim":
+		return "Option C: make its PV Retain, take a backup (--backup DIR) and bind a new claim to the same PV after the uninstall"
+	case "Secret":
+		return "Option C: take a backup (--backup DIR) and restore it, under the name the new release renders, before the re-install"
+	default:
+		return "Option C: save it (`kubectl get -o yaml`) and re-create it after the uninstall"
 	}
-	return s
 }
 
 func isKeep(v string) bool { return strings.ToLower(strings.TrimSpace(v)) == kube.KeepPolicy }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -417,4 +418,57 @@ func TestChecksRegistry(t *testing.T) {
 	if err != nil || len(b) == 0 {
 		t.Fatal(err)
 	}
+}
+
+// TestUnknownKind: the release lists a custom resource whose CRD was deleted behind its
+// back. The check flags it; the real Helm 4.3.1 uninstall with fresh discovery fails and
+// deletes nothing, and with discovery cached from before the CRD went away it goes ahead.
+func TestUnknownKind(t *testing.T) {
+	needCluster(t)
+	ns := "unknown-kind"
+	crd := `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  names: {kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`
+	ch := dbChart(t, "1.0.0", map[string]string{"crds/gadgets.yaml": crd,
+		"templates/gadget.yaml": "apiVersion: example.com/v1\nkind: Gadget\nmetadata:\n  name: g\n"})
+	warm := []string{"KUBECACHEDIR=" + t.TempDir()}
+	mustHelm(t, warm, "install", "db", ch, "-n", ns, "--create-namespace", "--set-json", `configMaps={"cfg":null}`)
+	c := clients(t)
+	if err := c.CRDs.ApiextensionsV1().CustomResourceDefinitions().Delete(t.Context(), "gadgets.example.com", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.CRDs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, "gadgets.example.com", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := check(t, uninstall.Options{Release: "db", Namespace: ns})
+	if f := findings(rep, uninstall.CheckUnknownKind); len(f) != 1 || f[0].Subject != "Gadget/g" {
+		t.Fatalf("findings: %+v", rep.Findings)
+	}
+	if a := objectByKind(rep, "Gadget", "g").Action; a != uninstall.Absent {
+		t.Errorf("Gadget/g: %s, want absent", a)
+	}
+	cold := []string{"KUBECACHEDIR=" + t.TempDir()}
+	if out, err := helm(t, cold, "uninstall", "db", "-n", ns); err == nil {
+		t.Fatalf("helm uninstall with fresh discovery succeeded:\n%s", out)
+	}
+	if _, err := kube(t).CoreV1().ConfigMaps(ns).Get(t.Context(), "cfg", metav1.GetOptions{}); err != nil {
+		t.Errorf("the failed uninstall deleted ConfigMap cfg: %v", err)
+	}
+	mustHelm(t, warm, "uninstall", "db", "-n", ns)
+	waitGoneConfigMap(t, ns, "cfg")
 }

@@ -1,0 +1,122 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/audit"
+)
+
+// TestAuditCommand runs `upgradeguard audit` on a control plane of its own holding only
+// the audit scenario (testenv.AuditScenario), so that -A sees exactly those releases, and
+// compares the text and JSON output with the golden files in testdata/.
+func TestAuditCommand(t *testing.T) {
+	needCluster(t)
+	own := testenv.ForTest(t)
+	if err := own.AuditScenario(t.Context(), t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	ugOwn := func(args ...string) result {
+		return run(t, append([]string{"--kubeconfig", own.Kubeconfig}, args...)...)
+	}
+
+	for _, tc := range []struct{ file, format string }{{"audit.txt", "text"}, {"audit.json", "json"}} {
+		r := ugOwn("audit", "-A", "-o", tc.format)
+		if r.code != cli.ExitFindings {
+			t.Errorf("audit -A -o %s: exit %d, want 1 (unprotected releases)\nstderr: %s", tc.format, r.code, r.stderr)
+		}
+		golden(t, tc.file, r.stdout)
+	}
+
+	// Never a release value beyond the registry's keys: the chart values of flux2 hold
+	// image names and resource requests, none of which may appear.
+	r := ugOwn("audit", "-A", "-o", "json")
+	for _, leak := range []string{"ghcr.io", "100m", "64Mi", "kustomize-controller"} {
+		if strings.Contains(r.stdout, leak) {
+			t.Errorf("output contains the release value %q", leak)
+		}
+	}
+	var rep audit.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Coverage != "0/6" {
+		t.Errorf("coverage %s", rep.Summary.Coverage)
+	}
+
+	// -n limits the audit to one namespace.
+	r = ugOwn("audit", "-n", "flux-b", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Releases) != 1 || rep.Releases[0].Subject != "Release/flux-b/flux2-migrate" || !rep.Releases[0].Upgrade.Protected || rep.Releases[0].Rollback.Protected {
+		t.Errorf("-n flux-b: %+v", rep.Releases)
+	}
+
+	// A registry file gives kro a hook on both operations: now it is protected (the key
+	// is in neither the values nor the chart, so the registry's default decides).
+	reg := filepath.Join(t.TempDir(), "charts.yaml")
+	data := `charts:
+  - name: kro
+    confidence: upstream
+    mechanisms:
+      - name: in-house-migrate
+        hooks: [pre-upgrade, pre-rollback]
+        action: migrates-objects
+        enabledBy: [{key: migration.enabled, default: true}]
+`
+	if err := os.WriteFile(reg, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = ugOwn("audit", "-n", "kro", "--registry", reg)
+	if r.code != cli.ExitSafe || !strings.Contains(r.stdout, "upgrade    protected by upstream hook in-house-migrate") || !strings.Contains(r.stdout, "Coverage: 1/1") {
+		t.Errorf("kro with a registry file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestAuditFlagErrorsExit2(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("charts:\n- name: x\n  confidence: seed\n  mechanisms:\n  - name: m\n    versions: \">=two\"\n    hooks: [pre-upgrade]\n    action: migrates-objects\n    enabledBy: [{key: a, default: true}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"audit", "-o", "yaml"}, "-o json"},
+		{[]string{"audit", "--registry", bad}, "is not a semver constraint"},
+		{[]string{"audit", "--registry", filepath.Join(t.TempDir(), "none.yaml")}, "read registry"},
+		{[]string{"audit", "extra"}, "unknown command"},
+	} {
+		r := run(t, tc.args...)
+		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, tc.mention) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, r.code, r.stderr, tc.mention)
+		}
+	}
+}
+
+// golden compares got with testdata/name; -update (declared by the render tests) rewrites it.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if f := flag.Lookup("update"); f != nil && f.Value.String() == "true" {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./internal/cli -run TestAuditCommand -update)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", name, diff)
+	}
+}

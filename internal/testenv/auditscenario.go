@@ -1,0 +1,218 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+// AuditScenario installs, with the real Helm CLI, the releases the coverage-audit tests
+// judge, from the fixture charts and values:
+//
+//	flux-a/flux2-default       flux2 2.18.3, default values (crds.migration.enabled=false)
+//	flux-b/flux2-migrate       flux2 2.18.3, crds.migration.enabled=true
+//	flux-c/flux2-hooks-off     flux2 2.18.3 with migration on, managed by a Flux
+//	                           HelmRelease with disableHooks on upgrade and rollback
+//	kyverno/kyverno            kyverno 3.2.8 values and hook, v1.12.6 CRDs in its crds
+//	                           subchart (hook on)
+//	velero/velero              velero CRDs (v1.18.1) in crds/, cleanUpCRDs=true
+//	kro/kro                    kro v0.9.3 CRDs in crds/, managed by a HelmRelease with
+//	                           upgrade.crds: Skip
+//	apps/plain                 a chart without CRDs
+//
+// The flux2 chart is the fixture's Chart.yaml, values.yaml and CRD templates, with its
+// migration hook template replaced by the fixture's rendering of it (the copy lacks the
+// chart helpers it needs) under the same `if`. The kyverno chart likewise wraps the
+// fixture's rendered hook in the real chart's condition. The velero chart is made here:
+// there is no velero chart in the fixtures; its values and hook annotations follow the
+// upstream chart. Installs pass --no-hooks: no Job could run on this control plane, and
+// Helm stores the rendered hooks all the same. The Flux HelmRelease CRD comes with the
+// flux2 chart; no helm-controller runs, so the HelmReleases are paired with Helm releases
+// of the names helm-controller would use.
+func (cp *ControlPlane) AuditScenario(ctx context.Context, dir string) error {
+	fx, err := Fixtures()
+	if err != nil {
+		return err
+	}
+	read := func(p string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(fx, p))
+		return string(b), err
+	}
+	files := map[string]string{}
+	add := func(dst, src string) error {
+		s, err := read(src)
+		files[dst] = s
+		return err
+	}
+
+	// flux2 2.18.3.
+	flux := "charts/flux2-2.18.3/"
+	for _, f := range []string{"Chart.yaml", "values.yaml", "templates/helm-controller.crds.yaml", "templates/source-controller.crds.yaml",
+		"templates/kustomize-controller.crds.yaml", "templates/notification-controller.crds.yaml", "templates/image-reflector-controller.crds.yaml",
+		"templates/image-automation-controller.crds.yaml", "templates/source-watcher.crds.yaml"} {
+		if err := add(f, flux+f); err != nil {
+			return err
+		}
+	}
+	hook, err := read(flux + "rendered/pre-upgrade-migrate-hook.yaml")
+	if err != nil {
+		return err
+	}
+	files["templates/pre-upgrade-migrate-resources.yaml"] = "{{- if .Values.crds.migration.enabled }}\n" + hook + "\n{{- end }}\n"
+	fluxDir, err := writeFiles(filepath.Join(dir, "flux2"), files)
+	if err != nil {
+		return err
+	}
+
+	// kyverno 3.2.8.
+	files = map[string]string{}
+	ky := "charts/kyverno-3.2.8/"
+	for dst, src := range map[string]string{"Chart.yaml": ky + "Chart.yaml", "values.yaml": ky + "values.yaml"} {
+		if err := add(dst, src); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{"kyverno.io_admissionreports.yaml", "kyverno.io_cleanuppolicies.yaml", "kyverno.io_policyexceptions.yaml", "kyverno.io_updaterequests.yaml"} {
+		if err := add("charts/crds/templates/"+f, "crds/kyverno/v1.12.6/"+f); err != nil {
+			return err
+		}
+	}
+	// The real chart's CRDs come from its crds subchart; grafana is its other dependency.
+	files["charts/crds/Chart.yaml"] = "apiVersion: v2\nname: crds\nversion: 3.2.8\n"
+	files["charts/grafana/Chart.yaml"] = "apiVersion: v2\nname: grafana\nversion: 3.2.8\n"
+	if hook, err = read(ky + "rendered/post-upgrade-migrate-hook.yaml"); err != nil {
+		return err
+	}
+	files["templates/hooks/post-upgrade-migrate-resources.yaml"] = "{{- if .Values.crds.migration.enabled }}\n{{- if not .Values.templating.enabled }}\n" + hook + "\n{{- end }}\n{{- end }}\n"
+	kyDir, err := writeFiles(filepath.Join(dir, "kyverno"), files)
+	if err != nil {
+		return err
+	}
+
+	// velero, made here with the real CRDs in crds/.
+	files = map[string]string{
+		"values.yaml": "# This job upgrades the CRDs.\nupgradeCRDs: true\n\n# Meant for CI only: destructive on production systems.\ncleanUpCRDs: false\n",
+		"templates/upgrade-crds/upgrade-crds.yaml": hookJob("upgradeCRDs", "upgrade-crds", "pre-install,pre-upgrade,pre-rollback"),
+		"templates/cleanup-crds.yaml":              hookJob("cleanUpCRDs", "cleanup-crds", "pre-delete"),
+	}
+	for _, f := range []string{"velero.io_backuprepositories.yaml", "velero.io_datauploads.yaml"} {
+		if err := add("crds/"+f, "crds/velero/v1.18.1/"+f); err != nil {
+			return err
+		}
+	}
+	veleroDir, err := WriteChart(dir, "velero", "11.0.0", files)
+	if err != nil {
+		return err
+	}
+
+	// kro, CRDs in crds/ as the upstream chart ships them.
+	files = map[string]string{}
+	for _, f := range []string{"kro.run_resourcegraphdefinitions.yaml", "internal.kro.run_graphrevisions.yaml"} {
+		if err := add("crds/"+f, "crds/kro/v0.9.3/"+f); err != nil {
+			return err
+		}
+	}
+	kroDir, err := WriteChart(dir, "kro", "0.9.3", files)
+	if err != nil {
+		return err
+	}
+
+	plainDir, err := WriteChart(dir, "plain", "1.0.0", map[string]string{
+		"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\ndata:\n  a: b\n",
+	})
+	if err != nil {
+		return err
+	}
+
+	installs := [][]string{
+		{"flux2-default", fluxDir, "-n", "flux-a"},
+		{"flux2-migrate", fluxDir, "-n", "flux-b", "--take-ownership", "--set", "crds.migration.enabled=true"},
+		{"flux2-hooks-off", fluxDir, "-n", "flux-c", "--take-ownership", "--set", "crds.migration.enabled=true"},
+		{"kyverno", kyDir, "-n", "kyverno"},
+		{"velero", veleroDir, "-n", "velero", "--set", "cleanUpCRDs=true"},
+		{"kro", kroDir, "-n", "kro"},
+		{"plain", plainDir, "-n", "apps"},
+	}
+	for _, in := range installs {
+		args := append([]string{"install", in[0], in[1], "--create-namespace", "--no-hooks"}, in[2:]...)
+		if out, err := cp.Helm(args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	hrs := []map[string]any{
+		helmRelease("flux-c", "flux2-hooks-off", "flux2", map[string]any{
+			"upgrade":  map[string]any{"disableHooks": true},
+			"rollback": map[string]any{"disableHooks": true},
+			"values":   map[string]any{"crds": map[string]any{"migration": map[string]any{"enabled": true}}},
+		}),
+		helmRelease("kro", "kro", "kro", map[string]any{
+			"install": map[string]any{"crds": "Create"},
+			"upgrade": map[string]any{"crds": "Skip"},
+		}),
+	}
+	gvr := schema.GroupVersionResource{Group: "helm.toolkit.fluxcd.io", Version: "v2", Resource: "helmreleases"}
+	for _, hr := range hrs {
+		u := &unstructured.Unstructured{Object: hr}
+		if _, err := dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create HelmRelease %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func writeFiles(root string, files map[string]string) (string, error) {
+	for p, content := range files {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return root, nil
+}
+
+func hookJob(value, name, hooks string) string {
+	return fmt.Sprintf(`{{- if .Values.%s }}
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .Release.Name }}-%s
+  annotations:
+    "helm.sh/hook": %s
+spec:
+  template:
+    spec:
+      restartPolicy: OnFailure
+      containers:
+        - name: kubectl
+          image: registry.k8s.io/kubectl:v1.36.0
+{{- end }}
+`, value, name, hooks)
+}
+
+func helmRelease(ns, name, chart string, spec map[string]any) map[string]any {
+	spec["interval"] = "10m"
+	spec["chart"] = map[string]any{"spec": map[string]any{
+		"chart": chart, "sourceRef": map[string]any{"kind": "HelmRepository", "name": "charts"},
+	}}
+	return map[string]any{
+		"apiVersion": "helm.toolkit.fluxcd.io/v2",
+		"kind":       "HelmRelease",
+		"metadata":   map[string]any{"namespace": ns, "name": name},
+		"spec":       spec,
+	}
+}

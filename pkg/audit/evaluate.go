@@ -1,0 +1,339 @@
+package audit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/registry"
+)
+
+// input is one release to judge: a Flux HelmRelease, its stored Helm release, or both.
+type input struct {
+	hr  *helmv2.HelmRelease
+	rel *release.Release
+	// note says why rel is missing for a HelmRelease.
+	note string
+}
+
+// judge holds what every release is judged against.
+type judge struct {
+	reg        *registry.Registry
+	policies   []*v1alpha1.StorageMigrationPolicy // proactive only
+	crds       map[string]*apiextv1.CustomResourceDefinition
+	controller Controller
+	warnings   []string
+}
+
+func (j *judge) evaluate(in input) (Release, error) {
+	var out Release
+	switch {
+	case in.hr != nil:
+		out.Subject = fmt.Sprintf("HelmRelease/%s/%s", in.hr.Namespace, in.hr.Name)
+	default:
+		out.Subject = fmt.Sprintf("Release/%s/%s", in.rel.Namespace, in.rel.Name)
+	}
+	if in.note != "" {
+		out.Notes = append(out.Notes, in.note)
+	}
+
+	// Chart, version and CRDs.
+	var crds []chartcrds.CRD
+	if in.rel != nil {
+		out.Revision = in.rel.Version
+		if in.hr != nil {
+			out.HelmRelease = in.rel.Namespace + "/" + in.rel.Name
+		}
+		if in.rel.Chart != nil && in.rel.Chart.Metadata != nil {
+			out.Chart, out.Version = in.rel.Chart.Metadata.Name, in.rel.Chart.Metadata.Version
+		}
+		var err error
+		if crds, err = chartcrds.All(in.rel.Chart, in.rel.Manifest); err != nil {
+			return out, fmt.Errorf("%s: revision %d: read its CRDs: %w", out.Subject, in.rel.Version, err)
+		}
+	} else {
+		out.Chart, out.Version = hrChart(in.hr)
+	}
+	entry, known := j.reg.Lookup(out.Chart)
+	out.Known = known
+	for _, c := range crds {
+		out.CRDs = append(out.CRDs, c.CRD.Name)
+	}
+	slices.Sort(out.CRDs)
+	out.ShipsCRDs = len(out.CRDs) > 0
+	if in.rel == nil && known {
+		out.ShipsCRDs = true
+		out.Notes = append(out.Notes, "no stored release: counted as shipping CRDs because the registry knows the chart")
+	}
+
+	// Values: only the registry's keys are ever looked up.
+	user, chartDefaults, source := values(in)
+	out.ValuesSource = source
+
+	hooksOff := map[registry.Hook]bool{}
+	if in.hr != nil {
+		if in.hr.Spec.Upgrade != nil && in.hr.Spec.Upgrade.DisableHooks {
+			hooksOff[registry.PreUpgrade], hooksOff[registry.PostUpgrade] = true, true
+		}
+		if in.hr.Spec.Rollback != nil && in.hr.Spec.Rollback.DisableHooks {
+			hooksOff[registry.PreRollback], hooksOff[registry.PostRollback] = true, true
+		}
+	}
+
+	var upgradeHooks, rollbackHooks []string
+	var silenced [2][]string // mechanisms switched off by disableHooks: upgrade, rollback
+	if known {
+		for i := range entry.Mechanisms {
+			m := &entry.Mechanisms[i]
+			st := mechanismState(m, out.Version, user, chartDefaults, in.rel)
+			out.Mechanisms = append(out.Mechanisms, st)
+			out.Findings = append(out.Findings, mechanismFindings(m, st, out.Chart, out.Version)...)
+			if st.On && (m.Has(registry.PreUpgrade) || m.Has(registry.PostUpgrade)) && hooksOff[registry.PreUpgrade] {
+				silenced[0] = append(silenced[0], m.Name)
+			}
+			if st.On && (m.Has(registry.PreRollback) || m.Has(registry.PostRollback)) && hooksOff[registry.PreRollback] {
+				silenced[1] = append(silenced[1], m.Name)
+			}
+			if !st.On || m.Action != registry.MigratesObjects {
+				continue
+			}
+			if m.Has(registry.PreUpgrade) && !hooksOff[registry.PreUpgrade] {
+				upgradeHooks = append(upgradeHooks, byHookPrefix+m.Name)
+			}
+			if m.Has(registry.PreRollback) && !hooksOff[registry.PreRollback] {
+				rollbackHooks = append(rollbackHooks, byHookPrefix+m.Name)
+			}
+		}
+		if len(entry.Mechanisms) == 0 && out.ShipsCRDs {
+			out.Findings = append(out.Findings, Finding{Code: CodeNoProtection, Severity: Info,
+				Message: fmt.Sprintf("chart %s has no upstream migration hook (registry, confidence %s)", out.Chart, entry.Confidence)})
+		}
+	} else if out.ShipsCRDs {
+		out.Notes = append(out.Notes, fmt.Sprintf("chart %q is not in the registry: no upstream hook is assumed (add it with --registry)", out.Chart))
+	}
+	if in.hr != nil {
+		out.Findings = append(out.Findings, hrFindings(in.hr, crds, out.ShipsCRDs, silenced)...)
+	}
+
+	// upgradeguard's proactive controller.
+	ug := out.ShipsCRDs && j.controller.Running && in.rel != nil && j.coversAll(crds)
+	if ug {
+		upgradeHooks = append(upgradeHooks, ByUpgradeguard)
+		rollbackHooks = append(rollbackHooks, ByUpgradeguard)
+	}
+	out.Upgrade = Protection{Protected: len(upgradeHooks) > 0, By: upgradeHooks}
+	out.Rollback = Protection{Protected: len(rollbackHooks) > 0, By: rollbackHooks}
+	out.Protected = out.ShipsCRDs && out.Upgrade.Protected && out.Rollback.Protected
+	return out, nil
+}
+
+// coversAll reports whether every CRD is selected by a proactive policy.
+func (j *judge) coversAll(crds []chartcrds.CRD) bool {
+	if len(crds) == 0 || len(j.policies) == 0 {
+		return false
+	}
+	for _, c := range crds {
+		crd := c.CRD
+		if live, ok := j.crds[crd.Name]; ok {
+			crd = live
+		}
+		covered := false
+		for _, p := range j.policies {
+			ok, err := p.Selects(crd)
+			if err != nil {
+				j.warn(err.Error())
+				continue
+			}
+			if ok {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			return false
+		}
+	}
+	return true
+}
+
+func (j *judge) warn(msg string) {
+	if !slices.Contains(j.warnings, msg) {
+		j.warnings = append(j.warnings, msg)
+	}
+}
+
+// values returns the values set for the release, the stored chart's defaults, and where
+// the set values came from.
+func values(in input) (user, chartDefaults map[string]any, source string) {
+	if in.rel != nil && in.rel.Chart != nil {
+		chartDefaults = in.rel.Chart.Values
+	}
+	switch {
+	case in.hr != nil && len(in.hr.Spec.ValuesFrom) > 0 && in.rel != nil:
+		return in.rel.Config, chartDefaults, fmt.Sprintf("stored revision %d (spec.valuesFrom is not resolved; Flux composed these values at the last release)", in.rel.Version)
+	case in.hr != nil && len(in.hr.Spec.ValuesFrom) > 0:
+		return in.hr.GetValues(), chartDefaults, "HelmRelease spec.values (spec.valuesFrom is not resolved: keys set there are missed)"
+	case in.hr != nil:
+		return in.hr.GetValues(), chartDefaults, "HelmRelease spec.values"
+	default:
+		return in.rel.Config, chartDefaults, fmt.Sprintf("stored revision %d", in.rel.Version)
+	}
+}
+
+func mechanismState(m *registry.Mechanism, version string, user, chartDefaults map[string]any, rel *release.Release) Mechanism {
+	st := Mechanism{Name: m.Name, Action: string(m.Action)}
+	for _, h := range m.Hooks {
+		st.Hooks = append(st.Hooks, string(h))
+	}
+	st.Exists, _ = m.ExistsIn(version)
+	lookup := func(k registry.Key) Value {
+		if v, ok := registry.ValueAt(user, k.Key); ok {
+			return Value{Key: k.Key, Value: scalar(v), Source: "values"}
+		}
+		if v, ok := registry.ValueAt(chartDefaults, k.Key); ok {
+			return Value{Key: k.Key, Value: scalar(v), Source: "chart default"}
+		}
+		return Value{Key: k.Key, Value: k.Default, Source: "registry default"}
+	}
+	on := st.Exists
+	for _, k := range m.EnabledBy {
+		v := lookup(k)
+		st.Keys = append(st.Keys, v)
+		on = on && registry.Truthy(v.Value)
+	}
+	for _, k := range m.DisabledBy {
+		v := lookup(k)
+		st.Keys = append(st.Keys, v)
+		on = on && !registry.Truthy(v.Value)
+	}
+	st.On = on
+	if rel != nil && m.Template != "" {
+		rendered := false
+		for _, h := range rel.Hooks {
+			if h != nil && (h.Path == m.Template || strings.HasSuffix(h.Path, "/"+m.Template)) {
+				rendered = true
+			}
+		}
+		st.Rendered = &rendered
+	}
+	return st
+}
+
+// scalar keeps a value printable without leaking a structure: maps and lists (which a
+// mechanism key should never hold) are reported by kind only.
+func scalar(v any) any {
+	switch v.(type) {
+	case map[string]any:
+		return "<map>"
+	case []any:
+		return "<list>"
+	}
+	return v
+}
+
+func keysText(st Mechanism) string {
+	parts := make([]string, len(st.Keys))
+	for i, k := range st.Keys {
+		parts[i] = fmt.Sprintf("%s=%v", k.Key, k.Value)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func mechanismFindings(m *registry.Mechanism, st Mechanism, chart, version string) []Finding {
+	var out []Finding
+	hookList := strings.Join(st.Hooks, ",")
+	if !st.Exists {
+		if v := st.Keys[0]; v.Source == "values" && registry.Truthy(v.Value) {
+			out = append(out, Finding{Code: CodeMechanismMissing, Severity: Warning,
+				Message: fmt.Sprintf("%s=%v has no effect in %s %s: %s exists in versions %s", v.Key, v.Value, chart, version, m.Name, m.Versions)})
+		}
+		return out
+	}
+	switch {
+	case m.Action == registry.DeletesCRDs && st.On:
+		out = append(out, Finding{Code: CodeDestructive, Severity: Danger,
+			Message: fmt.Sprintf("%s: the %s %s hook deletes the chart's CRDs, and every object of their types; set %s=false", keysText(st), m.Name, hookList, m.EnabledBy[0].Key)})
+	case m.Action == registry.AppliesCRDs && st.On:
+		out = append(out, Finding{Code: CodeAppliesCRDsOnly, Severity: Info,
+			Message: fmt.Sprintf("%s applies CRDs only (%s): it never migrates stored objects or status.storedVersions", m.Name, hookList)})
+	case m.Action == registry.MigratesObjects && !st.On:
+		out = append(out, Finding{Code: CodeMechanismOff, Severity: Warning,
+			Message: fmt.Sprintf("%s: the %s %s hook is off; set %s=%v", keysText(st), m.Name, hookList, m.EnabledBy[0].Key, true)})
+	case m.Action == registry.MigratesObjects && m.Has(registry.PostUpgrade) && !m.Has(registry.PreUpgrade):
+		out = append(out, Finding{Code: CodePostUpgradeHook, Severity: Warning,
+			Message: fmt.Sprintf("post-upgrade: too late when a minor release is skipped (%s runs after the API server has judged the new CRDs; an upgrade that drops a stored version fails before it)", m.Name)})
+	}
+	return out
+}
+
+// hrFindings are the Flux settings that switch protection off or leave CRDs stale.
+// silenced names the switched-on mechanisms that disableHooks stops, for upgrade and
+// rollback.
+func hrFindings(hr *helmv2.HelmRelease, crds []chartcrds.CRD, shipsCRDs bool, silenced [2][]string) []Finding {
+	var out []Finding
+	if !shipsCRDs {
+		return out
+	}
+	what := func(names []string) string {
+		if len(names) == 0 {
+			return "so no upstream migration hook can protect it"
+		}
+		return "so " + strings.Join(names, ", ") + " never runs"
+	}
+	if hr.Spec.Upgrade != nil && hr.Spec.Upgrade.DisableHooks {
+		out = append(out, Finding{Code: CodeUpgradeHooksDisabled, Severity: Warning,
+			Message: "spec.upgrade.disableHooks=true: Flux runs no chart hook on upgrade, " + what(silenced[0])})
+	}
+	if hr.Spec.Rollback != nil && hr.Spec.Rollback.DisableHooks {
+		out = append(out, Finding{Code: CodeRollbackHooksDisabled, Severity: Warning,
+			Message: "spec.rollback.disableHooks=true: Flux runs no chart hook on rollback, " + what(silenced[1])})
+	}
+	inDir := 0
+	for _, c := range crds {
+		if c.Source == predict.CRDsDir {
+			inDir++
+		}
+	}
+	if inDir == 0 {
+		return out
+	}
+	if hr.Spec.Install != nil && hr.Spec.Install.CRDs == helmv2.Skip {
+		out = append(out, Finding{Code: CodeCRDsSkip, Severity: Warning,
+			Message: fmt.Sprintf("spec.install.crds=Skip: Flux never installs the %d CRD(s) in the chart's crds/ folder", inDir)})
+	}
+	if p := hrUpgradeCRDs(hr); p == helmv2.Skip {
+		how := "spec.upgrade.crds=Skip"
+		if hr.Spec.Upgrade == nil || hr.Spec.Upgrade.CRDs == "" {
+			how = "spec.upgrade.crds is unset (Flux's default is Skip)"
+		}
+		out = append(out, Finding{Code: CodeCRDsSkip, Severity: Warning,
+			Message: fmt.Sprintf("%s: upgrades never update the %d CRD(s) in the chart's crds/ folder, which go stale; set CreateReplace and keep them protected", how, inDir)})
+	}
+	return out
+}
+
+func hrUpgradeCRDs(hr *helmv2.HelmRelease) helmv2.CRDsPolicy {
+	if hr.Spec.Upgrade == nil || hr.Spec.Upgrade.CRDs == "" {
+		return helmv2.Skip
+	}
+	return hr.Spec.Upgrade.CRDs
+}
+
+// hrChart is the chart name and version of a HelmRelease without a stored release: the
+// last release Flux recorded, else spec.chart.spec (whose version may be a range).
+func hrChart(hr *helmv2.HelmRelease) (name, version string) {
+	if s := hr.Status.History.Latest(); s != nil {
+		return s.ChartName, s.ChartVersion
+	}
+	if hr.Spec.Chart != nil {
+		return hr.Spec.Chart.Spec.Chart, hr.Spec.Chart.Spec.Version
+	}
+	return "", ""
+}
