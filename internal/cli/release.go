@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -247,9 +246,7 @@ var outcomeLabel = map[applycheck.Outcome]string{
 
 func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
 	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(w, rep)
 	}
 	a := rep.Apply
 	force := "conflicts not forced"
