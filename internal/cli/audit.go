@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -118,9 +117,7 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 
 func renderAudit(w io.Writer, format string, rep *audit.Report) error {
 	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(w, rep)
 	}
 	scope := "all namespaces"
 	if rep.Scope != "" {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -212,9 +211,7 @@ func holder() string {
 
 func renderMigrate(w io.Writer, format string, results []*migrate.Result, blocked []check.CRDReport) error {
 	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return writeJSON(w, struct {
 			CRDs    []*migrate.Result `json:"crds"`
 			Blocked []check.CRDReport `json:"blocked,omitempty"`
 		}{results, blocked})

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -103,9 +102,7 @@ func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *gene
 
 func renderDiffFailed(w io.Writer, format string, rep *releasediff.Report) error {
 	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(w, rep)
 	}
 	prev := "none (a failed install)"
 	if rep.PreviousRevision > 0 {

@@ -3,7 +3,6 @@ package cli
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -269,9 +268,7 @@ func (o *releaseMigrateOptions) confirm(streams Streams) func(string) (bool, err
 
 func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput) error {
 	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(w, out)
 	}
 	p := out.Plan
 	fmt.Fprintf(w, "Migration of release %s/%s (%s, revision %d) to %s (%s-%s)\n", p.Namespace, p.Release, p.OldChart, p.Revision, p.NewRelease, p.NewChart, p.NewChartVersion)

@@ -15,9 +15,7 @@ import (
 
 func render(w io.Writer, format string, verbose bool, rep *check.Report) error {
 	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(w, rep)
 	}
 	return renderText(w, verbose, rep)
 }
@@ -145,4 +143,11 @@ func incoming(vs []crdversions.Version) string {
 		parts = append(parts, v.String())
 	}
 	return strings.Join(parts, " ")
+}
+
+// writeJSON is every command's -o json: indented, one document.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

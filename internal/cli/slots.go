@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -91,9 +90,7 @@ func (s *slotsOptions) run(ctx context.Context, streams Streams) error {
 
 func renderSlots(w io.Writer, format string, rep *slots.Report) error {
 	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(w, rep)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REF\tCOMMIT\tTARGET VERSION\tSLOTS")

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -126,9 +125,7 @@ func classifyUninstall(err error, conn *connection) error {
 
 func renderUninstallCheck(w io.Writer, format string, out *uninstallCheckOutput) error {
 	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(w, out)
 	}
 	rep := out.Report
 	fmt.Fprintf(w, "Release %s in namespace %s: revision %d (%s), chart %s %s, Helm storage %s\n",

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -75,17 +74,8 @@ func setup(t *testing.T) env {
 
 func apply(t *testing.T, e env, files ...string) {
 	t.Helper()
-	crds, err := testenv.ReadCRDs(files...)
-	if err != nil {
+	if err := testenv.ApplyFixtureCRDs(e.ctx, e.crds, files...); err != nil {
 		t.Fatal(err)
-	}
-	for _, c := range crds {
-		if err := testenv.ApplyCRD(e.ctx, e.crds, c); err != nil {
-			t.Fatalf("apply %s: %v", c.Name, err)
-		}
-		if err := testenv.WaitEstablished(e.ctx, e.crds, c.Name); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
@@ -389,17 +379,9 @@ func cleanProject(t *testing.T, e env) {
 
 func fixtureDir(t *testing.T, set string) []string {
 	t.Helper()
-	root, err := testenv.Fixtures()
+	files, err := testenv.FixtureSet(set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(filepath.Join(root, "crds", set))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, en := range entries {
-		out = append(out, filepath.Join("crds", set, en.Name()))
-	}
-	return out
+	return files
 }

@@ -214,7 +214,6 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 		metrics.Migrations.WithLabelValues(metrics.ResultFailed).Inc()
 		return &migrate.Result{}, 0, nil
 	}
-	rewrittenBefore := rp.Rewritten
 	count(migrate.Progress{Done: res.Objects, Rewritten: res.Rewritten, AlreadyCurrent: res.AlreadyCurrent, Deleted: res.Deleted, Failed: res.FailedCount})
 	rp.StoredVersionsAfter = res.StoredVersionsAfter
 	rp.Message = res.Message
@@ -222,7 +221,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	if partial {
 		count(atToken)
 	}
-	metrics.ObjectsRewritten.WithLabelValues(rp.Name).Add(float64(max(rp.Rewritten-rewrittenBefore, 0)))
+	metrics.ObjectsRewritten.WithLabelValues(rp.Name).Add(float64(max(rp.Rewritten-base.Rewritten, 0)))
 	switch {
 	case res.Status == migrate.Migrated || res.Status == migrate.AlreadyMigrated:
 		rp.Phase, rp.Continue, rp.CompletionTime = v1alpha1.PhaseSucceeded, "", ptrTime(metav1.Now())

@@ -248,3 +248,39 @@ func ApplyUpgradeguardCRDs(ctx context.Context, cfg *rest.Config) error {
 		return WaitEstablished(ctx, cs, crd.Name)
 	})
 }
+
+// FixtureSet lists the CRD files of one fixture set, e.g.
+// FixtureSet("flux-source-controller/v1.6.0"), as paths ReadCRDs takes.
+func FixtureSet(set string) ([]string, error) {
+	root, err := Fixtures()
+	if err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(filepath.Join(root, "crds", set))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(entries))
+	for _, e := range entries {
+		out = append(out, filepath.Join("crds", set, e.Name()))
+	}
+	return out, nil
+}
+
+// ApplyFixtureCRDs reads CRD files (see ReadCRDs), applies them and waits until each is
+// established.
+func ApplyFixtureCRDs(ctx context.Context, cs apiextclient.Interface, files ...string) error {
+	crds, err := ReadCRDs(files...)
+	if err != nil {
+		return err
+	}
+	for _, c := range crds {
+		if err := ApplyCRD(ctx, cs, c); err != nil {
+			return fmt.Errorf("apply %s: %w", c.Name, err)
+		}
+		if err := WaitEstablished(ctx, cs, c.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

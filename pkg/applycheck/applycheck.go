@@ -1,39 +1,123 @@
-// Package applycheck owns the server-side-apply pre-flight of a Helm 4 upgrade. Helm 4
-// applies each object with server-side apply as field manager "helm" (Flux:
-// "helm-controller") and, for helm, without forcing conflicts: a field another manager
-// owns makes the upgrade stop at that object, leaving the objects before it applied. A
-// server-side apply with dryRun=All, the same manager and no force returns the same 409
-// with the conflicting fields and their managers, and writes nothing; Run does that for
-// every object, in Helm's apply order.
+// Package applycheck predicts, object by object, what a server-side-apply Helm 4 upgrade
+// does to the cluster, and what it leaves behind when it fails.
+//
+// The model is Helm's own upgrade loop (pkg/kube Client.update and pkg/action
+// Upgrade.performUpgrade), identical in every Helm 4 release the Go module proxy serves,
+// v4.2.1 to v4.3.2 (see HelmVersions):
+//
+//   - Before anything is applied, every object the new chart renders and the current
+//     release does not list is looked up. One that exists without this release's
+//     ownership metadata makes Helm refuse the upgrade: nothing is applied and no
+//     revision is recorded. So does a kind the cluster does not serve.
+//   - Pre-upgrade hooks run next, then Helm walks the new chart's objects one by one in
+//     install order, creates and updates interleaved. An object that exists is
+//     server-side applied as field manager "helm" without forcing conflicts. When that
+//     fails (a field another manager owns, or a rejection), the object is left exactly
+//     as it was, the error is collected and Helm goes on with the next object. An object
+//     that does not exist is created; when a create fails, Helm stops there: the objects
+//     after it are not touched and the update errors collected so far are not reported.
+//   - Objects the new chart dropped are deleted only when every apply and create
+//     succeeded, and only when the live object does not carry
+//     helm.sh/resource-policy: keep.
+//   - Any error marks the new revision (last revision + 1) failed with the description
+//     `Upgrade "<name>" failed: <error>`; the revision the upgrade started from keeps its
+//     status, and post-upgrade hooks do not run. Without --rollback-on-failure (or
+//     --cleanup-on-fail, which deletes the objects it created) the cluster keeps the
+//     partial state: what applied stays applied.
+//
+// Run reproduces each step with the API server's own answers: a GET, then a server-side
+// apply with dryRun=All, the same field manager, strict field validation and no force,
+// which returns the same 409 with the conflicting fields and their managers, and a
+// dry-run delete. It writes nothing.
 package applycheck
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
 	"strings"
 
-	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 )
 
-// Status of one object's dry run.
-type Status string
+// HelmVersions are the Helm releases whose upgrade this package models. Their upgrade
+// loop is the same line for line; only the retry of a create on a ResourceQuota conflict
+// (v4.2.4 and later) differs, which changes no outcome here.
+const HelmVersions = "v4.2.1 to v4.3.2"
+
+// Step is what Helm does with an object.
+type Step string
 
 const (
-	// Applies means the dry run succeeded.
-	Applies Status = "applies"
-	// Conflicts means another field manager owns fields the chart sets.
-	Conflicts Status = "conflict"
-	// Fails means the dry run failed for another reason (validation, admission).
-	Fails Status = "error"
-	// NotReached means a real upgrade would stop before this object.
-	NotReached Status = "notReached"
+	// Apply means the object exists, Helm server-side applies the new chart's version.
+	Apply Step = "apply"
+	// Create means the object does not exist, Helm creates it (a server-side apply too).
+	Create Step = "create"
+	// Delete means the new chart no longer renders the object.
+	Delete Step = "delete"
+)
+
+// Outcome is what a real upgrade does to one object.
+type Outcome string
+
+const (
+	// Updated means the apply succeeds and changes the object.
+	Updated Outcome = "updated"
+	// Unchanged means the apply succeeds and changes nothing.
+	Unchanged Outcome = "unchanged"
+	// Created means the object is created.
+	Created Outcome = "created"
+	// Conflict means another field manager owns fields the chart sets. The whole apply is
+	// rejected: none of the object's changes land, and Helm goes on with the next object.
+	Conflict Outcome = "conflict"
+	// Failed means the apply, create or delete is rejected for another reason (validation,
+	// admission). The object stays as it was.
+	Failed Outcome = "failed"
+	// NotReached means a create before it failed, and Helm stopped there.
+	NotReached Outcome = "notReached"
+	// Deleted means the dropped object is deleted.
+	Deleted Outcome = "deleted"
+	// NotDeleted means the dropped object stays, because an apply or create failed (Helm
+	// deletes dropped objects only after every one succeeded) or because Helm refused the
+	// upgrade.
+	NotDeleted Outcome = "notDeleted"
+	// Kept means the dropped object stays because the live object carries
+	// helm.sh/resource-policy: keep.
+	Kept Outcome = "kept"
+	// AlreadyGone means the dropped object is not on the cluster.
+	AlreadyGone Outcome = "alreadyGone"
+	// CannotImport means the new chart adds the object, it exists, and its ownership metadata
+	// does not name this release. Helm refuses the whole upgrade.
+	CannotImport Outcome = "cannotImport"
+	// NotServed means the cluster does not serve the object's kind. Helm refuses the whole
+	// upgrade.
+	NotServed Outcome = "notServed"
+)
+
+// Result is how the whole upgrade ends.
+type Result string
+
+const (
+	// Succeeds means every object applies; the new revision is deployed (before any --wait
+	// and post-upgrade hooks, which this package does not predict).
+	Succeeds Result = "succeeds"
+	// Fails means the new revision is recorded as failed, with what landed left on the
+	// cluster.
+	Fails Result = "fails"
+	// Refused means Helm stops before it records a revision or applies anything.
+	Refused Result = "refused"
 )
 
 // FieldConflict is one field another manager owns.
@@ -42,95 +126,428 @@ type FieldConflict struct {
 	Manager string `json:"manager"`
 }
 
-// Object is the dry-run result for one object, in apply order.
+// Object is the prediction for one object, in the order Helm handles it.
 type Object struct {
 	Object    string          `json:"object"` // Kind/namespace/name
-	Status    Status          `json:"status"`
+	Step      Step            `json:"step"`
+	Outcome   Outcome         `json:"outcome"`
 	Conflicts []FieldConflict `json:"conflicts,omitempty"`
-	Error     string          `json:"error,omitempty"`
-	// DryRunStatus is what the dry run itself answered, for objects a real upgrade
-	// would not reach.
-	DryRunStatus Status `json:"dryRunStatus,omitempty"`
+	// Error is this object's error as Helm reports it.
+	Error string `json:"error,omitempty"`
+	// DryRun is what the dry run answered for an object Helm does not reach.
+	DryRun Outcome `json:"dryRun,omitempty"`
+	Note   string  `json:"note,omitempty"`
 }
 
-// Report is the pre-flight of one upgrade.
+// Record is the release record the upgrade leaves.
+type Record struct {
+	// Revision is the revision the upgrade records (last revision + 1), 0 when Helm
+	// refuses the upgrade before recording one.
+	Revision int `json:"revision"`
+	// Status of that revision: deployed or failed; empty when none is recorded.
+	Status string `json:"status,omitempty"`
+	// Description is the revision's description when it fails.
+	Description string `json:"description,omitempty"`
+	// Previous is the revision the upgrade starts from and PreviousStatus the status it
+	// has afterwards: superseded after a success, unchanged otherwise.
+	Previous       int    `json:"previous"`
+	PreviousStatus string `json:"previousStatus"`
+}
+
+// Report is the prediction of one upgrade.
 type Report struct {
-	FieldManager string   `json:"fieldManager"`
-	Safe         bool     `json:"safe"`
-	Objects      []Object `json:"objects"`
-	// StopsAt is the object a real upgrade stops at, and PartialState what it would have
-	// applied before: the half-applied state a failed upgrade leaves.
-	StopsAt      string   `json:"stopsAt,omitempty"`
-	PartialState []string `json:"partialState"`
+	// HelmVersions are the Helm releases the prediction models.
+	HelmVersions string `json:"helmVersions"`
+	FieldManager string `json:"fieldManager"`
+	Force        bool   `json:"forceConflicts"`
+	Safe         bool   `json:"safe"`
+	Result       Result `json:"result"`
+	// Objects are the new chart's objects in apply order, then the dropped ones.
+	Objects []Object `json:"objects"`
+	// Failing lists the objects whose apply, create or delete fails, or that make Helm
+	// refuse the upgrade.
+	Failing []string `json:"failing"`
+	// Landed lists what a failed upgrade changes all the same (updated, created); NotLanded
+	// what the new chart changes but a failed upgrade does not (failing objects, objects
+	// not reached, dropped objects not deleted). Both are empty when the upgrade succeeds.
+	Landed    []string `json:"landed"`
+	NotLanded []string `json:"notLanded"`
+	// Error is what `helm upgrade` prints after "Error: UPGRADE FAILED: ".
+	Error  string `json:"error,omitempty"`
+	Record Record `json:"record"`
+	// PreUpgradeHooks run before any object is applied; PostUpgradeHooks do not run when
+	// the upgrade fails.
+	PreUpgradeHooks  []string `json:"preUpgradeHooks"`
+	PostUpgradeHooks []string `json:"postUpgradeHooks"`
+}
+
+// Upgrade describes the upgrade to predict.
+type Upgrade struct {
+	Release   string
+	Namespace string
+	// CurrentManifest is the manifest of the revision the upgrade starts from (the last
+	// deployed one), and Current that revision's number and CurrentStatus its status.
+	CurrentManifest string
+	Current         int
+	CurrentStatus   string
+	// LastRevision is the highest stored revision, whatever its status, and LastStatus
+	// its status: a pending-* status makes Helm refuse the upgrade.
+	LastRevision int
+	LastStatus   string
+	// TargetManifest is the new chart's rendered non-hook manifest.
+	TargetManifest string
+	// PreUpgradeHooks and PostUpgradeHooks name the new chart's hooks (Kind/name).
+	PreUpgradeHooks, PostUpgradeHooks []string
 }
 
 // Options for Run.
 type Options struct {
+	// FieldManager is the manager of the upgrade: "helm" for the Helm CLI.
 	FieldManager string
-	// Force forces conflicts, as Flux's helm-controller does: conflicts then only warn.
+	// Force forces conflicts (helm --force-conflicts; Flux's helm-controller always does).
 	Force bool
-	// Namespace is the release namespace, for namespaced objects that name none.
-	Namespace string
+	// Redact lists strings that must never appear in the report (release values, Secret
+	// data). Every occurrence in an error is replaced with [redacted].
+	Redact []string
 }
 
-// Run dry-runs every object of a rendered manifest in Helm's install order.
-func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, manifest string, o Options) (*Report, error) {
-	objs, err := Objects(manifest)
-	if err != nil {
-		return nil, err
+type item struct {
+	obj     *unstructured.Unstructured
+	mapping *meta.RESTMapping
+	subject string
+}
+
+// Run predicts the upgrade. It returns an error only when it cannot ask the API server
+// (unreachable, forbidden).
+func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u Upgrade, o Options) (*Report, error) {
+	rep := &Report{HelmVersions: HelmVersions, FieldManager: o.FieldManager, Force: o.Force, Objects: []Object{}, Failing: []string{},
+		Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: orEmpty(u.PreUpgradeHooks), PostUpgradeHooks: orEmpty(u.PostUpgradeHooks),
+		Record: Record{Previous: u.Current, PreviousStatus: u.CurrentStatus}}
+	red := newRedactor(o.Redact)
+	if strings.HasPrefix(u.LastStatus, "pending-") {
+		return refuse(rep, "another operation (install/upgrade/rollback) is in progress"), nil
 	}
-	rep := &Report{FieldManager: o.FieldManager, Safe: true, Objects: []Object{}, PartialState: []string{}}
-	stopped := false
-	for _, obj := range objs {
-		res, err := dryRun(ctx, dyn, mapper, obj, o)
+
+	// Helm builds both manifests first: a kind the cluster does not serve stops it.
+	current, cerrs := build(mapper, u.CurrentManifest, u.Namespace)
+	target, terrs := build(mapper, u.TargetManifest, u.Namespace)
+	for _, t := range target {
+		stamp(t.obj, u.Release, u.Namespace)
+	}
+	if len(cerrs)+len(terrs) > 0 {
+		for _, e := range append(cerrs, terrs...) {
+			rep.Objects = append(rep.Objects, Object{Object: e.subject, Step: Apply, Outcome: NotServed, Error: red.clean(e.err.Error())})
+			rep.Failing = append(rep.Failing, e.subject)
+		}
+		which := "new release manifest"
+		if len(cerrs) > 0 {
+			which = "current release manifest"
+		}
+		return refuse(rep, fmt.Sprintf("unable to build kubernetes objects from %s: %s", which, rep.Objects[0].Error)), nil
+	}
+
+	// New objects that exist must already belong to this release.
+	inCurrent := map[string]bool{}
+	for _, c := range current {
+		inCurrent[objectKey(c)] = true
+	}
+	for _, t := range target {
+		if inCurrent[objectKey(t)] {
+			continue
+		}
+		live, err := resourceFor(dyn, t).Get(ctx, t.obj.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: read: %w", t.subject, err)
+		}
+		if msg := ownership(live, u.Release, u.Namespace); msg != "" {
+			rep.Objects = append(rep.Objects, Object{Object: t.subject, Step: Create, Outcome: CannotImport,
+				Error: fmt.Sprintf("%s exists and cannot be imported into the current release: %s", resourceString(t), msg)})
+			rep.Failing = append(rep.Failing, t.subject)
+			return refuse(rep, "unable to continue with update: "+rep.Objects[len(rep.Objects)-1].Error), nil
+		}
+		current = append(current, t) // adopted: Helm updates it, and may delete it later
+	}
+
+	var updateErrs []string
+	createErr := ""
+	createdNS := map[string]bool{}
+	for _, t := range target {
+		res, err := predictApply(ctx, dyn, t, o, createdNS)
 		if err != nil {
 			return nil, err
 		}
-		if res.Status != Applies {
-			rep.Safe = false
+		res.Error = red.clean(res.Error)
+		for i := range res.Conflicts {
+			res.Conflicts[i].Field = red.clean(res.Conflicts[i].Field)
 		}
 		switch {
-		case stopped:
-			res.DryRunStatus, res.Status = res.Status, NotReached
-		case res.Status == Applies:
-			rep.PartialState = append(rep.PartialState, res.Object)
-		default:
-			stopped, rep.StopsAt = true, res.Object
+		case createErr != "":
+			res.DryRun, res.Outcome = res.Outcome, NotReached
+			res.Conflicts, res.Error = nil, ""
+			if res.DryRun != Unchanged {
+				rep.NotLanded = append(rep.NotLanded, res.Object)
+			}
+		case res.Outcome == Conflict || res.Outcome == Failed:
+			rep.Failing = append(rep.Failing, res.Object)
+			rep.NotLanded = append(rep.NotLanded, res.Object)
+			if res.Step == Create {
+				createErr = "failed to create resource: " + res.Error
+			} else {
+				updateErrs = append(updateErrs, res.Error)
+			}
+		case res.Outcome == Updated || res.Outcome == Created:
+			rep.Landed = append(rep.Landed, res.Object)
+			if res.Outcome == Created && t.obj.GetKind() == "Namespace" && t.mapping.Resource.Group == "" {
+				createdNS[t.obj.GetName()] = true
+			}
 		}
 		rep.Objects = append(rep.Objects, res)
 	}
-	if !stopped {
-		rep.PartialState = []string{}
+
+	failed := createErr != "" || len(updateErrs) > 0
+	var deleteErrs []string
+	for _, c := range current {
+		if slices.ContainsFunc(target, func(t item) bool { return sameObject(t, c) }) {
+			continue
+		}
+		res, err := predictDelete(ctx, dyn, c, failed)
+		if err != nil {
+			return nil, err
+		}
+		res.Error = red.clean(res.Error)
+		switch res.Outcome {
+		case NotDeleted:
+			rep.NotLanded = append(rep.NotLanded, res.Object)
+		case Failed:
+			rep.Failing = append(rep.Failing, res.Object)
+			rep.NotLanded = append(rep.NotLanded, res.Object)
+			deleteErrs = append(deleteErrs, res.Error)
+		case Deleted:
+			rep.Landed = append(rep.Landed, res.Object)
+		}
+		rep.Objects = append(rep.Objects, res)
 	}
+
+	switch {
+	case createErr != "":
+		rep.Error = createErr
+	case len(updateErrs) > 0:
+		rep.Error = strings.Join(updateErrs, " && ")
+	case len(deleteErrs) > 0:
+		rep.Error = strings.Join(deleteErrs, " && ")
+	}
+	rep.Record.Revision = u.LastRevision + 1
+	if rep.Error == "" {
+		rep.Safe, rep.Result = true, Succeeds
+		rep.Record.Status, rep.Record.PreviousStatus = "deployed", "superseded"
+		rep.Landed, rep.NotLanded = []string{}, []string{}
+		return rep, nil
+	}
+	rep.Result = Fails
+	rep.Record.Status = "failed"
+	rep.Record.Description = fmt.Sprintf("Upgrade %q failed: %s", u.Release, rep.Error)
 	return rep, nil
 }
 
-func dryRun(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, obj *unstructured.Unstructured, o Options) (Object, error) {
-	gvk := obj.GroupVersionKind()
-	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return Object{Object: Subject(obj), Status: Fails, Error: fmt.Sprintf("the cluster does not serve %s: %v", gvk, err)}, nil
-	}
-	ri := dynamic.ResourceInterface(dyn.Resource(mapping.Resource))
-	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		if obj.GetNamespace() == "" {
-			obj.SetNamespace(o.Namespace)
-		}
-		ri = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
-	}
-	res := Object{Object: Subject(obj), Status: Applies}
-	_, err = ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: o.FieldManager, Force: o.Force, DryRun: []string{metav1.DryRunAll}})
+func refuse(rep *Report, msg string) *Report {
+	rep.Result, rep.Error = Refused, msg
+	rep.Record.Revision, rep.Record.Status = 0, ""
+	return rep
+}
+
+func predictApply(ctx context.Context, dyn dynamic.Interface, t item, o Options, createdNS map[string]bool) (Object, error) {
+	ri := resourceFor(dyn, t)
+	res := Object{Object: t.subject, Step: Apply}
+	live, err := ri.Get(ctx, t.obj.GetName(), metav1.GetOptions{})
 	switch {
+	case apierrors.IsNotFound(err):
+		res.Step, live = Create, nil
+	case err != nil:
+		return Object{}, fmt.Errorf("%s: read: %w", t.subject, err)
+	}
+	data, err := t.obj.MarshalJSON()
+	if err != nil {
+		return Object{}, fmt.Errorf("%s: encode: %w", t.subject, err)
+	}
+	force := o.Force
+	got, err := ri.Patch(ctx, t.obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
+		FieldManager: o.FieldManager, Force: &force, DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+	where := fmt.Sprintf("%s/%s %s", t.obj.GetNamespace(), t.obj.GetName(), t.mapping.GroupVersionKind.String())
+	switch {
+	case err == nil && live == nil:
+		res.Outcome = Created
 	case err == nil:
+		res.Outcome = Unchanged
+		if changed(live, got) {
+			res.Outcome = Updated
+		}
+	case res.Step == Create && apierrors.IsNotFound(err) && createdNS[t.obj.GetNamespace()]:
+		res.Outcome = Created
+		res.Note = "its namespace is created earlier by the same upgrade: the dry run cannot check it"
 	case apierrors.IsConflict(err):
-		res.Status, res.Conflicts = Conflicts, conflicts(err)
-		res.Error = err.Error()
+		res.Outcome, res.Conflicts = Conflict, conflicts(err)
+		res.Error = fmt.Sprintf("conflict occurred while applying object %s: %v", where, err)
 	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook"):
-		return Object{}, fmt.Errorf("dry-run apply of %s: %w", res.Object, err)
+		return Object{}, fmt.Errorf("%s: dry-run apply: %w (the check needs the same rights as the upgrade)", t.subject, err)
+	case apierrors.IsUnauthorized(err) || isUnreachable(err):
+		return Object{}, fmt.Errorf("%s: dry-run apply: %w", t.subject, err)
 	default:
-		res.Status, res.Error = Fails, err.Error()
+		res.Outcome = Failed
+		res.Error = fmt.Sprintf("server-side apply failed for object %s: %v", where, err)
 	}
 	return res, nil
+}
+
+func predictDelete(ctx context.Context, dyn dynamic.Interface, c item, failed bool) (Object, error) {
+	res := Object{Object: c.subject, Step: Delete}
+	ri := resourceFor(dyn, c)
+	live, err := ri.Get(ctx, c.obj.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		res.Outcome = AlreadyGone
+		return res, nil
+	case err != nil:
+		return Object{}, fmt.Errorf("%s: read: %w", c.subject, err)
+	case failed:
+		res.Outcome = NotDeleted
+		res.Note = "Helm deletes dropped objects only when every apply and create succeeded"
+		return res, nil
+	case live.GetAnnotations()["helm.sh/resource-policy"] == "keep":
+		res.Outcome = Kept
+		res.Note = "the live object carries helm.sh/resource-policy: keep"
+		return res, nil
+	}
+	policy := metav1.DeletePropagationBackground
+	err = ri.Delete(ctx, c.obj.GetName(), metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}, PropagationPolicy: &policy})
+	switch {
+	case err == nil:
+		res.Outcome = Deleted
+	case apierrors.IsNotFound(err):
+		res.Outcome = AlreadyGone
+	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook"):
+		return Object{}, fmt.Errorf("%s: dry-run delete: %w (the check needs the same rights as the upgrade)", c.subject, err)
+	default:
+		res.Outcome = Failed
+		res.Error = fmt.Sprintf("failed to delete resource namespace=%s, name=%s, kind=%s: %v", c.obj.GetNamespace(), c.obj.GetName(), c.mapping.GroupVersionKind.Kind, err)
+	}
+	return res, nil
+}
+
+func isUnreachable(err error) bool {
+	var status apierrors.APIStatus
+	return !errors.As(err, &status)
+}
+
+// changed reports whether a dry-run apply result differs from the live object in more
+// than the bookkeeping the apply itself rewrites.
+func changed(live, got *unstructured.Unstructured) bool {
+	strip := func(u *unstructured.Unstructured) map[string]any {
+		c := u.DeepCopy()
+		unstructured.RemoveNestedField(c.Object, "metadata", "managedFields")
+		unstructured.RemoveNestedField(c.Object, "metadata", "resourceVersion")
+		return c.Object
+	}
+	return !equality.Semantic.DeepEqual(strip(live), strip(got))
+}
+
+// ownership is Helm's check that an existing object belongs to the release; empty when it does.
+func ownership(live *unstructured.Unstructured, release, namespace string) string {
+	var errs []string
+	need := func(what string, m map[string]string, k, v string) {
+		got, ok := m[k]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Sprintf("%s validation error: missing key %q: must be set to %q", what, k, v))
+		case got != v:
+			errs = append(errs, fmt.Sprintf("%s validation error: key %q must equal %q: current value is %q", what, k, v, got))
+		}
+	}
+	need("label", live.GetLabels(), "app.kubernetes.io/managed-by", "Helm")
+	need("annotation", live.GetAnnotations(), "meta.helm.sh/release-name", release)
+	need("annotation", live.GetAnnotations(), "meta.helm.sh/release-namespace", namespace)
+	if len(errs) == 0 {
+		return ""
+	}
+	return "invalid ownership metadata; " + strings.Join(errs, "; ")
+}
+
+func resourceString(t item) string {
+	return fmt.Sprintf("%s %q in namespace %q", t.mapping.GroupVersionKind.Kind, t.obj.GetName(), t.obj.GetNamespace())
+}
+
+type buildErr struct {
+	subject string
+	err     error
+}
+
+// build maps every object of a manifest, in Helm's install order, as Helm's builder
+// does: namespaced objects without a namespace get the release namespace, and every
+// object gets Helm's ownership metadata (as helm upgrade sets it before applying).
+func build(mapper meta.RESTMapper, manifest, namespace string) ([]item, []buildErr) {
+	objs, err := Objects(manifest)
+	if err != nil {
+		return nil, []buildErr{{subject: "(manifest)", err: err}}
+	}
+	var out []item
+	var errs []buildErr
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			errs = append(errs, buildErr{subject: Subject(obj), err: fmt.Errorf("no matches for kind %q in version %q (the cluster does not serve it: install its CRD first, or drop the object)",
+				gvk.Kind, gvk.GroupVersion().String())})
+			continue
+		}
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			if obj.GetNamespace() == "" {
+				obj.SetNamespace(namespace)
+			}
+		} else {
+			obj.SetNamespace("")
+		}
+		out = append(out, item{obj: obj, mapping: mapping, subject: Subject(obj)})
+	}
+	return out, errs
+}
+
+// stamp sets the ownership metadata helm upgrade puts on every object it applies.
+func stamp(obj *unstructured.Unstructured, release, namespace string) {
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels["app.kubernetes.io/managed-by"] = "Helm"
+	obj.SetLabels(labels)
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann["meta.helm.sh/release-name"] = release
+	ann["meta.helm.sh/release-namespace"] = namespace
+	obj.SetAnnotations(ann)
+}
+
+func resourceFor(dyn dynamic.Interface, t item) dynamic.ResourceInterface {
+	if t.mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		return dyn.Resource(t.mapping.Resource).Namespace(t.obj.GetNamespace())
+	}
+	return dyn.Resource(t.mapping.Resource)
+}
+
+// objectKey is Helm's key for "the current release lists it": version included.
+func objectKey(t item) string {
+	gvk := t.mapping.GroupVersionKind
+	return gvk.GroupVersion().String() + "/" + gvk.Kind + "/" + t.obj.GetNamespace() + "/" + t.obj.GetName()
+}
+
+// sameObject is Helm's match for deletion: group, kind, namespace and name; the version
+// does not count.
+func sameObject(a, b item) bool {
+	return a.obj.GetName() == b.obj.GetName() && a.obj.GetNamespace() == b.obj.GetNamespace() &&
+		a.mapping.GroupVersionKind.GroupKind() == b.mapping.GroupVersionKind.GroupKind()
 }
 
 // conflicts reads the field manager conflicts out of a 409.
@@ -153,6 +570,35 @@ func conflicts(err error) []FieldConflict {
 	return out
 }
 
+type redactor []string
+
+func newRedactor(secrets []string) redactor {
+	set := map[string]bool{}
+	for _, s := range secrets {
+		if strings.TrimSpace(s) != "" {
+			set[s] = true
+		}
+	}
+	// Longest first, so that a value containing another is replaced whole.
+	out := slices.Collect(maps.Keys(set))
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+func (r redactor) clean(s string) string {
+	for _, v := range r {
+		s = strings.ReplaceAll(s, v, "[redacted]")
+	}
+	return s
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 // Subject names an object as Kind/namespace/name (Kind/name when cluster-scoped).
 func Subject(obj *unstructured.Unstructured) string {
 	if obj.GetNamespace() == "" {
@@ -171,19 +617,29 @@ func Subjects(manifest string) []string {
 	return out
 }
 
-// Objects splits a rendered manifest into objects in Helm's install order.
+// Objects splits a rendered manifest into objects, in document order. Helm renders a
+// release manifest already sorted into install order (by kind, then template path) and
+// applies it in document order, so that is the apply order. (Sorting again through
+// releaseutil.SortManifests would not be: it orders documents by the names
+// "manifest-0", "manifest-1", "manifest-10", ... as strings.)
 func Objects(manifest string) ([]*unstructured.Unstructured, error) {
-	_, manifests, err := releaseutil.SortManifests(releaseutil.SplitManifests(manifest), nil, releaseutil.InstallOrder)
-	if err != nil {
-		return nil, fmt.Errorf("split manifest: %w", err)
-	}
-	out := make([]*unstructured.Unstructured, 0, len(manifests))
-	for _, m := range manifests {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifest)))
+	var out []*unstructured.Unstructured
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("split manifest: %w", err)
+		}
 		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(m.Content), &obj.Object); err != nil || obj.Object == nil {
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			return nil, fmt.Errorf("split manifest: %w", err)
+		}
+		if len(obj.Object) == 0 {
 			continue
 		}
 		out = append(out, obj)
 	}
-	return out, nil
 }

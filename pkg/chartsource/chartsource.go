@@ -71,7 +71,9 @@ type Chart struct {
 	Chart *chart.Chart
 	// Manifest is the rendered non-hook manifest.
 	Manifest string
-	CRDs     []chartcrds.CRD
+	// Hooks are the rendered hooks, with the events they run on.
+	Hooks []*release.Hook
+	CRDs  []chartcrds.CRD
 }
 
 // LoadError says that the chart could not be fetched, loaded or rendered. It is a
@@ -214,7 +216,7 @@ func (o Options) render(ctx context.Context, settings *cli.EnvSettings, path str
 	if err != nil {
 		return nil, &LoadError{Ref: o.Ref, Step: "read CRDs", Err: err}
 	}
-	return &Chart{Name: ch.Name(), Version: ch.Metadata.Version, Path: path, Chart: ch, Manifest: r.Manifest, CRDs: crds}, nil
+	return &Chart{Name: ch.Name(), Version: ch.Metadata.Version, Path: path, Chart: ch, Manifest: r.Manifest, Hooks: r.Hooks, CRDs: crds}, nil
 }
 
 func (o Options) pathOptions() action.ChartPathOptions {

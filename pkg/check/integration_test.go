@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -28,19 +27,11 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, &cp)) }
 // dir lists every CRD file of one fixture set, e.g. dir("flux-source-controller/v1.6.0").
 func dir(t *testing.T, set string) []string {
 	t.Helper()
-	root, err := testenv.Fixtures()
+	files, err := testenv.FixtureSet(set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(filepath.Join(root, "crds", set))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range entries {
-		out = append(out, filepath.Join("crds", set, e.Name()))
-	}
-	return out
+	return files
 }
 
 type scenario struct {

@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// goldenApplyCheck is the seed's incident: kubectl patch owns the jobs-manager CPU limit,
+// in the middle of the apply order.
+func goldenApplyCheck() *applyCheckReport {
+	conflict := `conflict occurred while applying object tenant-d/client-jobs-manager apps/v1, Kind=Deployment: Apply failed with 1 conflict: ` +
+		`conflict with "kubectl-patch" using apps/v1: .spec.template.spec.containers[name="api"].resources.limits.cpu`
+	return &applyCheckReport{
+		Release: "client", Namespace: "tenant-d",
+		Apply: &applycheck.Report{
+			HelmVersions: applycheck.HelmVersions, FieldManager: "helm", Result: applycheck.Fails,
+			Objects: []applycheck.Object{
+				{Object: "Secret/tenant-d/client-secrets", Step: applycheck.Apply, Outcome: applycheck.Unchanged},
+				{Object: "ConfigMap/tenant-d/client-settings", Step: applycheck.Apply, Outcome: applycheck.Updated},
+				{Object: "Deployment/tenant-d/client-jobs-manager", Step: applycheck.Apply, Outcome: applycheck.Conflict, Error: conflict,
+					Conflicts: []applycheck.FieldConflict{{Field: `.spec.template.spec.containers[name="api"].resources.limits.cpu`, Manager: "kubectl-patch"}}},
+				{Object: "StatefulSet/tenant-d/client-mysql", Step: applycheck.Apply, Outcome: applycheck.Updated},
+				{Object: "CronJob/tenant-d/client-backup", Step: applycheck.Create, Outcome: applycheck.Created},
+				{Object: "CronJob/tenant-d/client-image-refresh", Step: applycheck.Apply, Outcome: applycheck.Unchanged},
+				{Object: "ConfigMap/tenant-d/client-legacy", Step: applycheck.Delete, Outcome: applycheck.NotDeleted,
+					Note: "Helm deletes dropped objects only when every apply and create succeeded"},
+			},
+			Failing:   []string{"Deployment/tenant-d/client-jobs-manager"},
+			Landed:    []string{"ConfigMap/tenant-d/client-settings", "StatefulSet/tenant-d/client-mysql", "CronJob/tenant-d/client-backup"},
+			NotLanded: []string{"Deployment/tenant-d/client-jobs-manager", "ConfigMap/tenant-d/client-legacy"},
+			Error:     conflict,
+			Record: applycheck.Record{Revision: 5, Status: "failed", Description: `Upgrade "client" failed: ` + conflict, Previous: 4,
+				PreviousStatus: "deployed"},
+			PreUpgradeHooks: []string{"Job/client-migrate"}, PostUpgradeHooks: []string{"Job/client-smoke-test"},
+		},
+		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "client", Namespace: "tenant-d", Chart: "client",
+			ChartVersion: "1.1.0", FromRevision: 4, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+	}
+}
+
+func TestRenderApplyCheckGolden(t *testing.T) {
+	safe := &applyCheckReport{
+		Release: "web", Namespace: "web",
+		Apply: &applycheck.Report{
+			HelmVersions: applycheck.HelmVersions, FieldManager: "helm-controller", Force: true, Safe: true, Result: applycheck.Succeeds,
+			Objects: []applycheck.Object{
+				{Object: "ConfigMap/web/settings", Step: applycheck.Apply, Outcome: applycheck.Updated},
+				{Object: "ConfigMap/web/old", Step: applycheck.Delete, Outcome: applycheck.Deleted},
+				{Object: "PersistentVolumeClaim/web/data", Step: applycheck.Delete, Outcome: applycheck.Kept, Note: "the live object carries helm.sh/resource-policy: keep"},
+			},
+			Failing: []string{}, Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{},
+			Record: applycheck.Record{Revision: 3, Status: "deployed", Previous: 2, PreviousStatus: "superseded"},
+		},
+		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
+			ChartVersion: "2.0.0", FromRevision: 2, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+		Safe: true,
+	}
+	refused := &applyCheckReport{
+		Release: "web", Namespace: "web",
+		Apply: &applycheck.Report{
+			HelmVersions: applycheck.HelmVersions, FieldManager: "helm", Result: applycheck.Refused,
+			Objects: []applycheck.Object{{Object: "ConfigMap/web/b", Step: applycheck.Create, Outcome: applycheck.CannotImport,
+				Error: `ConfigMap "b" in namespace "web" exists and cannot be imported into the current release: invalid ownership metadata; ` +
+					`label validation error: missing key "app.kubernetes.io/managed-by": must be set to "Helm"`}},
+			Failing: []string{"ConfigMap/web/b"}, Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{},
+			Error: `unable to continue with update: ConfigMap "b" in namespace "web" exists and cannot be imported into the current release: ` +
+				`invalid ownership metadata; label validation error: missing key "app.kubernetes.io/managed-by": must be set to "Helm"`,
+			Record: applycheck.Record{Previous: 2, PreviousStatus: "deployed"},
+		},
+		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
+			ChartVersion: "2.0.0", FromRevision: 2, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+	}
+	cases := []struct {
+		name   string
+		format string
+		rep    *applyCheckReport
+	}{
+		{"apply-check-fails.txt", "text", goldenApplyCheck()},
+		{"apply-check-fails.json", "json", goldenApplyCheck()},
+		{"apply-check-safe.txt", "text", safe},
+		{"apply-check-refused.txt", "text", refused},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := renderApplyCheck(&buf, tc.format, tc.rep); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", tc.name)
+			if *update {
+				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./internal/cli -run TestRenderApplyCheckGolden -update)", err)
+			}
+			if diff := cmp.Diff(string(want), buf.String()); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+			}
+		})
+	}
+}
