@@ -578,3 +578,39 @@ func verifyServing(t *testing.T, sec *corev1.Secret, dnsName string) {
 		t.Error("tls.key is empty")
 	}
 }
+
+// TestRenderWebhookMirrorsCanonical: the chart's webhook agrees with the canonical
+// configuration in config/webhook/manifests.yaml on everything but names and certificates.
+func TestRenderWebhookMirrorsCanonical(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "config", "webhook", "manifests.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var canonical admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := yaml.Unmarshal(data, &canonical); err != nil {
+		t.Fatal(err)
+	}
+	m := render(t, "upgradeguard", "upgradeguard-system", "fullnameOverride=upgradeguard")
+	got := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "upgradeguard").Webhooks[0]
+	want := canonical.Webhooks[0]
+	for _, c := range []struct {
+		field     string
+		got, want any
+	}{
+		{"name", got.Name, want.Name},
+		{"rules", got.Rules, want.Rules},
+		{"matchPolicy", got.MatchPolicy, want.MatchPolicy},
+		{"failurePolicy", got.FailurePolicy, want.FailurePolicy},
+		{"sideEffects", got.SideEffects, want.SideEffects},
+		{"timeoutSeconds", got.TimeoutSeconds, want.TimeoutSeconds},
+		{"objectSelector", got.ObjectSelector, want.ObjectSelector},
+		{"namespaceSelector", got.NamespaceSelector, want.NamespaceSelector},
+		{"path", got.ClientConfig.Service.Path, want.ClientConfig.Service.Path},
+		{"service", got.ClientConfig.Service.Name + "/" + got.ClientConfig.Service.Namespace, want.ClientConfig.Service.Name + "/" + want.ClientConfig.Service.Namespace},
+		{"matchConditions", len(got.MatchConditions), len(want.MatchConditions)},
+	} {
+		if !equalJSON(t, c.got, c.want) {
+			t.Errorf("%s: chart %+v, canonical %+v", c.field, c.got, c.want)
+		}
+	}
+}
