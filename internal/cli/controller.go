@@ -2,6 +2,7 @@ package cli
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -10,10 +11,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/upgradeguard/upgradeguard/internal/controller"
+	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
 func newControllerCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := controller.Options{}
+	gate := webhook.Options{}
 	var jsonLogs, debug bool
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -59,8 +62,10 @@ Health probes (on --health-probe-bind-address): /healthz and /readyz.`,
 			if err != nil {
 				return couldNot("%v", err)
 			}
-			if err := setupWebhooks(mgr, o); err != nil {
-				return couldNot("webhook: %v", err)
+			if o.EnableWebhook {
+				if err := webhook.Setup(mgr, gate); err != nil {
+					return couldNot("webhook: %v", err)
+				}
 			}
 			if err := mgr.Start(cmd.Context()); err != nil {
 				return couldNot("controller stopped: %v", err)
@@ -77,11 +82,10 @@ Health probes (on --health-probe-bind-address): /healthz and /readyz.`,
 	f.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	f.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key for the webhook (reloaded when they change)")
 	f.StringVar(&o.MigrationLeaseNamespace, "migration-lease-namespace", "", "namespace of the per-CRD migration Leases shared with 'upgradeguard migrate' (default: the leader-election namespace)")
+	f.DurationVar(&gate.Timeout, "gate-timeout", 25*time.Second, "bound on one gate decision (chart fetch, target read, check); keep it below the webhook's timeoutSeconds")
+	f.BoolVar(&gate.AllowOnError, "gate-allow-on-error", false, "admit a chart change the gate could not check (repository down, target unreachable) with a warning, instead of denying it")
 	f.IntVar(&o.MaxConcurrentMigrations, "max-concurrent-migrations", 1, "StorageMigrations run at once")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	return cmd
 }
-
-// setupWebhooks registers the admission webhooks when o.EnableWebhook is set.
-var setupWebhooks = func(mgr ctrl.Manager, o controller.Options) error { return nil }
