@@ -34,7 +34,6 @@ demo: testbin build ## Reproduce the Flux storage-version incident on an embedde
 
 .PHONY: bench
 bench: testbin build ## Measure check and migrate against the local control plane, with ratios to in-run baselines
-	./hack/testbin.sh --with-kubectl
 	go run ./hack/bench -n $(BENCH_N) all
 
 # RBAC: the +kubebuilder:rbac markers under internal/ -> config/rbac/role.yaml; the chart's

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # testbin.sh builds the real control plane and Helm CLI that tests and the demo run against:
-#   bin/kube-apiserver, bin/kube-controller-manager, bin/etcd, bin/helm (and bin/kubectl
-#   with --with-kubectl). --with-kcm is accepted for older callers: kcm is always built,
-#   since the release-safety tests need PV binding, garbage collection and namespace cleanup.
+#   bin/kube-apiserver, bin/kube-controller-manager, bin/kubectl, bin/etcd, bin/helm.
+#   kcm is built because the release-safety tests need PV binding, garbage collection and
+#   namespace cleanup; kubectl because tests reproduce operators' `kubectl patch` with the
+#   real client. --with-kcm and --with-kubectl are accepted for older callers.
 # Each binary is built from the Go module proxy through the pinned tools modules under
 # hack/tools, and skipped when bin/ already holds it at the pinned version. Builds land in
 # the Go build cache, so a machine (or CI) that keeps the cache rebuilds in seconds.
@@ -17,11 +18,10 @@ KUBE_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.1
 
-with_kubectl=false
 for arg in "$@"; do
   case "$arg" in
-    --with-kcm) ;; # always built now
-    --with-kubectl) with_kubectl=true ;; # only the benchmark needs kubectl
+    --with-kcm | --with-kubectl) ;; # always built now
+    *) echo "testbin: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
 
@@ -56,7 +56,7 @@ build_kube() { # NAME
 
 build_kube kube-apiserver
 build_kube kube-controller-manager
-$with_kubectl && build_kube kubectl
+build_kube kubectl
 
 if need etcd "$ETCD_VERSION"; then
   echo "testbin: building etcd $ETCD_VERSION"
@@ -72,4 +72,4 @@ if need helm "$HELM_VERSION"; then
   stamp helm "$HELM_VERSION"
 fi
 
-echo "testbin: ready: kube-apiserver and kube-controller-manager $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION in bin/"
+echo "testbin: ready: kube-apiserver, kube-controller-manager and kubectl $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION in bin/"

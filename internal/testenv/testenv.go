@@ -237,7 +237,7 @@ func BinDir() (string, error) {
 }
 
 func checkBins(dir string) error {
-	for _, b := range []string{"kube-apiserver", "etcd", "helm"} {
+	for _, b := range []string{"kube-apiserver", "etcd", "helm", "kubectl"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return fmt.Errorf("%s/%s is missing: run `make testbin` first", dir, b)
 		}
