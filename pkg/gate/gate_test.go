@@ -84,7 +84,7 @@ func TestDecideConverges(t *testing.T) {
 		t.Fatal(err)
 	}
 	incoming := read(t, "charts/flux2-2.18.2/rendered/crds.yaml")
-	o := gate.Options{ObservedGeneration: 3, Migrate: migrate.Options{LeaseNamespace: "default", Holder: "my-operator"}}
+	o := gate.Options{ObservedGeneration: 3, Migrate: migrate.Options{LeaseNamespace: "default", Holder: "my-operator", PageSize: 10}}
 
 	d, err := gate.Decide(ctx, cp.Config, incoming, o)
 	if err != nil || d.Outcome != gate.Blocked {
@@ -115,6 +115,10 @@ func TestDecideConverges(t *testing.T) {
 	d, err = gate.Decide(ctx, cp.Config, incoming, o)
 	if err != nil || d.Outcome != gate.Proceed {
 		t.Fatalf("second auto call: %v %+v", err, d)
+	}
+	// It carried on where the first call's budget ran out, instead of listing from the start.
+	if len(d.Migrations) != 1 || !d.Migrations[0].Resumed || d.Migrations[0].Objects >= 60 {
+		t.Errorf("second auto call's migration %+v, want it resumed with fewer than 60 objects left", d.Migrations)
 	}
 	if c := condition(t, d, gate.ConditionRequired); c.Status != metav1.ConditionFalse || c.Reason != gate.ReasonMigrated {
 		t.Errorf("required condition after the migration %+v", c)
