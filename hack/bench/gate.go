@@ -149,6 +149,7 @@ func benchGate(ctx context.Context, rounds int, cache bool) error {
 	if err != nil {
 		return err
 	}
+	ig = -1 // the first toggle moves the release from 0.9.0 to 0.9.3, a real chart change
 	gatedFirst, err := first("chart update through the gate: kro, admitted, first decision", func() error { return toggle("bench", "gated", &ig) })
 	if err != nil {
 		return err
