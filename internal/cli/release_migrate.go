@@ -278,6 +278,9 @@ func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput)
 	}
 	for _, v := range p.Volumes {
 		fmt.Fprintf(w, "  %s -> %s  on PV %s (uid %s, %s, %s, %s, class %q)\n", v.OldPVC, v.NewPVC, v.PV, v.PVUID, v.Source, v.ReclaimPolicy, v.Capacity, v.StorageClass)
+		if v.OldStatefulSet != nil || v.NewStatefulSet != nil {
+			fmt.Fprintf(w, "      %s -> %s\n", stsOrChart(v.OldStatefulSet, "old release's manifest"), stsOrChart(v.NewStatefulSet, "new chart's manifest"))
+		}
 	}
 	for _, n := range p.FreshPVCs {
 		fmt.Fprintf(w, "  (new) %s gets a new volume\n", n)
@@ -295,6 +298,12 @@ func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput)
 	}
 	if len(p.Kept) > 0 {
 		fmt.Fprintf(w, "and leaves %d in place: %s\n", len(p.Kept), strings.Join(p.Kept, ", "))
+	}
+	if len(p.ClaimDeletes) > 0 {
+		fmt.Fprintf(w, "The uninstall leaves %d StatefulSet claim(s) behind; the migration deletes them itself, by uid, after their PVs are Retain:\n", len(p.ClaimDeletes))
+		for _, d := range p.ClaimDeletes {
+			fmt.Fprintf(w, "  %s\n", d)
+		}
 	}
 	if len(p.Findings) > 0 {
 		fmt.Fprintln(w, "Findings:")
@@ -323,7 +332,11 @@ func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput)
 			fmt.Fprintf(w, "  %-16s %-8s %s\n", s.Step, s.Status, line)
 		}
 		for _, v := range r.Volumes {
-			fmt.Fprintf(w, "  claim %s: PV %s bound=%v sameUID=%v sameSource=%v\n", v.PVC, v.PV, v.Bound, v.SameUID, v.SameData)
+			fmt.Fprintf(w, "  claim %s: PV %s bound=%v sameUID=%v sameSource=%v", v.PVC, v.PV, v.Bound, v.SameUID, v.SameData)
+			if v.StatefulSet != "" {
+				fmt.Fprintf(w, " usedByStatefulSet %s=%v", v.StatefulSet, v.StatefulSetUses)
+			}
+			fmt.Fprintln(w)
 		}
 		for _, s := range r.Secrets {
 			fmt.Fprintf(w, "  Secret %s: same data=%v\n", s.Secret, s.SameData)
@@ -337,4 +350,11 @@ func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput)
 		fmt.Fprintln(w, "Blocked: fix the BLOCKING findings first.")
 	}
 	return nil
+}
+
+func stsOrChart(r *chartmigrate.STSRef, chart string) string {
+	if r == nil {
+		return "claim in the " + chart
+	}
+	return r.String()
 }
