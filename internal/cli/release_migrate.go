@@ -54,11 +54,17 @@ one left; --map-pvc and --map-secret decide the rest), checks each pair (storage
 size, access modes against the bound PV), runs the uninstall pre-flight, and prints the
 ordered steps. Exit 1 when a finding blocks.
 
+StatefulSet claims (volumeClaimTemplates, named TEMPLATE-STATEFULSET-ORDINAL) count too:
+the old StatefulSets' live, bound claims pair with the claims the new chart's StatefulSets
+will use, by StatefulSet, template and ordinal. helm uninstall does not delete them, so
+the plan lists them, and execute deletes exactly those (by uid) after the uninstall and
+pre-creates the new ones bound to the same PVs, for the new StatefulSet to take.
+
 --execute carries the plan out, in order:
   1. backup          Secrets, PVCs and PVs into --backup-dir (sanitised for re-apply)
   2. retain          patch bound PVs to reclaimPolicy Retain (asks; --yes to agree)
   3. uninstall       helm uninstall (Helm SDK), after re-checking that it deletes nothing
-                     the plan did not show
+                     the plan did not show; then the old StatefulSet claims the plan lists
   4. claim-refs      free each retained PV of its old claim, reserved for the new one
   5. pre-create-pvcs the new claims, bound to the PVs (spec.volumeName), owned by the new
                      release so helm install adopts them
@@ -69,7 +75,7 @@ ordered steps. Exit 1 when a finding blocks.
 
 Every step is recorded in DIR/migration-state.json with the plan. A re-run with the same
 --backup-dir resumes at the step that failed and never repeats a finished one. Nothing is
-deleted except by the uninstall, whose delete list the plan shows. Progress goes to
+deleted except by the uninstall and the StatefulSet claims the plan lists. Progress goes to
 stderr; Secret data and values are never printed.
 
 Exit codes: 0 planned safe / migrated and verified, 1 the plan has blocking findings

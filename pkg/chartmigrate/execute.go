@@ -363,7 +363,8 @@ func (x *executor) uninstall(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("helm uninstall %s: %w", x.p.Release, err)
 		}
 	}
-	if err := x.deleteSTSClaims(ctx); err != nil {
+	stsDeleted, err := x.deleteSTSClaims(ctx)
+	if err != nil {
 		return "", err
 	}
 	// The retained PVs are released only once their claims are gone. A claim held by a
@@ -384,10 +385,13 @@ func (x *executor) uninstall(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("PersistentVolumeClaim/%s/%s is still there after the uninstall (a pod mounting it holds it in Terminating?): %w", x.p.Namespace, v.OldPVC, err)
 		}
 	}
-	if gone {
-		return "release already uninstalled", nil
+	if len(stsDeleted) > 0 {
+		stsDeleted = "; StatefulSet claims deleted: " + stsDeleted
 	}
-	return fmt.Sprintf("release %s uninstalled (%d object(s) deleted)", x.p.Release, len(x.p.Deletes)), nil
+	if gone {
+		return "release already uninstalled" + stsDeleted, nil
+	}
+	return fmt.Sprintf("release %s uninstalled (%d object(s) deleted)%s", x.p.Release, len(x.p.Deletes), stsDeleted), nil
 }
 
 // deleteSTSClaims deletes the old StatefulSet claims the plan lists (DeleteOld), which
@@ -395,7 +399,8 @@ func (x *executor) uninstall(ctx context.Context) (string, error) {
 // the controller would make the claims again), and deletes each claim only with the
 // uid the plan recorded as a precondition: a claim made since under that name is
 // never touched. Gone already counts as done.
-func (x *executor) deleteSTSClaims(ctx context.Context) error {
+func (x *executor) deleteSTSClaims(ctx context.Context) (string, error) {
+	var deleted []string
 	waited := map[string]bool{}
 	for _, v := range x.p.Volumes {
 		if !v.DeleteOld || v.OldStatefulSet == nil {
@@ -410,25 +415,28 @@ func (x *executor) deleteSTSClaims(ctx context.Context) error {
 				return false, err
 			})
 			if err != nil {
-				return fmt.Errorf("StatefulSet/%s/%s is still there after the uninstall, so its claims cannot go yet: %w", x.p.Namespace, sts, err)
+				return "", fmt.Errorf("StatefulSet/%s/%s is still there after the uninstall, so its claims cannot go yet: %w", x.p.Namespace, sts, err)
 			}
 			waited[sts] = true
 		}
 		uid := types.UID(v.OldPVCUID)
 		err := x.env.Kube.CoreV1().PersistentVolumeClaims(x.p.Namespace).Delete(ctx, v.OldPVC, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		switch {
-		case err == nil, apierrors.IsNotFound(err):
+		case err == nil:
+			deleted = append(deleted, v.OldPVC)
+		case apierrors.IsNotFound(err):
+			deleted = append(deleted, v.OldPVC+" (already gone)")
 		case apierrors.IsConflict(err):
 			c, gerr := x.env.Kube.CoreV1().PersistentVolumeClaims(x.p.Namespace).Get(ctx, v.OldPVC, metav1.GetOptions{})
 			if gerr == nil && c.Annotations[migratedForAnno] == x.p.NewRelease {
 				continue // made for the new release by an earlier run
 			}
-			return fmt.Errorf("PersistentVolumeClaim/%s/%s is not the claim the plan recorded (uid %s): it was left alone; move it away and re-run", x.p.Namespace, v.OldPVC, v.OldPVCUID)
+			return "", fmt.Errorf("PersistentVolumeClaim/%s/%s is not the claim the plan recorded (uid %s): it was left alone; move it away and re-run", x.p.Namespace, v.OldPVC, v.OldPVCUID)
 		default:
-			return fmt.Errorf("PersistentVolumeClaim/%s/%s: delete the StatefulSet claim helm uninstall leaves: %w", x.p.Namespace, v.OldPVC, err)
+			return "", fmt.Errorf("PersistentVolumeClaim/%s/%s: delete the StatefulSet claim helm uninstall leaves: %w", x.p.Namespace, v.OldPVC, err)
 		}
 	}
-	return nil
+	return strings.Join(deleted, ", "), nil
 }
 
 func isReleaseNotFound(err error) bool {

@@ -548,11 +548,12 @@ func steps(p *Plan) []string {
 		retainStep = "patch these PVs to reclaimPolicy Retain (asks first): " + strings.Join(retain, ", ")
 	}
 	return []string{
-		"1. " + StepBackup + ": write the Secrets and the PVC and PV definitions to the backup directory",
+		"1. " + StepBackup + ": write the Secrets and the PVC and PV definitions (StatefulSet claims included) to the backup directory",
 		"2. " + StepRetain + ": " + retainStep,
 		fmt.Sprintf("3. %s: helm uninstall %s (deletes %d object(s), keeps %d; listed above)%s", StepUninstall, p.Release, len(p.Deletes), len(p.Kept), claimDeletes),
 		"4. " + StepClaimRefs + ": free each retained PV of its old claim and reserve it for the new one",
-		"5. " + StepPVCs + ": pre-create the new claims bound to the retained PVs, owned by release " + p.NewRelease + ": " + orNone(claims),
+		"5. " + StepPVCs + ": pre-create the new claims bound to the retained PVs (the chart's claims owned by release " + p.NewRelease +
+			", StatefulSet claims left to their StatefulSet, which takes them by name): " + orNone(claims),
 		"6. " + StepSecrets + ": restore the Secrets under the names the new chart renders: " + orNone(secrets),
 		fmt.Sprintf("7. %s: helm install %s %s-%s", StepInstall, p.NewRelease, p.NewChart, p.NewChartVersion),
 		"8. " + StepVerify + ": every new claim is Bound to its old PV (same name, uid and volume source) and every restored Secret holds the same data",
