@@ -25,8 +25,8 @@ import (
 
 // stsChart writes a database chart whose data lives in a StatefulSet's
 // volumeClaimTemplates: name is the StatefulSet's name suffix, template the claim
-// template's name, policy the podManagementPolicy.
-func stsChart(t *testing.T, chart, version, name, template, policy, secret string) string {
+// template's name, policy the podManagementPolicy, other one more template.
+func stsChart(t *testing.T, chart, version, name, template, policy, other string) string {
 	t.Helper()
 	dir, err := testenv.WriteChart(t.TempDir(), chart, version, map[string]string{
 		"templates/sts.yaml": fmt.Sprintf(`apiVersion: apps/v1
@@ -56,7 +56,7 @@ spec:
       resources:
         requests: {storage: 1Gi}
 `, name, template, policy),
-		"templates/secret.yaml": secret,
+		"templates/other.yaml": other,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -316,3 +316,79 @@ func statefulSets(t *testing.T, cs kubernetes.Interface, ns string) []string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestReleaseMigrateStatefulSetSameName moves a StatefulSet release to a chart whose
+// StatefulSet and template make the same claim names (same release name): helm
+// uninstall leaves the claims, so the plan keeps them as they are (nothing to delete)
+// and the new StatefulSet takes them; afterwards they are the very same claims (uid) on
+// the same PVs.
+func TestReleaseMigrateStatefulSetSameName(t *testing.T) {
+	needCluster(t)
+	if err := cp.StartControllerManager(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.StopControllerManager(); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := t.Context()
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	const ns = "migsame"
+	for i := range 2 {
+		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("same-pv-%d", i)},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				StorageClassName:              "manual",
+				ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: fmt.Sprintf("data-db-db-%d", i)},
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: fmt.Sprintf("/srv/same-%d", i)}},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settings := `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{ .Release.Name }}-{{ .Chart.Name }}-settings
+`
+	mustHelm(t, nil, "install", "db", stsChart(t, "sdb", "1.0.0", "db", "data", "Parallel", settings), "-n", ns, "--create-namespace")
+	uids := map[string]string{}
+	for i := range 2 {
+		c := waitBound(t, cs, ns, fmt.Sprintf("data-db-db-%d", i))
+		uids[c.Name] = string(c.UID)
+	}
+	newChart := stsChart(t, "otherdb", "2.0.0", "db", "data", "OrderedReady", settings)
+	base := []string{"release", "migrate", "db", "-n", ns, "--to-chart", newChart}
+	r := ug(t, append(base, "--plan")...)
+	if r.code != cli.ExitSafe {
+		t.Fatalf("plan: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{
+		"leave the claim data-db-db-0 as it is, for StatefulSet db-db template data ordinal 0 (bound to same-pv-0)",
+		"leave the claim data-db-db-1 as it is, for StatefulSet db-db template data ordinal 1 (bound to same-pv-1)",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("plan text lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "StatefulSet claim(s) behind") {
+		t.Errorf("the plan deletes claims it keeps:\n%s", r.stdout)
+	}
+	r = ug(t, append(base, "--execute", "--backup-dir", filepath.Join(t.TempDir(), "b"), "--yes")...)
+	if r.code != cli.ExitSafe {
+		t.Fatalf("execute: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for i := range 2 {
+		c := waitBound(t, cs, ns, fmt.Sprintf("data-db-db-%d", i))
+		if string(c.UID) != uids[c.Name] || c.Spec.VolumeName != fmt.Sprintf("same-pv-%d", i) {
+			t.Errorf("%s: uid %s (was %s), volume %s: not the same claim on the same volume", c.Name, c.UID, uids[c.Name], c.Spec.VolumeName)
+		}
+	}
+	if out, err := helm(t, nil, "status", "db", "-n", ns); err != nil || !strings.Contains(out, "STATUS: deployed") {
+		t.Errorf("helm status db: %v\n%s", err, out)
+	}
+}
