@@ -54,11 +54,17 @@ one left; --map-pvc and --map-secret decide the rest), checks each pair (storage
 size, access modes against the bound PV), runs the uninstall pre-flight, and prints the
 ordered steps. Exit 1 when a finding blocks.
 
+StatefulSet claims (volumeClaimTemplates, named TEMPLATE-STATEFULSET-ORDINAL) count too:
+the old StatefulSets' live, bound claims pair with the claims the new chart's StatefulSets
+will use, by StatefulSet, template and ordinal. helm uninstall does not delete them, so
+the plan lists them, and execute deletes exactly those (by uid) after the uninstall and
+pre-creates the new ones bound to the same PVs, for the new StatefulSet to take.
+
 --execute carries the plan out, in order:
   1. backup          Secrets, PVCs and PVs into --backup-dir (sanitised for re-apply)
   2. retain          patch bound PVs to reclaimPolicy Retain (asks; --yes to agree)
   3. uninstall       helm uninstall (Helm SDK), after re-checking that it deletes nothing
-                     the plan did not show
+                     the plan did not show; then the old StatefulSet claims the plan lists
   4. claim-refs      free each retained PV of its old claim, reserved for the new one
   5. pre-create-pvcs the new claims, bound to the PVs (spec.volumeName), owned by the new
                      release so helm install adopts them
@@ -69,7 +75,7 @@ ordered steps. Exit 1 when a finding blocks.
 
 Every step is recorded in DIR/migration-state.json with the plan. A re-run with the same
 --backup-dir resumes at the step that failed and never repeats a finished one. Nothing is
-deleted except by the uninstall, whose delete list the plan shows. Progress goes to
+deleted except by the uninstall and the StatefulSet claims the plan lists. Progress goes to
 stderr; Secret data and values are never printed.
 
 Exit codes: 0 planned safe / migrated and verified, 1 the plan has blocking findings
@@ -278,6 +284,9 @@ func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput)
 	}
 	for _, v := range p.Volumes {
 		fmt.Fprintf(w, "  %s -> %s  on PV %s (uid %s, %s, %s, %s, class %q)\n", v.OldPVC, v.NewPVC, v.PV, v.PVUID, v.Source, v.ReclaimPolicy, v.Capacity, v.StorageClass)
+		if v.OldStatefulSet != nil || v.NewStatefulSet != nil {
+			fmt.Fprintf(w, "      %s -> %s\n", stsOrChart(v.OldStatefulSet, "old release's manifest"), stsOrChart(v.NewStatefulSet, "new chart's manifest"))
+		}
 	}
 	for _, n := range p.FreshPVCs {
 		fmt.Fprintf(w, "  (new) %s gets a new volume\n", n)
@@ -295,6 +304,12 @@ func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput)
 	}
 	if len(p.Kept) > 0 {
 		fmt.Fprintf(w, "and leaves %d in place: %s\n", len(p.Kept), strings.Join(p.Kept, ", "))
+	}
+	if len(p.ClaimDeletes) > 0 {
+		fmt.Fprintf(w, "The uninstall leaves %d StatefulSet claim(s) behind; the migration deletes them itself, by uid, after their PVs are Retain:\n", len(p.ClaimDeletes))
+		for _, d := range p.ClaimDeletes {
+			fmt.Fprintf(w, "  %s\n", d)
+		}
 	}
 	if len(p.Findings) > 0 {
 		fmt.Fprintln(w, "Findings:")
@@ -323,7 +338,11 @@ func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput)
 			fmt.Fprintf(w, "  %-16s %-8s %s\n", s.Step, s.Status, line)
 		}
 		for _, v := range r.Volumes {
-			fmt.Fprintf(w, "  claim %s: PV %s bound=%v sameUID=%v sameSource=%v\n", v.PVC, v.PV, v.Bound, v.SameUID, v.SameData)
+			fmt.Fprintf(w, "  claim %s: PV %s bound=%v sameUID=%v sameSource=%v", v.PVC, v.PV, v.Bound, v.SameUID, v.SameData)
+			if v.StatefulSet != "" {
+				fmt.Fprintf(w, " usedByStatefulSet %s=%v", v.StatefulSet, v.StatefulSetUses)
+			}
+			fmt.Fprintln(w)
 		}
 		for _, s := range r.Secrets {
 			fmt.Fprintf(w, "  Secret %s: same data=%v\n", s.Secret, s.SameData)
@@ -337,4 +356,11 @@ func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput)
 		fmt.Fprintln(w, "Blocked: fix the BLOCKING findings first.")
 	}
 	return nil
+}
+
+func stsOrChart(r *chartmigrate.STSRef, chart string) string {
+	if r == nil {
+		return "claim in the " + chart
+	}
+	return r.String()
 }

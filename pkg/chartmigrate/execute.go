@@ -42,6 +42,10 @@ const (
 	releaseNameAnno  = "meta.helm.sh/release-name"
 	releaseNSAnno    = "meta.helm.sh/release-namespace"
 	managedByHelmVal = "Helm"
+	// migratedForAnno marks a StatefulSet claim the migration pre-created: Helm does not
+	// own it (the new StatefulSet's controller takes it by name), so the release-name
+	// annotation cannot say whom it was made for.
+	migratedForAnno = "upgradeguard.io/migrated-for-release"
 )
 
 // Env is what Execute works with.
@@ -90,6 +94,10 @@ type VolumeCheck struct {
 	Bound    bool   `json:"bound"`
 	SameUID  bool   `json:"sameUID"`
 	SameData bool   `json:"sameSource"`
+	// StatefulSet is the new StatefulSet that takes the claim, for a StatefulSet
+	// claim; StatefulSetUses says it has the claim's template and ordinal.
+	StatefulSet     string `json:"statefulSet,omitempty"`
+	StatefulSetUses bool   `json:"statefulSetUses,omitempty"`
 }
 
 // SecretCheck says whether a restored Secret holds the backed-up data (never the data).
@@ -184,6 +192,10 @@ func (x *executor) progress(step, msg string) {
 // backup: pkg/uninstall's Backup. A backup already in the directory for the same release
 // (a crash after it was written) counts as done; one for another release is refused.
 func (x *executor) backup(ctx context.Context) (string, error) {
+	stsFiles, err := x.backupSTSClaims(ctx)
+	if err != nil {
+		return "", err
+	}
 	var idx uninstall.BackupResult
 	if data, err := os.ReadFile(filepath.Join(x.o.Dir, uninstall.IndexFile)); err == nil {
 		if err := json.Unmarshal(data, &idx); err != nil || idx.Release != x.p.Release || idx.Namespace != x.p.Namespace {
@@ -200,7 +212,51 @@ func (x *executor) backup(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	return fmt.Sprintf("%d object(s) written to %s", len(b.Files), x.o.Dir), nil
+	return fmt.Sprintf("%d object(s) written to %s", len(b.Files)+stsFiles, x.o.Dir), nil
+}
+
+// STSBackupDir is the backup directory's folder for the old StatefulSet claims and
+// their PVs: they are not in the stored manifest, so the uninstall backup has no copy.
+const STSBackupDir = "statefulset-claims"
+
+// backupSTSClaims writes each old StatefulSet claim the plan moves, and its PV, sanitised
+// as the uninstall backup writes objects, into DIR/statefulset-claims. It runs before the
+// uninstall, while they are all still there.
+func (x *executor) backupSTSClaims(ctx context.Context) (int, error) {
+	n := 0
+	for _, v := range x.p.Volumes {
+		if v.OldStatefulSet == nil || v.PV == "" {
+			continue
+		}
+		c, err := x.env.Kube.CoreV1().PersistentVolumeClaims(x.p.Namespace).Get(ctx, v.OldPVC, metav1.GetOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("PersistentVolumeClaim/%s/%s: back up: %w", x.p.Namespace, v.OldPVC, err)
+		}
+		pv, err := x.env.Kube.CoreV1().PersistentVolumes().Get(ctx, v.PV, metav1.GetOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("PersistentVolume/%s: back up: %w", v.PV, err)
+		}
+		c.APIVersion, c.Kind, pv.APIVersion, pv.Kind = "v1", "PersistentVolumeClaim", "v1", "PersistentVolume"
+		for file, obj := range map[string]runtime.Object{"pvc-" + v.OldPVC + ".yaml": c, "pv-" + v.PV + ".yaml": pv} {
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+			if err != nil {
+				return 0, err
+			}
+			uninstall.Sanitize(u)
+			data, err := yaml.Marshal(u)
+			if err != nil {
+				return 0, err
+			}
+			if err := os.MkdirAll(filepath.Join(x.o.Dir, STSBackupDir), 0o700); err != nil {
+				return 0, fmt.Errorf("back up %s: %w", file, err)
+			}
+			if err := os.WriteFile(filepath.Join(x.o.Dir, STSBackupDir, file), data, 0o600); err != nil {
+				return 0, fmt.Errorf("back up %s: %w", file, err)
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 // backupSecret reads a Secret back from the backup.
@@ -307,6 +363,10 @@ func (x *executor) uninstall(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("helm uninstall %s: %w", x.p.Release, err)
 		}
 	}
+	stsDeleted, err := x.deleteSTSClaims(ctx)
+	if err != nil {
+		return "", err
+	}
 	// The retained PVs are released only once their claims are gone. A claim held by a
 	// pod stays Terminating (kubernetes.io/pvc-protection): wait, with a deadline.
 	for _, v := range x.p.Volumes {
@@ -319,16 +379,64 @@ func (x *executor) uninstall(ctx context.Context) (string, error) {
 				return true, nil
 			}
 			// A claim of the same name made for the new release by an earlier run.
-			return err == nil && c.DeletionTimestamp == nil && c.Annotations[releaseNameAnno] == x.p.NewRelease, err
+			return err == nil && c.DeletionTimestamp == nil && (c.Annotations[releaseNameAnno] == x.p.NewRelease || c.Annotations[migratedForAnno] == x.p.NewRelease), err
 		})
 		if err != nil {
 			return "", fmt.Errorf("PersistentVolumeClaim/%s/%s is still there after the uninstall (a pod mounting it holds it in Terminating?): %w", x.p.Namespace, v.OldPVC, err)
 		}
 	}
-	if gone {
-		return "release already uninstalled", nil
+	if len(stsDeleted) > 0 {
+		stsDeleted = "; StatefulSet claims deleted: " + stsDeleted
 	}
-	return fmt.Sprintf("release %s uninstalled (%d object(s) deleted)", x.p.Release, len(x.p.Deletes)), nil
+	if gone {
+		return "release already uninstalled" + stsDeleted, nil
+	}
+	return fmt.Sprintf("release %s uninstalled (%d object(s) deleted)%s", x.p.Release, len(x.p.Deletes), stsDeleted), nil
+}
+
+// deleteSTSClaims deletes the old StatefulSet claims the plan lists (DeleteOld), which
+// helm uninstall leaves behind. It first waits until their StatefulSets are gone (else
+// the controller would make the claims again), and deletes each claim only with the
+// uid the plan recorded as a precondition: a claim made since under that name is
+// never touched. Gone already counts as done.
+func (x *executor) deleteSTSClaims(ctx context.Context) (string, error) {
+	var deleted []string
+	waited := map[string]bool{}
+	for _, v := range x.p.Volumes {
+		if !v.DeleteOld || v.OldStatefulSet == nil {
+			continue
+		}
+		if sts := v.OldStatefulSet.Name; !waited[sts] {
+			err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, x.o.Timeout, true, func(ctx context.Context) (bool, error) {
+				_, err := x.env.Kube.AppsV1().StatefulSets(x.p.Namespace).Get(ctx, sts, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return true, nil
+				}
+				return false, err
+			})
+			if err != nil {
+				return "", fmt.Errorf("StatefulSet/%s/%s is still there after the uninstall, so its claims cannot go yet: %w", x.p.Namespace, sts, err)
+			}
+			waited[sts] = true
+		}
+		uid := types.UID(v.OldPVCUID)
+		err := x.env.Kube.CoreV1().PersistentVolumeClaims(x.p.Namespace).Delete(ctx, v.OldPVC, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		switch {
+		case err == nil:
+			deleted = append(deleted, v.OldPVC)
+		case apierrors.IsNotFound(err):
+			deleted = append(deleted, v.OldPVC+" (already gone)")
+		case apierrors.IsConflict(err):
+			c, gerr := x.env.Kube.CoreV1().PersistentVolumeClaims(x.p.Namespace).Get(ctx, v.OldPVC, metav1.GetOptions{})
+			if gerr == nil && c.Annotations[migratedForAnno] == x.p.NewRelease {
+				continue // made for the new release by an earlier run
+			}
+			return "", fmt.Errorf("PersistentVolumeClaim/%s/%s is not the claim the plan recorded (uid %s): it was left alone; move it away and re-run", x.p.Namespace, v.OldPVC, v.OldPVCUID)
+		default:
+			return "", fmt.Errorf("PersistentVolumeClaim/%s/%s: delete the StatefulSet claim helm uninstall leaves: %w", x.p.Namespace, v.OldPVC, err)
+		}
+	}
+	return strings.Join(deleted, ", "), nil
 }
 
 func isReleaseNotFound(err error) bool {
@@ -401,6 +509,10 @@ func (x *executor) pvcs(ctx context.Context) (string, error) {
 		if v.PV == "" {
 			continue
 		}
+		if v.Kept && v.NewStatefulSet != nil {
+			done = append(done, v.NewPVC+" (kept as it is, for its StatefulSet)")
+			continue
+		}
 		if v.Kept {
 			if _, err := claims.Patch(ctx, v.NewPVC, types.MergePatchType, x.ownershipPatch(), metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
 				return "", fmt.Errorf("PersistentVolumeClaim/%s/%s: re-stamp for release %s: %w", x.p.Namespace, v.NewPVC, x.p.NewRelease, err)
@@ -423,7 +535,16 @@ func (x *executor) pvcs(ctx context.Context) (string, error) {
 		}
 		pvc.ObjectMeta = metav1.ObjectMeta{Name: v.NewPVC, Namespace: x.p.Namespace, Labels: pvc.Labels, Annotations: pvc.Annotations}
 		pvc.Status = corev1.PersistentVolumeClaimStatus{}
-		x.own(&pvc.ObjectMeta)
+		if v.NewStatefulSet != nil {
+			// Not in the new release's manifest: Helm does not adopt it, the new
+			// StatefulSet's controller finds it by name.
+			if pvc.Annotations == nil {
+				pvc.Annotations = map[string]string{}
+			}
+			pvc.Annotations[migratedForAnno] = x.p.NewRelease
+		} else {
+			x.own(&pvc.ObjectMeta)
+		}
 		pvc.Spec.VolumeName = v.PV
 		class := v.StorageClass
 		pvc.Spec.StorageClassName = &class
@@ -536,6 +657,14 @@ func (x *executor) verify(ctx context.Context, res *Result) (string, error) {
 			problems = append(problems, fmt.Sprintf("PersistentVolumeClaim/%s/%s is not bound to the old volume %s (bound=%v sameUID=%v sameSource=%v %v)",
 				x.p.Namespace, v.NewPVC, v.PV, vc.Bound, vc.SameUID, vc.SameData, errors.Join(err, perr)))
 		}
+		if v.NewStatefulSet != nil {
+			vc.StatefulSet = v.NewStatefulSet.Name
+			if err := x.usesClaim(ctx, v.NewStatefulSet); err != nil {
+				problems = append(problems, err.Error())
+			} else {
+				vc.StatefulSetUses = true
+			}
+		}
 		res.Volumes = append(res.Volumes, vc)
 	}
 	for _, s := range x.p.Secrets {
@@ -555,6 +684,21 @@ func (x *executor) verify(ctx context.Context, res *Result) (string, error) {
 		return "", errors.New(strings.Join(problems, "; "))
 	}
 	return fmt.Sprintf("%d claim(s) on their old volumes, %d Secret(s) with the same data", len(res.Volumes), len(res.Secrets)), nil
+}
+
+// usesClaim checks that the installed StatefulSet has the template and runs the ordinal
+// the claim was pre-created for, so its controller takes that claim.
+func (x *executor) usesClaim(ctx context.Context, ref *STSRef) error {
+	sts, err := x.env.Kube.AppsV1().StatefulSets(x.p.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("StatefulSet/%s/%s of the new release: %w", x.p.Namespace, ref.Name, err)
+	}
+	if !slices.ContainsFunc(sts.Spec.VolumeClaimTemplates, func(t corev1.PersistentVolumeClaim) bool { return t.Name == ref.Template }) ||
+		!slices.Contains(ordinals(sts), ref.Ordinal) {
+		return fmt.Errorf("StatefulSet/%s/%s has no volumeClaimTemplate %s at ordinal %d: it does not use the pre-created claim %s (scale it, or check its values)",
+			x.p.Namespace, ref.Name, ref.Template, ref.Ordinal, StatefulSetClaimName(ref.Template, ref.Name, ref.Ordinal))
+	}
+	return nil
 }
 
 func client(err error) error {

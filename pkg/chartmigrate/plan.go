@@ -16,10 +16,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	release "helm.sh/helm/v4/pkg/release/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,8 +75,28 @@ type Volume struct {
 	// Kept: the uninstall keeps the old claim (keep in the stored manifest) and the new
 	// one has the same name, so the claim is re-stamped for the new release instead.
 	Kept bool `json:"kept,omitempty"`
-	// NewObject is the new chart's rendered claim, the base of the pre-created one.
+	// OldStatefulSet and NewStatefulSet say which StatefulSet template and ordinal the
+	// claim belongs to, when a StatefulSet's controller makes it rather than the chart.
+	OldStatefulSet *STSRef `json:"oldStatefulSet,omitempty"`
+	NewStatefulSet *STSRef `json:"newStatefulSet,omitempty"`
+	// OldPVCUID is the old StatefulSet claim's uid: the migration deletes that claim
+	// itself (DeleteOld), with the uid as a precondition, since helm uninstall leaves it.
+	OldPVCUID string `json:"oldPVCUID,omitempty"`
+	DeleteOld bool   `json:"deleteOld,omitempty"`
+	// NewObject is the new chart's rendered claim (or the claim its StatefulSet's
+	// controller would make), the base of the pre-created one.
 	NewObject map[string]any `json:"-"`
+}
+
+// STSRef names a StatefulSet's volumeClaimTemplate and ordinal.
+type STSRef struct {
+	Name     string `json:"name"`
+	Template string `json:"template"`
+	Ordinal  int    `json:"ordinal"`
+}
+
+func (r *STSRef) String() string {
+	return fmt.Sprintf("StatefulSet %s template %s ordinal %d", r.Name, r.Template, r.Ordinal)
 }
 
 // Secret is one old Secret restored under the name the new chart renders.
@@ -100,6 +122,10 @@ type Plan struct {
 	Secrets []Secret `json:"secrets"`
 	// FreshPVCs are claims of the new chart with no old counterpart: they get new volumes.
 	FreshPVCs []string `json:"freshPVCs"`
+	// ClaimDeletes are the StatefulSet claims the migration deletes itself after the
+	// uninstall (Kind/namespace/name): helm uninstall leaves them. No other claim is
+	// ever deleted by the migration.
+	ClaimDeletes []string `json:"claimDeletes"`
 	// Deletes and Kept are what the uninstall deletes and keeps (Kind/namespace/name).
 	Deletes []string `json:"deletes"`
 	Kept    []string `json:"kept"`
@@ -152,7 +178,7 @@ type PlanInput struct {
 func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Plan, error) {
 	p := &Plan{Release: in.Old.Name, Namespace: in.Namespace, Revision: in.Old.Version, NewRelease: in.NewRelease,
 		NewChart: in.NewChart, NewChartVersion: in.NewChartVersion,
-		Volumes: []Volume{}, Secrets: []Secret{}, FreshPVCs: []string{},
+		Volumes: []Volume{}, Secrets: []Secret{}, FreshPVCs: []string{}, ClaimDeletes: []string{},
 		Deletes: orEmpty(in.Preflight.Deletes), Kept: orEmpty(in.Preflight.Kept), Findings: []Finding{}}
 	if in.Old.Chart != nil && in.Old.Chart.Metadata != nil {
 		p.OldChart = in.Old.Chart.Metadata.Name + "-" + in.Old.Chart.Metadata.Version
@@ -175,7 +201,29 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 	}
 
 	oldPVC, newPVC := oldObjs["PersistentVolumeClaim"], newObjs["PersistentVolumeClaim"]
-	pvcPairs, unmapped, fresh := pair(names(oldPVC), names(newPVC), in.Old.Name, in.NewRelease, in.MapPVC)
+	oldSTS, liveSTS, stsFindings, err := oldSTSClaims(ctx, kube, oldObjs["StatefulSet"], in.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	newSTS, err := newSTSClaims(newObjs["StatefulSet"], in.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("chart %s: %w", in.NewChart, err)
+	}
+	p.Findings = append(p.Findings, stsFindings...)
+	// Every claim on either side, by name: rendered ones and StatefulSet ones.
+	oldClaims, newClaims := map[string]*unstructured.Unstructured{}, map[string]*unstructured.Unstructured{}
+	oldFrom, newFrom := map[string]stsClaim{}, map[string]stsClaim{}
+	maps.Copy(oldClaims, oldPVC)
+	maps.Copy(newClaims, newPVC)
+	for _, c := range oldSTS {
+		oldClaims[c.name] = &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": c.name}}}
+		oldFrom[c.name] = c
+	}
+	for _, c := range newSTS {
+		newClaims[c.name] = c.obj
+		newFrom[c.name] = c
+	}
+	pvcPairs, unmapped, fresh := pairClaims(names(oldClaims), names(newClaims), oldSTS, newSTS, in.Old.Name, in.NewRelease, in.MapPVC)
 	p.FreshPVCs = fresh
 	for _, n := range fresh {
 		p.Findings = append(p.Findings, Finding{Check: CheckNewPVCUnprovision, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n,
@@ -184,14 +232,40 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 	for _, n := range unmapped {
 		p.Findings = append(p.Findings, Finding{Check: CheckPVCUnmapped, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n, Blocking: true,
 			Message:     "no claim of the new chart takes this claim's volume: its data would stay on a retained PV that nothing uses",
-			Remediation: "pass --map-pvc " + n + "=NEW-CLAIM (a claim the new chart renders)"})
+			Remediation: "pass --map-pvc " + n + "=NEW-CLAIM (a claim the new chart renders, or one its StatefulSets will use)"})
 	}
+	leftBy := map[string][]string{}
 	for _, pr := range pvcPairs {
-		v, findings, err := volume(ctx, kube, in.Namespace, oldPVC[pr[0]], newPVC[pr[1]])
+		v, findings, err := volume(ctx, kube, in.Namespace, oldClaims[pr[0]], newClaims[pr[1]])
 		if err != nil {
 			return nil, err
 		}
-		v.Kept = kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC == v.NewPVC
+		if c, ok := newFrom[pr[1]]; ok {
+			v.NewStatefulSet = &STSRef{Name: c.sts, Template: c.template, Ordinal: c.ordinal}
+		}
+		c, fromSTS := oldFrom[pr[0]]
+		if fromSTS {
+			v.OldStatefulSet = &STSRef{Name: c.sts, Template: c.template, Ordinal: c.ordinal}
+			v.OldPVCUID = c.uid
+			live := liveSTS[c.sts]
+			gcDeletes := live != nil && live.Spec.PersistentVolumeClaimRetentionPolicy != nil &&
+				live.Spec.PersistentVolumeClaimRetentionPolicy.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+			switch {
+			case v.OldPVC == v.NewPVC && !gcDeletes:
+				// The claim stays where it is and the new StatefulSet (or the new chart's
+				// claim of that name) takes it as it is.
+				v.Kept = true
+			case kept("StatefulSet", c.sts):
+				findings = append(findings, Finding{Check: CheckSTSKept, Subject: "StatefulSet/" + in.Namespace + "/" + c.sts, Blocking: true,
+					Message:     "the uninstall keeps this StatefulSet, whose pods hold " + v.OldPVC + " and whose controller would make it again: the volume cannot move to " + v.NewPVC,
+					Remediation: "delete the StatefulSet yourself (kubectl delete statefulset " + c.sts + " -n " + in.Namespace + ") and plan again"})
+			default:
+				v.DeleteOld = true
+				p.ClaimDeletes = append(p.ClaimDeletes, "PersistentVolumeClaim/"+in.Namespace+"/"+v.OldPVC)
+				leftBy[c.sts] = append(leftBy[c.sts], v.OldPVC)
+			}
+		}
+		v.Kept = v.Kept || kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC == v.NewPVC
 		if kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC != v.NewPVC {
 			findings = append(findings, Finding{Check: CheckKeptRenamed, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + v.OldPVC, Blocking: true,
 				Message:     "the uninstall keeps this claim, so it stays bound to " + v.PV + " and the new claim " + v.NewPVC + " cannot take the volume",
@@ -199,6 +273,11 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 		}
 		p.Volumes = append(p.Volumes, v)
 		p.Findings = append(p.Findings, findings...)
+	}
+	for _, sts := range names(leftBy) {
+		p.Findings = append(p.Findings, Finding{Check: CheckSTSClaimsLeft, Subject: "StatefulSet/" + in.Namespace + "/" + sts,
+			Message: "helm uninstall does not delete the claims of this StatefulSet's volumeClaimTemplates (they are not in the stored manifest): " +
+				"the migration deletes " + strings.Join(leftBy[sts], ", ") + " itself, by uid, once the StatefulSet is gone and their volumes are Retain"})
 	}
 
 	oldSec, newSec := credentials(oldObjs["Secret"]), credentials(newObjs["Secret"])
@@ -445,25 +524,36 @@ func steps(p *Plan) []string {
 		if v.ReclaimPolicy != string(corev1.PersistentVolumeReclaimRetain) {
 			retain = append(retain, v.PV)
 		}
-		if v.Kept {
+		switch {
+		case v.Kept && v.NewStatefulSet != nil:
+			claims = append(claims, fmt.Sprintf("leave the claim %s as it is, for %s (bound to %s)", v.OldPVC, v.NewStatefulSet, v.PV))
+		case v.Kept:
 			claims = append(claims, fmt.Sprintf("re-stamp the kept claim %s for release %s (bound to %s)", v.OldPVC, p.NewRelease, v.PV))
-		} else {
+		case v.NewStatefulSet != nil:
+			claims = append(claims, fmt.Sprintf("%s -> %s on %s (%s; for %s, not owned by Helm)", v.OldPVC, v.NewPVC, v.PV, v.Source, v.NewStatefulSet))
+		default:
 			claims = append(claims, fmt.Sprintf("%s -> %s on %s (%s)", v.OldPVC, v.NewPVC, v.PV, v.Source))
 		}
 	}
 	for _, s := range p.Secrets {
 		secrets = append(secrets, s.Old+" -> "+s.New)
 	}
+	claimDeletes := ""
+	if len(p.ClaimDeletes) > 0 {
+		claimDeletes = "; then, once the old StatefulSets are gone, delete the StatefulSet claims it leaves behind, each by its uid: " +
+			strings.Join(p.ClaimDeletes, ", ")
+	}
 	retainStep := "make sure every bound PV is Retain: all are"
 	if len(retain) > 0 {
 		retainStep = "patch these PVs to reclaimPolicy Retain (asks first): " + strings.Join(retain, ", ")
 	}
 	return []string{
-		"1. " + StepBackup + ": write the Secrets and the PVC and PV definitions to the backup directory",
+		"1. " + StepBackup + ": write the Secrets and the PVC and PV definitions (StatefulSet claims included) to the backup directory",
 		"2. " + StepRetain + ": " + retainStep,
-		fmt.Sprintf("3. %s: helm uninstall %s (deletes %d object(s), keeps %d; listed above)", StepUninstall, p.Release, len(p.Deletes), len(p.Kept)),
+		fmt.Sprintf("3. %s: helm uninstall %s (deletes %d object(s), keeps %d; listed above)%s", StepUninstall, p.Release, len(p.Deletes), len(p.Kept), claimDeletes),
 		"4. " + StepClaimRefs + ": free each retained PV of its old claim and reserve it for the new one",
-		"5. " + StepPVCs + ": pre-create the new claims bound to the retained PVs, owned by release " + p.NewRelease + ": " + orNone(claims),
+		"5. " + StepPVCs + ": pre-create the new claims bound to the retained PVs (the chart's claims owned by release " + p.NewRelease +
+			", StatefulSet claims left to their StatefulSet, which takes them by name): " + orNone(claims),
 		"6. " + StepSecrets + ": restore the Secrets under the names the new chart renders: " + orNone(secrets),
 		fmt.Sprintf("7. %s: helm install %s %s-%s", StepInstall, p.NewRelease, p.NewChart, p.NewChartVersion),
 		"8. " + StepVerify + ": every new claim is Bound to its old PV (same name, uid and volume source) and every restored Secret holds the same data",
