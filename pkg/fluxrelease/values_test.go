@@ -45,7 +45,9 @@ func TestValues(t *testing.T) {
 	tgt := func(p string) func(*helmv2.ValuesReference) {
 		return func(r *helmv2.ValuesReference) { r.TargetPath = p }
 	}
-	key := func(k string) func(*helmv2.ValuesReference) { return func(r *helmv2.ValuesReference) { r.ValuesKey = k } }
+	key := func(k string) func(*helmv2.ValuesReference) {
+		return func(r *helmv2.ValuesReference) { r.ValuesKey = k }
+	}
 	opt := func(r *helmv2.ValuesReference) { r.Optional = true }
 	lit := func(r *helmv2.ValuesReference) { r.Literal = true }
 
