@@ -115,7 +115,9 @@ func TestGateValuesFrom(t *testing.T) {
 		return r
 	}
 	cm := helmv2.ValuesReference{Kind: "ConfigMap", Name: "widget-defaults"}
-	key := func(k string) func(*helmv2.ValuesReference) { return func(r *helmv2.ValuesReference) { r.ValuesKey = k } }
+	key := func(k string) func(*helmv2.ValuesReference) {
+		return func(r *helmv2.ValuesReference) { r.ValuesKey = k }
+	}
 	migrate := []string{"stored versions of " + widgets + " are dropped by the incoming chart and must be migrated first"}
 
 	var outputs []string // every denial the API server returned
