@@ -19,6 +19,7 @@ func main() {
 	objects := flag.Int("objects", 2000, "check: HelmRepository objects to count")
 	n := flag.Int("n", 20000, "migrate: objects stored at the old version")
 	concurrency := flag.Int("concurrency", 4, "migrate: patch concurrency for the raw loop and migrate --qps 0")
+	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
 	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d (c runs at the default 100 QPS: slow for large -n)")
 	flag.Parse()
 	mode := flag.Arg(0)
@@ -30,14 +31,14 @@ func main() {
 			err = benchMigrate(ctx, *n, *concurrency, *cases)
 		}
 		if err == nil {
-			err = benchGate(ctx, *rounds)
+			err = benchGate(ctx, *rounds, *gateCache)
 		}
 	case "check":
 		err = benchCheck(ctx, *rounds, *objects)
 	case "migrate":
 		err = benchMigrate(ctx, *n, *concurrency, *cases)
 	case "gate":
-		err = benchGate(ctx, *rounds)
+		err = benchGate(ctx, *rounds, *gateCache)
 	case "raw":
 		err = rawLoop(ctx, flag.Args()[1:])
 	default:

@@ -59,7 +59,7 @@ type decision struct {
 
 func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) decision {
 	res, err := runWithin(ctx, func(ctx context.Context) (*fluxrelease.Result, error) {
-		return fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: hr, Reader: g.reader, Local: g.local, Settings: g.settings})
+		return fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: hr, Reader: g.reader, Local: g.local, Settings: g.settings, Cache: g.cache})
 	})
 	subjectHR := fmt.Sprintf("HelmRelease %s/%s", hr.Namespace, hr.Name)
 	var unsupported *fluxrelease.UnsupportedError

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -38,6 +39,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 )
 
@@ -59,6 +61,16 @@ type Options struct {
 	// retried once the gate can check it. This is the gate's own policy; the
 	// webhook's failurePolicy covers the gate being unreachable.
 	AllowOnError bool
+	// IndexTTL is how long a repository index (or an OCI tag's resolution) is reused
+	// between decisions, so a semver range picks up a new chart version at most this
+	// late. Default 1 minute. Charts of an exact resolved version are kept regardless.
+	IndexTTL time.Duration
+	// ChartCacheSize bounds how many chart archives the gate keeps between decisions
+	// (least recently used go first). Default 64; negative keeps none and fetches every
+	// chart and index on every decision.
+	ChartCacheSize int
+	// Clock is the clock of the index TTL, for tests. Default: the real clock.
+	Clock clock.PassiveClock
 }
 
 // Outcomes, the values of metrics.GateDecisions' outcome label.
@@ -96,6 +108,7 @@ type Gate struct {
 	recorder  events.EventRecorder
 	settings  *cli.EnvSettings
 	opts      Options
+	cache     *chartsource.Cache
 	annotator *annotator
 }
 
@@ -117,8 +130,12 @@ func New(reader client.Reader, writer client.Client, local *rest.Config, recorde
 	s.RepositoryConfig = filepath.Join(o.HelmCacheDir, "repositories.yaml")
 	s.RegistryConfig = filepath.Join(o.HelmCacheDir, "registry", "config.json")
 	s.ContentCache = filepath.Join(o.HelmCacheDir, "content")
-	return &Gate{reader: reader, writer: writer, local: local, recorder: recorder, settings: s, opts: o,
-		annotator: newAnnotator(writer)}, nil
+	g := &Gate{reader: reader, writer: writer, local: local, recorder: recorder, settings: s, opts: o,
+		annotator: newAnnotator(writer)}
+	if o.ChartCacheSize >= 0 {
+		g.cache = chartsource.NewCache(chartsource.CacheOptions{IndexTTL: o.IndexTTL, MaxCharts: o.ChartCacheSize, Clock: o.Clock})
+	}
+	return g, nil
 }
 
 // Handle decides one HelmRelease UPDATE.

@@ -48,6 +48,10 @@ type Options struct {
 	InsecureSkipTLSVerify     bool
 	PlainHTTP                 bool
 	PassCredentialsAll        bool
+	// CredentialsID names the credentials above for Cache, for example a Secret's
+	// namespace, name, UID and resourceVersion. It must change when they change and must
+	// never hold them. With credentials and no CredentialsID, nothing is cached.
+	CredentialsID string
 
 	// ReleaseName and Namespace are the .Release values templates see.
 	ReleaseName string
@@ -60,13 +64,16 @@ type Options struct {
 
 	// Settings carries Helm's cache and config paths. Nil uses the HELM_* environment.
 	Settings *cli.EnvSettings
+	// Cache, when set, keeps remote charts and repository indexes between calls of Load.
+	Cache *Cache
 }
 
 // Chart is a loaded and rendered chart.
 type Chart struct {
 	Name    string
 	Version string
-	// Path is where the chart was loaded from (a cached download for remote sources).
+	// Path is where the chart was loaded from (a cached download for remote sources);
+	// empty when it came from a Cache.
 	Path  string
 	Chart *chart.Chart
 	// Manifest is the rendered non-hook manifest.
@@ -96,6 +103,15 @@ func Load(ctx context.Context, o Options) (*Chart, error) {
 		return nil, &LoadError{Ref: "(none)", Step: "locate", Err: errors.New("no chart given: pass --chart with a directory, .tgz, repo/name or oci:// reference")}
 	}
 	settings := o.settings()
+	if o.Cache != nil {
+		if _, ok := o.cacheable(); ok {
+			ch, err := o.Cache.fetch(o, settings)
+			if err != nil {
+				return nil, err
+			}
+			return o.render(ctx, settings, "", ch)
+		}
+	}
 	path, err := o.Locate(settings)
 	if err != nil {
 		return nil, err

@@ -32,6 +32,8 @@ type Request struct {
 	Local *rest.Config
 	// Settings carries Helm's cache paths for fetching charts. Nil uses HELM_*.
 	Settings *cli.EnvSettings
+	// Cache, when set, keeps fetched charts and repository indexes between checks.
+	Cache *chartsource.Cache
 }
 
 // Result is the prediction with what it was made from.
@@ -109,7 +111,7 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 
 	src.ReleaseName, src.Namespace = res.Release, hr.GetReleaseNamespace()
 	src.KubeVersion, src.IsUpgrade = kubeVersion, current != nil
-	src.BaseValues, src.Settings = values, req.Settings
+	src.BaseValues, src.Settings, src.Cache = values, req.Settings, req.Cache
 	ch, err := chartsource.Load(ctx, src)
 	if err != nil {
 		return nil, err

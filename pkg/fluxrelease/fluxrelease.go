@@ -138,11 +138,11 @@ func templateSource(ctx context.Context, r Reader, hr *helmv2.HelmRelease) (char
 		o.Ref, o.RepoURL = spec.Chart, repo.Spec.URL
 	}
 	if repo.Spec.SecretRef != nil {
-		user, pass, err := basicAuth(ctx, r, ns, repo.Spec.SecretRef.Name)
+		user, pass, id, err := basicAuth(ctx, r, ns, repo.Spec.SecretRef.Name)
 		if err != nil {
 			return chartsource.Options{}, fmt.Errorf("HelmRepository %s/%s: %w", ns, ref.Name, err)
 		}
-		o.Username, o.Password = user, pass
+		o.Username, o.Password, o.CredentialsID = user, pass, id
 	}
 	return o, nil
 }
@@ -174,16 +174,19 @@ func chartRefSource(ctx context.Context, r Reader, hr *helmv2.HelmRelease) (char
 	return o, nil
 }
 
-func basicAuth(ctx context.Context, r Reader, ns, name string) (user, pass string, err error) {
+// basicAuth reads the Secret's username and password, and an identity for them (the
+// Secret's namespace, name, UID and resourceVersion) that changes whenever they may have
+// changed, for keying caches without holding the credentials.
+func basicAuth(ctx context.Context, r Reader, ns, name string) (user, pass, id string, err error) {
 	var s corev1.Secret
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &s); err != nil {
-		return "", "", fmt.Errorf("secretRef %s: %w", name, err)
+		return "", "", "", fmt.Errorf("secretRef %s: %w", name, err)
 	}
 	user, pass = string(s.Data["username"]), string(s.Data["password"])
 	if user == "" || pass == "" {
-		return "", "", fmt.Errorf("secretRef %s has no username and password keys: the gate supports basic auth only", name)
+		return "", "", "", fmt.Errorf("secretRef %s has no username and password keys: the gate supports basic auth only", name)
 	}
-	return user, pass, nil
+	return user, pass, fmt.Sprintf("Secret %s/%s uid=%s resourceVersion=%s", ns, name, s.UID, s.ResourceVersion), nil
 }
 
 // Target returns the REST config of the cluster helm-controller installs to: the

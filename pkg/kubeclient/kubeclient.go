@@ -1,22 +1,29 @@
 // Package kubeclient owns building the set of API clients upgradeguard's operations share
-// from one REST config: CRDs, object metadata, discovery and Leases. Operations take the
-// narrow interfaces they need from it.
+// from one REST config: core, CRDs, object metadata, discovery, a REST mapper and Leases.
+// Operations take the narrow interfaces they need from it.
 package kubeclient
 
 import (
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/kubernetes"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 )
 
 // Clients are the API clients built from one config.
 type Clients struct {
+	Kube      kubernetes.Interface
 	CRDs      apiextclient.Interface
 	Metadata  metadata.Interface
 	Discovery discovery.DiscoveryInterface
-	Leases    coordclient.CoordinationV1Interface
+	// Mapper maps kinds to resources through cached discovery, refreshed on a miss.
+	Mapper meta.RESTMapper
+	Leases coordclient.CoordinationV1Interface
 }
 
 // New builds the clients. Deprecated-version warnings are dropped: operations that touch
@@ -24,6 +31,10 @@ type Clients struct {
 func New(cfg *rest.Config) (*Clients, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.WarningHandler = rest.NoWarnings{}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	crds, err := apiextclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -36,9 +47,6 @@ func New(cfg *rest.Config) (*Clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	leases, err := coordclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Clients{CRDs: crds, Metadata: md, Discovery: disco, Leases: leases}, nil
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
+	return &Clients{Kube: kube, CRDs: crds, Metadata: md, Discovery: disco, Mapper: mapper, Leases: kube.CoordinationV1()}, nil
 }

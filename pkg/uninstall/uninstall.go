@@ -18,20 +18,16 @@ import (
 	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
 // DefaultHelmVersion is the Helm version a verdict assumes when none is given: the
@@ -51,37 +47,10 @@ const (
 )
 
 // Clients are the API clients Check and Backup use.
-type Clients struct {
-	Kube      kubernetes.Interface
-	Metadata  metadata.Interface
-	CRDs      apiextclient.Interface
-	Discovery discovery.DiscoveryInterface
-	Mapper    meta.RESTMapper
-}
+type Clients = kubeclient.Clients
 
 // NewClients builds the clients from one REST config.
-func NewClients(cfg *rest.Config) (*Clients, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.WarningHandler = rest.NoWarnings{}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	crds, err := apiextclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
-	return &Clients{Kube: cs, Metadata: md, CRDs: crds, Discovery: disco, Mapper: mapper}, nil
-}
+func NewClients(cfg *rest.Config) (*Clients, error) { return kubeclient.New(cfg) }
 
 // Options name the release and the Helm that will uninstall it.
 type Options struct {
