@@ -12,7 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
@@ -98,7 +100,13 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	if o.allNamespaces {
 		opts.Namespace = ""
 	}
-	src := audit.Sources{Dynamic: dyn, Metadata: md, Leases: clients.Leases, Releases: audit.HelmStorage{Clientset: conn.clientset, Driver: o.helmDriver}}
+	// spec.valuesFrom names ConfigMaps and Secrets: read them as helm-controller does.
+	objects, err := client.New(conn.config, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		return couldNot("build client: %v", err)
+	}
+	src := audit.Sources{Dynamic: dyn, Metadata: md, Leases: clients.Leases, Releases: audit.HelmStorage{Clientset: conn.clientset, Driver: o.helmDriver},
+		Objects: objects}
 	rep, err := audit.Run(ctx, src, opts)
 	if err != nil {
 		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {

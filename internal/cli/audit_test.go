@@ -8,7 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -21,7 +27,8 @@ import (
 func TestAuditCommand(t *testing.T) {
 	needCluster(t)
 	own := testenv.ForTest(t)
-	if err := own.AuditScenario(t.Context(), t.TempDir()); err != nil {
+	charts := t.TempDir()
+	if err := own.AuditScenario(t.Context(), charts); err != nil {
 		t.Fatal(err)
 	}
 	ugOwn := func(args ...string) result {
@@ -79,6 +86,42 @@ func TestAuditCommand(t *testing.T) {
 	r = ugOwn("audit", "-n", "kro", "--registry", reg)
 	if r.code != cli.ExitSafe || !strings.Contains(r.stdout, "upgrade    protected by upstream hook in-house-migrate") || !strings.Contains(r.stdout, "Coverage: 1/1") {
 		t.Errorf("kro with a registry file: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// spec.valuesFrom: the command reads the Secret and composes the values as
+	// helm-controller does, so the hook that the stored values leave off is seen on.
+	const sentinel = "SENTINEL-a11d17"
+	ctx := t.Context()
+	cs := kubernetes.NewForConfigOrDie(own.Config)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vf"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Secrets("vf").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "flux-values"},
+		StringData: map[string]string{"values.yaml": "crds: {migration: {enabled: true}}\ntoken: " + sentinel + "\n"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+		"metadata": map[string]any{"namespace": "vf", "name": "flux2"},
+		"spec": map[string]any{"interval": "10m", "valuesFrom": []any{map[string]any{"kind": "Secret", "name": "flux-values"}},
+			"chart": map[string]any{"spec": map[string]any{"chart": "flux2", "sourceRef": map[string]any{"kind": "HelmRepository", "name": "charts"}}}},
+	}}
+	if _, err := dynamic.NewForConfigOrDie(own.Config).Resource(helmv2.GroupVersion.WithResource("helmreleases")).Namespace("vf").Create(ctx, hr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := own.Helm("install", "flux2", filepath.Join(charts, "flux2"), "-n", "vf", "--no-hooks", "--take-ownership").CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	r = ugOwn("audit", "-n", "vf", "-o", "json")
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, r.stderr)
+	}
+	if len(rep.Releases) != 1 || !rep.Releases[0].Upgrade.Protected ||
+		rep.Releases[0].ValuesSource != "HelmRelease values composed as helm-controller does from Secret vf/flux-values key values.yaml, then spec.values" {
+		t.Errorf("-n vf with valuesFrom: %+v", rep.Releases)
+	}
+	if strings.Contains(r.stdout+r.stderr, sentinel) {
+		t.Error("Secret content in the audit output")
 	}
 }
 

@@ -23,3 +23,7 @@ package controller
 // repository credentials, and Helm's release storage (sh.helm.release.v1.* Secrets, listed
 // by label in the release namespace).
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list
+
+// ConfigMaps and Secrets that a HelmRelease's spec.valuesFrom names: the gate composes the
+// values as helm-controller does (it reads only the named objects, with get).
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get

@@ -32,6 +32,9 @@ const (
 const (
 	ReasonNotChecked = "NotChecked"
 	ReasonCheckError = "CheckFailed"
+	// ReasonValuesError is the event reason when a spec.valuesFrom reference cannot be
+	// resolved (helm-controller's own reason for that failure).
+	ReasonValuesError = "ValuesError"
 )
 
 const (
@@ -60,7 +63,14 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) 
 	})
 	subjectHR := fmt.Sprintf("HelmRelease %s/%s", hr.Namespace, hr.Name)
 	var unsupported *fluxrelease.UnsupportedError
+	var values *fluxrelease.ValuesError
 	switch {
+	case errors.As(err, &values):
+		// helm-controller would fail the release with ValuesError: the change cannot
+		// succeed as it stands, whether or not the gate runs with AllowOnError.
+		msg := fmt.Sprintf("upgradeguard denied the chart change of %s (%s): its values cannot be composed as helm-controller composes them. %v; then re-apply the change (Flux retries on its next reconcile)",
+			subjectHR, fluxrelease.Describe(hr), err)
+		return decision{outcome: OutcomeBlocked, message: msg, reason: ReasonValuesError, chart: fluxrelease.Describe(hr), noState: true}
 	case errors.As(err, &unsupported):
 		msg := fmt.Sprintf("upgradeguard did not check the chart change of %s: %s", subjectHR, unsupported.Reason)
 		return decision{outcome: OutcomeAdmitted, allowed: true, message: msg, warnings: []string{msg}, reason: "ChartChangeNotChecked",
@@ -74,6 +84,9 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) 
 	what := fmt.Sprintf("%s of release %s/%s to chart %s %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.Version)
 	if res.CurrentVersion != "" {
 		what = fmt.Sprintf("%s of release %s/%s from chart %s %s to %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.CurrentVersion, res.Version)
+	}
+	if len(hr.Spec.ValuesFrom) > 0 {
+		what += " (rendered with values from " + fluxrelease.ValuesSources(hr) + ")"
 	}
 	if len(res.RemediationRisk) > 0 {
 		d.warnings = append(d.warnings, fmt.Sprintf("if this upgrade fails after applying its CRDs, helm-controller's rollback remediation would be rejected on %s (the older chart lacks the new storage version); consider spec.upgrade.remediation.retries: 0 for this upgrade, and a reverse migration (upgradeguard migrate --rollback) before any rollback",

@@ -10,12 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
-	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -42,6 +44,25 @@ type suite struct {
 	repoURL string // HTTP chart repository
 	ociHost string // OCI registry host:port
 	charts  map[string]string
+	logs    logBuffer
+}
+
+// logBuffer keeps every log line the suite's processes write.
+type logBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *logBuffer) write(line string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, line)
+}
+
+func (b *logBuffer) all() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Join(b.lines, "\n")
 }
 
 var s suite
@@ -87,7 +108,9 @@ var fixtureCharts = []struct {
 }
 
 func setup() (stop func(), err error) {
-	ctrllog.SetLogger(logr.Discard())
+	// Every log line of the manager, the webhook and the libraries it calls, so a test
+	// can assert what never appears in them.
+	ctrllog.SetLogger(funcr.New(func(prefix, args string) { s.logs.write(prefix + " " + args) }, funcr.Options{Verbosity: 10}))
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -132,6 +155,9 @@ func setup() (stop func(), err error) {
 			return stop, err
 		}
 		s.charts[fc.name+"-"+fc.version] = tgz
+	}
+	if err := widgetCharts(filepath.Join(dir, "src"), repoDir); err != nil {
+		return stop, err
 	}
 	url, stopRepo, err := testenv.ServeRepo(repoDir)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/registry"
 )
@@ -21,6 +22,10 @@ type input struct {
 	rel *release.Release
 	// note says why rel is missing for a HelmRelease.
 	note string
+	// composed are the values composed from spec.valuesFrom and spec.values (nil: not
+	// resolved); valuesErr says why they could not be.
+	composed  map[string]any
+	valuesErr string
 }
 
 // judge holds what every release is judged against.
@@ -76,6 +81,9 @@ func (j *judge) evaluate(in input) (Release, error) {
 	// Values: only the registry's keys are ever looked up.
 	user, chartDefaults, source := values(in)
 	out.ValuesSource = source
+	if in.valuesErr != "" {
+		out.Notes = append(out.Notes, "spec.valuesFrom could not be resolved, so the values may differ from what helm-controller installs: "+in.valuesErr)
+	}
 
 	hooksOff := map[registry.Hook]bool{}
 	if in.hr != nil {
@@ -175,10 +183,17 @@ func values(in input) (user, chartDefaults map[string]any, source string) {
 	if in.rel != nil && in.rel.Chart != nil {
 		chartDefaults = in.rel.Chart.Values
 	}
+	from := in.hr != nil && len(in.hr.Spec.ValuesFrom) > 0
 	switch {
-	case in.hr != nil && len(in.hr.Spec.ValuesFrom) > 0 && in.rel != nil:
+	case from && in.composed != nil:
+		return in.composed, chartDefaults, "HelmRelease values composed as helm-controller does from " + fluxrelease.ValuesSources(in.hr)
+	case from && in.valuesErr != "" && in.rel != nil:
+		return in.rel.Config, chartDefaults, fmt.Sprintf("stored revision %d (spec.valuesFrom could not be resolved: %s)", in.rel.Version, in.valuesErr)
+	case from && in.valuesErr != "":
+		return in.hr.GetValues(), chartDefaults, fmt.Sprintf("HelmRelease spec.values only (spec.valuesFrom could not be resolved: %s)", in.valuesErr)
+	case from && in.rel != nil:
 		return in.rel.Config, chartDefaults, fmt.Sprintf("stored revision %d (spec.valuesFrom is not resolved; Flux composed these values at the last release)", in.rel.Version)
-	case in.hr != nil && len(in.hr.Spec.ValuesFrom) > 0:
+	case from:
 		return in.hr.GetValues(), chartDefaults, "HelmRelease spec.values (spec.valuesFrom is not resolved: keys set there are missed)"
 	case in.hr != nil:
 		return in.hr.GetValues(), chartDefaults, "HelmRelease spec.values"

@@ -47,6 +47,7 @@ func sources(t *testing.T) audit.Sources {
 		Metadata: metadata.NewForConfigOrDie(cp.Config),
 		Leases:   cs.CoordinationV1(),
 		Releases: audit.HelmStorage{Clientset: cs},
+		Objects:  objects(t),
 	}
 }
 

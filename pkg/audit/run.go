@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/registry"
 )
@@ -67,6 +68,10 @@ type Sources struct {
 	Metadata metadata.Interface
 	Leases   coordclient.LeasesGetter
 	Releases ReleaseSource
+	// Objects reads the ConfigMaps and Secrets a HelmRelease's spec.valuesFrom names, so
+	// the values are composed as helm-controller composes them. Nil leaves valuesFrom
+	// unresolved: the stored revision's values are used instead.
+	Objects fluxrelease.Reader
 }
 
 // Options choose what is audited.
@@ -107,6 +112,12 @@ func Run(ctx context.Context, src Sources, o Options) (*Report, error) {
 	inputs, err := join(ctx, src.Releases, o.Namespace, hrs, rels)
 	if err != nil {
 		return nil, err
+	}
+
+	if src.Objects != nil {
+		if err := composeValues(ctx, src.Objects, inputs); err != nil {
+			return nil, err
+		}
 	}
 
 	j := &judge{reg: o.Registry}
@@ -325,4 +336,27 @@ func join(ctx context.Context, src ReleaseSource, ns string, hrs []*helmv2.HelmR
 // isAbsent is true when a resource type is not served: its CRD is not installed.
 func isAbsent(err error) bool {
 	return err != nil && (apierrors.IsNotFound(err) || meta.IsNoMatchError(err))
+}
+
+// composeValues resolves spec.valuesFrom for the HelmReleases that set it. A reference
+// helm-controller could not resolve either, or one the audit may not read, is not fatal:
+// that release falls back to its stored values and says why (the message names the
+// reference, never its content).
+func composeValues(ctx context.Context, r fluxrelease.Reader, inputs []input) error {
+	for i := range inputs {
+		in := &inputs[i]
+		if in.hr == nil || len(in.hr.Spec.ValuesFrom) == 0 {
+			continue
+		}
+		v, err := fluxrelease.Values(ctx, r, in.hr)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			in.valuesErr = err.Error()
+			continue
+		}
+		in.composed = v
+	}
+	return nil
 }

@@ -65,10 +65,18 @@ type Result struct {
 
 // Check resolves the incoming chart and the target, reads the release's current
 // revision from Helm storage on the target, and predicts the change with package check.
-// It only reads. An *UnsupportedError means the source or target is not one the gate
+// The chart is rendered with the values helm-controller would compose (Values). It only
+// reads. A *ValuesError means helm-controller would fail the release on a spec.valuesFrom
+// reference. An *UnsupportedError means the source or target is not one the gate
 // resolves; any other error means the prediction could not run.
 func Check(ctx context.Context, req Request) (*Result, error) {
 	hr := req.HelmRelease
+	// helm-controller composes the values before it loads the chart, and fails the
+	// release on a reference it cannot resolve: so does the prediction.
+	values, err := Values(ctx, req.Reader, hr)
+	if err != nil {
+		return nil, err
+	}
 	src, err := Source(ctx, req.Reader, hr)
 	if err != nil {
 		return nil, err
@@ -103,7 +111,7 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 
 	src.ReleaseName, src.Namespace = res.Release, hr.GetReleaseNamespace()
 	src.KubeVersion, src.IsUpgrade = kubeVersion, current != nil
-	src.BaseValues, src.Settings, src.Cache = hr.GetValues(), req.Settings, req.Cache
+	src.BaseValues, src.Settings, src.Cache = values, req.Settings, req.Cache
 	ch, err := chartsource.Load(ctx, src)
 	if err != nil {
 		return nil, err

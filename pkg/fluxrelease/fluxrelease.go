@@ -2,7 +2,9 @@
 // chart an update asks for (HelmRepository over HTTP or OCI, or an OCIRepository through
 // spec.chartRef, honouring semver ranges), which cluster it installs to
 // (spec.kubeConfig.secretRef or the local one), which Helm release and storage namespace it
-// owns, and whether an update is an upgrade or a move back to an older chart. Check joins
+// owns, which values it installs with (spec.valuesFrom then spec.values, composed as
+// helm-controller composes them), and whether an update is an upgrade or a move back to an
+// older chart. Check joins
 // these with package check, so the admission gate and any other caller predict a
 // HelmRelease change exactly as `upgradeguard check` predicts a helm upgrade or rollback.
 package fluxrelease
