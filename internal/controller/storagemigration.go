@@ -226,7 +226,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	case res.Status == migrate.Migrated || res.Status == migrate.AlreadyMigrated:
 		rp.Phase, rp.Continue, rp.CompletionTime = v1alpha1.PhaseSucceeded, "", ptrTime(metav1.Now())
 		metrics.Migrations.WithLabelValues(metrics.ResultSucceeded).Inc()
-		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventMigrated, "Migrate",
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventMigrated, action(rp.Name),
 			"%s: %d objects, %d rewritten at %s; storedVersions %v -> %v", rp.Name, rp.Objects, rp.Rewritten, storage, rp.StoredVersionsBefore, rp.StoredVersionsAfter)
 	case !partial:
 		rp.Phase = v1alpha1.PhaseFailed
@@ -237,7 +237,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	default:
 		// The deadline ended the attempt with every object so far migrated: resume.
 		metrics.Migrations.WithLabelValues(metrics.ResultPartial).Inc()
-		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventPartial, "Migrate",
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventPartial, action(rp.Name),
 			"%s: %d objects so far; %s", rp.Name, rp.Objects, res.Message)
 	}
 	return res, 0, r.saveStatus(ctx, sm)
@@ -365,3 +365,14 @@ func rateLimit(cfg *rest.Config, r v1alpha1.RateSettings) *rest.Config {
 }
 
 func ptrTime(t metav1.Time) *metav1.Time { return &t }
+
+// action names a per-CRD event's action. The events API folds events with the same
+// object, reason and action into one series that keeps the first note, so the CRD goes
+// into the action (at most 128 characters).
+func action(crd string) string {
+	a := "Migrate " + crd
+	if len(a) > 128 {
+		a = a[:128]
+	}
+	return a
+}

@@ -62,7 +62,11 @@ func (g *Gate) record(old *helmv2.HelmRelease, d decision) {
 			note += ". Warning: " + w
 		}
 	}
-	g.recorder.Eventf(old, nil, typ, d.reason, "Gate", "%s", truncate(note, 1000))
+	// The events API folds events with the same regarding object, reason and action into
+	// one series that keeps the first note; a denied update leaves the HelmRelease's
+	// resourceVersion as it was, so the chart goes into the action to keep each chart
+	// change's decision readable.
+	g.recorder.Eventf(old, nil, typ, d.reason, truncate("Gate "+d.chart, 128), "%s", truncate(note, 1000))
 
 	prev := ParseState(old)
 	next := State{Decision: d.outcome, Operation: string(d.operation), Chart: d.chart, StorageMigration: d.migration, Message: d.message,
