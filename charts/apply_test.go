@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corev1apply "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -214,7 +217,7 @@ func TestWebhookConfigurationOnAPIServer(t *testing.T) {
 	if _, err := c.cs.CoreV1().Namespaces().Apply(ctx, applyNamespace("apps", nil), metav1.ApplyOptions{FieldManager: fieldManager}); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []*unstructured.Unstructured{hr("apps", "app"), hr(ns, "self")} {
+	for _, o := range []*unstructured.Unstructured{hr("apps", "app"), hr(ns, "self"), hr("apps", "probe")} {
 		if _, err := c.dyn.Resource(gvr).Namespace(o.GetNamespace()).Create(ctx, o, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create HelmRelease %s/%s (CREATE is not gated): %v", o.GetNamespace(), o.GetName(), err)
 		}
@@ -232,6 +235,17 @@ func TestWebhookConfigurationOnAPIServer(t *testing.T) {
 		unversion  = `{"spec":{"chart":{"spec":{"version":null}}}}`
 		webhookErr = `failed calling webhook "helmrelease.upgradeguard.io"`
 	)
+	// The API server loads a new webhook configuration from its informer, a moment after
+	// it is applied: wait until a chart change on a probe release reaches the webhook.
+	attempt := 0
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		attempt++ // a new version each time: an admitted probe must not make the next one a no-op
+		err := patch("apps", "probe", `{"spec":{"chart":{"spec":{"version":"7.0.`+strconv.Itoa(attempt)+`"}}}}`)
+		return err != nil && strings.Contains(err.Error(), webhookErr), nil
+	})
+	if err != nil {
+		t.Fatalf("the webhook configuration never took effect: %v", err)
+	}
 
 	// Fail (the default): changes other than the chart never reach the webhook.
 	for _, body := range []string{values, interval, `{"metadata":{"labels":{"team":"a"}}}`} {
@@ -258,10 +272,19 @@ func TestWebhookConfigurationOnAPIServer(t *testing.T) {
 		t.Errorf("chart change in the release namespace %s: %v; want it admitted", ns, err)
 	}
 
-	// Ignore: the same chart change goes through while the controller is down.
+	// Ignore: the same chart change goes through while the controller is down. The API
+	// server picks up the changed configuration from its informer, a moment later.
 	c.applyAll(t, render(t, release, ns, append(set, "webhook.failurePolicy=Ignore")...), ns)
-	if err := patch("apps", "app", version); err != nil {
-		t.Errorf("chart change with failurePolicy Ignore and the controller down: %v; want it admitted", err)
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		last = patch("apps", "app", version)
+		if last != nil && !strings.Contains(last.Error(), webhookErr) {
+			return false, last
+		}
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Errorf("chart change with failurePolicy Ignore and the controller down: %v (last: %v); want it admitted", err, last)
 	}
 }
 
