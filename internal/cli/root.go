@@ -55,12 +55,17 @@ func NewRootCmd(streams Streams) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "upgradeguard",
 		Short: "Make Helm and Flux upgrades, rollbacks and chart migrations safe",
-		Long: `upgradeguard predicts what a Helm or Flux upgrade or rollback will do to the CRDs
-on a cluster, before anyone presses the button, and names the exact fix.
+		Long: `upgradeguard predicts what a Helm or Flux upgrade, rollback, uninstall or chart
+migration will do to a cluster, before anyone presses the button, and names the exact fix.
 
-An upgrade fails mid-flight when its chart drops a CRD version that the live CRD still
-lists in status.storedVersions; a rollback fails the same way the other way round.
-'upgradeguard check' finds these cases and says which command fixes each one.
+CRD storage versions: an upgrade fails mid-flight when its chart drops a CRD version that
+the live CRD still lists in status.storedVersions; a rollback fails the same way the other
+way round. 'check' finds these cases, 'migrate' fixes them, 'controller' keeps a cluster
+migrated and gates Flux HelmReleases, 'audit' shows who protects each release.
+
+Release data safety: 'release uninstall-check', 'release apply-check', 'release
+diff-failed' and 'release migrate' (a guided chart-to-chart move that keeps volumes and
+credentials). 'slots' checks numbered migrations across release branches.
 
 Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`,
 		SilenceUsage:  true,
