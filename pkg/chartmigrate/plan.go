@@ -266,6 +266,15 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 			}
 		}
 		v.Kept = v.Kept || kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC == v.NewPVC
+		if v.Kept {
+			// A kept claim is never deleted, so execute leaves its volume's policy alone.
+			for i := range findings {
+				if findings[i].Check == CheckNotRetain && findings[i].Subject == "PersistentVolume/"+v.PV {
+					findings[i].Message = "reclaimPolicy is " + v.ReclaimPolicy + "; the claim " + v.OldPVC + " is kept as it is, so the migration does not put the data at risk"
+					findings[i].Remediation = "none needed for the migration; Retain protects against a later deletion of the claim"
+				}
+			}
+		}
 		if kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC != v.NewPVC {
 			findings = append(findings, Finding{Check: CheckKeptRenamed, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + v.OldPVC, Blocking: true,
 				Message:     "the uninstall keeps this claim, so it stays bound to " + v.PV + " and the new claim " + v.NewPVC + " cannot take the volume",
