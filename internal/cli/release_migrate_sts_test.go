@@ -74,14 +74,7 @@ spec:
 // PVs. A leftover claim of a higher ordinal, which the plan does not list, survives.
 func TestReleaseMigrateStatefulSet(t *testing.T) {
 	needCluster(t)
-	if err := cp.StartControllerManager(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.StopControllerManager(); err != nil {
-			t.Error(err)
-		}
-	})
+	cp.ControllerManagerForTest(t)
 	ctx := t.Context()
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	const ns = "migsts"
@@ -324,14 +317,7 @@ func ptr[T any](v T) *T { return &v }
 // the same PVs.
 func TestReleaseMigrateStatefulSetSameName(t *testing.T) {
 	needCluster(t)
-	if err := cp.StartControllerManager(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.StopControllerManager(); err != nil {
-			t.Error(err)
-		}
-	})
+	cp.ControllerManagerForTest(t)
 	ctx := t.Context()
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	const ns = "migsame"

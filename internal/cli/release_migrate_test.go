@@ -173,14 +173,7 @@ func namespaceObjects(t *testing.T, cs kubernetes.Interface, ns string) []string
 // list was deleted.
 func TestReleaseMigrate(t *testing.T) {
 	needCluster(t)
-	if err := cp.StartControllerManager(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.StopControllerManager(); err != nil {
-			t.Error(err)
-		}
-	})
+	cp.ControllerManagerForTest(t)
 	ctx := t.Context()
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	const ns = "mig"

@@ -2,11 +2,7 @@ package cli
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -94,19 +90,7 @@ func TestRenderApplyCheckGolden(t *testing.T) {
 			if err := renderApplyCheck(&buf, tc.format, tc.rep); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", tc.name)
-			if *update {
-				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./internal/cli -run TestRenderApplyCheckGolden -update)", err)
-			}
-			if diff := cmp.Diff(string(want), buf.String()); diff != "" {
-				t.Errorf("%s (-want +got):\n%s", tc.name, diff)
-			}
+			checkGolden(t, tc.name, buf.String())
 		})
 	}
 }

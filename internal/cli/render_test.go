@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,6 +16,24 @@ import (
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// checkGolden compares got with testdata/name; -update rewrites the file.
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./internal/cli -run %s -update)", err, strings.Split(t.Name(), "/")[0])
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", name, diff)
+	}
+}
 
 func goldenReport() *check.Report {
 	six, zero := int64(6), int64(0)
@@ -60,19 +79,7 @@ func TestRenderGolden(t *testing.T) {
 			if err := render(&buf, tc.format, tc.verbose, tc.rep); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", tc.name)
-			if *update {
-				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./internal/cli -run TestRenderGolden -update)", err)
-			}
-			if diff := cmp.Diff(string(want), buf.String()); diff != "" {
-				t.Errorf("%s (-want +got):\n%s", tc.name, diff)
-			}
+			checkGolden(t, tc.name, buf.String())
 		})
 	}
 }

@@ -2,11 +2,7 @@ package cli
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
@@ -79,19 +75,7 @@ func TestRenderUninstallCheckGolden(t *testing.T) {
 			if err := renderUninstallCheck(&buf, tc.format, tc.out); err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", tc.name)
-			if *update {
-				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test ./internal/cli -run TestRenderUninstallCheckGolden -update)", err)
-			}
-			if diff := cmp.Diff(string(want), buf.String()); diff != "" {
-				t.Errorf("%s (-want +got):\n%s", tc.name, diff)
-			}
+			checkGolden(t, tc.name, buf.String())
 		})
 	}
 }

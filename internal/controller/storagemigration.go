@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -270,20 +269,7 @@ func (r *StorageMigrationReconciler) target(ctx context.Context, sm *v1alpha1.St
 	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		return nil, fmt.Errorf("read kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
-	keys := []string{ref.Key}
-	if ref.Key == "" {
-		keys = []string{"value", "value.yaml"}
-	}
-	for _, k := range keys {
-		if data, ok := secret.Data[k]; ok {
-			cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
-			if err != nil {
-				return nil, fmt.Errorf("kubeconfig in Secret %s/%s key %s: %w", ref.Namespace, ref.Name, k, err)
-			}
-			return cfg, nil
-		}
-	}
-	return nil, fmt.Errorf("kubeconfig Secret %s/%s has no key %v: name the key in spec.kubeConfig.secretRef.key", ref.Namespace, ref.Name, keys)
+	return kubeclient.ConfigFromSecret(secret, ref.Key)
 }
 
 // syncResources makes status.resources follow spec.resources, keeping saved progress.

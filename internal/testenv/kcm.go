@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -174,4 +175,18 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// ControllerManagerForTest runs kube-controller-manager for the rest of the test and
+// stops it when the test ends.
+func (cp *ControlPlane) ControllerManagerForTest(t testing.TB) {
+	t.Helper()
+	if err := cp.StartControllerManager(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.StopControllerManager(); err != nil {
+			t.Error(err)
+		}
+	})
 }

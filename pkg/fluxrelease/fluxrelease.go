@@ -21,10 +21,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
 // Reader reads the HelmRelease's sources and Secrets on the cluster that holds it.
@@ -204,20 +204,9 @@ func Target(ctx context.Context, r Reader, hr *helmv2.HelmRelease, local *rest.C
 	if err := r.Get(ctx, types.NamespacedName{Namespace: hr.Namespace, Name: kc.SecretRef.Name}, &s); err != nil {
 		return nil, true, fmt.Errorf("kubeConfig Secret %s/%s: %w", hr.Namespace, kc.SecretRef.Name, err)
 	}
-	keys := []string{"value", "value.yaml"}
-	if kc.SecretRef.Key != "" {
-		keys = []string{kc.SecretRef.Key}
-	}
-	for _, k := range keys {
-		if data := s.Data[k]; len(data) > 0 {
-			cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
-			if err != nil {
-				return nil, true, fmt.Errorf("kubeConfig Secret %s/%s key %s is not a valid kubeconfig: %w", hr.Namespace, s.Name, k, err)
-			}
-			return cfg, true, nil
-		}
-	}
-	return nil, true, fmt.Errorf("kubeConfig Secret %s/%s has none of the keys %s", hr.Namespace, s.Name, strings.Join(keys, ", "))
+	s.Namespace = hr.Namespace
+	cfg, err = kubeclient.ConfigFromSecret(&s, kc.SecretRef.Key)
+	return cfg, true, err
 }
 
 // CRDPolicyCreateReplace reports whether the upgrade applies the chart's crds/ folder too

@@ -4,6 +4,10 @@
 package kubeclient
 
 import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
@@ -13,6 +17,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Clients are the API clients built from one config.
@@ -49,4 +54,27 @@ func New(cfg *rest.Config) (*Clients, error) {
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	return &Clients{Kube: kube, CRDs: crds, Metadata: md, Discovery: disco, Mapper: mapper, Leases: kube.CoordinationV1()}, nil
+}
+
+// KubeconfigKeys are the Secret keys a kubeconfig is looked up under when a reference
+// names none, as Flux does.
+var KubeconfigKeys = []string{"value", "value.yaml"}
+
+// ConfigFromSecret reads the kubeconfig in a Secret: under key, or under the first of
+// KubeconfigKeys present when key is empty. Errors name the Secret and key, never data.
+func ConfigFromSecret(s *corev1.Secret, key string) (*rest.Config, error) {
+	keys := KubeconfigKeys
+	if key != "" {
+		keys = []string{key}
+	}
+	for _, k := range keys {
+		if data := s.Data[k]; len(data) > 0 {
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+			if err != nil {
+				return nil, fmt.Errorf("kubeconfig Secret %s/%s key %s is not a valid kubeconfig: %w", s.Namespace, s.Name, k, err)
+			}
+			return cfg, nil
+		}
+	}
+	return nil, fmt.Errorf("kubeconfig Secret %s/%s has none of the keys %s: name the key in the reference", s.Namespace, s.Name, strings.Join(keys, ", "))
 }
