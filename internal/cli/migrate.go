@@ -139,6 +139,12 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 	for _, t := range targets {
 		res, err := m.Migrate(ctx, t, o.opts)
 		progress.finish()
+		// A chart upgrade applied during the run: start over, a bounded number of times.
+		for restarts := 0; err == nil && res.Restart && restarts < maxRestarts; restarts++ {
+			fmt.Fprintf(streams.ErrOut, "%s: %s; starting over\n", t.Name, res.Message)
+			res, err = m.Migrate(ctx, t, o.opts)
+			progress.finish()
+		}
 		if err != nil {
 			return classify(err, conn)
 		}
@@ -157,6 +163,9 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 	}
 	return nil
 }
+
+// maxRestarts bounds how often migrate starts a CRD over because it changed during the run.
+const maxRestarts = 2
 
 // targets resolves the selection flags into CRDs to migrate, and the findings that no
 // migration can fix (a bridge without a storage switch).

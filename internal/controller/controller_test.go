@@ -116,9 +116,9 @@ func startController(t *testing.T, user string, o controller.Options) (stop func
 	return stop
 }
 
-func storedVersions(t *testing.T, e env, name string) []string {
+func helmreposStoredVersions(t *testing.T, e env) []string {
 	t.Helper()
-	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, name, metav1.GetOptions{})
+	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, helmrepos, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestProactiveAfterStorageSwitch(t *testing.T) {
 	apply(t, e, "charts/flux2-2.17.2/rendered/crds.yaml")
 	switched := time.Now()
 	waitFor(t, 30*time.Second, "storedVersions [v1]", func() (bool, error) {
-		return slices.Equal(storedVersions(t, e, helmrepos), []string{"v1"}), nil
+		return slices.Equal(helmreposStoredVersions(t, e), []string{"v1"}), nil
 	})
 	t.Logf("storedVersions pruned %v after the storage switch", time.Since(switched).Round(10*time.Millisecond))
 
@@ -254,7 +254,7 @@ func TestResumeAfterRestart(t *testing.T) {
 	if sm.Status.Phase != v1alpha1.PhaseRunning || saved.Continue == "" || saved.Objects >= n {
 		t.Fatalf("after the stop: phase %s, progress %+v; want Running with a saved token", sm.Status.Phase, saved)
 	}
-	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1beta2", "v1"}) {
+	if got := helmreposStoredVersions(t, e); !slices.Equal(got, []string{"v1beta2", "v1"}) {
 		t.Fatalf("storedVersions %v after a stopped run, want untouched", got)
 	}
 
@@ -264,7 +264,7 @@ func TestResumeAfterRestart(t *testing.T) {
 		err := e.c.Get(e.ctx, client.ObjectKey{Name: "resume"}, sm)
 		return err == nil && sm.Status.Phase == v1alpha1.PhaseSucceeded, err
 	})
-	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1"}) {
+	if got := helmreposStoredVersions(t, e); !slices.Equal(got, []string{"v1"}) {
 		t.Errorf("storedVersions %v, want [v1]", got)
 	}
 	rp := sm.Status.Resources[0]
@@ -287,6 +287,77 @@ func TestResumeAfterRestart(t *testing.T) {
 	if slices.ContainsFunc(lists, func(u string) bool { return !strings.Contains(u, "continue=") }) {
 		t.Errorf("the resumed controller listed from the start: %v", lists)
 	}
+}
+
+// TestRestartWhenCRDChanges: a chart upgrade changes the CRD while a migration runs. The
+// attempt does not prune storedVersions; the next one starts over on its own and
+// finishes, with an event and the restarted metric saying so.
+func TestRestartWhenCRDChanges(t *testing.T) {
+	e := setup(t)
+	apply(t, e, "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
+	const n = 60
+	if err := testenv.CreateObjects(e.ctx, cp.Config, testenv.Objects{GVR: hrV1beta2, Kind: "HelmRepository", Namespaces: []string{"team-a"}, PerNS: n,
+		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"}}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, e, "charts/flux2-2.17.2/rendered/crds.yaml")
+	restarted := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.ResultRestarted))
+	sm := &v1alpha1.StorageMigration{ObjectMeta: metav1.ObjectMeta{Name: "restart"},
+		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{helmrepos}, Rate: v1alpha1.RateSettings{QPS: 10, Burst: 1, PageSize: 10, Concurrency: 1}}}
+	if err := e.c.Create(e.ctx, sm); err != nil {
+		t.Fatal(err)
+	}
+	startController(t, "ug-restart", controller.Options{SaveEvery: time.Nanosecond})
+	waitFor(t, 30*time.Second, "the first attempt under way", func() (bool, error) {
+		sm = &v1alpha1.StorageMigration{}
+		err := e.c.Get(e.ctx, client.ObjectKey{Name: "restart"}, sm)
+		return err == nil && len(sm.Status.Resources) == 1 && sm.Status.Resources[0].Objects >= 10, err
+	})
+	if rp := sm.Status.Resources[0]; rp.Objects >= n || rp.Attempts != 1 {
+		t.Fatalf("progress %+v when the CRD changes; want the first attempt part-way", rp)
+	}
+	// The upgrade: a new generation (another deprecation warning), the same storage version.
+	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, helmrepos, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range crd.Spec.Versions {
+		if crd.Spec.Versions[i].Name == "v1beta2" {
+			crd.Spec.Versions[i].Deprecated, crd.Spec.Versions[i].DeprecationWarning = true, ptr.To("v1beta2 is going away")
+		}
+	}
+	if _, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Update(e.ctx, crd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	waitFor(t, 60*time.Second, "Succeeded", func() (bool, error) {
+		sm = &v1alpha1.StorageMigration{}
+		err := e.c.Get(e.ctx, client.ObjectKey{Name: "restart"}, sm)
+		return err == nil && terminalPhase(sm.Status.Phase), err
+	})
+	rp := sm.Status.Resources[0]
+	if sm.Status.Phase != v1alpha1.PhaseSucceeded || rp.Attempts != 2 || rp.Objects != n || rp.Rewritten+rp.AlreadyCurrent != n {
+		t.Errorf("phase %s, progress %+v; want Succeeded after a second attempt over all %d objects", sm.Status.Phase, rp, n)
+	}
+	if got := helmreposStoredVersions(t, e); !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("storedVersions %v, want [v1]", got)
+	}
+	if got := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.ResultRestarted)) - restarted; got != 1 {
+		t.Errorf("upgradeguard_migrations_total{result=restarted} grew by %v, want 1", got)
+	}
+	waitFor(t, 10*time.Second, "the MigrationRestarted event", func() (bool, error) {
+		evs, err := kubernetes.NewForConfigOrDie(cp.Config).EventsV1().Events("").List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(evs.Items, func(ev eventsv1.Event) bool {
+			return ev.Regarding.Name == "restart" && ev.Reason == controller.EventRestarted && strings.Contains(ev.Note, "changed during the run")
+		}), nil
+	})
+}
+
+func terminalPhase(p v1alpha1.Phase) bool {
+	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed
 }
 
 func first(s []string) string {
@@ -334,6 +405,8 @@ func TestProactiveCoverage(t *testing.T) {
 	startController(t, "ug-coverage", controller.Options{MaxConcurrentMigrations: 4})
 	for _, p := range projects {
 		t.Run(p.name, func(t *testing.T) {
+			// Even after a failure, so that the next project starts clean.
+			t.Cleanup(func() { cleanProject(t, e) })
 			for _, step := range p.steps {
 				apply(t, e, step...)
 			}
@@ -363,7 +436,6 @@ func TestProactiveCoverage(t *testing.T) {
 					t.Errorf("the next upgrade's %s is rejected under proactive mode: %v", c.Name, err)
 				}
 			}
-			cleanProject(t, e)
 		})
 	}
 }
@@ -372,7 +444,7 @@ func TestProactiveCoverage(t *testing.T) {
 func cleanProject(t *testing.T, e env) {
 	t.Helper()
 	ours := func(c *apiextv1.CustomResourceDefinition) bool { return c.Spec.Group == v1alpha1.GroupVersion.Group }
-	if err := cp.DeleteCRDs(e.ctx, ours); err != nil {
+	if err := cp.DeleteCRDs(context.WithoutCancel(e.ctx), ours); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -40,6 +40,7 @@ const (
 	EventPartial   = "MigrationPaused"
 	EventFailed    = "MigrationFailed"
 	EventResumed   = "MigrationResumed"
+	EventRestarted = "MigrationRestarted"
 	EventSucceeded = "Succeeded"
 )
 
@@ -222,6 +223,12 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	}
 	metrics.ObjectsRewritten.WithLabelValues(rp.Name).Add(float64(max(rp.Rewritten-base.Rewritten, 0)))
 	switch {
+	case res.Restart && ctx.Err() == nil:
+		// A chart upgrade changed the CRD during the attempt: the next one starts over.
+		*rp = v1alpha1.ResourceProgress{Name: rp.Name, Phase: v1alpha1.PhaseRunning, Attempts: rp.Attempts,
+			StoredVersionsBefore: rp.StoredVersionsBefore, Message: res.Message}
+		metrics.Migrations.WithLabelValues(metrics.ResultRestarted).Inc()
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventRestarted, action(rp.Name), "%s: %s; starting over", rp.Name, res.Message)
 	case res.Status == migrate.Migrated || res.Status == migrate.AlreadyMigrated:
 		rp.Phase, rp.Continue, rp.CompletionTime = v1alpha1.PhaseSucceeded, "", ptrTime(metav1.Now())
 		metrics.Migrations.WithLabelValues(metrics.ResultSucceeded).Inc()

@@ -11,7 +11,8 @@ import (
 const (
 	ResultSucceeded = "succeeded"
 	ResultFailed    = "failed"
-	ResultPartial   = "partial" // the deadline ended the attempt; the next one resumes
+	ResultPartial   = "partial"   // the deadline ended the attempt; the next one resumes
+	ResultRestarted = "restarted" // the CRD changed during the attempt; the next one starts over
 )
 
 var (

@@ -10,6 +10,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
+// crdChangedError stops a prune because the CRD changed during the run; a run from the
+// start is expected to finish (Result.Restart).
+type crdChangedError struct{ msg string }
+
+func (e *crdChangedError) Error() string { return e.msg }
+
 // retriable says whether an error is worth retrying: throttling (429), server errors and
 // timeouts (5xx, including a conversion webhook that is unavailable), and transport
 // errors such as a refused connection while the API server restarts.

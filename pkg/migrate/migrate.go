@@ -146,8 +146,13 @@ type Result struct {
 	Resumed bool `json:"resumed,omitempty"`
 	// Interrupted says an incomplete run was cut short (deadline, cancellation, a lost
 	// Lease), so running again carries on; otherwise an error stopped it.
-	Interrupted bool   `json:"interrupted,omitempty"`
-	Message     string `json:"message,omitempty"`
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Restart says an incomplete run found the CRD changed under it (a chart upgrade
+	// applied meanwhile: new generation or storage version, or a stored version gained),
+	// or the API server had not yet switched its encoding: storedVersions is untouched,
+	// and a run from the first object is expected to finish.
+	Restart bool   `json:"restart,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
@@ -274,7 +279,7 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 		res.StorageSwitchedFrom, res.StorageVersion = res.StorageVersion, switchTo
 	}
 	if err := m.waitServedStorage(runCtx, crd); err != nil {
-		res.Status, res.Message = Incomplete, err.Error()
+		res.Status, res.Message, res.Restart = Incomplete, err.Error(), runCtx.Err() == nil
 		return res, nil
 	}
 
@@ -306,7 +311,8 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 		res.Message = fmt.Sprintf("%d objects could not be migrated: storedVersions untouched; fix them and run again", res.FailedCount)
 	default:
 		if err := m.prune(runCtx, crd, res); err != nil {
-			res.Status, res.Message = Incomplete, err.Error()
+			var changed *crdChangedError
+			res.Status, res.Message, res.Restart = Incomplete, err.Error(), errors.As(err, &changed)
 			return res, nil
 		}
 		res.Status = Migrated
@@ -401,12 +407,12 @@ func (m *Migrator) prune(ctx context.Context, started *apiextv1.CustomResourceDe
 	cur := started.DeepCopy()
 	for attempt := 0; attempt < 5; attempt++ {
 		if got := crdversions.StorageVersion(cur); got != storage || cur.Generation != started.Generation {
-			return fmt.Errorf("%s changed during the run (storage version %s -> %s, generation %d -> %d): not pruning storedVersions; run again",
-				started.Name, storage, got, started.Generation, cur.Generation)
+			return &crdChangedError{fmt.Sprintf("%s changed during the run (storage version %s -> %s, generation %d -> %d): not pruning storedVersions; run again",
+				started.Name, storage, got, started.Generation, cur.Generation)}
 		}
 		for _, v := range cur.Status.StoredVersions {
 			if !slices.Contains(started.Status.StoredVersions, v) && v != storage {
-				return fmt.Errorf("%s gained stored version %s during the run: not pruning; run again", started.Name, v)
+				return &crdChangedError{fmt.Sprintf("%s gained stored version %s during the run: not pruning; run again", started.Name, v)}
 			}
 		}
 		cur.Status.StoredVersions = []string{storage}
@@ -422,7 +428,7 @@ func (m *Migrator) prune(ctx context.Context, started *apiextv1.CustomResourceDe
 			return fmt.Errorf("re-read %s before pruning: %w", started.Name, err)
 		}
 	}
-	return fmt.Errorf("prune storedVersions of %s: the CRD kept changing; run again", started.Name)
+	return &crdChangedError{fmt.Sprintf("prune storedVersions of %s: the CRD kept changing; run again", started.Name)}
 }
 
 func (m *Migrator) dryRun(ctx context.Context, crd *apiextv1.CustomResourceDefinition, switchTo string, o Options, res *Result) (*Result, error) {

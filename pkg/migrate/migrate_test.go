@@ -220,8 +220,8 @@ func TestDeadlineNeverPrunesAndResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != migrate.Incomplete || !strings.Contains(res.Message, "deadline") || res.Rewritten >= 60 {
-		t.Fatalf("status %s rewritten %d message %q, want incomplete by deadline", res.Status, res.Rewritten, res.Message)
+	if res.Status != migrate.Incomplete || !res.Interrupted || res.Restart || !strings.Contains(res.Message, "deadline") || res.Rewritten >= 60 {
+		t.Fatalf("status %s interrupted %v restart %v rewritten %d message %q, want incomplete by deadline, to be resumed", res.Status, res.Interrupted, res.Restart, res.Rewritten, res.Message)
 	}
 	if got := storedVersions(t, e, helmrepos); !cmp.Equal(got, []string{"v1beta2", "v1"}) {
 		t.Fatalf("storedVersions %v after a partial run, want untouched", got)
@@ -291,8 +291,8 @@ func TestStorageVersionChangeDuringRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Status != migrate.Incomplete || !strings.Contains(res.Message, "storage version v1 -> v1beta2") {
-		t.Errorf("status %s message %q, want incomplete naming the storage change", res.Status, res.Message)
+	if res.Status != migrate.Incomplete || !res.Restart || !strings.Contains(res.Message, "storage version v1 -> v1beta2") {
+		t.Errorf("status %s restart %v message %q, want incomplete, to be restarted, naming the storage change", res.Status, res.Restart, res.Message)
 	}
 	if got := storedVersions(t, e, helmrepos); !cmp.Equal(got, []string{"v1beta2", "v1"}) {
 		t.Errorf("storedVersions %v, want untouched", got)
