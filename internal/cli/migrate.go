@@ -37,10 +37,10 @@ func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 		Use:   "migrate (--crd NAME... | --chart REF | --rollback --release NAME | --all)",
 		Short: "Re-persist custom resources at the storage version and prune storedVersions",
 		Long: `migrate re-persists every object of the selected CRDs at the live storage version
-with an empty merge patch, then sets status.storedVersions to [storageVersion], so that an
+with a merge patch that changes nothing, then sets status.storedVersions to [storageVersion], so that an
 upgrade (or rollback) that drops old versions is accepted by the API server.
 
-An empty patch writes an object only when it is stored at an older version: a re-run on a
+Such a patch writes an object only when it is stored at an older version: a re-run on a
 migrated cluster writes nothing. storedVersions is pruned only after every object was
 processed without failure, and only if the CRD's storage version and generation did not
 change during the run. A Lease per CRD keeps two runs (two operators, or the CLI and the

@@ -1,13 +1,15 @@
 // Package migrate owns storage-version migration of custom resources: re-persisting every
-// object of a CRD at its current storage version with an empty merge patch, then pruning
-// status.storedVersions to that version, and only then. It pages, bounds its work with a
-// deadline, retries what can be retried, reports what cannot per object, holds a Lease so
-// that two runs never overlap, and never prunes after a partial run.
+// object of a CRD at its current storage version with a merge patch that changes nothing,
+// then pruning status.storedVersions to that version, and only then. It pages, bounds its
+// work with a deadline, retries what can be retried, reports what cannot per object, holds
+// a Lease so that two runs never overlap, and never prunes after a partial run.
 //
-// An empty merge patch re-encodes an object only when its stored bytes differ from the
-// encoding at the storage version (the API server's GuaranteedUpdate skips identical
-// writes), so "resourceVersion unchanged" proves an object was already current, and a
-// re-run on a migrated cluster writes nothing.
+// A patch that changes nothing re-encodes an object only when its stored bytes differ
+// from the encoding at the storage version (the API server's GuaranteedUpdate skips
+// identical writes), so "resourceVersion unchanged" proves an object was already current,
+// and a re-run on a migrated cluster writes nothing. The patch carries the listed
+// resourceVersion as a precondition, so that comparison is exact even when the listing
+// is an older snapshot (a resumed continue token).
 package migrate
 
 import (
@@ -557,14 +559,26 @@ func (w *worker) collect() {
 // forbids patching at all); per-object problems are recorded and the run goes on.
 func (w *worker) rewrite(ctx context.Context, item *metav1.PartialObjectMetadata, served map[string]bool) error {
 	ri := w.m.metadata.Resource(w.gvr).Namespace(item.Namespace)
+	// The listed resourceVersion as a precondition: a patch that changes nothing else
+	// re-persists the object at the storage version, and the response's resourceVersion
+	// then tells a rewrite from an object already stored there. A conflict means the
+	// object was written after the listing's snapshot, which was taken once the storage
+	// version was in effect (a resumed token's too), so it is stored there already.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": item.ResourceVersion}})
+	if err != nil {
+		return err
+	}
 	var out *metav1.PartialObjectMetadata
-	err := retry(ctx, func() error {
+	err = retry(ctx, func() error {
 		var err error
-		out, err = ri.Patch(ctx, item.Name, types.MergePatchType, []byte("{}"), metav1.PatchOptions{})
+		out, err = ri.Patch(ctx, item.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	})
 	switch {
 	case err == nil:
+	case apierrors.IsConflict(err):
+		w.current.Add(1)
+		return nil
 	case apierrors.IsNotFound(err):
 		w.deleted.Add(1)
 		return nil

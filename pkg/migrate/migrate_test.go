@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -446,14 +447,30 @@ func TestResumeFromContinueToken(t *testing.T) {
 	if res.Status != migrate.Incomplete || last.Continue == "" || last.Done != 14 || last.Rewritten != 14 {
 		t.Fatalf("first run: status %s, last progress %+v; want incomplete after two pages of 7 with a token", res.Status, last)
 	}
+	// Someone writes 6 objects after the token: they are stored at v1 now, but pages
+	// continued from the token show them as the first run's snapshot had them.
+	later, err := e.dyn.Resource(hrV1).List(e.ctx, metav1.ListOptions{Limit: 6, Continue: last.Continue}) // the token is for a list of all namespaces
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(later.Items) != 6 {
+		t.Fatalf("%d objects after the token, want 6", len(later.Items))
+	}
+	for _, it := range later.Items {
+		if _, err := e.dyn.Resource(hrV1).Namespace("a").Patch(e.ctx, it.GetName(), types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	o = opts()
 	o.Continue = last.Continue
 	res, err = newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
 	if err != nil || res.Status != migrate.Migrated {
 		t.Fatalf("resumed run: %v %+v", err, res)
 	}
-	if res.Objects != 40-14 || res.Rewritten != 40-14 {
-		t.Errorf("resumed run saw %d objects and rewrote %d, want the remaining %d", res.Objects, res.Rewritten, 40-14)
+	if res.Objects != 40-14 || res.Rewritten != 40-14-6 || res.AlreadyCurrent != 6 {
+		t.Errorf("resumed run saw %d objects, rewrote %d, found %d current; want the remaining %d, of which the 6 written since are current",
+			res.Objects, res.Rewritten, res.AlreadyCurrent, 40-14)
 	}
 	if got := storedVersions(t, e, helmrepos); !cmp.Equal(got, []string{"v1"}) {
 		t.Errorf("storedVersions %v after the resumed run, want [v1]", got)
