@@ -256,8 +256,11 @@ func TestDeadlineNeverPrunesAndResumes(t *testing.T) {
 	if !res.Resumed || res.Objects >= 60 {
 		t.Errorf("re-run resumed=%v and saw %d objects, want it to resume and skip the pages done", res.Resumed, res.Objects)
 	}
-	if res.Rewritten != 60-first {
-		t.Errorf("re-run rewrote %d, want the %d not done before", res.Rewritten, 60-first)
+	// Each object is re-persisted once, by one of the runs, and a successful patch is
+	// counted exactly; only a patch in flight when a deadline cancels it (at most one
+	// per worker) may land on the server without being counted.
+	if total, inFlight := first+res.Rewritten, int64(2*o.Concurrency); total > 60 || total < 60-inFlight {
+		t.Errorf("the runs rewrote %d objects in all (re-run %d), want 60 (less at most %d patches cut off by the deadlines)", total, res.Rewritten, inFlight)
 	}
 	lease, err = kubernetes.NewForConfigOrDie(cp.Config).CoordinationV1().Leases("default").Get(e.ctx, "upgradeguard-migrate-"+helmrepos, metav1.GetOptions{})
 	if err != nil {
