@@ -223,18 +223,26 @@ func condStatus(sm *v1alpha1.StorageMigration, typ string) metav1.ConditionStatu
 	return ""
 }
 
-// TestResumeAfterRestart: a controller stopped mid-migration leaves its place in status;
-// the next one resumes from exactly that continue token (the API server's audit log shows
-// its first LIST carries it) and finishes.
-func TestResumeAfterRestart(t *testing.T) {
+// storedAtV1beta2 is a cluster with n HelmRepositories in team-a stored at v1beta2, and
+// the flux2 2.17.2 CRDs that store them at v1: storedVersions [v1beta2 v1].
+func storedAtV1beta2(t *testing.T, n int) env {
+	t.Helper()
 	e := setup(t)
 	apply(t, e, "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
-	const n = 120
 	if err := testenv.CreateObjects(e.ctx, cp.Config, testenv.Objects{GVR: hrV1beta2, Kind: "HelmRepository", Namespaces: []string{"team-a"}, PerNS: n,
 		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"}}); err != nil {
 		t.Fatal(err)
 	}
 	apply(t, e, "charts/flux2-2.17.2/rendered/crds.yaml")
+	return e
+}
+
+// TestResumeAfterRestart: a controller stopped mid-migration leaves its place in status;
+// the next one resumes from exactly that continue token (the API server's audit log shows
+// its first LIST carries it) and finishes.
+func TestResumeAfterRestart(t *testing.T) {
+	const n = 120
+	e := storedAtV1beta2(t, n)
 	sm := &v1alpha1.StorageMigration{ObjectMeta: metav1.ObjectMeta{Name: "resume"},
 		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{helmrepos}, Rate: v1alpha1.RateSettings{QPS: 20, Burst: 1, PageSize: 10, Concurrency: 1}}}
 	if err := e.c.Create(e.ctx, sm); err != nil {
@@ -297,14 +305,8 @@ func TestResumeAfterRestart(t *testing.T) {
 // attempt does not prune storedVersions; the next one starts over on its own and
 // finishes, with an event and the restarted metric saying so.
 func TestRestartWhenCRDChanges(t *testing.T) {
-	e := setup(t)
-	apply(t, e, "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
 	const n = 60
-	if err := testenv.CreateObjects(e.ctx, cp.Config, testenv.Objects{GVR: hrV1beta2, Kind: "HelmRepository", Namespaces: []string{"team-a"}, PerNS: n,
-		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"}}); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, e, "charts/flux2-2.17.2/rendered/crds.yaml")
+	e := storedAtV1beta2(t, n)
 	restarted := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.ResultRestarted))
 	sm := &v1alpha1.StorageMigration{ObjectMeta: metav1.ObjectMeta{Name: "restart"},
 		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{helmrepos}, Rate: v1alpha1.RateSettings{QPS: 10, Burst: 1, PageSize: 10, Concurrency: 1}}}
