@@ -141,7 +141,7 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 		progress.finish()
 		// A chart upgrade applied during the run: start over, a bounded number of times.
 		for restarts := 0; err == nil && res.Restart && restarts < maxRestarts; restarts++ {
-			fmt.Fprintf(streams.ErrOut, "%s: %s; starting over\n", t.Name, res.Message)
+			fmt.Fprintf(streams.ErrOut, "%s\n  -> starting over from the first object (restart %d of %d)\n", res.Message, restarts+1, maxRestarts)
 			res, err = m.Migrate(ctx, t, o.opts)
 			progress.finish()
 		}

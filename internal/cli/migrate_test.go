@@ -1,11 +1,20 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -83,5 +92,93 @@ func TestMigrateByChart(t *testing.T) {
 	r = ug(t, "rbac", "--crd", es, "--lease-namespace", "eso")
 	if r.code != cli.ExitSafe || !strings.Contains(r.stdout, "kind: ClusterRole") || !strings.Contains(r.stdout, "externalsecrets") || !strings.Contains(r.stdout, "upgradeguard-migrate-"+es) {
 		t.Errorf("rbac: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestMigrateStartsOverWhenCRDChanges: a chart upgrade changes the CRD while migrate runs.
+// The run does not prune on the first pass; it says why, starts over and finishes.
+func TestMigrateStartsOverWhenCRDChanges(t *testing.T) {
+	needCluster(t)
+	ctx := t.Context()
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	schemaAny := &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}}
+	crd := &apiextv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadgets.restart.example.com"},
+		Spec: apiextv1.CustomResourceDefinitionSpec{
+			Group: "restart.example.com", Scope: apiextv1.NamespaceScoped,
+			Names: apiextv1.CustomResourceDefinitionNames{Plural: "gadgets", Singular: "gadget", Kind: "Gadget", ListKind: "GadgetList"},
+			Versions: []apiextv1.CustomResourceDefinitionVersion{
+				{Name: "v1alpha1", Served: true, Storage: true, Schema: schemaAny},
+				{Name: "v1", Served: true, Storage: false, Schema: schemaAny},
+			},
+		},
+	}
+	if err := testenv.ApplyCRD(ctx, cs, crd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.ApiextensionsV1().CustomResourceDefinitions().Delete(context.WithoutCancel(ctx), crd.Name, metav1.DeleteOptions{})
+	})
+	const n = 60
+	gvr := schema.GroupVersionResource{Group: "restart.example.com", Version: "v1alpha1", Resource: "gadgets"}
+	if err := testenv.CreateObjects(ctx, cp.Config, testenv.Objects{GVR: gvr, Kind: "Gadget", Namespaces: []string{"gadgets"}, PerNS: n,
+		Spec: map[string]any{"size": int64(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	crd.Spec.Versions[0].Storage, crd.Spec.Versions[1].Storage = false, true
+	if err := testenv.ApplyCRD(ctx, cs, crd); err != nil {
+		t.Fatal(err)
+	}
+	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Namespace("gadgets")
+	list, err := ri.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{}
+	for _, o := range list.Items {
+		listed[o.GetName()] = o.GetResourceVersion()
+	}
+
+	done := make(chan result, 1)
+	go func() {
+		done <- ug(t, "migrate", "--crd", crd.Name, "--lease-namespace", "default", "--qps", "10", "--burst", "1",
+			"--page-size", "10", "--concurrency", "1", "-o", "json")
+	}()
+	// Once the run has rewritten a few objects, the upgrade changes the CRD (a new
+	// generation, the same storage version).
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := ri.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		changed := 0
+		for _, o := range list.Items {
+			if listed[o.GetName()] != o.GetResourceVersion() {
+				changed++
+			}
+		}
+		if changed >= n {
+			return false, fmt.Errorf("the first pass finished before the CRD could change")
+		}
+		return changed >= 5, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd.Spec.Versions[0].Deprecated, crd.Spec.Versions[0].DeprecationWarning = true, ptr.To("v1alpha1 is going away")
+	if err := testenv.ApplyCRD(ctx, cs, crd); err != nil {
+		t.Fatal(err)
+	}
+
+	r := <-done
+	if r.code != cli.ExitSafe || !strings.Contains(r.stderr, "changed during the run") || !strings.Contains(r.stderr, "starting over") {
+		t.Fatalf("exit %d, want 0 after starting over\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	var out struct{ CRDs []migrate.Result }
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out.CRDs) != 1 {
+		t.Fatalf("output %s (%v)", r.stdout, err)
+	}
+	if res := out.CRDs[0]; res.Status != migrate.Migrated || res.Restart || res.Objects != n || strings.Join(res.StoredVersionsAfter, ",") != "v1" {
+		t.Errorf("result %+v, want the second pass to migrate all %d objects and prune to [v1]", res, n)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -132,7 +133,7 @@ stringData:
 	for _, c := range []string{"data-olddb-db-2", "scratch"} {
 		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: c},
-			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr("none"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("none"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -307,8 +308,6 @@ func statefulSets(t *testing.T, cs kubernetes.Interface, ns string) []string {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestReleaseMigrateStatefulSetSameName moves a StatefulSet release to a chart whose
 // StatefulSet and template make the same claim names (same release name): helm
