@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -101,18 +100,7 @@ func TestMigrateStartsOverWhenCRDChanges(t *testing.T) {
 	needCluster(t)
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	schemaAny := &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}}
-	crd := &apiextv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "gadgets.restart.example.com"},
-		Spec: apiextv1.CustomResourceDefinitionSpec{
-			Group: "restart.example.com", Scope: apiextv1.NamespaceScoped,
-			Names: apiextv1.CustomResourceDefinitionNames{Plural: "gadgets", Singular: "gadget", Kind: "Gadget", ListKind: "GadgetList"},
-			Versions: []apiextv1.CustomResourceDefinitionVersion{
-				{Name: "v1alpha1", Served: true, Storage: true, Schema: schemaAny},
-				{Name: "v1", Served: true, Storage: false, Schema: schemaAny},
-			},
-		},
-	}
+	crd := testenv.TwoVersionCRD("restart.example.com", "gadgets", "Gadget")
 	if err := testenv.ApplyCRD(ctx, cs, crd); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -283,4 +284,23 @@ func ApplyFixtureCRDs(ctx context.Context, cs apiextclient.Interface, files ...s
 		}
 	}
 	return nil
+}
+
+// TwoVersionCRD is a namespaced CRD <plural>.<group> of kind with versions v1alpha1
+// (storage) and v1, both served, and a schema that keeps any field: the smallest CRD that
+// can hold objects at an old storage version.
+func TwoVersionCRD(group, plural, kind string) *apiextv1.CustomResourceDefinition {
+	keepAll := true
+	schemaAny := &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &keepAll}}
+	return &apiextv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
+		Spec: apiextv1.CustomResourceDefinitionSpec{
+			Group: group, Scope: apiextv1.NamespaceScoped,
+			Names: apiextv1.CustomResourceDefinitionNames{Plural: plural, Singular: strings.ToLower(kind), Kind: kind, ListKind: kind + "List"},
+			Versions: []apiextv1.CustomResourceDefinitionVersion{
+				{Name: "v1alpha1", Served: true, Storage: true, Schema: schemaAny},
+				{Name: "v1", Served: true, Storage: false, Schema: schemaAny.DeepCopy()},
+			},
+		},
+	}
 }

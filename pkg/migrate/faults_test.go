@@ -39,18 +39,7 @@ func TestFailingConversionWebhook(t *testing.T) {
 	}))
 	defer wh.Close()
 
-	schemaAny := &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: ptr.To(true)}}
-	crd := &apiextv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"},
-		Spec: apiextv1.CustomResourceDefinitionSpec{
-			Group: "example.com", Scope: apiextv1.NamespaceScoped,
-			Names: apiextv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
-			Versions: []apiextv1.CustomResourceDefinitionVersion{
-				{Name: "v1alpha1", Served: true, Storage: true, Schema: schemaAny},
-				{Name: "v1", Served: true, Storage: false, Schema: schemaAny},
-			},
-		},
-	}
+	crd := testenv.TwoVersionCRD("example.com", "widgets", "Widget")
 	if err := testenv.ApplyCRD(e.ctx, e.crds, crd); err != nil {
 		t.Fatal(err)
 	}
