@@ -13,12 +13,15 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -212,6 +215,92 @@ func TestProactiveAfterStorageSwitch(t *testing.T) {
 		}
 		return p.Status.EligibleCRDs > 0 && len(p.Status.PendingCRDs) == 0, nil
 	})
+}
+
+// TestProactiveRetriesAfterCRDChange: a proactive migration fails (an admission policy
+// refuses every update of the objects). It is not retried while nothing changes; once the
+// cause is gone and an upgrade changes the CRD, proactive mode replaces it and succeeds.
+func TestProactiveRetriesAfterCRDChange(t *testing.T) {
+	e := setup(t)
+	apply(t, e, "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_helmrepositories.yaml")
+	if err := testenv.CreateObjects(e.ctx, cp.Config, testenv.Objects{GVR: hrV1beta2, Kind: "HelmRepository", Namespaces: []string{"frozen"}, PerNS: 5,
+		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"}}); err != nil {
+		t.Fatal(err)
+	}
+	kube := kubernetes.NewForConfigOrDie(cp.Config)
+	vap := &admissionv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "freeze-helmrepositories"},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
+				Operations: []admissionv1.OperationType{admissionv1.Update},
+				Rule:       admissionv1.Rule{APIGroups: []string{"source.toolkit.fluxcd.io"}, APIVersions: []string{"*"}, Resources: []string{"helmrepositories"}},
+			}}}},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: "frozen by the test"}},
+		}}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "freeze-helmrepositories"},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: vap.Name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}}}
+	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(e.ctx, vap, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.WithoutCancel(e.ctx), vap.Name, metav1.DeleteOptions{})
+	})
+	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(e.ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	unbind := func() {
+		_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.WithoutCancel(e.ctx), binding.Name, metav1.DeleteOptions{})
+	}
+	t.Cleanup(unbind)
+	// The policy takes effect asynchronously: wait until a dry-run update is refused.
+	frozen := func() bool {
+		_, err := dynamic.NewForConfigOrDie(cp.Config).Resource(hrV1beta2).Namespace("frozen").Patch(e.ctx, "obj-0", types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"probe":"x"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "frozen by the test")
+	}
+	waitFor(t, 30*time.Second, "the admission policy in effect", func() (bool, error) { return frozen(), nil })
+
+	proactivePolicy(t, e, "source.toolkit.fluxcd.io")
+	startController(t, "ug-retry", controller.Options{})
+	apply(t, e, "charts/flux2-2.17.2/rendered/crds.yaml")
+	name := controller.ProactiveName(helmrepos)
+	failed := &v1alpha1.StorageMigration{}
+	waitFor(t, 30*time.Second, "the proactive migration Failed", func() (bool, error) {
+		failed = &v1alpha1.StorageMigration{}
+		err := e.c.Get(e.ctx, client.ObjectKey{Name: name}, failed)
+		return err == nil && failed.Status.Phase == v1alpha1.PhaseFailed, client.IgnoreNotFound(err)
+	})
+	if rp := failed.Status.Resources[0]; rp.FailedCount != 5 || !strings.Contains(failed.Status.Resources[0].Message, "could not be migrated") {
+		t.Fatalf("failed migration %+v, want the 5 refused objects", rp)
+	}
+
+	// The cause goes away; an upgrade changes the CRD.
+	unbind()
+	waitFor(t, 30*time.Second, "the admission policy gone", func() (bool, error) { return !frozen(), nil })
+	still := &v1alpha1.StorageMigration{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: name}, still); err != nil || still.UID != failed.UID || still.Status.Phase != v1alpha1.PhaseFailed {
+		t.Fatalf("before the CRD changed, the failed migration was replaced or retried (%v): %+v", err, still.Status)
+	}
+	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, helmrepos, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range crd.Spec.Versions {
+		if crd.Spec.Versions[i].Name == "v1beta2" {
+			crd.Spec.Versions[i].Deprecated, crd.Spec.Versions[i].DeprecationWarning = true, ptr.To("v1beta2 is going away")
+		}
+	}
+	if _, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Update(e.ctx, crd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a new proactive migration Succeeded", func() (bool, error) {
+		sm := &v1alpha1.StorageMigration{}
+		err := e.c.Get(e.ctx, client.ObjectKey{Name: name}, sm)
+		return err == nil && sm.UID != failed.UID && sm.Status.Phase == v1alpha1.PhaseSucceeded, client.IgnoreNotFound(err)
+	})
+	if got := helmreposStoredVersions(t, e); !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("storedVersions %v, want [v1]", got)
+	}
 }
 
 func condStatus(sm *v1alpha1.StorageMigration, typ string) metav1.ConditionStatus {

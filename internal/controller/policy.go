@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -35,6 +36,9 @@ const (
 	LabelProactive = "upgradeguard.io/proactive"
 	// AnnotationCRD names the CRD a proactive StorageMigration is for.
 	AnnotationCRD = "upgradeguard.io/crd"
+	// AnnotationCRDGeneration is the CRD's generation when the proactive
+	// StorageMigration was created.
+	AnnotationCRDGeneration = "upgradeguard.io/crd-generation"
 )
 
 // ProactiveReconciler watches CRDs and, for every CRD a proactive StorageMigrationPolicy
@@ -89,15 +93,19 @@ func (r *ProactiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	name := ProactiveName(crd.Name)
 	existing := &v1alpha1.StorageMigration{}
 	err = r.Client.Get(ctx, client.ObjectKey{Name: name}, existing)
+	generation := strconv.FormatInt(crd.Generation, 10)
 	switch {
-	case err == nil && existing.Status.Phase == v1alpha1.PhaseSucceeded:
+	case err == nil && (existing.Status.Phase == v1alpha1.PhaseSucceeded ||
+		existing.Status.Phase == v1alpha1.PhaseFailed && existing.Annotations[AnnotationCRDGeneration] != generation):
 		// An earlier migration finished, and the CRD needs another (a later storage
-		// switch): replace it.
+		// switch); or it failed, and the CRD has changed since (an upgrade that may
+		// have fixed the cause): replace it.
 		if err := r.Client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, err
 		}
 	case err == nil:
-		// Pending or running; a failed one waits for an operator (docs/operator-guide.md).
+		// Pending or running; a failed one waits for an operator or a change to the CRD
+		// (docs/operator-guide.md).
 		return ctrl.Result{}, nil
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, err
@@ -106,7 +114,7 @@ func (r *ProactiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
 			Labels:      map[string]string{LabelPolicy: policy.Name, LabelProactive: "true"},
-			Annotations: map[string]string{AnnotationCRD: crd.Name},
+			Annotations: map[string]string{AnnotationCRD: crd.Name, AnnotationCRDGeneration: generation},
 		},
 		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{crd.Name}, Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline},
 	}
