@@ -37,13 +37,15 @@ func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 		Use:   "migrate (--crd NAME... | --chart REF | --rollback --release NAME | --all)",
 		Short: "Re-persist custom resources at the storage version and prune storedVersions",
 		Long: `migrate re-persists every object of the selected CRDs at the live storage version
-with a merge patch that changes nothing, then sets status.storedVersions to [storageVersion], so that an
-upgrade (or rollback) that drops old versions is accepted by the API server.
+with a merge patch that changes nothing, then sets status.storedVersions to
+[storageVersion], so that an upgrade (or rollback) that drops old versions is accepted by
+the API server.
 
 Such a patch writes an object only when it is stored at an older version: a re-run on a
 migrated cluster writes nothing. storedVersions is pruned only after every object was
 processed without failure, and only if the CRD's storage version and generation did not
-change during the run. A Lease per CRD keeps two runs (two operators, or the CLI and the
+change during the run; if they did (a chart upgrade applied meanwhile), the CRD is started
+over, up to twice. A Lease per CRD keeps two runs (two operators, or the CLI and the
 controller) from migrating the same CRD at once.
 
 Selecting CRDs:
