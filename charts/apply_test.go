@@ -272,6 +272,28 @@ func TestWebhookConfigurationOnAPIServer(t *testing.T) {
 		t.Errorf("chart change in the release namespace %s: %v; want it admitted", ns, err)
 	}
 
+	// webhook.gateValuesChanges: values and valuesFrom changes reach the webhook too
+	// (denied while it is down); intervals and labels still do not.
+	c.applyAll(t, render(t, release, ns, append(set, "webhook.gateValuesChanges=true")...), ns)
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		attempt++
+		err := patch("apps", "probe", `{"spec":{"values":{"probe":`+strconv.Itoa(attempt)+`}}}`)
+		return err != nil && strings.Contains(err.Error(), webhookErr), nil
+	})
+	if err != nil {
+		t.Fatalf("values changes never reached the webhook with webhook.gateValuesChanges=true: %v", err)
+	}
+	for _, body := range []string{`{"spec":{"values":{"replicaCount":3}}}`, `{"spec":{"values":null}}`, `{"spec":{"valuesFrom":[{"kind":"Secret","name":"prod-values"}]}}`} {
+		if err := patch("apps", "app", body); err == nil || !strings.Contains(err.Error(), webhookErr) {
+			t.Errorf("patch %s with webhook.gateValuesChanges, failurePolicy Fail and the controller down: err = %v, want %q", body, err, webhookErr)
+		}
+	}
+	for _, body := range []string{`{"spec":{"interval":"15m"}}`, `{"metadata":{"labels":{"team":"b"}}}`} {
+		if err := patch("apps", "app", body); err != nil {
+			t.Errorf("patch %s with webhook.gateValuesChanges and the controller down: %v; want it admitted", body, err)
+		}
+	}
+
 	// Ignore: the same chart change goes through while the controller is down. The API
 	// server picks up the changed configuration from its informer, a moment later.
 	c.applyAll(t, render(t, release, ns, append(set, "webhook.failurePolicy=Ignore")...), ns)

@@ -228,6 +228,7 @@ func contractFlags() *pflag.FlagSet {
 	fs.Int("webhook-port", 9443, "")
 	fs.String("webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "")
 	fs.String("migration-lease-namespace", "", "")
+	fs.Bool("gate-values-changes", false, "")
 	fs.String("kubeconfig", "", "")
 	return fs
 }
@@ -308,6 +309,7 @@ func TestRenderDefaults(t *testing.T) {
 		"leader-election-namespace": "", // $POD_NAMESPACE
 		"metrics-bind-address":      ":8080",
 		"health-probe-bind-address": ":8081",
+		"gate-values-changes":       "false",
 		"enable-webhook":            "true",
 		"webhook-port":              "9443",
 	} {

@@ -84,6 +84,7 @@ Health probes (on --health-probe-bind-address): /healthz and /readyz.`,
 	f.StringVar(&o.MigrationLeaseNamespace, "migration-lease-namespace", "", "namespace of the per-CRD migration Leases shared with 'upgradeguard migrate' (default: the leader-election namespace)")
 	f.DurationVar(&gate.Timeout, "gate-timeout", 25*time.Second, "bound on one gate decision (chart fetch, target read, check); keep it below the webhook's timeoutSeconds")
 	f.BoolVar(&gate.AllowOnError, "gate-allow-on-error", false, "admit a chart change the gate could not check (repository down, target unreachable) with a warning, instead of denying it")
+	f.BoolVar(&gate.GateValuesChanges, "gate-values-changes", false, "also decide HelmRelease updates that change only spec.values or spec.valuesFrom (a value can switch a chart's CRDs on or off); the webhook configuration must send them too (chart value webhook.gateValuesChanges)")
 	f.IntVar(&o.MaxConcurrentMigrations, "max-concurrent-migrations", 1, "StorageMigrations run at once")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines")
 	f.BoolVar(&debug, "debug", false, "log at debug level")

@@ -57,7 +57,7 @@ type decision struct {
 	noState    bool // leave the conditions as they are (the gate could not decide)
 }
 
-func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) decision {
+func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, valuesOnly bool) decision {
 	res, err := runWithin(ctx, func(ctx context.Context) (*fluxrelease.Result, error) {
 		return fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: hr, Reader: g.reader, Local: g.local, Settings: g.settings, Cache: g.cache})
 	})
@@ -84,6 +84,9 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun bool) 
 	what := fmt.Sprintf("%s of release %s/%s to chart %s %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.Version)
 	if res.CurrentVersion != "" {
 		what = fmt.Sprintf("%s of release %s/%s from chart %s %s to %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.CurrentVersion, res.Version)
+	}
+	if valuesOnly {
+		what = fmt.Sprintf("values change of release %s/%s (chart %s %s)", res.StorageNamespace, res.Release, res.Chart, res.Version)
 	}
 	if len(hr.Spec.ValuesFrom) > 0 {
 		what += " (rendered with values from " + fluxrelease.ValuesSources(hr) + ")"

@@ -8,12 +8,17 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
@@ -66,6 +71,73 @@ func widgetCharts(src, repoDir string) error {
 	return nil
 }
 
+// staleWidgetCRD makes the live Widget CRD serve v1alpha1 and v1 with both in
+// storedVersions: the widgets 2.0.0 chart's CRD, serving v1 only, needs a migration.
+func staleWidgetCRD(t *testing.T) {
+	t.Helper()
+	cs, err := apiextclient.NewForConfig(s.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := crdversions.FromManifest("widgets", []byte(widgetCRD("v1alpha1", "v1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.ApplyCRD(t.Context(), cs, live[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.SetStoredVersions(t.Context(), cs, widgets, "v1alpha1", "v1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGateValuesChanges: with GateValuesChanges, an update that changes only the values
+// is decided like a chart change, so switching installCRDs on (which would bring in a
+// CRD that drops a stored version) is denied, and switching something harmless is
+// admitted. Without it, the values change is admitted unseen.
+func TestGateValuesChanges(t *testing.T) {
+	skipShort(t)
+	ns := "valueschange"
+	namespace(t, s.c, ns)
+	staleWidgetCRD(t)
+	helmRepo(t, ns, "charts", sourcev1.HelmRepositorySpec{URL: s.repoURL})
+	release := func(values string) runtime.RawExtension {
+		hr := &helmv2.HelmRelease{
+			TypeMeta:   metav1.TypeMeta{APIVersion: helmv2.GroupVersion.String(), Kind: helmv2.HelmReleaseKind},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "widgets"},
+			Spec: helmv2.HelmReleaseSpec{Chart: &helmv2.HelmChartTemplate{Spec: helmv2.HelmChartTemplateSpec{
+				Chart: "widgets", Version: "2.0.0", SourceRef: helmv2.CrossNamespaceObjectReference{Kind: sourcev1.HelmRepositoryKind, Name: "charts"},
+			}}, Values: &apiextv1.JSON{Raw: []byte(values)}},
+		}
+		return raw(t, hr)
+	}
+	decide := func(o webhook.Options, old, updated string) admission.Response {
+		o.HelmCacheDir = t.TempDir()
+		g, err := webhook.New(s.c, s.c, s.cp.Config, events.NewFakeRecorder(10), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.Handle(t.Context(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+			Operation: admissionv1.Update, Object: release(updated), OldObject: release(old), DryRun: ptr.To(true),
+		}})
+	}
+	const off, on, other = `{"installCRDs":false}`, `{"installCRDs":true}`, `{"installCRDs":false,"replicas":2}`
+
+	resp := decide(webhook.Options{GateValuesChanges: true}, off, on)
+	if resp.Allowed || !strings.Contains(resp.Result.Message, "denied the values change of release valueschange/widgets (chart widgets 2.0.0)") ||
+		!strings.Contains(resp.Result.Message, "stored versions of "+widgets+" are dropped by the incoming chart") {
+		t.Errorf("installCRDs switched on with GateValuesChanges: allowed=%v %q; want denied, naming the values change and the migration", resp.Allowed, resp.Result.Message)
+	}
+	resp = decide(webhook.Options{GateValuesChanges: true}, off, other)
+	if !resp.Allowed || !strings.Contains(resp.Result.Message, "admitted the values change") {
+		t.Errorf("a harmless values change with GateValuesChanges: allowed=%v %q; want admitted after a check", resp.Allowed, resp.Result.Message)
+	}
+	resp = decide(webhook.Options{}, off, on)
+	if !resp.Allowed || resp.Result.Message != "the chart does not change" {
+		t.Errorf("installCRDs switched on without GateValuesChanges: allowed=%v %q; want admitted unchecked", resp.Allowed, resp.Result.Message)
+	}
+}
+
 // sentinel stands for Secret content: it must never reach a decision, an event, an
 // annotation or a log line.
 const sentinel = "SENTINEL-7d41b2"
@@ -79,20 +151,7 @@ func TestGateValuesFrom(t *testing.T) {
 	ctx := t.Context()
 	ns := "valuesfrom"
 	namespace(t, s.c, ns)
-	cs, err := apiextclient.NewForConfig(s.cp.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	live, err := crdversions.FromManifest("widgets", []byte(widgetCRD("v1alpha1", "v1")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.ApplyCRD(ctx, cs, live[0]); err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.SetStoredVersions(ctx, cs, widgets, "v1alpha1", "v1"); err != nil {
-		t.Fatal(err)
-	}
+	staleWidgetCRD(t)
 	helmRepo(t, ns, "charts", sourcev1.HelmRepositorySpec{URL: s.repoURL})
 	if err := s.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "widget-values"},
 		Data: map[string][]byte{

@@ -1,5 +1,6 @@
 // Package webhook is the admission gate for Flux HelmReleases: a validating webhook on
-// helm.toolkit.fluxcd.io/v2 HelmRelease updates that change the chart. It predicts the
+// helm.toolkit.fluxcd.io/v2 HelmRelease updates that change the chart (and, with
+// Options.GateValuesChanges, updates that change only the values). It predicts the
 // change with pkg/fluxrelease (and so pkg/check), admits what is safe, starts a
 // StorageMigration when a migration fixes the rest and a policy allows it, and denies
 // what cannot be fixed with check's actionable reason. It is a thin front end: the
@@ -69,6 +70,11 @@ type Options struct {
 	// (least recently used go first). Default 64; negative keeps none and fetches every
 	// chart and index on every decision.
 	ChartCacheSize int
+	// GateValuesChanges also decides updates that change only spec.values or
+	// spec.valuesFrom (a value can switch a chart's CRDs on or off). Default false: only
+	// chart changes are decided. The webhook configuration must send such updates too
+	// (the chart's webhook.gateValuesChanges does both).
+	GateValuesChanges bool
 	// Clock is the clock of the index TTL, for tests. Default: the real clock.
 	Clock clock.PassiveClock
 }
@@ -150,15 +156,19 @@ func (g *Gate) Handle(ctx context.Context, req admission.Request) admission.Resp
 	if err := json.Unmarshal(req.Object.Raw, &hr); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the HelmRelease: %w", err))
 	}
+	valuesOnly := false
 	if !fluxrelease.ChartChanged(&old, &hr) {
-		return admission.Allowed("the chart does not change")
+		if !g.opts.GateValuesChanges || !fluxrelease.ValuesChanged(&old, &hr) {
+			return admission.Allowed("the chart does not change")
+		}
+		valuesOnly = true
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
 	logger := log.FromContext(ctx).WithValues("helmRelease", client.ObjectKeyFromObject(&hr).String())
 
 	ctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
 	defer cancel()
-	d := g.decide(ctx, &hr, dryRun)
+	d := g.decide(ctx, &hr, dryRun, valuesOnly)
 	metrics.GateDecisions.WithLabelValues(d.outcome).Inc()
 	logger.Info("gate decision", "outcome", d.outcome, "chart", fluxrelease.Describe(&hr), "storageMigration", d.migration)
 	if !dryRun {

@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
@@ -35,6 +36,17 @@ type Reader = client.Reader
 // verification and every metadata or status change leave it false.
 func ChartChanged(old, updated *helmv2.HelmRelease) bool {
 	return chartKey(old) != chartKey(updated)
+}
+
+// ValuesChanged reports whether an update changes the values helm-controller installs
+// with, as far as the HelmRelease shows: spec.values (compared as data, so formatting and
+// key order do not count) or spec.valuesFrom. A change inside a referenced ConfigMap or
+// Secret is not an update of the HelmRelease and is not seen here.
+func ValuesChanged(old, updated *helmv2.HelmRelease) bool {
+	a, b := old.GetValues(), updated.GetValues()
+	values := (len(a) != 0 || len(b) != 0) && !reflect.DeepEqual(a, b)
+	from := (len(old.Spec.ValuesFrom) != 0 || len(updated.Spec.ValuesFrom) != 0) && !reflect.DeepEqual(old.Spec.ValuesFrom, updated.Spec.ValuesFrom)
+	return values || from
 }
 
 // key is what names the chart: the template's chart, version and source, or the chartRef.

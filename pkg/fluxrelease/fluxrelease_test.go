@@ -64,6 +64,41 @@ func TestChartChanged(t *testing.T) {
 	}
 }
 
+func TestValuesChanged(t *testing.T) {
+	values := func(raw string) func(*helmv2.HelmRelease) {
+		return func(hr *helmv2.HelmRelease) { hr.Spec.Values = &apiextv1.JSON{Raw: []byte(raw)} }
+	}
+	from := func(refs ...helmv2.ValuesReference) func(*helmv2.HelmRelease) {
+		return func(hr *helmv2.HelmRelease) { hr.Spec.ValuesFrom = refs }
+	}
+	secret := helmv2.ValuesReference{Kind: "Secret", Name: "values"}
+	for _, tc := range []struct {
+		name        string
+		old, update func(*helmv2.HelmRelease)
+		want        bool
+	}{
+		{name: "nothing"},
+		{name: "values set", update: values(`{"installCRDs":true}`), want: true},
+		{name: "values changed", old: values(`{"installCRDs":false}`), update: values(`{"installCRDs":true}`), want: true},
+		{name: "values removed", old: values(`{"a":1}`), want: true},
+		{name: "key order and spacing", old: values(`{"a":1,"b":{"c":true}}`), update: values(`{ "b": {"c": true}, "a": 1 }`)},
+		{name: "empty values", update: values(`{}`)},
+		{name: "valuesFrom added", update: from(secret), want: true},
+		{name: "valuesFrom key", old: from(secret), update: from(helmv2.ValuesReference{Kind: "Secret", Name: "values", ValuesKey: "prod.yaml"}), want: true},
+		{name: "valuesFrom order", old: from(secret, helmv2.ValuesReference{Kind: "ConfigMap", Name: "defaults"}),
+			update: from(helmv2.ValuesReference{Kind: "ConfigMap", Name: "defaults"}, secret), want: true},
+		{name: "valuesFrom same", old: from(secret), update: from(secret)},
+		{name: "empty valuesFrom", update: from()},
+		{name: "version only", update: func(hr *helmv2.HelmRelease) { hr.Spec.Chart.Spec.Version = "2.18.2" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ValuesChanged(newHR(tc.old), newHR(tc.update)); got != tc.want {
+				t.Errorf("ValuesChanged = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestReleaseName(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
