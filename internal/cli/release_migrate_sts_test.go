@@ -72,7 +72,8 @@ spec:
 // setup checks it) and its binder binds them. helm uninstall leaves these claims; the
 // plan lists them, pairs them by ordinal with the claims the new StatefulSet will use,
 // and --execute deletes exactly those (by uid) and pre-creates the new ones on the same
-// PVs. A leftover claim of a higher ordinal, which the plan does not list, survives.
+// PVs. A leftover claim of a higher ordinal is reported (statefulset-claim-beyond-replicas)
+// but neither moved nor deleted: it survives.
 func TestReleaseMigrateStatefulSet(t *testing.T) {
 	needCluster(t)
 	cp.ControllerManagerForTest(t)
@@ -128,8 +129,8 @@ stringData:
 	if m, err := helm(t, nil, "get", "manifest", "olddb", "-n", ns); err != nil || strings.Contains(m, "PersistentVolumeClaim") {
 		t.Fatalf("the stored manifest lists claims (or: %v); this test is about claims it does not list", err)
 	}
-	// A claim of an ordinal the StatefulSet no longer runs (left by a scale-down), and
-	// other bystanders: the plan does not list them, so they stay.
+	// A claim of an ordinal the StatefulSet no longer runs (left by a scale-down: the plan
+	// reports it, but neither moves nor deletes it), and a bystander: both stay.
 	for _, c := range []string{"data-olddb-db-2", "scratch"} {
 		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: c},
@@ -192,6 +193,15 @@ data:
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("plan volumes (-want +got):\n%s", diff)
 	}
+	var beyond []string
+	for _, f := range plan.Findings {
+		if f.Check == chartmigrate.CheckSTSClaimBeyond {
+			beyond = append(beyond, f.Subject)
+		}
+	}
+	if diff := cmp.Diff([]string{"PersistentVolumeClaim/migsts/data-olddb-db-2"}, beyond); diff != "" {
+		t.Errorf("claims reported beyond the StatefulSet's replicas (-want +got):\n%s", diff)
+	}
 	if diff := cmp.Diff([]string{"PersistentVolumeClaim/migsts/data-olddb-db-0", "PersistentVolumeClaim/migsts/data-olddb-db-1"}, plan.ClaimDeletes); diff != "" {
 		t.Errorf("plan claim deletes (-want +got):\n%s", diff)
 	}
@@ -209,6 +219,7 @@ data:
 		"The uninstall leaves 2 StatefulSet claim(s) behind; the migration deletes them itself, by uid, after their PVs are Retain:\n" +
 			"  PersistentVolumeClaim/migsts/data-olddb-db-0\n  PersistentVolumeClaim/migsts/data-olddb-db-1\n",
 		"note     statefulset-claims-left  StatefulSet/migsts/olddb-db: helm uninstall does not delete the claims",
+		"statefulset-claim-beyond-replicas  PersistentVolumeClaim/migsts/data-olddb-db-2: a claim of StatefulSet olddb-db's template data at ordinal 2, which it does not run",
 		"then, once the old StatefulSets are gone, delete the StatefulSet claims it leaves behind, each by its uid: PersistentVolumeClaim/migsts/data-olddb-db-0, PersistentVolumeClaim/migsts/data-olddb-db-1",
 		"data-olddb-db-0 -> storage-newdb-mysql-0 on sts-pv-0 (hostPath:/srv/" + identity + "/sts-pv-0; for StatefulSet newdb-mysql template storage ordinal 0, not owned by Helm)",
 	} {

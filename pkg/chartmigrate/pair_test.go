@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestPair(t *testing.T) {
@@ -107,6 +110,46 @@ func TestPairClaims(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.newLeft, newLeft); diff != "" {
 				t.Errorf("new left (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestClaimsBeyond(t *testing.T) {
+	claims := func(names ...string) []corev1.PersistentVolumeClaim {
+		out := make([]corev1.PersistentVolumeClaim, 0, len(names))
+		for _, n := range names {
+			out = append(out, corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		}
+		return out
+	}
+	sts := func(replicas, start int32) *appsv1.StatefulSet {
+		s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Spec: appsv1.StatefulSetSpec{Replicas: &replicas}}
+		if start > 0 {
+			s.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: start}
+		}
+		return s
+	}
+	live := claims("data-db-0", "data-db-1", "data-db-2", "data-db-10", "data-db-2-0", "data-db-02", "data-db-", "scratch", "logs-db-3")
+	for _, tc := range []struct {
+		name string
+		sts  *appsv1.StatefulSet
+		want []string
+	}{
+		{name: "two replicas", sts: sts(2, 0), want: []string{"PersistentVolumeClaim/ns/data-db-2", "PersistentVolumeClaim/ns/data-db-10"}},
+		{name: "ordinals from 1", sts: sts(2, 1), want: []string{"PersistentVolumeClaim/ns/data-db-0", "PersistentVolumeClaim/ns/data-db-10"}},
+		{name: "scaled to zero", sts: sts(0, 0), want: []string{"PersistentVolumeClaim/ns/data-db-0", "PersistentVolumeClaim/ns/data-db-1", "PersistentVolumeClaim/ns/data-db-2", "PersistentVolumeClaim/ns/data-db-10"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, f := range claimsBeyond(live, tc.sts, "data", "ns") {
+				if f.Check != CheckSTSClaimBeyond || f.Blocking || f.Remediation == "" {
+					t.Errorf("finding %+v, want a non-blocking %s with a remediation", f, CheckSTSClaimBeyond)
+				}
+				got = append(got, f.Subject)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("claims beyond the replicas %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,9 @@ const (
 	CheckSTSClaimsLeft   = "statefulset-claims-left"
 	CheckSTSClaimMissing = "statefulset-claim-missing"
 	CheckSTSKept         = "statefulset-kept"
+	// CheckSTSClaimBeyond is a claim of an ordinal the StatefulSet does not run (left by
+	// an earlier scale-down): not moved, not deleted.
+	CheckSTSClaimBeyond = "statefulset-claim-beyond-replicas"
 )
 
 // stsClaim is one claim of a StatefulSet, live (old release) or to be made (new chart).
@@ -113,6 +117,7 @@ func oldSTSClaims(ctx context.Context, kube kubernetes.Interface, m map[string]*
 	var out []stsClaim
 	var fs []Finding
 	live := map[string]*appsv1.StatefulSet{}
+	var claims *corev1.PersistentVolumeClaimList // read once, when a StatefulSet has templates
 	for _, name := range names(m) {
 		s, err := statefulSet(m[name])
 		if err != nil {
@@ -140,9 +145,34 @@ func oldSTSClaims(ctx context.Context, kube kubernetes.Interface, m map[string]*
 				}
 				out = append(out, stsClaim{name: cn, sts: name, template: t.Name, ordinal: ord, uid: string(c.UID)})
 			}
+			if claims == nil {
+				if claims, err = kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err != nil {
+					return nil, nil, nil, fmt.Errorf("list PersistentVolumeClaims in %s: %w", ns, err)
+				}
+			}
+			fs = append(fs, claimsBeyond(claims.Items, s, t.Name, ns)...)
 		}
 	}
 	return out, live, fs, nil
+}
+
+// claimsBeyond reports the claims of a StatefulSet's template at ordinals it does not run:
+// left by an earlier scale-down, they may hold data, and the migration leaves them alone.
+func claimsBeyond(claims []corev1.PersistentVolumeClaim, s *appsv1.StatefulSet, template, ns string) []Finding {
+	prefix := template + "-" + s.Name + "-"
+	run := ordinals(s)
+	var fs []Finding
+	for _, c := range claims {
+		suffix, ok := strings.CutPrefix(c.Name, prefix)
+		ord, err := strconv.Atoi(suffix)
+		if !ok || err != nil || ord < 0 || strconv.Itoa(ord) != suffix || slices.Contains(run, ord) {
+			continue
+		}
+		fs = append(fs, Finding{Check: CheckSTSClaimBeyond, Subject: "PersistentVolumeClaim/" + ns + "/" + c.Name,
+			Message:     fmt.Sprintf("a claim of StatefulSet %s's template %s at ordinal %d, which it does not run (%d replicas; left by an earlier scale-down): the migration neither moves nor deletes it, so the new release does not get its data", s.Name, template, ord, len(run)),
+			Remediation: fmt.Sprintf("if it holds data to carry over, scale StatefulSet %s to cover ordinal %d and plan again; otherwise delete it once you no longer need it", s.Name, ord)})
+	}
+	return fs
 }
 
 // pairSTS pairs old StatefulSet claims with new ones by structure: StatefulSets by name
