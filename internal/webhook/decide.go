@@ -62,21 +62,25 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 		return fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: hr, Reader: g.reader, Local: g.local, Settings: g.settings, Cache: g.cache})
 	})
 	subjectHR := fmt.Sprintf("HelmRelease %s/%s", hr.Namespace, hr.Name)
+	change := "chart change"
+	if valuesOnly {
+		change = "values change"
+	}
 	var unsupported *fluxrelease.UnsupportedError
 	var values *fluxrelease.ValuesError
 	switch {
 	case errors.As(err, &values):
 		// helm-controller would fail the release with ValuesError: the change cannot
 		// succeed as it stands, whether or not the gate runs with AllowOnError.
-		msg := fmt.Sprintf("upgradeguard denied the chart change of %s (%s): its values cannot be composed as helm-controller composes them. %v; then re-apply the change (Flux retries on its next reconcile)",
-			subjectHR, fluxrelease.Describe(hr), err)
+		msg := fmt.Sprintf("upgradeguard denied the %s of %s (%s): its values cannot be composed as helm-controller composes them. %v; then re-apply the change (Flux retries on its next reconcile)",
+			change, subjectHR, fluxrelease.Describe(hr), err)
 		return decision{outcome: OutcomeBlocked, message: msg, reason: ReasonValuesError, chart: fluxrelease.Describe(hr), noState: true}
 	case errors.As(err, &unsupported):
-		msg := fmt.Sprintf("upgradeguard did not check the chart change of %s: %s", subjectHR, unsupported.Reason)
+		msg := fmt.Sprintf("upgradeguard did not check the %s of %s: %s", change, subjectHR, unsupported.Reason)
 		return decision{outcome: OutcomeAdmitted, allowed: true, message: msg, warnings: []string{msg}, reason: "ChartChangeNotChecked",
 			chart: fluxrelease.Describe(hr), conditions: conds(hr, ReasonNotChecked, msg, metav1.ConditionUnknown, ReasonNotChecked, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)}
 	case err != nil:
-		return g.errored(hr, subjectHR, err)
+		return g.errored(hr, subjectHR, change, err)
 	}
 
 	rep := res.Report
@@ -144,7 +148,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	required := fmt.Sprintf("stored versions of %s are dropped by the incoming chart and must be migrated first", strings.Join(toMigrate, ", "))
 	policy, unselected, err := g.policyFor(ctx, res.LiveCRDs, toMigrate)
 	if err != nil {
-		return g.errored(hr, subjectHR, err)
+		return g.errored(hr, subjectHR, change, err)
 	}
 	if policy == nil {
 		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
@@ -158,7 +162,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	d.migration = name
 	sm, created, err := g.ensureMigration(ctx, hr, name, toMigrate, policy, dryRun)
 	if err != nil {
-		return g.errored(hr, subjectHR, err)
+		return g.errored(hr, subjectHR, change, err)
 	}
 	d.created = created
 	if sm != nil && failed(sm) {
@@ -188,8 +192,8 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	return d
 }
 
-func (g *Gate) errored(hr *helmv2.HelmRelease, subject string, err error) decision {
-	msg := fmt.Sprintf("upgradeguard could not check the chart change of %s (%s): %v. ", subject, fluxrelease.Describe(hr), err)
+func (g *Gate) errored(hr *helmv2.HelmRelease, subject, change string, err error) decision {
+	msg := fmt.Sprintf("upgradeguard could not check the %s of %s (%s): %v. ", change, subject, fluxrelease.Describe(hr), err)
 	if g.opts.AllowOnError {
 		msg += "It is admitted unchecked (the gate runs with AllowOnError)"
 	} else {
