@@ -12,40 +12,67 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 )
 
 func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
 	rounds := flag.Int("rounds", 30, "check and gate: measured rounds per case")
 	objects := flag.Int("objects", 2000, "check: HelmRepository objects to count")
 	n := flag.Int("n", 20000, "migrate: objects stored at the old version")
 	concurrency := flag.Int("concurrency", 4, "migrate: patch concurrency for the raw loop and migrate --qps 0")
 	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
 	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d (c runs at the default 100 QPS: slow for large -n)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process gate and clients; not the API server) to this file")
 	flag.Parse()
-	mode := flag.Arg(0)
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	ctx := context.Background()
-	var err error
-	switch mode {
+	switch mode := flag.Arg(0); mode {
 	case "", "all":
-		if err = benchCheck(ctx, *rounds, *objects); err == nil {
-			err = benchMigrate(ctx, *n, *concurrency, *cases)
+		if err := benchCheck(ctx, *rounds, *objects); err != nil {
+			return err
 		}
-		if err == nil {
-			err = benchGate(ctx, *rounds, *gateCache)
+		if err := benchMigrate(ctx, *n, *concurrency, *cases); err != nil {
+			return err
 		}
+		return benchGate(ctx, *rounds, *gateCache)
 	case "check":
-		err = benchCheck(ctx, *rounds, *objects)
+		return benchCheck(ctx, *rounds, *objects)
 	case "migrate":
-		err = benchMigrate(ctx, *n, *concurrency, *cases)
+		return benchMigrate(ctx, *n, *concurrency, *cases)
 	case "gate":
-		err = benchGate(ctx, *rounds, *gateCache)
+		return benchGate(ctx, *rounds, *gateCache)
 	case "raw":
-		err = rawLoop(ctx, flag.Args()[1:])
+		return rawLoop(ctx, flag.Args()[1:])
 	default:
-		err = fmt.Errorf("unknown mode %q: use check, migrate, gate or all", mode)
+		return fmt.Errorf("unknown mode %q: use check, migrate, gate or all", mode)
 	}
+}
+
+// startCPUProfile profiles this process into path until the returned stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(1)
+		return nil, err
 	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }

@@ -5,7 +5,9 @@
 package chartcrds
 
 import (
-	"fmt"
+	"maps"
+	"slices"
+	"sort"
 	"strings"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
@@ -29,17 +31,18 @@ func FromManifest(manifest string) ([]CRD, error) {
 	if manifest == "" {
 		return nil, nil
 	}
-	_, manifests, err := releaseutil.SortManifests(releaseutil.SplitManifests(manifest), nil, releaseutil.InstallOrder)
-	if err != nil {
-		return nil, fmt.Errorf("split rendered manifest: %w", err)
-	}
+	docs := releaseutil.SplitManifests(manifest)
+	keys := slices.Collect(maps.Keys(docs))
+	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
 	var out []CRD
-	for _, m := range manifests {
-		if m.Head == nil || m.Head.Kind != "CustomResourceDefinition" {
+	for _, k := range keys {
+		content := docs[k]
+		// Only a document that names the kind can be a CRD: the others are not parsed.
+		if !strings.Contains(content, "CustomResourceDefinition") {
 			continue
 		}
-		file := sourceFile(m.Content, m.Name)
-		crds, err := crdversions.FromManifest(file, []byte(m.Content))
+		file := sourceFile(content, k)
+		crds, err := crdversions.FromManifest(file, []byte(content))
 		if err != nil {
 			return nil, err
 		}

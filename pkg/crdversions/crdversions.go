@@ -7,6 +7,7 @@ package crdversions
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -135,11 +136,20 @@ func FromManifest(file string, data []byte) ([]*apiextv1.CustomResourceDefinitio
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
+		// One YAML parse per document (CRDs are large and a chart can hold megabytes of
+		// them): strictly, so that a CRD with a duplicate key is refused, and leniently
+		// only when that fails, for the documents of other kinds.
+		js, strictErr := yaml.YAMLToJSONStrict(raw)
+		if strictErr != nil {
+			if js, err = yaml.YAMLToJSON(raw); err != nil {
+				return nil, &ParseError{File: file, Document: doc, Err: fmt.Errorf("not valid YAML: %w", err)}
+			}
+		}
 		var head struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
 		}
-		if err := yaml.Unmarshal(raw, &head); err != nil {
+		if err := json.Unmarshal(js, &head); err != nil {
 			return nil, &ParseError{File: file, Document: doc, Err: fmt.Errorf("not valid YAML: %w", err)}
 		}
 		if head.Kind != "CustomResourceDefinition" {
@@ -149,8 +159,13 @@ func FromManifest(file string, data []byte) ([]*apiextv1.CustomResourceDefinitio
 			return nil, &ParseError{File: file, Document: doc,
 				Err: fmt.Errorf("CustomResourceDefinition has apiVersion %q; only %s is served by current API servers", head.APIVersion, apiextv1.SchemeGroupVersion)}
 		}
+		if strictErr != nil {
+			return nil, &ParseError{File: file, Document: doc, Err: fmt.Errorf("invalid CustomResourceDefinition: %w", strictErr)}
+		}
 		crd := &apiextv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(raw, crd); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(crd); err != nil {
 			return nil, &ParseError{File: file, Document: doc, Err: fmt.Errorf("invalid CustomResourceDefinition: %w", err)}
 		}
 		if err := validate(crd); err != nil {

@@ -31,6 +31,9 @@ func TestFromManifest(t *testing.T) {
 		{"two storage versions", strings.Replace(good, "served: false, storage: false", "served: true, storage: true", 1), 0, "exactly one version must be storage, found 2"},
 		{"name mismatch", strings.Replace(good, "name: widgets.example.com", "name: gadgets.example.com", 1), 0, "must be \"widgets.example.com\""},
 		{"not YAML", "kind: [", 0, "document 1"},
+		{"duplicate key in a CRD", strings.Replace(good, "  scope: Namespaced\n", "  scope: Namespaced\n  scope: Cluster\n", 1), 0, `key "scope" already set`},
+		{"duplicate key in another kind", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n---\n" + good, 1, ""},
+		{"a list, not an object", "- a\n- b\n", 0, "document 1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
