@@ -84,18 +84,11 @@ func TestReleaseMigrateStatefulSet(t *testing.T) {
 	pvs := map[string]*corev1.PersistentVolume{}
 	for i := range 2 {
 		name := fmt.Sprintf("sts-pv-%d", i)
-		pv, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"upgradeguard.dev/data-id": identity}},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-				StorageClassName:              "manual",
-				// Pre-provisioned for the ordinal's claim, as an operator does it.
-				ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: fmt.Sprintf("data-olddb-db-%d", i)},
-				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/" + identity + "/" + name}},
-			},
-		}, metav1.CreateOptions{})
+		// Pre-provisioned for the ordinal's claim, as an operator does it.
+		pv := manualPV(name, "/srv/"+identity+"/"+name, corev1.PersistentVolumeReclaimDelete,
+			&corev1.ObjectReference{Namespace: ns, Name: fmt.Sprintf("data-olddb-db-%d", i)})
+		pv.Labels = map[string]string{"upgradeguard.dev/data-id": identity}
+		pv, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -332,17 +325,9 @@ func TestReleaseMigrateStatefulSetSameName(t *testing.T) {
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	const ns = "migsame"
 	for i := range 2 {
-		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("same-pv-%d", i)},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-				StorageClassName:              "manual",
-				ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: fmt.Sprintf("data-db-db-%d", i)},
-				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: fmt.Sprintf("/srv/same-%d", i)}},
-			},
-		}, metav1.CreateOptions{}); err != nil {
+		pv := manualPV(fmt.Sprintf("same-pv-%d", i), fmt.Sprintf("/srv/same-%d", i), corev1.PersistentVolumeReclaimRetain,
+			&corev1.ObjectReference{Namespace: ns, Name: fmt.Sprintf("data-db-db-%d", i)})
+		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -164,6 +164,22 @@ func namespaceObjects(t *testing.T, cs kubernetes.Interface, ns string) []string
 	return out
 }
 
+// manualPV is a pre-provisioned 1Gi ReadWriteOnce hostPath volume of storage class
+// "manual", optionally reserved for a claim.
+func manualPV(name, path string, reclaim corev1.PersistentVolumeReclaimPolicy, claimRef *corev1.ObjectReference) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: reclaim,
+			StorageClassName:              "manual",
+			ClaimRef:                      claimRef,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}},
+		},
+	}
+}
+
 // TestReleaseMigrate moves a release with a PVC-backed database to a chart with other
 // claim and Secret names, on the real API server with the real kube-controller-manager
 // binding claims to volumes. The install fails once (an object in the way), and the
@@ -178,16 +194,8 @@ func TestReleaseMigrate(t *testing.T) {
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	const ns = "mig"
 	identity := "data-" + rand.String(10)
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "db-pv", Labels: map[string]string{"upgradeguard.dev/data-id": identity}},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-			StorageClassName:              "manual",
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/srv/" + identity}},
-		},
-	}
+	pv := manualPV("db-pv", "/srv/"+identity, corev1.PersistentVolumeReclaimDelete, nil)
+	pv.Labels = map[string]string{"upgradeguard.dev/data-id": identity}
 	pv, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

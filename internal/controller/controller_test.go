@@ -281,18 +281,7 @@ func TestProactiveRetriesAfterCRDChange(t *testing.T) {
 	if err := e.c.Get(e.ctx, client.ObjectKey{Name: name}, still); err != nil || still.UID != failed.UID || still.Status.Phase != v1alpha1.PhaseFailed {
 		t.Fatalf("before the CRD changed, the failed migration was replaced or retried (%v): %+v", err, still.Status)
 	}
-	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, helmrepos, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range crd.Spec.Versions {
-		if crd.Spec.Versions[i].Name == "v1beta2" {
-			crd.Spec.Versions[i].Deprecated, crd.Spec.Versions[i].DeprecationWarning = true, ptr.To("v1beta2 is going away")
-		}
-	}
-	if _, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Update(e.ctx, crd, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	upgradeHelmrepos(t, e)
 	waitFor(t, 30*time.Second, "a new proactive migration Succeeded", func() (bool, error) {
 		sm := &v1alpha1.StorageMigration{}
 		err := e.c.Get(e.ctx, client.ObjectKey{Name: name}, sm)
@@ -310,6 +299,24 @@ func condStatus(sm *v1alpha1.StorageMigration, typ string) metav1.ConditionStatu
 		}
 	}
 	return ""
+}
+
+// upgradeHelmrepos changes the HelmRepository CRD as a chart upgrade would: a new
+// generation (v1beta2 deprecated, with a warning), the same storage version.
+func upgradeHelmrepos(t *testing.T, e env) {
+	t.Helper()
+	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, helmrepos, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range crd.Spec.Versions {
+		if crd.Spec.Versions[i].Name == "v1beta2" {
+			crd.Spec.Versions[i].Deprecated, crd.Spec.Versions[i].DeprecationWarning = true, ptr.To("v1beta2 is going away")
+		}
+	}
+	if _, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Update(e.ctx, crd, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // storedAtV1beta2 is a cluster with n HelmRepositories in team-a stored at v1beta2, and
@@ -411,19 +418,7 @@ func TestRestartWhenCRDChanges(t *testing.T) {
 	if rp := sm.Status.Resources[0]; rp.Objects >= n || rp.Attempts != 1 {
 		t.Fatalf("progress %+v when the CRD changes; want the first attempt part-way", rp)
 	}
-	// The upgrade: a new generation (another deprecation warning), the same storage version.
-	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, helmrepos, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range crd.Spec.Versions {
-		if crd.Spec.Versions[i].Name == "v1beta2" {
-			crd.Spec.Versions[i].Deprecated, crd.Spec.Versions[i].DeprecationWarning = true, ptr.To("v1beta2 is going away")
-		}
-	}
-	if _, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Update(e.ctx, crd, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	upgradeHelmrepos(t, e)
 
 	waitFor(t, 60*time.Second, "Succeeded", func() (bool, error) {
 		sm = &v1alpha1.StorageMigration{}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/go-logr/logr/funcr"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -27,11 +25,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
-	"github.com/upgradeguard/upgradeguard/config"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
-	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
 // suite is the control plane with the gate registered on a real webhook server, the
@@ -131,7 +127,7 @@ func setup() (stop func(), err error) {
 	s.cp = cp
 	ctx := context.Background()
 
-	if err := installOwnCRDs(ctx, cp); err != nil {
+	if err := testenv.ApplyUpgradeguardCRDs(ctx, cp.Config); err != nil {
 		return stop, err
 	}
 	dir, err := os.MkdirTemp("", "upgradeguard-gate-")
@@ -237,32 +233,6 @@ func waitServing(addr string) error {
 		}
 		time.Sleep(50 * time.Millisecond) // polling interval of a readiness probe
 	}
-}
-
-func installOwnCRDs(ctx context.Context, cp *testenv.ControlPlane) error {
-	cs, err := apiextclient.NewForConfig(cp.Config)
-	if err != nil {
-		return err
-	}
-	return fs.WalkDir(config.CRDs, "crd", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := config.CRDs.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		crds, err := crdversions.FromManifest(path, data)
-		if err != nil {
-			return err
-		}
-		for _, c := range crds {
-			if err := testenv.ApplyCRD(ctx, cs, c); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }
 
 // expand turns fixture directories into their files.

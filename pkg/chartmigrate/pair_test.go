@@ -34,16 +34,22 @@ func TestPair(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, oldLeft, newLeft := pair(tc.old, tc.new, "olddb", "newdb", tc.explicit)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("pairs (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.oldLeft, oldLeft); diff != "" {
-				t.Errorf("old left (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.newLeft, newLeft); diff != "" {
-				t.Errorf("new left (-want +got):\n%s", diff)
-			}
+			checkPairs(t, got, oldLeft, newLeft, tc.want, tc.oldLeft, tc.newLeft)
 		})
+	}
+}
+
+// checkPairs compares a pairing and what it left on each side with what was wanted.
+func checkPairs(t *testing.T, got [][2]string, oldLeft, newLeft []string, want [][2]string, wantOld, wantNew []string) {
+	t.Helper()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pairs (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantOld, oldLeft); diff != "" {
+		t.Errorf("old left (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantNew, newLeft); diff != "" {
+		t.Errorf("new left (-want +got):\n%s", diff)
 	}
 }
 
@@ -102,15 +108,7 @@ func TestPairClaims(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, oldLeft, newLeft := pairClaims(namesOf(tc.oldPlain, tc.old...), namesOf(tc.newPlain, tc.new...),
 				slices.Concat(tc.old...), slices.Concat(tc.new...), "olddb", "newdb", tc.explicit)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("pairs (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.oldLeft, oldLeft); diff != "" {
-				t.Errorf("old left (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.newLeft, newLeft); diff != "" {
-				t.Errorf("new left (-want +got):\n%s", diff)
-			}
+			checkPairs(t, got, oldLeft, newLeft, tc.want, tc.oldLeft, tc.newLeft)
 		})
 	}
 }
