@@ -152,18 +152,8 @@ data:
 
 	// The plan.
 	base := []string{"release", "migrate", "olddb", "-n", ns, "--to-chart", newChart, "--new-release", "newdb"}
-	r := ug(t, append(base, "--plan", "-o", "json")...)
-	var out struct {
-		Plan   chartmigrate.Plan    `json:"plan"`
-		Result *chartmigrate.Result `json:"result"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-		t.Fatalf("plan JSON: %v\n%s\n%s", err, r.stdout, r.stderr)
-	}
-	if r.code != cli.ExitSafe || !out.Plan.Safe {
-		t.Fatalf("plan: exit %d, findings %+v\n%s", r.code, out.Plan.Findings, r.stderr)
-	}
-	plan := out.Plan
+	plan := safePlan(t, base...)
+	var out migrateOutput
 	type pairing struct{ Old, New, PV, UID, OldSTS, NewSTS string }
 	var got []pairing
 	for _, v := range plan.Volumes {
@@ -223,7 +213,7 @@ data:
 
 	// Execute.
 	dir := filepath.Join(t.TempDir(), "backup")
-	r = ug(t, append(base, "--execute", "--backup-dir", dir, "--yes", "-o", "json")...)
+	r := ug(t, append(base, "--execute", "--backup-dir", dir, "--yes", "-o", "json")...)
 	if r.code != cli.ExitSafe {
 		t.Fatalf("execute: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}

@@ -164,6 +164,27 @@ func namespaceObjects(t *testing.T, cs kubernetes.Interface, ns string) []string
 	return out
 }
 
+// migrateOutput is release migrate's JSON output.
+type migrateOutput struct {
+	Plan   chartmigrate.Plan    `json:"plan"`
+	Result *chartmigrate.Result `json:"result"`
+}
+
+// safePlan runs release migrate with args, --plan and -o json, and returns the plan,
+// failing the test unless it exits 0 with a safe plan.
+func safePlan(t *testing.T, args ...string) chartmigrate.Plan {
+	t.Helper()
+	r := ug(t, append(args, "--plan", "-o", "json")...)
+	var out migrateOutput
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("plan JSON: %v\n%s\n%s", err, r.stdout, r.stderr)
+	}
+	if r.code != cli.ExitSafe || !out.Plan.Safe {
+		t.Fatalf("plan: exit %d, findings %+v\n%s", r.code, out.Plan.Findings, r.stderr)
+	}
+	return out.Plan
+}
+
 // manualPV is a pre-provisioned 1Gi ReadWriteOnce hostPath volume of storage class
 // "manual", optionally reserved for a claim.
 func manualPV(name, path string, reclaim corev1.PersistentVolumeReclaimPolicy, claimRef *corev1.ObjectReference) *corev1.PersistentVolume {
@@ -218,18 +239,8 @@ func TestReleaseMigrate(t *testing.T) {
 	before := namespaceObjects(t, cs, ns)
 
 	// The plan.
-	r := ug(t, "release", "migrate", "olddb", "-n", ns, "--to-chart", newChart, "--new-release", "newdb", "--plan", "-o", "json")
-	var out struct {
-		Plan   chartmigrate.Plan    `json:"plan"`
-		Result *chartmigrate.Result `json:"result"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-		t.Fatalf("plan JSON: %v\n%s\n%s", err, r.stdout, r.stderr)
-	}
-	if r.code != cli.ExitSafe || !out.Plan.Safe {
-		t.Fatalf("plan: exit %d, findings %+v\n%s", r.code, out.Plan.Findings, r.stderr)
-	}
-	plan := out.Plan
+	plan := safePlan(t, "release", "migrate", "olddb", "-n", ns, "--to-chart", newChart, "--new-release", "newdb")
+	var out migrateOutput
 	if len(plan.Volumes) != 1 || plan.Volumes[0].OldPVC != "olddb-db-data" || plan.Volumes[0].NewPVC != "data-newdb" ||
 		plan.Volumes[0].PV != "db-pv" || plan.Volumes[0].PVUID != string(pv.UID) || plan.Volumes[0].ReclaimPolicy != "Delete" {
 		t.Errorf("plan volumes: %+v", plan.Volumes)
@@ -249,7 +260,7 @@ func TestReleaseMigrate(t *testing.T) {
 	if !term.IsTerminal(int(os.Stdin.Fd())) {
 		// Nobody to ask and no --yes: the PV patch is refused after the backup, with
 		// nothing changed on the cluster.
-		r = ug(t, args...)
+		r := ug(t, args...)
 		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "pass --yes") {
 			t.Fatalf("without --yes: exit %d\n%s", r.code, r.stderr)
 		}
@@ -262,7 +273,7 @@ func TestReleaseMigrate(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "newdb-settings"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r = ug(t, append(args, "--yes")...)
+	r := ug(t, append(args, "--yes")...)
 	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "step install failed") {
 		t.Fatalf("first run: exit %d, want 2 at the install\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
