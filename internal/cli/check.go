@@ -13,12 +13,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 type checkOptions struct {
@@ -141,88 +139,35 @@ func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	return nil
 }
 
-// predict runs the upgrade or rollback prediction the flags describe.
+// predict runs the upgrade or rollback prediction the flags describe: one check.Predict.
 func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Report, error) {
 	policy, _ := check.ParsePolicy(o.crdPolicy)
-	var err error
-	req := check.Request{Policy: policy, Release: o.release, Namespace: conn.namespace}
-
-	var reader *helmrelease.Reader
+	o.chart.Values = o.values
+	o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.release, conn.namespace, conn.serverVersion
+	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: conn.namespace, Policy: policy,
+		Rollback: o.rollback, ToRevision: o.toRevision}
 	if o.release != "" {
-		if reader, err = helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver); err != nil {
+		reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
+		if err != nil {
 			return nil, couldNot("%v", err)
 		}
+		s.Releases = reader
 	}
-	if o.rollback {
-		current, target, err := reader.RollbackPair(ctx, o.release, o.toRevision)
-		if err != nil {
-			return nil, classify(err, conn)
-		}
-		req.Operation, req.FromRevision, req.ToRevision = predict.Rollback, current.Version, target.Version
-		if target.Chart != nil && target.Chart.Metadata != nil {
-			req.Chart, req.ChartVersion = target.Chart.Metadata.Name, target.Chart.Metadata.Version
-		}
-		if req.Incoming, err = chartcrds.All(target.Chart, target.Manifest); err != nil {
-			return nil, couldNot("revision %d of release %s: %v", target.Version, o.release, err)
-		}
-		if req.Current, err = chartcrds.All(current.Chart, current.Manifest); err != nil {
-			return nil, couldNot("revision %d of release %s: %v", current.Version, o.release, err)
-		}
-	} else {
-		req.Operation = predict.Upgrade
-		o.chart.Values = o.values
-		o.chart.ReleaseName, o.chart.Namespace = o.release, conn.namespace
-		o.chart.KubeVersion, o.chart.IsUpgrade = conn.serverVersion, o.release != ""
-		if reader != nil {
-			current, err := reader.Current(ctx, o.release)
-			if err != nil {
-				return nil, classify(err, conn)
-			}
-			req.FromRevision = current.Version
-			if req.Current, err = chartcrds.All(current.Chart, current.Manifest); err != nil {
-				return nil, couldNot("revision %d of release %s: %v", current.Version, o.release, err)
-			}
-		}
-		ch, err := chartsource.Load(ctx, o.chart)
-		if err != nil {
-			return nil, couldNot("%v", err)
-		}
-		req.Incoming, req.Chart, req.ChartVersion = ch.CRDs, ch.Name, ch.Version
+	if !o.rollback {
+		s.Chart = chartsource.CheckChart(o.chart)
 		if !o.noHistory {
-			req.History = &chartHistory{opts: o.chart}
+			s.SteppingStones = &chartsource.History{Options: o.chart}
 		}
 	}
-
-	rep, err := check.Run(ctx, conn.cluster, req)
+	p, err := check.Predict(ctx, s)
+	var load *chartsource.LoadError
+	if errors.As(err, &load) {
+		return nil, couldNot("%v", err)
+	}
 	if err != nil {
 		return nil, classify(err, conn)
 	}
-	return rep, nil
-}
-
-// chartHistory adapts chartsource to check.History.
-type chartHistory struct{ opts chartsource.Options }
-
-func (h *chartHistory) Versions(ctx context.Context) ([]string, error) {
-	vs, err := chartsource.Versions(ctx, h.opts)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(vs))
-	for _, v := range vs {
-		out = append(out, v.Original())
-	}
-	return out, nil
-}
-
-func (h *chartHistory) CRDs(ctx context.Context, version string) ([]chartcrds.CRD, error) {
-	o := h.opts
-	o.Version = version
-	ch, err := chartsource.Load(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	return ch.CRDs, nil
+	return p.Report, nil
 }
 
 type connection struct {
@@ -264,7 +209,15 @@ func connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connect
 func classify(err error, conn *connection) error {
 	var nf *helmrelease.NotFoundError
 	var held *migrate.LeaseHeldError
+	var notFailed *helmrelease.NotFailedError
+	var rev *helmrelease.RevisionError
 	switch {
+	case errors.As(err, &nf) && nf.Revision == 0 && nf.Driver == helmrelease.DriverSecret:
+		return couldNot("%v; pass --helm-driver configmap if it was installed with HELM_DRIVER=configmap", err)
+	case errors.As(err, &notFailed):
+		return couldNot("%v: pass --revision N to compare a given revision with the one before it", err)
+	case errors.As(err, &rev):
+		return couldNot("%v (--revision and --to-revision take a revision from `helm history`)", err)
 	case errors.As(err, &nf), errors.As(err, &held):
 		return couldNot("%v", err)
 	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):

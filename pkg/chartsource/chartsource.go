@@ -83,6 +83,9 @@ type Chart struct {
 	CRDs  []chartcrds.CRD
 }
 
+// ErrNoChart says that no chart reference was given.
+var ErrNoChart = errors.New("no chart given: name a directory, .tgz, repo/name or oci:// reference")
+
 // LoadError says that the chart could not be fetched, loaded or rendered. It is a
 // "could not run" error: the prediction never started.
 type LoadError struct {
@@ -100,7 +103,7 @@ func (e *LoadError) Unwrap() error { return e.Err }
 // Load fetches, loads and renders the chart.
 func Load(ctx context.Context, o Options) (*Chart, error) {
 	if strings.TrimSpace(o.Ref) == "" {
-		return nil, &LoadError{Ref: "(none)", Step: "locate", Err: errors.New("no chart given: pass --chart with a directory, .tgz, repo/name or oci:// reference")}
+		return nil, &LoadError{Ref: "(none)", Step: "locate", Err: ErrNoChart}
 	}
 	settings := o.settings()
 	if o.Cache != nil {
@@ -127,7 +130,7 @@ func Load(ctx context.Context, o Options) (*Chart, error) {
 // itself (with the Helm SDK) and renders it with Render.
 func Fetch(o Options) (*chart.Chart, error) {
 	if strings.TrimSpace(o.Ref) == "" {
-		return nil, &LoadError{Ref: "(none)", Step: "locate", Err: errors.New("no chart given: pass a directory, .tgz, repo/name or oci:// reference")}
+		return nil, &LoadError{Ref: "(none)", Step: "locate", Err: ErrNoChart}
 	}
 	path, err := o.Locate(o.settings())
 	if err != nil {
@@ -167,7 +170,7 @@ func (o Options) Locate(settings *cli.EnvSettings) (string, error) {
 	}
 	path, err := install.LocateChart(o.Ref, settings)
 	if err != nil {
-		return "", &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("%w (check the reference, --version and --repo, and that the repository or registry is reachable)", err)}
+		return "", &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("%w (check the chart reference, its version and repository URL, and that the repository or registry is reachable)", err)}
 	}
 	return path, nil
 }

@@ -12,6 +12,9 @@ import (
 	"helm.sh/helm/v4/pkg/getter"
 	"helm.sh/helm/v4/pkg/registry"
 	repo "helm.sh/helm/v4/pkg/repo/v1"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 )
 
 // Versions returns the chart versions the source publishes, newest first, so that a
@@ -48,7 +51,16 @@ func Versions(ctx context.Context, o Options) ([]*semver.Version, error) {
 			}
 			url, name = f.Get(repoName).URL, chartName
 		}
-		index, err := o.index(settings, url)
+		var index *repo.IndexFile
+		var err error
+		if o.Cache != nil && o.RepoURL != "" {
+			if creds, ok := o.cacheable(); ok {
+				index, err = o.Cache.index(o, settings, creds)
+			}
+		}
+		if index == nil && err == nil {
+			index, err = o.index(settings, url)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -84,4 +96,50 @@ func (o Options) index(settings *cli.EnvSettings, url string) (*repo.IndexFile, 
 		return nil, fmt.Errorf("download index of %s: %w", url, err)
 	}
 	return repo.LoadIndexFile(path)
+}
+
+// History is the stepping-stone search's view of a chart source (check.History): the
+// versions it publishes, newest first, and the CRDs each one brings, rendered with the
+// same options (values, release, Kubernetes version) as the incoming chart. With
+// Options.Cache set, the repository index is the one the cache already keeps.
+type History struct {
+	// Options load the incoming chart; Version is replaced by each version tried.
+	Options Options
+}
+
+// Versions lists the versions of the source as strings, newest first.
+func (h *History) Versions(ctx context.Context) ([]string, error) {
+	vs, err := Versions(ctx, h.Options)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, v.Original())
+	}
+	return out, nil
+}
+
+// CRDs loads one version and returns the CRDs it brings.
+func (h *History) CRDs(ctx context.Context, version string) ([]chartcrds.CRD, error) {
+	o := h.Options
+	o.Version = version
+	ch, err := Load(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return ch.CRDs, nil
+}
+
+// CheckChart is the check.ChartLoader of o: it loads and renders the chart, with
+// .Release.IsUpgrade when the release already has a revision.
+func CheckChart(o Options) func(ctx context.Context, upgrade bool) (*check.Chart, error) {
+	return func(ctx context.Context, upgrade bool) (*check.Chart, error) {
+		o.IsUpgrade = upgrade
+		ch, err := Load(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		return &check.Chart{Name: ch.Name, Version: ch.Version, CRDs: ch.CRDs}, nil
+	}
 }

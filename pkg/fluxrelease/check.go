@@ -2,15 +2,11 @@ package fluxrelease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"helm.sh/helm/v4/pkg/cli"
-	"helm.sh/helm/v4/pkg/release/common"
-	release "helm.sh/helm/v4/pkg/release/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -102,81 +98,32 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	history, err := reader.History(ctx, res.Release)
-	var nf *helmrelease.NotFoundError
-	if err != nil && !errors.As(err, &nf) {
-		return nil, err
-	}
-	current := latestDeployed(history)
 
 	src.ReleaseName, src.Namespace = res.Release, hr.GetReleaseNamespace()
-	src.KubeVersion, src.IsUpgrade = kubeVersion, current != nil
+	src.KubeVersion = kubeVersion
 	src.BaseValues, src.Settings, src.Cache = values, req.Settings, req.Cache
-	ch, err := chartsource.Load(ctx, src)
-	if err != nil {
-		return nil, err
-	}
-	res.Chart, res.Version = ch.Name, ch.Version
-
-	creq := check.Request{
-		Operation: predict.Upgrade, Incoming: ch.CRDs, Policy: check.PolicyHelm,
-		Release: res.Release, Namespace: res.StorageNamespace, Chart: ch.Name, ChartVersion: ch.Version,
-	}
+	policy := check.PolicyHelm
 	if CRDPolicyCreateReplace(hr) {
-		creq.Policy = check.PolicyCreateReplace
+		policy = check.PolicyCreateReplace
 	}
-	if current != nil {
-		creq.FromRevision = current.Version
-		if creq.Current, err = chartcrds.All(current.Chart, current.Manifest); err != nil {
-			return nil, fmt.Errorf("revision %d of release %s: %w", current.Version, res.Release, err)
-		}
-		if current.Chart != nil && current.Chart.Metadata != nil {
-			res.CurrentVersion = current.Chart.Metadata.Version
-			if current.Chart.Metadata.Name == ch.Name && Older(ch.Version, res.CurrentVersion) {
-				creq.Operation = predict.Rollback
-				creq.ToRevision = revisionOf(history, ch.Name, ch.Version)
-			}
-		}
-	}
-	res.Operation = creq.Operation
-	cluster := &recordingCluster{Cluster: kc}
-	rep, err := check.Run(ctx, cluster, creq)
+	p, err := check.Predict(ctx, check.Sources{
+		Cluster: kc, Releases: reader, Release: res.Release, Namespace: res.StorageNamespace, ReleaseOptional: true,
+		Chart: chartsource.CheckChart(src), OlderIsRollback: true, Policy: policy, SteppingStones: &chartsource.History{Options: src},
+	})
 	if err != nil {
 		return nil, err
 	}
-	res.Report, res.LiveCRDs = rep, cluster.live
-	if RollbackRemediation(hr) && current != nil && creq.Operation == predict.Upgrade {
-		res.RemediationRisk = remediationRisk(cluster.live, ch.CRDs, creq.Current)
+	rep := p.Report
+	res.Report, res.LiveCRDs, res.Operation = rep, p.Live, rep.Operation
+	res.Chart, res.Version, res.CurrentVersion = rep.Chart, rep.ChartVersion, p.CurrentChartVersion
+	deployed := rep.FromRevision > 0
+	if RollbackRemediation(hr) && deployed && rep.Operation == predict.Upgrade {
+		res.RemediationRisk = remediationRisk(p.Live, p.Incoming, p.Current)
 	}
-	if UninstallRemediation(hr) && current != nil {
-		res.UninstallRisk = uninstallRisk(cluster.live, ch.CRDs)
+	if UninstallRemediation(hr) && deployed {
+		res.UninstallRisk = uninstallRisk(p.Live, p.Incoming)
 	}
 	return res, nil
-}
-
-// latestDeployed is the revision an upgrade starts from (helmrelease.Reader.Current's
-// rule) over an already read history.
-func latestDeployed(h []*release.Release) *release.Release {
-	for i := len(h) - 1; i >= 0; i-- {
-		if h[i].Info != nil && h[i].Info.Status == common.StatusDeployed {
-			return h[i]
-		}
-	}
-	if len(h) > 0 {
-		return h[len(h)-1]
-	}
-	return nil
-}
-
-// revisionOf is the newest revision that ran chart@version, so the rollback action can
-// name it; 0 when none did.
-func revisionOf(h []*release.Release, chart, version string) int {
-	for i := len(h) - 1; i >= 0; i-- {
-		if m := h[i].Chart; m != nil && m.Metadata != nil && m.Metadata.Name == chart && m.Metadata.Version == version {
-			return h[i].Version
-		}
-	}
-	return 0
 }
 
 // remediationRisk predicts helm-controller's rollback remediation after this upgrade:
@@ -223,20 +170,4 @@ func uninstallRisk(live map[string]*apiextv1.CustomResourceDefinition, incoming 
 		out = append(out, in.CRD.Name)
 	}
 	return out
-}
-
-// recordingCluster keeps the CRDs check read, so callers select them without a second
-// LIST.
-type recordingCluster struct {
-	check.Cluster
-	mu   sync.Mutex
-	live map[string]*apiextv1.CustomResourceDefinition
-}
-
-func (r *recordingCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
-	m, err := r.Cluster.CRDs(ctx)
-	r.mu.Lock()
-	r.live = m
-	r.mu.Unlock()
-	return m, err
 }

@@ -16,7 +16,6 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/Masterminds/semver/v3"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
@@ -244,14 +244,7 @@ func UninstallRemediation(hr *helmv2.HelmRelease) bool {
 
 // Older reports whether version is a lower semver than than; false when either does not
 // parse.
-func Older(version, than string) bool {
-	a, err1 := semver.NewVersion(version)
-	b, err2 := semver.NewVersion(than)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return a.LessThan(b)
-}
+func Older(version, than string) bool { return check.Older(version, than) }
 
 func orDefault(v, def string) string {
 	if v == "" {

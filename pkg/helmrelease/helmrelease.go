@@ -59,8 +59,27 @@ func (e *NotFoundError) Error() string {
 		return fmt.Sprintf("release %s has no revision %d in namespace %s: list revisions with `helm history %s -n %s`",
 			e.Release, e.Revision, e.Namespace, e.Release, e.Namespace)
 	}
-	return fmt.Sprintf("release %s not found in namespace %s (Helm driver %s): check `helm list -n %s`, or pass --helm-driver configmap if it was installed with HELM_DRIVER=configmap",
+	return fmt.Sprintf("release %s not found in namespace %s (Helm driver %s): check `helm list -n %s`; a release installed with HELM_DRIVER=configmap is read with the configmap driver",
 		e.Release, e.Namespace, e.Driver, e.Namespace)
+}
+
+// RevisionError says that a revision number was not a positive number.
+type RevisionError struct{ Revision int }
+
+func (e *RevisionError) Error() string {
+	return fmt.Sprintf("a revision must be a positive revision number, got %d", e.Revision)
+}
+
+// NotFailedError says that the last revision of a release did not fail, when a failed
+// one was asked for; the caller names a revision to compare instead.
+type NotFailedError struct {
+	Release, Namespace, Status string
+	Revision                   int
+}
+
+func (e *NotFailedError) Error() string {
+	return fmt.Sprintf("the last revision (%d) of release %s in namespace %s is %s, not failed",
+		e.Revision, e.Release, e.Namespace, e.Status)
 }
 
 // History returns every stored revision of a release, oldest first.
@@ -94,16 +113,21 @@ func (r *Reader) Current(ctx context.Context, name string) (*release.Release, er
 	if err != nil {
 		return nil, err
 	}
-	return current(h), nil
+	return Deployed(h), nil
 }
 
-// current picks from a history sorted oldest first: the last deployed revision, else the
-// last revision.
-func current(h []*release.Release) *release.Release {
+// Deployed is the revision an upgrade starts from, picked from a history sorted oldest
+// first (as History returns it): the last deployed revision, else the last revision
+// whatever its status; nil for an empty history. It is the one "latest deployed" rule of
+// every caller.
+func Deployed(h []*release.Release) *release.Release {
 	for i := len(h) - 1; i >= 0; i-- {
 		if h[i].Info != nil && h[i].Info.Status == common.StatusDeployed {
 			return h[i]
 		}
+	}
+	if len(h) == 0 {
+		return nil
 	}
 	return h[len(h)-1]
 }
@@ -113,7 +137,7 @@ func current(h []*release.Release) *release.Release {
 // revision before the last one. This is helm's own rule.
 func (r *Reader) RollbackPair(ctx context.Context, name string, toRevision int) (current, target *release.Release, err error) {
 	if toRevision < 0 {
-		return nil, nil, fmt.Errorf("--to-revision must be a positive revision number, got %d", toRevision)
+		return nil, nil, &RevisionError{Revision: toRevision}
 	}
 	h, err := r.History(ctx, name)
 	if err != nil {
@@ -162,7 +186,7 @@ func (r *Reader) Releases(ctx context.Context) ([]*release.Release, error) {
 	var out []*release.Release
 	for _, h := range byName {
 		slices.SortFunc(h, func(a, b *release.Release) int { return a.Version - b.Version })
-		cur := current(h)
+		cur := Deployed(h)
 		if cur.Info != nil && cur.Info.Status == common.StatusUninstalled {
 			continue
 		}
@@ -182,7 +206,7 @@ func (r *Reader) Releases(ctx context.Context) ([]*release.Release, error) {
 // when the failed revision is the first (a failed install).
 func (r *Reader) FailedPair(ctx context.Context, name string, revision int) (failed, previous *release.Release, err error) {
 	if revision < 0 {
-		return nil, nil, fmt.Errorf("--revision must be a positive revision number, got %d", revision)
+		return nil, nil, &RevisionError{Revision: revision}
 	}
 	h, err := r.History(ctx, name)
 	if err != nil {
@@ -199,8 +223,7 @@ func (r *Reader) FailedPair(ctx context.Context, name string, revision int) (fai
 		if st != nil {
 			status = st.Status.String()
 		}
-		return nil, nil, fmt.Errorf("the last revision (%d) of release %s in namespace %s is %s, not failed: pass --revision N to compare a given revision with the one before it",
-			h[i].Version, name, r.namespace, status)
+		return nil, nil, &NotFailedError{Release: name, Namespace: r.namespace, Status: status, Revision: h[i].Version}
 	}
 	if i > 0 {
 		previous = h[i-1]

@@ -1,0 +1,199 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/Masterminds/semver/v3"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// Chart is the incoming chart of an upgrade, as a ChartLoader returns it.
+type Chart struct {
+	Name, Version string
+	CRDs          []chartcrds.CRD
+}
+
+// ChartLoader loads and renders the incoming chart of an upgrade. upgrade says whether the
+// release already has a revision (the chart is then rendered with .Release.IsUpgrade).
+type ChartLoader func(ctx context.Context, upgrade bool) (*Chart, error)
+
+// Sources are what one prediction reads: the live cluster, the release's revisions in
+// Helm storage and the incoming chart. Every front end (the CLI's check, the HelmRelease
+// gate, a Go program) builds its prediction from these with Predict, so the same release
+// and chart get the same report and the same next steps everywhere.
+type Sources struct {
+	// Cluster is the live cluster.
+	Cluster Cluster
+	// Releases reads the release's revisions. Nil predicts without a release (no CRD is
+	// found deleted, and the chart renders as a first install).
+	Releases *helmrelease.Reader
+	// Release and Namespace name the release (and what the actions name).
+	Release, Namespace string
+	// ReleaseOptional predicts an upgrade of a release with no revision yet as a first
+	// install, instead of failing with *helmrelease.NotFoundError.
+	ReleaseOptional bool
+
+	// Rollback predicts a rollback to ToRevision (0: the previous revision, as helm
+	// rollback) instead of an upgrade to Chart.
+	Rollback   bool
+	ToRevision int
+	// Chart loads the incoming chart of an upgrade.
+	Chart ChartLoader
+	// OlderIsRollback predicts an upgrade to an older version of the chart the release
+	// runs as a rollback (Flux moves back that way: the CRDs meet the live storage
+	// versions exactly as in a helm rollback).
+	OlderIsRollback bool
+
+	Policy CRDPolicy
+	// SteppingStones, when set, is searched for a stepping-stone chart version when an
+	// upgrade needs a bridge (chartsource.History is one).
+	SteppingStones History
+}
+
+// Prediction is a Report with what it was made from, for callers that look further
+// (the gate selects the live CRDs; fluxrelease predicts remediation).
+type Prediction struct {
+	Report *Report
+	// Live are the cluster's CRDs as the prediction read them.
+	Live map[string]*apiextv1.CustomResourceDefinition
+	// Incoming and Current are the CRDs of the incoming side and of the release today
+	// (nil without a release).
+	Incoming, Current []chartcrds.CRD
+	// CurrentChartVersion is the chart version the release runs (empty without one).
+	CurrentChartVersion string
+}
+
+// ErrNoChart says that an upgrade was asked for with no incoming chart.
+var ErrNoChart = errors.New("no incoming chart: an upgrade needs the chart it upgrades to (a rollback reads it from the release)")
+
+// ErrRollbackNeedsRelease says that a rollback was asked for with no release to read.
+var ErrRollbackNeedsRelease = errors.New("a rollback needs the release whose revisions it moves between")
+
+// Predict reads the release and the chart, and predicts the upgrade or rollback against
+// the live cluster. It only reads.
+func Predict(ctx context.Context, s Sources) (*Prediction, error) {
+	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Release: s.Release, Namespace: s.Namespace}
+	p := &Prediction{}
+	if s.Rollback {
+		if err := s.rollback(ctx, &req, p); err != nil {
+			return nil, err
+		}
+	} else if err := s.upgrade(ctx, &req, p); err != nil {
+		return nil, err
+	}
+	cluster := &recordingCluster{Cluster: s.Cluster}
+	rep, err := Run(ctx, cluster, req)
+	if err != nil {
+		return nil, err
+	}
+	p.Report, p.Live, p.Incoming, p.Current = rep, cluster.live, req.Incoming, req.Current
+	return p, nil
+}
+
+func (s Sources) rollback(ctx context.Context, req *Request, p *Prediction) error {
+	if s.Releases == nil {
+		return ErrRollbackNeedsRelease
+	}
+	current, target, err := s.Releases.RollbackPair(ctx, s.Release, s.ToRevision)
+	if err != nil {
+		return err
+	}
+	req.Operation, req.FromRevision, req.ToRevision = predict.Rollback, current.Version, target.Version
+	if target.Chart != nil && target.Chart.Metadata != nil {
+		req.Chart, req.ChartVersion = target.Chart.Metadata.Name, target.Chart.Metadata.Version
+	}
+	if req.Incoming, err = chartcrds.All(target.Chart, target.Manifest); err != nil {
+		return fmt.Errorf("revision %d of release %s: %w", target.Version, s.Release, err)
+	}
+	return s.current(current, req, p)
+}
+
+func (s Sources) upgrade(ctx context.Context, req *Request, p *Prediction) error {
+	if s.Chart == nil {
+		return ErrNoChart
+	}
+	var history []*release.Release
+	if s.Releases != nil {
+		h, err := s.Releases.History(ctx, s.Release)
+		var nf *helmrelease.NotFoundError
+		if err != nil && (!errors.As(err, &nf) || !s.ReleaseOptional) {
+			return err
+		}
+		history = h
+	}
+	current := helmrelease.Deployed(history)
+	if current != nil {
+		if err := s.current(current, req, p); err != nil {
+			return err
+		}
+	}
+	ch, err := s.Chart(ctx, current != nil)
+	if err != nil {
+		return err
+	}
+	req.Incoming, req.Chart, req.ChartVersion = ch.CRDs, ch.Name, ch.Version
+	req.History = s.SteppingStones
+	if s.OlderIsRollback && current != nil && current.Chart != nil && current.Chart.Metadata != nil &&
+		current.Chart.Metadata.Name == ch.Name && Older(ch.Version, p.CurrentChartVersion) {
+		req.Operation, req.ToRevision = predict.Rollback, revisionOf(history, ch.Name, ch.Version)
+	}
+	return nil
+}
+
+func (s Sources) current(current *release.Release, req *Request, p *Prediction) error {
+	req.FromRevision = current.Version
+	var err error
+	if req.Current, err = chartcrds.All(current.Chart, current.Manifest); err != nil {
+		return fmt.Errorf("revision %d of release %s: %w", current.Version, s.Release, err)
+	}
+	if current.Chart != nil && current.Chart.Metadata != nil {
+		p.CurrentChartVersion = current.Chart.Metadata.Version
+	}
+	return nil
+}
+
+// revisionOf is the newest revision that ran chart@version, so the rollback action can
+// name it; 0 when none did.
+func revisionOf(h []*release.Release, chart, version string) int {
+	for i := len(h) - 1; i >= 0; i-- {
+		if m := h[i].Chart; m != nil && m.Metadata != nil && m.Metadata.Name == chart && m.Metadata.Version == version {
+			return h[i].Version
+		}
+	}
+	return 0
+}
+
+// Older reports whether version is a lower semver than than; false when either does not
+// parse.
+func Older(version, than string) bool {
+	a, err1 := semver.NewVersion(version)
+	b, err2 := semver.NewVersion(than)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return a.LessThan(b)
+}
+
+// recordingCluster keeps the CRDs Run read, so callers select them without a second
+// LIST.
+type recordingCluster struct {
+	Cluster
+	mu   sync.Mutex
+	live map[string]*apiextv1.CustomResourceDefinition
+}
+
+func (r *recordingCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
+	m, err := r.Cluster.CRDs(ctx)
+	r.mu.Lock()
+	r.live = m
+	r.mu.Unlock()
+	return m, err
+}
