@@ -37,11 +37,6 @@ const (
 	ReasonValuesError = "ValuesError"
 )
 
-const (
-	whyBridge = "the API server would reject it"
-	whyDelete = "Helm would delete CRDs and every object of their types"
-)
-
 // decision is one answer with what the event, annotation and metric need.
 type decision struct {
 	outcome    string
@@ -78,7 +73,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	case errors.As(err, &unsupported):
 		msg := fmt.Sprintf("upgradeguard did not check the %s of %s: %s", change, subjectHR, unsupported.Reason)
 		return decision{outcome: OutcomeAdmitted, allowed: true, message: msg, warnings: []string{msg}, reason: "ChartChangeNotChecked",
-			chart: fluxrelease.Describe(hr), conditions: conds(hr, ReasonNotChecked, msg, metav1.ConditionUnknown, ReasonNotChecked, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)}
+			chart: fluxrelease.Describe(hr), conditions: gate.Unknown(ReasonNotChecked, msg, hr.Generation)}
 	case err != nil:
 		return g.errored(hr, subjectHR, change, err)
 	}
@@ -104,92 +99,101 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 			strings.Join(res.UninstallRisk, ", ")))
 	}
 
-	if rep.Safe {
-		reason := gate.ReasonNotRequired
-		if sm, _ := g.getMigration(ctx, MigrationName(hr.Namespace, hr.Name)); sm != nil && succeeded(sm) {
-			reason, d.migration = gate.ReasonMigrated, sm.Name
-		}
-		d.outcome, d.allowed, d.reason = OutcomeAdmitted, true, "ChartChangeAdmitted"
-		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD of the incoming chart is accepted by the target's API server", what)
-		d.conditions = conds(hr, reason, d.message, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)
-		return d
-	}
-
-	var toMigrate, unfixable, why []string
-	reason := gate.ReasonMigrationRequired
-	for _, c := range rep.Findings() {
-		switch c.Verdict {
-		case predict.Migrate:
-			toMigrate = append(toMigrate, c.Name)
-		case predict.Bridge:
-			unfixable, reason = append(unfixable, c.Name+": "+c.Reason), gate.ReasonBridgeRequired
-			if !slices.Contains(why, whyBridge) {
-				why = append(why, whyBridge)
-			}
-		case predict.Delete:
-			unfixable, reason = append(unfixable, c.Name+": "+c.Reason), gate.ReasonCRDDeletion
-			if !slices.Contains(why, whyDelete) {
-				why = append(why, whyDelete)
-			}
-		}
-	}
 	target := ""
 	if res.Remote {
 		target = fmt.Sprintf(" (against the cluster of the kubeConfig Secret %s/%s)", hr.Namespace, hr.Spec.KubeConfig.SecretRef.Name)
 	}
-	if len(unfixable) > 0 {
+	name := MigrationName(hr.Namespace, hr.Name)
+	sms := &storageMigrations{g: g, hr: hr, name: name, live: res.LiveCRDs, dryRun: dryRun}
+	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, ObservedGeneration: hr.Generation})
+	if err != nil {
+		return g.errored(hr, subjectHR, change, err)
+	}
+	d.conditions = gd.Conditions
+	steps := strings.Join(gd.NextSteps(), "; then ")
+	switch {
+	case gd.Outcome == gate.Proceed:
+		if sm, _ := g.getMigration(ctx, name); sm != nil && succeeded(sm) {
+			d.conditions[0].Reason, d.migration = gate.ReasonMigrated, sm.Name
+		}
+		d.outcome, d.allowed, d.reason = OutcomeAdmitted, true, "ChartChangeAdmitted"
+		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD of the incoming chart is accepted by the target's API server", what)
+		setMessages(d.conditions, d.message, "", "")
+	case len(gd.Unfixable) > 0:
 		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no automatic migration fixes it. %s. Next steps%s: %s; then re-apply the change (Flux retries on its next reconcile)",
-			what, strings.Join(why, ", and "), strings.Join(unfixable, "; "), target, strings.Join(rep.NextSteps, "; then "))
-		d.conditions = conds(hr, reason, d.message, metav1.ConditionTrue, gate.ReasonIdle, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)
-		return d
-	}
-
-	required := fmt.Sprintf("stored versions of %s are dropped by the incoming chart and must be migrated first", strings.Join(toMigrate, ", "))
-	policy, unselected, err := g.policyFor(ctx, res.LiveCRDs, toMigrate)
-	if err != nil {
-		return g.errored(hr, subjectHR, change, err)
-	}
-	if policy == nil {
+			what, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), target, steps)
+		setMessages(d.conditions, d.message, "", "")
+	case gd.Migration.State == gate.MigrationNotAllowed:
 		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run%s: %s, then re-apply (Flux retries on its next reconcile); or create a StorageMigrationPolicy with autoMigrate: true that selects them",
-			what, required, strings.Join(unselected, ", "), target, strings.Join(rep.NextSteps, "; then "))
-		d.conditions = conds(hr, gate.ReasonMigrationRequired, required, metav1.ConditionTrue, gate.ReasonAutoMigrationOff, metav1.ConditionFalse, gate.ReasonIdle, metav1.ConditionFalse)
-		return d
-	}
-
-	name := MigrationName(hr.Namespace, hr.Name)
-	d.migration = name
-	sm, created, err := g.ensureMigration(ctx, hr, name, toMigrate, policy, dryRun)
-	if err != nil {
-		return g.errored(hr, subjectHR, change, err)
-	}
-	d.created = created
-	if sm != nil && failed(sm) {
-		msg := failureMessage(sm)
+			what, required(gd), strings.Join(gd.Migration.NotAllowed, ", "), target, steps)
+		setMessages(d.conditions, required(gd), "", "")
+	case gd.Migration.State == gate.MigrationFailed:
+		d.migration = name
 		d.outcome, d.reason = OutcomeBlocked, "StorageMigrationFailed"
 		d.message = fmt.Sprintf("upgradeguard denied the %s: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the gate starts a new one on Flux's next retry, or run%s: %s",
-			what, required, name, msg, name, target, strings.Join(rep.NextSteps, "; then "))
-		d.conditions = conds(hr, gate.ReasonMigrationRequired, required, metav1.ConditionTrue, gate.ReasonMigrationFailed, metav1.ConditionFalse, gate.ReasonMigrationFailed, metav1.ConditionTrue)
-		d.conditions[2].Message = msg
-		return d
-	}
-	d.outcome, d.reason = OutcomeMigrating, "ChartChangeHeld"
-	switch {
-	case dryRun:
-		d.message = fmt.Sprintf("upgradeguard would hold the %s: %s; StorageMigration %s would be created to migrate them (dry run: nothing was created)",
-			what, required, name)
-	case created:
-		d.reason = "StorageMigrationStarted"
-		d.message = fmt.Sprintf("upgradeguard is holding the %s: %s. StorageMigration %s was created to migrate them; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
-			what, required, name, name, name)
+			what, required(gd), name, gd.Migration.Message, name, target, steps)
+		setMessages(d.conditions, required(gd), "", gd.Migration.Message)
 	default:
-		d.message = fmt.Sprintf("upgradeguard is holding the %s: %s, and StorageMigration %s is in progress; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
-			what, required, name, name, name)
+		d.migration, d.created = name, gd.Migration.Created
+		d.outcome, d.reason = OutcomeMigrating, "ChartChangeHeld"
+		switch {
+		case dryRun:
+			d.message = fmt.Sprintf("upgradeguard would hold the %s: %s; StorageMigration %s would be created to migrate them (dry run: nothing was created)",
+				what, required(gd), name)
+		case d.created:
+			d.reason = "StorageMigrationStarted"
+			d.message = fmt.Sprintf("upgradeguard is holding the %s: %s. StorageMigration %s was created to migrate them; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
+				what, required(gd), name, name, name)
+		default:
+			d.message = fmt.Sprintf("upgradeguard is holding the %s: %s, and StorageMigration %s is in progress; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
+				what, required(gd), name, name, name)
+		}
+		setMessages(d.conditions, required(gd), d.message, "")
 	}
-	d.conditions = conds(hr, gate.ReasonMigrationRequired, required, metav1.ConditionTrue, gate.ReasonMigrating, metav1.ConditionTrue, gate.ReasonIdle, metav1.ConditionFalse)
-	d.conditions[1].Message = d.message
 	return d
+}
+
+// required is the admission wording of the StorageMigrationRequired message.
+func required(d *gate.Decision) string {
+	return fmt.Sprintf("stored versions of %s are dropped by the incoming chart and must be migrated first", strings.Join(d.ToMigrate, ", "))
+}
+
+// setMessages words the three conditions (Required, InProgress, Failed) for the
+// HelmRelease's gate state.
+func setMessages(c []metav1.Condition, required, inProgress, failed string) {
+	c[0].Message, c[1].Message, c[2].Message = required, inProgress, failed
+}
+
+// storageMigrations is the gate's Migrator for HelmReleases: a StorageMigration the
+// controller runs, when a StorageMigrationPolicy with autoMigrate selects every CRD.
+type storageMigrations struct {
+	g      *Gate
+	hr     *helmv2.HelmRelease
+	name   string
+	live   map[string]*apiextv1.CustomResourceDefinition
+	dryRun bool
+}
+
+func (m *storageMigrations) Migrate(ctx context.Context, crds []string) (*gate.Progress, error) {
+	policy, unselected, err := m.g.policyFor(ctx, m.live, crds)
+	if err != nil {
+		return nil, err
+	}
+	if policy == nil {
+		return &gate.Progress{State: gate.MigrationNotAllowed, NotAllowed: unselected,
+			Message: "no StorageMigrationPolicy with autoMigrate selects " + strings.Join(unselected, ", ")}, nil
+	}
+	sm, created, err := m.g.ensureMigration(ctx, m.hr, m.name, crds, policy, m.dryRun)
+	if err != nil {
+		return nil, err
+	}
+	if sm != nil && failed(sm) {
+		return &gate.Progress{State: gate.MigrationFailed, Name: m.name, Message: failureMessage(sm)}, nil
+	}
+	return &gate.Progress{State: gate.MigrationRunning, Name: m.name, Created: created,
+		Message: fmt.Sprintf("StorageMigration %s migrates %s", m.name, strings.Join(crds, ", "))}, nil
 }
 
 func (g *Gate) errored(hr *helmv2.HelmRelease, subject, change string, err error) decision {
@@ -211,17 +215,6 @@ func opName(op predict.Operation) string {
 		return "rollback (a move back to an older chart version)"
 	}
 	return "upgrade"
-}
-
-// conds builds the three conditions in the order Required, InProgress, Failed.
-func conds(hr *helmv2.HelmRelease, reqReason, reqMsg string, req metav1.ConditionStatus,
-	progReason string, prog metav1.ConditionStatus, failReason string, fail metav1.ConditionStatus) []metav1.Condition {
-	gen := hr.Generation
-	return []metav1.Condition{
-		{Type: v1alpha1.ConditionStorageMigrationRequired, Status: req, Reason: reqReason, Message: reqMsg, ObservedGeneration: gen},
-		{Type: v1alpha1.ConditionStorageMigrationInProgress, Status: prog, Reason: progReason, ObservedGeneration: gen},
-		{Type: v1alpha1.ConditionStorageMigrationFailed, Status: fail, Reason: failReason, ObservedGeneration: gen},
-	}
 }
 
 // policyFor returns a StorageMigrationPolicy with autoMigrate that selects every named

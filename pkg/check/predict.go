@@ -53,6 +53,9 @@ type Sources struct {
 	OlderIsRollback bool
 
 	Policy CRDPolicy
+	// Current are the CRDs the deployment applies today, for a caller that has no
+	// Helm release to read them from (Releases nil).
+	Current []chartcrds.CRD
 	// SteppingStones, when set, is searched for a stepping-stone chart version when an
 	// upgrade needs a bridge (chartsource.History is one).
 	SteppingStones History
@@ -80,7 +83,7 @@ var ErrRollbackNeedsRelease = errors.New("a rollback needs the release whose rev
 // Predict reads the release and the chart, and predicts the upgrade or rollback against
 // the live cluster. It only reads.
 func Predict(ctx context.Context, s Sources) (*Prediction, error) {
-	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Release: s.Release, Namespace: s.Namespace}
+	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Release: s.Release, Namespace: s.Namespace, Current: s.Current}
 	p := &Prediction{}
 	if s.Rollback {
 		if err := s.rollback(ctx, &req, p); err != nil {

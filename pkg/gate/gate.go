@@ -7,16 +7,15 @@ package gate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
@@ -37,10 +36,12 @@ const (
 	Blocked Outcome = "Blocked"
 )
 
-// Condition types the caller sets on its own resource.
+// Condition types the caller sets on its own resource: the API's names, declared once
+// (api/v1alpha1 holds the contract), for every front end of the gate.
 const (
-	ConditionRequired   = "StorageMigrationRequired"
-	ConditionInProgress = "StorageMigrationInProgress"
+	ConditionRequired   = v1alpha1.ConditionStorageMigrationRequired
+	ConditionInProgress = v1alpha1.ConditionStorageMigrationInProgress
+	ConditionFailed     = v1alpha1.ConditionStorageMigrationFailed
 )
 
 // Condition reasons.
@@ -58,8 +59,13 @@ const (
 
 // Options tune Decide.
 type Options struct {
-	// AutoMigrate lets Decide run migrate verdicts' migrations itself.
+	// AutoMigrate lets Decide run migrate verdicts' migrations itself, in process
+	// (InProcess), unless Migrator says how they are carried out.
 	AutoMigrate bool
+	// Migrator carries out the migrations a decision needs: InProcess within a time
+	// budget, or a front end's own (the HelmRelease gate creates a StorageMigration).
+	// Nil with AutoMigrate false: migrations are left to the operator.
+	Migrator Migrator
 	// Budget bounds how long one Decide call migrates (default 30s); the next call goes on.
 	Budget time.Duration
 	// Migrate tunes the migration (rate, concurrency, Lease namespace and holder).
@@ -84,105 +90,158 @@ type Decision struct {
 	Migrations []*migrate.Result
 	Conditions []metav1.Condition
 	Message    string
+	// Reason is the StorageMigrationRequired condition's reason.
+	Reason string
+	// ToMigrate are the CRDs whose stored versions must be migrated first.
+	ToMigrate []string
+	// Unfixable are the findings no automatic migration fixes, as "name: reason".
+	Unfixable []string
+	// Why says, once per kind, why the unfixable findings block the upgrade.
+	Why []string
+	// Migration is where the migration stands, when one was asked for.
+	Migration *Progress
 }
+
+// NextSteps are the report's next steps: the commands to run, in order, stepping stones
+// included.
+func (d *Decision) NextSteps() []string {
+	if d.Report == nil {
+		return nil
+	}
+	return d.Report.NextSteps
+}
+
+// Why the unfixable verdicts block an upgrade.
+const (
+	WhyBridge = "the API server would reject it"
+	WhyDelete = "Helm would delete CRDs and every object of their types"
+)
 
 // Decide checks the incoming CRDs against the target cluster and, when allowed, moves the
 // needed migrations forward. An error means it could not decide (cluster unreachable,
 // RBAC); the caller should retry and not upgrade.
 func Decide(ctx context.Context, target *rest.Config, incoming []chartcrds.CRD, o Options) (*Decision, error) {
-	if o.Budget <= 0 {
-		o.Budget = 30 * time.Second
-	}
 	cluster, err := check.NewKubeCluster(target)
 	if err != nil {
 		return nil, err
 	}
-	rep, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: incoming, Current: o.Current, Policy: o.Policy})
+	p, err := check.Predict(ctx, check.Sources{Cluster: cluster, Current: o.Current, Policy: o.Policy,
+		Chart: func(context.Context, bool) (*check.Chart, error) { return &check.Chart{CRDs: incoming}, nil }})
 	if err != nil {
 		return nil, err
 	}
-	d := &Decision{Report: rep}
+	if o.Migrator == nil && o.AutoMigrate {
+		o.Migrator = &InProcess{Target: target, Budget: o.Budget, Options: o.Migrate}
+	}
+	return Judge(ctx, p.Report, o)
+}
+
+// Judge turns a prediction into the gate's decision: proceed when it is safe, blocked
+// when no automatic step fixes it, and otherwise what o.Migrator reports of the
+// migration it carries out. It is the one mapping from verdicts to outcomes, conditions
+// and next steps, for every front end.
+func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error) {
+	d := &Decision{Report: rep, Reason: ReasonNotRequired}
 	if rep.Safe {
 		d.Outcome, d.Message = Proceed, "every CRD of the incoming chart is accepted by the API server"
-		d.set(o, ConditionRequired, metav1.ConditionFalse, ReasonNotRequired, d.Message)
-		d.set(o, ConditionInProgress, metav1.ConditionFalse, ReasonIdle, "no storage migration is needed")
+		d.conditions(o, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)
+		d.Conditions[1].Message = "no storage migration is needed"
 		return d, nil
 	}
-
-	var toMigrate []string
-	var unfixable []string
-	reason := ReasonMigrationRequired
+	d.Reason = ReasonMigrationRequired
 	for _, c := range rep.Findings() {
+		why := ""
 		switch c.Verdict {
 		case predict.Migrate:
-			toMigrate = append(toMigrate, c.Name)
+			d.ToMigrate = append(d.ToMigrate, c.Name)
 		case predict.Bridge:
-			unfixable, reason = append(unfixable, c.Name+": "+c.Reason), ReasonBridgeRequired
+			d.Reason, why = ReasonBridgeRequired, WhyBridge
 		case predict.Delete:
-			unfixable, reason = append(unfixable, c.Name+": "+c.Reason), ReasonCRDDeletion
+			d.Reason, why = ReasonCRDDeletion, WhyDelete
+		}
+		if why != "" {
+			d.Unfixable = append(d.Unfixable, c.Name+": "+c.Reason)
+			if !slices.Contains(d.Why, why) {
+				d.Why = append(d.Why, why)
+			}
 		}
 	}
-	if len(unfixable) > 0 {
-		d.Outcome, d.Message = Blocked, "the upgrade cannot be made safe automatically: "+strings.Join(unfixable, "; ")
-		d.set(o, ConditionRequired, metav1.ConditionTrue, reason, d.Message)
-		d.set(o, ConditionInProgress, metav1.ConditionFalse, ReasonIdle, "no automatic migration applies")
+	if len(d.Unfixable) > 0 {
+		d.Outcome, d.Message = Blocked, "the upgrade cannot be made safe automatically: "+strings.Join(d.Unfixable, "; ")
+		d.conditions(o, metav1.ConditionTrue, ReasonIdle, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)
+		d.Conditions[1].Message = "no automatic migration applies"
 		return d, nil
 	}
-	required := fmt.Sprintf("stored versions dropped by the incoming chart must be migrated first: %s", strings.Join(toMigrate, ", "))
-	d.set(o, ConditionRequired, metav1.ConditionTrue, ReasonMigrationRequired, required)
-	if !o.AutoMigrate {
-		d.Outcome, d.Message = Blocked, required+" (automatic migration is off: run upgradeguard migrate)"
-		d.set(o, ConditionInProgress, metav1.ConditionFalse, ReasonAutoMigrationOff, d.Message)
-		return d, nil
-	}
+	return d.migrate(ctx, o)
+}
 
+// Required is the StorageMigrationRequired message of a decision that migrates.
+func (d *Decision) Required() string {
+	return fmt.Sprintf("stored versions dropped by the incoming chart must be migrated first: %s", strings.Join(d.ToMigrate, ", "))
+}
+
+func (d *Decision) migrate(ctx context.Context, o Options) (*Decision, error) {
+	required := d.Required()
+	if o.Migrator == nil {
+		d.Outcome, d.Message = Blocked, required+" (automatic migration is off: run upgradeguard migrate)"
+		d.conditions(o, metav1.ConditionTrue, ReasonAutoMigrationOff, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)
+		d.Conditions[0].Message, d.Conditions[1].Message = required, d.Message
+		return d, nil
+	}
 	if o.BeforeMigrate != nil {
-		d.set(o, ConditionInProgress, metav1.ConditionTrue, ReasonMigrating,
-			fmt.Sprintf("migrating %s; the upgrade is held until it completes", strings.Join(toMigrate, ", ")))
+		d.conditions(o, metav1.ConditionTrue, ReasonMigrating, metav1.ConditionTrue, ReasonIdle, metav1.ConditionFalse)
+		d.Conditions[0].Message = required
+		d.Conditions[1].Message = fmt.Sprintf("migrating %s; the upgrade is held until it completes", strings.Join(d.ToMigrate, ", "))
 		if err := o.BeforeMigrate(ctx, slices.Clone(d.Conditions)); err != nil {
-			return nil, fmt.Errorf("before migrating %s: %w", strings.Join(toMigrate, ", "), err)
+			return nil, fmt.Errorf("before migrating %s: %w", strings.Join(d.ToMigrate, ", "), err)
 		}
 	}
-	m, err := migrate.New(target)
+	p, err := o.Migrator.Migrate(ctx, d.ToMigrate)
 	if err != nil {
 		return nil, err
 	}
-	budgetCtx, cancel := context.WithTimeout(ctx, o.Budget)
-	defer cancel()
-	mo := o.Migrate
-	mo.Deadline = o.Budget
-	for _, name := range toMigrate {
-		res, err := m.Migrate(budgetCtx, migrate.Target{Name: name}, mo)
-		var held *migrate.LeaseHeldError
-		if errors.As(err, &held) {
-			// Another run (the CLI, another controller) is migrating it: wait for it.
-			d.Outcome, d.Message = Migrating, err.Error()
-			d.set(o, ConditionInProgress, metav1.ConditionTrue, ReasonMigrating, d.Message)
-			return d, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		d.Migrations = append(d.Migrations, res)
-		if res.FailedCount > 0 {
-			d.Outcome = Blocked
-			d.Message = fmt.Sprintf("%s: %d objects could not be migrated: %s", name, res.FailedCount, res.Message)
-			d.set(o, ConditionInProgress, metav1.ConditionFalse, ReasonMigrationFailed, d.Message)
-			return d, nil
-		}
-		if res.Status == migrate.Incomplete {
-			d.Outcome = Migrating
-			d.Message = fmt.Sprintf("migrating %s: %d objects so far; the upgrade is held until it completes", name, res.Objects)
-			d.set(o, ConditionInProgress, metav1.ConditionTrue, ReasonMigrating, d.Message)
-			return d, nil
-		}
+	d.Migration, d.Migrations, d.Message = p, p.Results, p.Message
+	switch p.State {
+	case MigrationNotAllowed:
+		d.Outcome = Blocked
+		d.conditions(o, metav1.ConditionTrue, ReasonAutoMigrationOff, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)
+	case MigrationFailed:
+		d.Outcome = Blocked
+		d.conditions(o, metav1.ConditionTrue, ReasonMigrationFailed, metav1.ConditionFalse, ReasonMigrationFailed, metav1.ConditionTrue)
+		d.Conditions[2].Message = p.Message
+	case MigrationRunning:
+		d.Outcome = Migrating
+		d.conditions(o, metav1.ConditionTrue, ReasonMigrating, metav1.ConditionTrue, ReasonIdle, metav1.ConditionFalse)
+	case MigrationDone:
+		d.Outcome, d.Reason = Proceed, ReasonMigrated
+		d.conditions(o, metav1.ConditionFalse, ReasonMigrated, metav1.ConditionFalse, ReasonMigrated, metav1.ConditionFalse)
+		d.Conditions[0].Message = p.Message
+	default:
+		return nil, fmt.Errorf("migrator reported an unknown state %q", p.State)
 	}
-	d.Outcome, d.Message = Proceed, "storage migration completed: "+strings.Join(toMigrate, ", ")
-	d.set(o, ConditionRequired, metav1.ConditionFalse, ReasonMigrated, d.Message)
-	d.set(o, ConditionInProgress, metav1.ConditionFalse, ReasonMigrated, d.Message)
+	if d.Conditions[0].Message == "" {
+		d.Conditions[0].Message = required
+	}
+	d.Conditions[1].Message = p.Message
 	return d, nil
 }
 
-func (d *Decision) set(o Options, typ string, status metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&d.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: o.ObservedGeneration})
+// conditions sets the three conditions in the order Required, InProgress, Failed, with
+// d.Reason and d.Message on Required.
+func (d *Decision) conditions(o Options, req metav1.ConditionStatus, progReason string, prog metav1.ConditionStatus,
+	failReason string, fail metav1.ConditionStatus) {
+	gen := o.ObservedGeneration
+	d.Conditions = []metav1.Condition{
+		{Type: ConditionRequired, Status: req, Reason: d.Reason, Message: d.Message, ObservedGeneration: gen},
+		{Type: ConditionInProgress, Status: prog, Reason: progReason, ObservedGeneration: gen},
+		{Type: ConditionFailed, Status: fail, Reason: failReason, ObservedGeneration: gen},
+	}
+}
+
+// Unknown are the conditions of a change the gate did not decide (a chart source it does
+// not resolve): StorageMigrationRequired Unknown with reason and message.
+func Unknown(reason, message string, generation int64) []metav1.Condition {
+	d := &Decision{Reason: reason, Message: message}
+	d.conditions(Options{ObservedGeneration: generation}, metav1.ConditionUnknown, reason, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)
+	return d.Conditions
 }
