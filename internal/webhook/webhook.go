@@ -41,6 +41,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 )
 
@@ -77,6 +78,10 @@ type Options struct {
 	GateValuesChanges bool
 	// Clock is the clock of the index TTL, for tests. Default: the real clock.
 	Clock clock.PassiveClock
+	// LocalCRDs reads the local cluster's CRDs from memory: Setup passes the manager's
+	// cache, whose CRD informer the controller shares. With ChartCacheSize negative the
+	// gate keeps no target between decisions either.
+	LocalCRDs client.Reader
 }
 
 // Outcomes, the values of metrics.GateDecisions' outcome label.
@@ -95,12 +100,20 @@ func Setup(mgr manager.Manager, o Options) error {
 			return fmt.Errorf("webhook: register types: %w", err)
 		}
 	}
+	if o.LocalCRDs == nil {
+		o.LocalCRDs = mgr.GetCache()
+	}
 	g, err := New(mgr.GetAPIReader(), mgr.GetClient(), mgr.GetConfig(), mgr.GetEventRecorder("upgradeguard-gate"), o)
 	if err != nil {
 		return err
 	}
 	if err := mgr.Add(g.annotator); err != nil {
 		return err
+	}
+	if g.clusters != nil {
+		if err := mgr.Add(g.clusters); err != nil {
+			return err
+		}
 	}
 	mgr.GetWebhookServer().Register(Path, &ctrlwebhook.Admission{Handler: g})
 	return nil
@@ -115,6 +128,7 @@ type Gate struct {
 	settings  *cli.EnvSettings
 	opts      Options
 	cache     *chartsource.Cache
+	clusters  *check.Clusters
 	annotator *annotator
 }
 
@@ -140,6 +154,7 @@ func New(reader client.Reader, writer client.Client, local *rest.Config, recorde
 		annotator: newAnnotator(writer)}
 	if o.ChartCacheSize >= 0 {
 		g.cache = chartsource.NewCache(chartsource.CacheOptions{IndexTTL: o.IndexTTL, MaxCharts: o.ChartCacheSize, Clock: o.Clock})
+		g.clusters = check.NewClusters(check.ClustersOptions{Local: o.LocalCRDs})
 	}
 	return g, nil
 }

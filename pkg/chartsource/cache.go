@@ -2,8 +2,10 @@ package chartsource
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -44,14 +46,17 @@ type CacheOptions struct {
 // come from, chart name, exact version, digest (when the index or registry gives one)
 // and credentials identity, so a cached chart is never handed to a caller with other
 // credentials; repository indexes and OCI version resolutions are kept for IndexTTL.
-// Rendering is never cached: it depends on values and the target. Local charts
+// The CRDs a chart renders are kept too, by the chart archive's key and a hash of
+// everything the render depends on (the composed values, release name and namespace,
+// Kubernetes version, install or upgrade): keys are hashes, never values. Local charts
 // (directories and files) are never cached. A Cache is safe for concurrent use.
 type Cache struct {
-	ttl     time.Duration
-	clock   clock.PassiveClock
-	indexes *lru.Cache // indexKey -> *indexEntry
-	charts  *lru.Cache // chartKey -> []byte (the archive)
-	mu      sync.Mutex // serialises index downloads into the shared repository cache
+	ttl      time.Duration
+	clock    clock.PassiveClock
+	indexes  *lru.Cache // indexKey -> *indexEntry
+	charts   *lru.Cache // chartKey -> []byte (the archive)
+	rendered *lru.Cache // renderKey -> *Chart (without the loaded chart)
+	mu       sync.Mutex // serialises index downloads into the shared repository cache
 }
 
 // NewCache builds a Cache.
@@ -68,7 +73,63 @@ func NewCache(o CacheOptions) *Cache {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	return &Cache{ttl: o.IndexTTL, clock: o.Clock, indexes: lru.New(o.MaxIndexes), charts: lru.New(o.MaxCharts)}
+	return &Cache{ttl: o.IndexTTL, clock: o.Clock, indexes: lru.New(o.MaxIndexes), charts: lru.New(o.MaxCharts), rendered: lru.New(o.MaxCharts)}
+}
+
+// renderKey names one render of one chart archive: a hash of the archive's key and of
+// what the render depends on.
+type renderKey string
+
+// renderKeyOf returns the render's key, or false when the render depends on something a
+// key cannot see (values files or --set given by path or string, read at render time).
+func (o Options) renderKeyOf(chart chartKey) (renderKey, bool) {
+	v := o.Values
+	if len(v.ValueFiles)+len(v.Values)+len(v.StringValues)+len(v.FileValues)+len(v.JSONValues)+len(v.LiteralValues) > 0 {
+		return "", false
+	}
+	values, err := json.Marshal(o.BaseValues) // map keys sorted: the same values give the same bytes
+	if err != nil {
+		return "", false
+	}
+	h := sha256.New()
+	for _, p := range []string{chart.source, chart.chart, chart.version, chart.digest, chart.creds,
+		o.ReleaseName, o.Namespace, o.KubeVersion, fmt.Sprint(o.IsUpgrade)} {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	h.Write(values)
+	return renderKey(hex.EncodeToString(h.Sum(nil))), true
+}
+
+// load is Load through the cache: the rendered CRDs of an archive already rendered with
+// the same inputs, or the (cached) archive rendered now and kept.
+func (c *Cache) load(ctx context.Context, o Options, settings *cli.EnvSettings, creds string) (*Chart, error) {
+	ch, key, err := c.fetchKeyed(o, settings, creds)
+	if err != nil {
+		return nil, err
+	}
+	rk, ok := o.renderKeyOf(key)
+	if ok {
+		if v, hit := c.rendered.Get(rk); hit {
+			out := *v.(*Chart)
+			return &out, nil
+		}
+	}
+	if ch == nil {
+		if ch, err = c.archive(o, settings, key); err != nil {
+			return nil, err
+		}
+	}
+	r, err := o.render(ctx, settings, "", ch)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		kept := *r
+		kept.Chart = nil // rendering changes a loaded chart: it is never shared
+		c.rendered.Add(rk, &kept)
+	}
+	return r, nil
 }
 
 // indexKey names a repository index or an OCI resolution as one set of credentials sees
@@ -117,21 +178,61 @@ func (c *Cache) fetch(o Options, settings *cli.EnvSettings) (*chart.Chart, error
 	return c.fetchOCI(o, settings, creds)
 }
 
-// fetchHTTP resolves the version in the (cached) repository index, then returns the
-// cached archive of that exact version or downloads it.
-func (c *Cache) fetchHTTP(o Options, settings *cli.EnvSettings, creds string) (*chart.Chart, error) {
+// fetchKeyed names the archive o asks for without loading it when it can (an HTTP
+// repository's index names it; an OCI resolution kept within the TTL does), else fetches
+// and loads it. ch is nil when only the key was needed.
+func (c *Cache) fetchKeyed(o Options, settings *cli.EnvSettings, creds string) (ch *chart.Chart, key chartKey, err error) {
+	if o.RepoURL != "" {
+		key, _, err = c.resolveHTTP(o, settings, creds)
+		return nil, key, err
+	}
+	ik := indexKey{source: "oci", chart: o.Ref, version: o.Version, creds: creds}
+	if v, ok := c.indexes.Get(ik); ok {
+		if e := v.(*indexEntry); c.clock.Since(e.at) < c.ttl {
+			if _, ok := c.charts.Get(e.chart); ok {
+				return nil, e.chart, nil
+			}
+		}
+	}
+	ch, err = c.fetchOCI(o, settings, creds)
+	if err != nil {
+		return nil, chartKey{}, err
+	}
+	v, _ := c.indexes.Get(ik)
+	return ch, v.(*indexEntry).chart, nil
+}
+
+// archive loads the archive named key: from the cache, or downloaded again.
+func (c *Cache) archive(o Options, settings *cli.EnvSettings, key chartKey) (*chart.Chart, error) {
+	if ch, ok := c.cachedChart(o.Ref, key); ok {
+		return ch, nil
+	}
+	return c.fetch(o, settings)
+}
+
+// resolveHTTP resolves the version in the (cached) repository index.
+func (c *Cache) resolveHTTP(o Options, settings *cli.EnvSettings, creds string) (chartKey, *repo.ChartVersion, error) {
 	idx, err := c.index(o, settings, creds)
 	if err != nil {
-		return nil, err
+		return chartKey{}, nil, err
 	}
 	cv, err := idx.Get(o.Ref, o.Version)
 	if err != nil {
-		return nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("chart %q version %q not found in the index of %s (fetched at most %s ago): %w", o.Ref, o.Version, o.RepoURL, c.ttl, err)}
+		return chartKey{}, nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("chart %q version %q not found in the index of %s (fetched at most %s ago): %w", o.Ref, o.Version, o.RepoURL, c.ttl, err)}
 	}
 	if len(cv.URLs) == 0 {
-		return nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("chart %q version %s has no download URL in the index of %s", o.Ref, cv.Version, o.RepoURL)}
+		return chartKey{}, nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("chart %q version %s has no download URL in the index of %s", o.Ref, cv.Version, o.RepoURL)}
 	}
-	key := chartKey{source: o.RepoURL, chart: o.Ref, version: cv.Version, digest: cv.Digest, creds: creds}
+	return chartKey{source: o.RepoURL, chart: o.Ref, version: cv.Version, digest: cv.Digest, creds: creds}, cv, nil
+}
+
+// fetchHTTP resolves the version in the (cached) repository index, then returns the
+// cached archive of that exact version or downloads it.
+func (c *Cache) fetchHTTP(o Options, settings *cli.EnvSettings, creds string) (*chart.Chart, error) {
+	key, cv, err := c.resolveHTTP(o, settings, creds)
+	if err != nil {
+		return nil, err
+	}
 	if ch, ok := c.cachedChart(o.Ref, key); ok {
 		return ch, nil
 	}

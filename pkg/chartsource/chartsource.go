@@ -74,7 +74,8 @@ type Chart struct {
 	Version string
 	// Path is where the chart was loaded from (a cached download for remote sources);
 	// empty when it came from a Cache.
-	Path  string
+	Path string
+	// Chart is the loaded chart; nil when a Cache served the render it kept.
 	Chart *chart.Chart
 	// Manifest is the rendered non-hook manifest.
 	Manifest string
@@ -107,12 +108,8 @@ func Load(ctx context.Context, o Options) (*Chart, error) {
 	}
 	settings := o.settings()
 	if o.Cache != nil {
-		if _, ok := o.cacheable(); ok {
-			ch, err := o.Cache.fetch(o, settings)
-			if err != nil {
-				return nil, err
-			}
-			return o.render(ctx, settings, "", ch)
+		if creds, ok := o.cacheable(); ok {
+			return o.Cache.load(ctx, o, settings, creds)
 		}
 	}
 	path, err := o.Locate(settings)

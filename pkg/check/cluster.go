@@ -29,6 +29,8 @@ type KubeCluster struct {
 	crds     apiextclient.Interface
 	metadata metadata.Interface
 	disco    discovery.DiscoveryInterface
+	// memory, when set (Clusters), reads the CRDs from an informer's cache.
+	memory *memoryCRDs
 }
 
 // NewKubeCluster builds a Cluster from a REST config.
@@ -49,8 +51,12 @@ func (k *KubeCluster) ServerVersion(_ context.Context) (string, error) {
 	return v.GitVersion, nil
 }
 
-// CRDs lists every CRD in pages.
+// CRDs lists every CRD in pages, or reads them from memory for a cluster of Clusters
+// whose informer has synced.
 func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
+	if m, ok, err := k.memory.crds(ctx); ok || err != nil {
+		return m, err
+	}
 	out := map[string]*apiextv1.CustomResourceDefinition{}
 	opts := metav1.ListOptions{Limit: 500}
 	for {

@@ -30,6 +30,9 @@ type Request struct {
 	Settings *cli.EnvSettings
 	// Cache, when set, keeps fetched charts and repository indexes between checks.
 	Cache *chartsource.Cache
+	// Clusters, when set, keeps each target's clients, Kubernetes version and an
+	// informer's CRDs between checks.
+	Clusters *check.Clusters
 }
 
 // Result is the prediction with what it was made from.
@@ -77,23 +80,16 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	target, remote, err := Target(ctx, req.Reader, hr, req.Local)
+	cfg, remote, id, err := target(ctx, req.Reader, hr, req.Local)
 	if err != nil {
 		return nil, err
 	}
-	kc, err := check.NewKubeCluster(target)
-	if err != nil {
-		return nil, fmt.Errorf("target cluster: %w", err)
-	}
 	res := &Result{Release: ReleaseName(hr), StorageNamespace: StorageNamespace(hr), Remote: remote, Operation: predict.Upgrade}
-	kubeVersion, err := kc.ServerVersion(ctx)
+	tgt, err := connect(ctx, req.Clusters, cfg, remote, id)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the target API server at %s: %w", target.Host, err)
+		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(target)
-	if err != nil {
-		return nil, fmt.Errorf("target cluster: %w", err)
-	}
+	kc, cs, kubeVersion := tgt.Cluster, tgt.Clientset, tgt.Version
 	reader, err := helmrelease.NewReader(cs, res.StorageNamespace, helmrelease.DriverSecret)
 	if err != nil {
 		return nil, err
@@ -170,4 +166,25 @@ func uninstallRisk(live map[string]*apiextv1.CustomResourceDefinition, incoming 
 		out = append(out, in.CRD.Name)
 	}
 	return out
+}
+
+// connect returns the target's clients and Kubernetes version: kept in clusters when
+// given, else built for this check.
+func connect(ctx context.Context, clusters *check.Clusters, cfg *rest.Config, remote bool, id string) (*check.Target, error) {
+	if clusters != nil {
+		return clusters.Get(ctx, check.Key(cfg.Host, id), cfg, !remote)
+	}
+	kc, err := check.NewKubeCluster(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("target cluster: %w", err)
+	}
+	version, err := kc.ServerVersion(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the target API server at %s: %w", cfg.Host, err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("target cluster: %w", err)
+	}
+	return &check.Target{Cluster: kc, Clientset: cs, Version: version, Config: cfg}, nil
 }

@@ -205,20 +205,28 @@ func basicAuth(ctx context.Context, r Reader, ns, name string) (user, pass, id s
 // kubeconfig in spec.kubeConfig.secretRef (key "value", then "value.yaml", unless the
 // reference names a key), or local when there is none.
 func Target(ctx context.Context, r Reader, hr *helmv2.HelmRelease, local *rest.Config) (cfg *rest.Config, remote bool, err error) {
+	cfg, remote, _, err = target(ctx, r, hr, local)
+	return cfg, remote, err
+}
+
+// target is Target with an identity of the target for keying caches: "local", or the
+// kubeConfig Secret's namespace, name, key, UID and resourceVersion (never its content).
+func target(ctx context.Context, r Reader, hr *helmv2.HelmRelease, local *rest.Config) (cfg *rest.Config, remote bool, id string, err error) {
 	kc := hr.Spec.KubeConfig
 	if kc == nil {
-		return local, false, nil
+		return local, false, "local", nil
 	}
 	if kc.SecretRef == nil {
-		return nil, true, &UnsupportedError{Reason: "spec.kubeConfig without secretRef (a ConfigMap reference) is not resolved by the gate"}
+		return nil, true, "", &UnsupportedError{Reason: "spec.kubeConfig without secretRef (a ConfigMap reference) is not resolved by the gate"}
 	}
 	var s corev1.Secret
 	if err := r.Get(ctx, types.NamespacedName{Namespace: hr.Namespace, Name: kc.SecretRef.Name}, &s); err != nil {
-		return nil, true, fmt.Errorf("kubeConfig Secret %s/%s: %w", hr.Namespace, kc.SecretRef.Name, err)
+		return nil, true, "", fmt.Errorf("kubeConfig Secret %s/%s: %w", hr.Namespace, kc.SecretRef.Name, err)
 	}
 	s.Namespace = hr.Namespace
 	cfg, err = kubeclient.ConfigFromSecret(&s, kc.SecretRef.Key)
-	return cfg, true, err
+	id = fmt.Sprintf("Secret %s/%s key=%s uid=%s resourceVersion=%s", s.Namespace, s.Name, kc.SecretRef.Key, s.UID, s.ResourceVersion)
+	return cfg, true, id, err
 }
 
 // CRDPolicyCreateReplace reports whether the upgrade applies the chart's crds/ folder too

@@ -1,0 +1,227 @@
+package check
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/lru"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Target is one target cluster as Clusters keeps it: its Cluster (CRDs read from an
+// informer's cache once it has synced), a clientset for Helm storage, and its Kubernetes
+// version.
+type Target struct {
+	Cluster   *KubeCluster
+	Clientset kubernetes.Interface
+	// Version is the API server's git version, read once per VersionTTL.
+	Version string
+	// Config is the REST config the target was built from.
+	Config *rest.Config
+}
+
+// ClustersOptions tune Clusters.
+type ClustersOptions struct {
+	// Local reads the CRDs of the local cluster from memory: the controller manager's
+	// cache, whose CRD informer the controller's own watches already fill, so the gate
+	// and the controller share it. Nil starts an informer for the local cluster too.
+	Local client.Reader
+	// MaxTargets bounds how many remote targets keep an informer (least recently used
+	// go first). Default 16.
+	MaxTargets int
+	// VersionTTL is how long a target's Kubernetes version is reused. Default 5 minutes.
+	VersionTTL time.Duration
+	// SyncTimeout bounds how long a decision waits for a new target's first sync before
+	// it lists the CRDs from the API server instead. Default 10s.
+	SyncTimeout time.Duration
+}
+
+// Clusters keeps one Target per target cluster between decisions, so a repeated decision
+// reads the live CRDs from memory: an informer per target (controller-runtime's cache),
+// keyed by a hash of what identifies the target (for a kubeConfig Secret: its namespace,
+// name, UID and resourceVersion, so a changed Secret makes a new target; never its
+// content). It is safe for concurrent use. Start runs it: the informers live until its
+// context ends.
+type Clusters struct {
+	o       ClustersOptions
+	mu      sync.Mutex
+	ctx     context.Context
+	targets *lru.Cache // key -> *cachedTarget
+}
+
+type cachedTarget struct {
+	mu        sync.Mutex
+	target    Target
+	versionAt time.Time
+	reader    client.Reader
+	synced    func() bool
+	waitSync  func(ctx context.Context) bool
+	cancel    context.CancelFunc
+}
+
+// NewClusters builds a Clusters; Start it before use.
+func NewClusters(o ClustersOptions) *Clusters {
+	if o.MaxTargets <= 0 {
+		o.MaxTargets = 16
+	}
+	if o.VersionTTL <= 0 {
+		o.VersionTTL = 5 * time.Minute
+	}
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = 10 * time.Second
+	}
+	c := &Clusters{o: o}
+	c.targets = lru.NewWithEvictionFunc(o.MaxTargets, func(_ lru.Key, v any) {
+		if t := v.(*cachedTarget); t.cancel != nil {
+			t.cancel()
+		}
+	})
+	return c
+}
+
+// Start keeps the informers running until ctx ends. It implements controller-runtime's
+// Runnable, so a manager can run it.
+func (c *Clusters) Start(ctx context.Context) error {
+	c.mu.Lock()
+	c.ctx = ctx
+	c.mu.Unlock()
+	<-ctx.Done()
+	c.mu.Lock()
+	c.targets.Clear()
+	c.ctx = nil
+	c.mu.Unlock()
+	return nil
+}
+
+// NeedLeaderElection is false: every replica serving the webhook decides.
+func (c *Clusters) NeedLeaderElection() bool { return false }
+
+// Key is the cache key of a target named by parts (a host, a Secret's identity): a hash,
+// so that no key holds what it names.
+func Key(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Get returns the target named key, built from cfg on first use. local says that cfg is
+// the local cluster, whose CRDs ClustersOptions.Local holds.
+func (c *Clusters) Get(ctx context.Context, key string, cfg *rest.Config, local bool) (*Target, error) {
+	c.mu.Lock()
+	v, ok := c.targets.Get(key)
+	if !ok {
+		t, err := c.build(cfg, local)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		c.targets.Add(key, t)
+		v = t
+	}
+	c.mu.Unlock()
+	t := v.(*cachedTarget)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.target.Version == "" || time.Since(t.versionAt) > c.o.VersionTTL {
+		ver, err := t.target.Cluster.ServerVersion(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cannot reach the target API server at %s: %w", cfg.Host, err)
+		}
+		t.target.Version, t.versionAt = ver, time.Now()
+	}
+	out := t.target
+	return &out, nil
+}
+
+func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
+	kc, err := NewKubeCluster(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("target cluster: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("target cluster: %w", err)
+	}
+	t := &cachedTarget{target: Target{Cluster: kc, Clientset: cs, Config: cfg}}
+	switch {
+	case local && c.o.Local != nil:
+		t.reader, t.synced = c.o.Local, func() bool { return true }
+	case c.ctx != nil:
+		if err := c.inform(t, cfg); err != nil {
+			return nil, err
+		}
+	}
+	kc.memory = &memoryCRDs{reader: t.reader, synced: t.synced, waitSync: t.waitSync, wait: c.o.SyncTimeout}
+	return t, nil
+}
+
+// inform starts an informer on the target's CRDs, running until the target is evicted
+// or Clusters stops.
+func (c *Clusters) inform(t *cachedTarget, cfg *rest.Config) error {
+	scheme := runtime.NewScheme()
+	if err := apiextv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, ReaderFailOnMissingInformer: true})
+	if err != nil {
+		return fmt.Errorf("target cluster: CRD cache: %w", err)
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	inf, err := ca.GetInformer(ctx, &apiextv1.CustomResourceDefinition{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		cancel()
+		return fmt.Errorf("target cluster: CRD informer: %w", err)
+	}
+	go func() { _ = ca.Start(ctx) }()
+	t.reader, t.synced, t.waitSync, t.cancel = ca, inf.HasSynced, ca.WaitForCacheSync, cancel
+	return nil
+}
+
+// memoryCRDs reads CRDs from an informer's cache once it has synced; before that (or
+// without one) KubeCluster lists them from the API server.
+type memoryCRDs struct {
+	reader   client.Reader
+	synced   func() bool
+	waitSync func(ctx context.Context) bool
+	wait     time.Duration
+	once     sync.Once
+}
+
+func (m *memoryCRDs) crds(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, bool, error) {
+	if m == nil || m.reader == nil {
+		return nil, false, nil
+	}
+	// The first decision on a target waits a moment for the first sync.
+	m.once.Do(func() {
+		if m.waitSync != nil {
+			wctx, cancel := context.WithTimeout(ctx, m.wait)
+			defer cancel()
+			m.waitSync(wctx)
+		}
+	})
+	if !m.synced() {
+		return nil, false, nil
+	}
+	var list apiextv1.CustomResourceDefinitionList
+	// The cached objects are shared, not copied: check never changes a live CRD.
+	if err := m.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, false, fmt.Errorf("list CustomResourceDefinitions from the cache: %w", err)
+	}
+	out := make(map[string]*apiextv1.CustomResourceDefinition, len(list.Items))
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out, true, nil
+}
