@@ -2,6 +2,7 @@ package check
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -9,11 +10,14 @@ import (
 	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/lru"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -167,25 +171,53 @@ func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 	return t, nil
 }
 
+// watchTimeout bounds each watch of a remote target's CRDs: the informer resumes from
+// where it stopped, and a target that goes away (its API server shutting down) is never
+// held by a long-running request for longer.
+const watchTimeout = 10 * time.Second
+
 // inform starts an informer on the target's CRDs, running until the target is evicted
 // or Clusters stops.
 func (c *Clusters) inform(t *cachedTarget, cfg *rest.Config) error {
-	scheme := runtime.NewScheme()
-	if err := apiextv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, ReaderFailOnMissingInformer: true})
+	cs, err := apiextclient.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("target cluster: CRD cache: %w", err)
-	}
-	ctx, cancel := context.WithCancel(c.ctx)
-	inf, err := ca.GetInformer(ctx, &apiextv1.CustomResourceDefinition{}, cache.BlockUntilSynced(false))
-	if err != nil {
-		cancel()
 		return fmt.Errorf("target cluster: CRD informer: %w", err)
 	}
-	go func() { _ = ca.Start(ctx) }()
-	t.reader, t.synced, t.waitSync, t.cancel = ca, inf.HasSynced, ca.WaitForCacheSync, cancel
+	crds := cs.ApiextensionsV1().CustomResourceDefinitions()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return crds.List(ctx, o) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			secs := int64(watchTimeout / time.Second)
+			o.TimeoutSeconds = &secs
+			return crds.Watch(ctx, o)
+		},
+	}
+	inf := toolscache.NewSharedIndexInformer(lw, &apiextv1.CustomResourceDefinition{}, 0, toolscache.Indexers{})
+	ctx, cancel := context.WithCancel(c.ctx)
+	go inf.RunWithContext(ctx)
+	t.reader = &storeReader{store: inf.GetStore()}
+	t.synced, t.cancel = inf.HasSynced, cancel
+	t.waitSync = func(ctx context.Context) bool { return toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) }
+	return nil
+}
+
+// storeReader lists CRDs from an informer's store.
+type storeReader struct{ store toolscache.Store }
+
+func (r *storeReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	return errors.New("storeReader only lists")
+}
+
+func (r *storeReader) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	l, ok := list.(*apiextv1.CustomResourceDefinitionList)
+	if !ok {
+		return fmt.Errorf("storeReader lists CustomResourceDefinitions, not %T", list)
+	}
+	items := r.store.List()
+	l.Items = make([]apiextv1.CustomResourceDefinition, 0, len(items))
+	for _, o := range items {
+		l.Items = append(l.Items, *o.(*apiextv1.CustomResourceDefinition))
+	}
 	return nil
 }
 
