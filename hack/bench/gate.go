@@ -198,5 +198,17 @@ func benchGate(ctx context.Context, rounds int, cache bool) error {
 		fmt.Printf("%-72s %12s %9.1fx %11d KiB\n", r.name, r.median.Round(time.Microsecond), float64(r.median)/float64(baseline.median), r.allocs/1024)
 	}
 	fmt.Printf("\nratios against the same update with the webhook not called. %d rounds, median; a first decision is one sample (no allocation count). Gate cache: %v. Allocations include the in-process gate.\n", rounds, cache)
+	// The goals of a decision from memory, as ratios to this run's baseline.
+	for _, g := range []struct {
+		r    result
+		goal time.Duration
+	}{{gated, 20 * time.Millisecond}, {denied, 20 * time.Millisecond}, {gatedFirst, 250 * time.Millisecond}, {deniedFirst, 250 * time.Millisecond}} {
+		verdict := "met"
+		if g.r.median >= g.goal {
+			verdict = "MISSED"
+		}
+		fmt.Printf("goal %-66s under %6s (%5.1fx baseline): %9s (%5.1fx) %s\n", g.r.name, g.goal, float64(g.goal)/float64(baseline.median),
+			g.r.median.Round(time.Microsecond), float64(g.r.median)/float64(baseline.median), verdict)
+	}
 	return nil
 }

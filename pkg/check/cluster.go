@@ -54,8 +54,18 @@ func (k *KubeCluster) ServerVersion(_ context.Context) (string, error) {
 // CRDs lists every CRD in pages, or reads them from memory for a cluster of Clusters
 // whose informer has synced.
 func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
-	if m, ok, err := k.memory.crds(ctx); ok || err != nil {
-		return m, err
+	m, ok, err := k.memory.crds(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		fresh, err := k.fresh(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		if fresh {
+			return m, nil
+		}
 	}
 	out := map[string]*apiextv1.CustomResourceDefinition{}
 	opts := metav1.ListOptions{Limit: 500}
@@ -99,5 +109,33 @@ func (k *KubeCluster) CountObjects(ctx context.Context, crd *apiextv1.CustomReso
 		// No count offered (for example a list served from a watch cache that does not
 		// know it): page through, metadata only.
 		opts = metav1.ListOptions{Limit: 500, Continue: list.Continue}
+	}
+}
+
+var crdResource = schema.GroupVersionResource{Group: apiextv1.GroupName, Version: "v1", Resource: "customresourcedefinitions"}
+
+// fresh reports whether CRDs read from memory are the API server's CRDs now: the same
+// names at the same resourceVersions, by one LIST of their metadata (a small fraction of
+// the full objects). A decision is about status.storedVersions, so an informer that lags
+// a migration or a chart applied a moment ago must not answer it.
+func (k *KubeCluster) fresh(ctx context.Context, m map[string]*apiextv1.CustomResourceDefinition) (bool, error) {
+	opts := metav1.ListOptions{Limit: 500}
+	n := 0
+	for {
+		list, err := k.metadata.Resource(crdResource).List(ctx, opts)
+		if err != nil {
+			return false, fmt.Errorf("list CustomResourceDefinitions: %w", err)
+		}
+		for _, item := range list.Items {
+			c := m[item.Name]
+			if c == nil || c.ResourceVersion != item.ResourceVersion {
+				return false, nil
+			}
+			n++
+		}
+		if list.Continue == "" {
+			return n == len(m), nil
+		}
+		opts.Continue = list.Continue
 	}
 }

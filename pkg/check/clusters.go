@@ -131,7 +131,11 @@ func (c *Clusters) Get(ctx context.Context, key string, cfg *rest.Config, local 
 			c.mu.Unlock()
 			return nil, err
 		}
-		c.targets.Add(key, t)
+		// Before Start there is nothing to run an informer under: keep the target only
+		// once it reads from memory.
+		if t.reader != nil {
+			c.targets.Add(key, t)
+		}
 		v = t
 	}
 	c.mu.Unlock()

@@ -1,0 +1,95 @@
+package check_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+)
+
+// crdLists counts full LISTs of CRDs (not watches, not metadata-only lists).
+type crdLists struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (c crdLists) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/customresourcedefinitions") &&
+		r.URL.Query().Get("watch") != "true" && !strings.Contains(r.Header.Get("Accept"), "PartialObjectMetadata") {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// TestClustersFromMemory: a target of Clusters reads its CRDs from an informer once it
+// has synced (no full LIST per decision), and a change the API server made a moment ago
+// is seen at once, whether or not the informer has caught up.
+func TestClustersFromMemory(t *testing.T) {
+	ctx := t.Context()
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	const name = "widgets.fresh.example.io"
+	if err := testenv.ApplyCRD(ctx, cs, testenv.TwoVersionCRD("fresh.example.io", "widgets", "Widget")); err != nil {
+		t.Fatal(err)
+	}
+	var lists atomic.Int64
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return crdLists{rt: rt, n: &lists} })
+
+	clusters := check.NewClusters(check.ClustersOptions{})
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = clusters.Start(runCtx) }()
+	var target *check.Target
+	// Start runs in its own goroutine: a target is kept once Start has begun.
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		target, err = clusters.Get(ctx, check.Key("test"), cfg, false)
+		if err != nil {
+			return false, err
+		}
+		again, err := clusters.Get(ctx, check.Key("test"), cfg, false)
+		return err == nil && again.Cluster == target.Cluster, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if target.Version == "" {
+		t.Error("no Kubernetes version")
+	}
+	crds, err := target.Cluster.CRDs(ctx) // waits for the first sync
+	if err != nil {
+		t.Fatal(err)
+	}
+	if crds[name] == nil {
+		t.Fatalf("%s not read", name)
+	}
+	before := lists.Load()
+	for range 3 {
+		if _, err := target.Cluster.CRDs(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := lists.Load() - before; got != 0 {
+		t.Errorf("%d full CRD LISTs after the sync, want 0 (read from memory)", got)
+	}
+
+	if err := testenv.SetStoredVersions(ctx, cs, name, "v1alpha1", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	crds, err = target.Cluster.CRDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := crds[name].Status.StoredVersions; len(got) != 2 {
+		t.Errorf("storedVersions right after the change = %v, want [v1alpha1 v1]", got)
+	}
+}
