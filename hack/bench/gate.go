@@ -43,6 +43,11 @@ func benchGate(ctx context.Context, rounds int, cache bool) error {
 		return err
 	}
 	defer func() { _ = cp.Stop() }()
+	// The gate lists StorageMigrationPolicies before it denies a migrate verdict: without
+	// the upgradeguard CRDs the flux2 case ends in "could not check" instead.
+	if err := testenv.ApplyUpgradeguardCRDs(ctx, cp.Config); err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "upgradeguard-bench-gate-")
 	if err != nil {
 		return err

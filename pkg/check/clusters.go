@@ -15,10 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 )
 
 // Target is one target cluster as Clusters keeps it: its Cluster (CRDs read from an
@@ -31,6 +34,12 @@ type Target struct {
 	Version string
 	// Config is the REST config the target was built from.
 	Config *rest.Config
+	// Metadata reads objects' metadata only (Helm storage labels).
+	Metadata metadata.Interface
+	// Releases and Memo keep decoded release revisions and their CRDs between
+	// decisions; nil for a target built for one check.
+	Releases *helmrelease.Cache
+	Memo     *Memo
 }
 
 // ClustersOptions tune Clusters.
@@ -154,6 +163,13 @@ func (c *Clusters) Get(ctx context.Context, key string, cfg *rest.Config, local 
 }
 
 func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
+	// The clients live across decisions, and so does their rate limiter: client-go's
+	// default (5 requests per second) would throttle a burst of decisions that each make
+	// a few reads.
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg.QPS, cfg.Burst = 50, 100
+	}
 	kc, err := NewKubeCluster(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("target cluster: %w", err)
@@ -162,7 +178,8 @@ func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("target cluster: %w", err)
 	}
-	t := &cachedTarget{target: Target{Cluster: kc, Clientset: cs, Config: cfg}}
+	t := &cachedTarget{target: Target{Cluster: kc, Clientset: cs, Config: cfg, Metadata: kc.metadata,
+		Releases: helmrelease.NewCache(0), Memo: NewMemo(0)}}
 	switch {
 	case local && c.o.Local != nil:
 		t.reader, t.synced = c.o.Local, func() bool { return true }

@@ -9,6 +9,7 @@ import (
 	"github.com/Masterminds/semver/v3"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/utils/lru"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
@@ -59,6 +60,8 @@ type Sources struct {
 	// SteppingStones, when set, is searched for a stepping-stone chart version when an
 	// upgrade needs a bridge (chartsource.History is one).
 	SteppingStones History
+	// Memo, when set, keeps the CRDs of the release's revisions between predictions.
+	Memo *Memo
 }
 
 // Prediction is a Report with what it was made from, for callers that look further
@@ -123,18 +126,18 @@ func (s Sources) upgrade(ctx context.Context, req *Request, p *Prediction) error
 	if s.Chart == nil {
 		return ErrNoChart
 	}
-	var history []*release.Release
+	var current *release.Release
+	var key string
 	if s.Releases != nil {
-		h, err := s.Releases.History(ctx, s.Release)
+		var err error
+		current, key, err = s.Releases.Deployed(ctx, s.Release)
 		var nf *helmrelease.NotFoundError
 		if err != nil && (!errors.As(err, &nf) || !s.ReleaseOptional) {
 			return err
 		}
-		history = h
 	}
-	current := helmrelease.Deployed(history)
 	if current != nil {
-		if err := s.current(current, req, p); err != nil {
+		if err := s.currentMemo(current, key, req, p); err != nil {
 			return err
 		}
 	}
@@ -146,9 +149,46 @@ func (s Sources) upgrade(ctx context.Context, req *Request, p *Prediction) error
 	req.History = s.SteppingStones
 	if s.OlderIsRollback && current != nil && current.Chart != nil && current.Chart.Metadata != nil &&
 		current.Chart.Metadata.Name == ch.Name && Older(ch.Version, p.CurrentChartVersion) {
+		history, err := s.Releases.History(ctx, s.Release)
+		if err != nil {
+			return err
+		}
 		req.Operation, req.ToRevision = predict.Rollback, revisionOf(history, ch.Name, ch.Version)
 	}
 	return nil
+}
+
+// currentMemo is current through s.Memo: the CRDs of a stored revision that has not
+// changed since they were read are not read again.
+func (s Sources) currentMemo(current *release.Release, key string, req *Request, p *Prediction) error {
+	if s.Memo == nil || key == "" {
+		return s.current(current, req, p)
+	}
+	if v, ok := s.Memo.current.Get(key); ok {
+		req.FromRevision, req.Current = current.Version, v.([]chartcrds.CRD)
+		if current.Chart != nil && current.Chart.Metadata != nil {
+			p.CurrentChartVersion = current.Chart.Metadata.Version
+		}
+		return nil
+	}
+	if err := s.current(current, req, p); err != nil {
+		return err
+	}
+	s.Memo.current.Add(key, req.Current)
+	return nil
+}
+
+// Memo keeps what Predict reads from a release between predictions: the CRDs of each
+// stored revision, by the key helmrelease.Reader.Deployed gives it. It is safe for
+// concurrent use.
+type Memo struct{ current *lru.Cache }
+
+// NewMemo keeps the CRDs of up to n revisions (default 64).
+func NewMemo(n int) *Memo {
+	if n <= 0 {
+		n = 64
+	}
+	return &Memo{current: lru.New(n)}
 }
 
 func (s Sources) current(current *release.Release, req *Request, p *Prediction) error {

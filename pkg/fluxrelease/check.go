@@ -94,6 +94,7 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	reader.WithMemory(tgt.Metadata, tgt.Releases)
 
 	src.ReleaseName, src.Namespace = res.Release, hr.GetReleaseNamespace()
 	src.KubeVersion = kubeVersion

@@ -6,16 +6,23 @@ package helmrelease
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage"
 	"helm.sh/helm/v4/pkg/storage/driver"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/utils/lru"
 )
 
 // Driver names, as HELM_DRIVER spells them.
@@ -29,6 +36,8 @@ type Reader struct {
 	store     *storage.Storage
 	namespace string
 	driver    string
+	metadata  metadata.Interface
+	cache     *Cache
 }
 
 // NewReader returns a Reader over the Secret or ConfigMap driver. An empty driver name
@@ -229,4 +238,84 @@ func (r *Reader) FailedPair(ctx context.Context, name string, revision int) (fai
 		previous = h[i-1]
 	}
 	return h[i], previous, nil
+}
+
+// Cache keeps decoded revisions by the identity of the object that stores them (its UID
+// and resourceVersion, hashed), so a Reader asked again for an unchanged revision does not
+// decode it again. It is safe for concurrent use.
+type Cache struct{ revisions *lru.Cache }
+
+// NewCache keeps up to n revisions (default 64).
+func NewCache(n int) *Cache {
+	if n <= 0 {
+		n = 64
+	}
+	return &Cache{revisions: lru.New(n)}
+}
+
+// WithMemory lets Deployed read the stored objects' labels through md and decode only
+// the revision it picks, kept in c between calls. Either may be nil.
+func (r *Reader) WithMemory(md metadata.Interface, c *Cache) *Reader {
+	r.metadata, r.cache = md, c
+	return r
+}
+
+// Deployed returns the revision an upgrade starts from (the rule of Deployed) and a key
+// naming the stored object it came from: a hash of its UID and resourceVersion, the same
+// as long as that revision is unchanged ("" when the reader has no metadata client). With
+// a metadata client it reads the labels Helm's drivers write (name, version, status) and
+// decodes only that revision, from the cache when it is unchanged. A release with no
+// revision gives *NotFoundError.
+func (r *Reader) Deployed(ctx context.Context, name string) (*release.Release, string, error) {
+	if r.metadata == nil {
+		h, err := r.History(ctx, name)
+		if err != nil {
+			return nil, "", err
+		}
+		return Deployed(h), "", nil
+	}
+	resource := "secrets"
+	if r.driver == DriverConfigMap {
+		resource = "configmaps"
+	}
+	list, err := r.metadata.Resource(schema.GroupVersionResource{Version: "v1", Resource: resource}).Namespace(r.namespace).
+		List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + name})
+	if err != nil {
+		return nil, "", fmt.Errorf("read history of release %s in namespace %s: %w", name, r.namespace, err)
+	}
+	var pick *metav1.PartialObjectMetadata
+	pickVersion, pickDeployed := 0, false
+	for i := range list.Items {
+		m := &list.Items[i]
+		v, err := strconv.Atoi(m.Labels["version"])
+		if err != nil {
+			continue
+		}
+		deployed := m.Labels["status"] == common.StatusDeployed.String()
+		if pick == nil || (deployed && !pickDeployed) || (deployed == pickDeployed && v > pickVersion) {
+			pick, pickVersion, pickDeployed = m, v, deployed
+		}
+	}
+	if pick == nil {
+		return nil, "", &NotFoundError{Release: name, Namespace: r.namespace, Driver: r.driver}
+	}
+	sum := sha256.Sum256([]byte(string(pick.UID) + "/" + pick.ResourceVersion))
+	key := hex.EncodeToString(sum[:])
+	if r.cache != nil {
+		if v, ok := r.cache.revisions.Get(key); ok {
+			return v.(*release.Release), key, nil
+		}
+	}
+	ri, err := r.store.Get(name, pickVersion)
+	if err != nil {
+		return nil, "", fmt.Errorf("read revision %d of release %s in namespace %s: %w", pickVersion, name, r.namespace, err)
+	}
+	rel, ok := ri.(*release.Release)
+	if !ok {
+		return nil, "", fmt.Errorf("release %s: unsupported release format %T", name, ri)
+	}
+	if r.cache != nil {
+		r.cache.revisions.Add(key, rel)
+	}
+	return rel, key, nil
 }
