@@ -54,7 +54,8 @@ type decision struct {
 
 func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, valuesOnly bool) decision {
 	res, err := runWithin(ctx, func(ctx context.Context) (*fluxrelease.Result, error) {
-		return fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: hr, Reader: g.reader, Local: g.local, Settings: g.settings, Cache: g.cache, Clusters: g.clusters})
+		return fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: hr, Reader: g.reader, Local: g.local, Settings: g.settings, Cache: g.cache, Clusters: g.clusters,
+			NoObjectCounts: true})
 	})
 	subjectHR := fmt.Sprintf("HelmRelease %s/%s", hr.Namespace, hr.Name)
 	change := "chart change"

@@ -60,6 +60,9 @@ type Request struct {
 	History History
 	// MaxSteppingStones bounds how many older chart versions are loaded (default 10).
 	MaxSteppingStones int
+	// NoObjectCounts leaves CRDReport.Objects unset: a caller that only decides (the
+	// admission gate) saves one LIST per CRD. Verdicts and actions do not depend on it.
+	NoObjectCounts bool
 
 	// What the report and its actions name.
 	Release      string
@@ -142,8 +145,10 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	}
 	slices.SortFunc(rep.CRDs, func(a, b CRDReport) int { return strings.Compare(a.Name, b.Name) })
 
-	if err := countObjects(ctx, cluster, live, rep.CRDs); err != nil {
-		return nil, err
+	if !req.NoObjectCounts {
+		if err := countObjects(ctx, cluster, live, rep.CRDs); err != nil {
+			return nil, err
+		}
 	}
 	if err := findSteppingStones(ctx, live, req, rep.CRDs); err != nil {
 		return nil, err

@@ -62,6 +62,8 @@ type Sources struct {
 	SteppingStones History
 	// Memo, when set, keeps the CRDs of the release's revisions between predictions.
 	Memo *Memo
+	// NoObjectCounts skips counting each CRD's objects (Request.NoObjectCounts).
+	NoObjectCounts bool
 }
 
 // Prediction is a Report with what it was made from, for callers that look further
@@ -86,7 +88,8 @@ var ErrRollbackNeedsRelease = errors.New("a rollback needs the release whose rev
 // Predict reads the release and the chart, and predicts the upgrade or rollback against
 // the live cluster. It only reads.
 func Predict(ctx context.Context, s Sources) (*Prediction, error) {
-	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Release: s.Release, Namespace: s.Namespace, Current: s.Current}
+	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Release: s.Release, Namespace: s.Namespace, Current: s.Current,
+		NoObjectCounts: s.NoObjectCounts}
 	p := &Prediction{}
 	if s.Rollback {
 		if err := s.rollback(ctx, &req, p); err != nil {

@@ -33,6 +33,8 @@ type Request struct {
 	// Clusters, when set, keeps each target's clients, Kubernetes version and an
 	// informer's CRDs between checks.
 	Clusters *check.Clusters
+	// NoObjectCounts leaves the report's object counts out (one LIST per CRD saved).
+	NoObjectCounts bool
 }
 
 // Result is the prediction with what it was made from.
