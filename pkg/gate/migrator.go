@@ -24,14 +24,14 @@ type Migrator interface {
 type MigrationState string
 
 const (
-	// MigrationNotAllowed: nothing allows migrating these CRDs automatically (no
+	// MigrationNotAllowed means nothing allows migrating these CRDs automatically (no
 	// policy selects them); the upgrade is blocked until an operator migrates them.
 	MigrationNotAllowed MigrationState = "NotAllowed"
-	// MigrationRunning: the migration is under way; the upgrade is held.
+	// MigrationRunning means the migration is under way; the upgrade is held.
 	MigrationRunning MigrationState = "Running"
-	// MigrationFailed: objects could not be migrated; the upgrade is blocked.
+	// MigrationFailed means objects could not be migrated; the upgrade is blocked.
 	MigrationFailed MigrationState = "Failed"
-	// MigrationDone: every named CRD is migrated; the upgrade proceeds.
+	// MigrationDone means every named CRD is migrated; the upgrade proceeds.
 	MigrationDone MigrationState = "Done"
 )
 
