@@ -15,28 +15,30 @@ func goldenApplyCheck() *applyCheckReport {
 	conflict := `conflict occurred while applying object tenant-d/client-jobs-manager apps/v1, Kind=Deployment: Apply failed with 1 conflict: ` +
 		`conflict with "kubectl-patch" using apps/v1: .spec.template.spec.containers[name="api"].resources.limits.cpu`
 	return &applyCheckReport{
-		Release: "client", Namespace: "tenant-d",
-		Apply: &applycheck.Report{
-			HelmVersions: applycheck.HelmVersions, FieldManager: "helm", Result: applycheck.Fails,
-			Objects: []applycheck.Object{
-				{Object: "Secret/tenant-d/client-secrets", Step: applycheck.Apply, Outcome: applycheck.Unchanged},
-				{Object: "ConfigMap/tenant-d/client-settings", Step: applycheck.Apply, Outcome: applycheck.Updated},
-				{Object: "Deployment/tenant-d/client-jobs-manager", Step: applycheck.Apply, Outcome: applycheck.Conflict, Error: conflict,
-					Conflicts: []applycheck.FieldConflict{{Field: `.spec.template.spec.containers[name="api"].resources.limits.cpu`, Manager: "kubectl-patch"}}},
-				{Object: "StatefulSet/tenant-d/client-mysql", Step: applycheck.Apply, Outcome: applycheck.Updated},
-				{Object: "CronJob/tenant-d/client-backup", Step: applycheck.Create, Outcome: applycheck.Created},
-				{Object: "CronJob/tenant-d/client-image-refresh", Step: applycheck.Apply, Outcome: applycheck.Unchanged},
-				{Object: "ConfigMap/tenant-d/client-legacy", Step: applycheck.Delete, Outcome: applycheck.NotDeleted,
-					Note: "Helm deletes dropped objects only when every apply and create succeeded"},
-			},
-			Failing:   []string{"Deployment/tenant-d/client-jobs-manager"},
-			Landed:    []string{"ConfigMap/tenant-d/client-settings", "StatefulSet/tenant-d/client-mysql", "CronJob/tenant-d/client-backup"},
-			NotLanded: []string{"Deployment/tenant-d/client-jobs-manager", "ConfigMap/tenant-d/client-legacy"},
-			Error:     conflict,
-			Record: applycheck.Record{Revision: 5, Status: "failed", Description: `Upgrade "client" failed: ` + conflict, Previous: 4,
-				PreviousStatus: "deployed"},
-			PreUpgradeHooks: []string{"Job/client-migrate"}, PostUpgradeHooks: []string{"Job/client-smoke-test"},
-		},
+		command: []string{"client", "./chart", "-n", "tenant-d"},
+		ReleaseReport: &applycheck.ReleaseReport{Release: "client", Namespace: "tenant-d",
+			Mode: applycheck.ResolveMode(applycheck.OpUpgrade, applycheck.Flags{}, 2, applycheck.MethodSSA),
+			Apply: &applycheck.Report{
+				HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm", Result: applycheck.Fails,
+				Objects: []applycheck.Object{
+					{Object: "Secret/tenant-d/client-secrets", Step: applycheck.Apply, Outcome: applycheck.Unchanged},
+					{Object: "ConfigMap/tenant-d/client-settings", Step: applycheck.Apply, Outcome: applycheck.Updated},
+					{Object: "Deployment/tenant-d/client-jobs-manager", Step: applycheck.Apply, Outcome: applycheck.Conflict, Error: conflict,
+						Conflicts: []applycheck.FieldConflict{{Field: `.spec.template.spec.containers[name="api"].resources.limits.cpu`, Manager: "kubectl-patch"}}},
+					{Object: "StatefulSet/tenant-d/client-mysql", Step: applycheck.Apply, Outcome: applycheck.Updated},
+					{Object: "CronJob/tenant-d/client-backup", Step: applycheck.Create, Outcome: applycheck.Created},
+					{Object: "CronJob/tenant-d/client-image-refresh", Step: applycheck.Apply, Outcome: applycheck.Unchanged},
+					{Object: "ConfigMap/tenant-d/client-legacy", Step: applycheck.Delete, Outcome: applycheck.NotDeleted,
+						Note: "Helm deletes dropped objects only when every apply and create succeeded"},
+				},
+				Failing:   []string{"Deployment/tenant-d/client-jobs-manager"},
+				Landed:    []string{"ConfigMap/tenant-d/client-settings", "StatefulSet/tenant-d/client-mysql", "CronJob/tenant-d/client-backup"},
+				NotLanded: []string{"Deployment/tenant-d/client-jobs-manager", "ConfigMap/tenant-d/client-legacy"},
+				Error:     conflict,
+				Record: applycheck.Record{Revision: 5, Status: "failed", Description: `Upgrade "client" failed: ` + conflict, Previous: 4,
+					PreviousStatus: "deployed"},
+				PreUpgradeHooks: []string{"Job/client-migrate"}, PostUpgradeHooks: []string{"Job/client-smoke-test"},
+			}},
 		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "client", Namespace: "tenant-d", Chart: "client",
 			ChartVersion: "1.1.0", FromRevision: 4, CRDs: []check.CRDReport{}, NextSteps: []string{}},
 	}
@@ -44,33 +46,37 @@ func goldenApplyCheck() *applyCheckReport {
 
 func TestRenderApplyCheckGolden(t *testing.T) {
 	safe := &applyCheckReport{
-		Release: "web", Namespace: "web",
-		Apply: &applycheck.Report{
-			HelmVersions: applycheck.HelmVersions, FieldManager: "helm-controller", Force: true, Safe: true, Result: applycheck.Succeeds,
-			Objects: []applycheck.Object{
-				{Object: "ConfigMap/web/settings", Step: applycheck.Apply, Outcome: applycheck.Updated},
-				{Object: "ConfigMap/web/old", Step: applycheck.Delete, Outcome: applycheck.Deleted},
-				{Object: "PersistentVolumeClaim/web/data", Step: applycheck.Delete, Outcome: applycheck.Kept, Note: "the live object carries helm.sh/resource-policy: keep"},
-			},
-			Failing: []string{}, Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{},
-			Record: applycheck.Record{Revision: 3, Status: "deployed", Previous: 2, PreviousStatus: "superseded"},
-		},
+		command: []string{"web", "./chart", "-n", "web"},
+		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web",
+			Mode: applycheck.ResolveMode(applycheck.OpUpgrade, applycheck.Flags{}, 2, applycheck.MethodSSA),
+			Apply: &applycheck.Report{
+				HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm-controller", Force: true, Safe: true, Result: applycheck.Succeeds,
+				Objects: []applycheck.Object{
+					{Object: "ConfigMap/web/settings", Step: applycheck.Apply, Outcome: applycheck.Updated},
+					{Object: "ConfigMap/web/old", Step: applycheck.Delete, Outcome: applycheck.Deleted},
+					{Object: "PersistentVolumeClaim/web/data", Step: applycheck.Delete, Outcome: applycheck.Kept, Note: "the live object carries helm.sh/resource-policy: keep"},
+				},
+				Failing: []string{}, Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{},
+				Record: applycheck.Record{Revision: 3, Status: "deployed", Previous: 2, PreviousStatus: "superseded"},
+			}},
 		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
 			ChartVersion: "2.0.0", FromRevision: 2, CRDs: []check.CRDReport{}, NextSteps: []string{}},
 		Safe: true,
 	}
 	refused := &applyCheckReport{
-		Release: "web", Namespace: "web",
-		Apply: &applycheck.Report{
-			HelmVersions: applycheck.HelmVersions, FieldManager: "helm", Result: applycheck.Refused,
-			Objects: []applycheck.Object{{Object: "ConfigMap/web/b", Step: applycheck.Create, Outcome: applycheck.CannotImport,
-				Error: `ConfigMap "b" in namespace "web" exists and cannot be imported into the current release: invalid ownership metadata; ` +
-					`label validation error: missing key "app.kubernetes.io/managed-by": must be set to "Helm"`}},
-			Failing: []string{"ConfigMap/web/b"}, Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{},
-			Error: `unable to continue with update: ConfigMap "b" in namespace "web" exists and cannot be imported into the current release: ` +
-				`invalid ownership metadata; label validation error: missing key "app.kubernetes.io/managed-by": must be set to "Helm"`,
-			Record: applycheck.Record{Previous: 2, PreviousStatus: "deployed"},
-		},
+		command: []string{"web", "./chart", "-n", "web"},
+		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web",
+			Mode: applycheck.ResolveMode(applycheck.OpUpgrade, applycheck.Flags{}, 2, applycheck.MethodSSA),
+			Apply: &applycheck.Report{
+				HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm", Result: applycheck.Refused,
+				Objects: []applycheck.Object{{Object: "ConfigMap/web/b", Step: applycheck.Create, Outcome: applycheck.CannotImport,
+					Error: `ConfigMap "b" in namespace "web" exists and cannot be imported into the current release: invalid ownership metadata; ` +
+						`label validation error: missing key "app.kubernetes.io/managed-by": must be set to "Helm"`}},
+				Failing: []string{"ConfigMap/web/b"}, Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{},
+				Error: `unable to continue with update: ConfigMap "b" in namespace "web" exists and cannot be imported into the current release: ` +
+					`invalid ownership metadata; label validation error: missing key "app.kubernetes.io/managed-by": must be set to "Helm"`,
+				Record: applycheck.Record{Previous: 2, PreviousStatus: "deployed"},
+			}},
 		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
 			ChartVersion: "2.0.0", FromRevision: 2, CRDs: []check.CRDReport{}, NextSteps: []string{}},
 	}
