@@ -19,6 +19,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
 func newReleaseCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -158,6 +159,9 @@ func (o *applyCheckOptions) finish(ctx context.Context, streams Streams, kube *g
 	if err != nil {
 		return couldNot("discover API resources: %v", err)
 	}
+	if rc.Clients, err = uninstall.NewClients(conn.config); err != nil {
+		return couldNot("build client: %v", err)
+	}
 	rel, err := applycheck.CheckRelease(ctx, dyn, mapper, rc)
 	if err != nil {
 		return classify(err, conn)
@@ -192,6 +196,9 @@ func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
 	renderResult(w, rep.Apply)
 	if rep.ServerSide != nil {
 		renderServerSideMove(w, rep.ServerSide)
+	}
+	if rep.Prune != nil {
+		renderPrune(w, rep.Mode.Operation, rep.Prune)
 	}
 	fmt.Fprintln(w)
 	return renderText(w, false, rep.CRDCheck)
@@ -323,4 +330,16 @@ func listOrNone(s []string) string {
 		return "(none)"
 	}
 	return strings.Join(s, ", ")
+}
+
+// renderPrune lists what the operation deletes once every apply succeeds, and why
+// deleting some of it is dangerous.
+func renderPrune(w io.Writer, op applycheck.Operation, p *uninstall.Report) {
+	fmt.Fprintf(w, "Objects the %s deletes when every apply succeeds (the new manifest no longer renders them; Helm %s):\n", op, p.HelmVersion)
+	for _, o := range p.Objects {
+		fmt.Fprintf(w, "  %s  %s: %s\n", o.Action, o.Subject, o.Reason)
+	}
+	for _, f := range p.Findings {
+		fmt.Fprintf(w, "  DANGER [%s] %s: %s\n    fix: %s\n", f.Check, f.Subject, f.Message, f.Remediation)
+	}
 }

@@ -190,6 +190,9 @@ type Report struct {
 	// the upgrade fails.
 	PreUpgradeHooks  []string `json:"preUpgradeHooks"`
 	PostUpgradeHooks []string `json:"postUpgradeHooks"`
+
+	// dropped are the objects the new manifest no longer renders, as the old one has them.
+	dropped []*unstructured.Unstructured
 }
 
 // Upgrade describes the upgrade to predict.
@@ -363,6 +366,7 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		if slices.ContainsFunc(target, func(t item) bool { return sameObject(t, c) }) {
 			continue
 		}
+		rep.dropped = append(rep.dropped, c.obj)
 		res, err := predictDelete(ctx, dyn, c, failed)
 		if err != nil {
 			return nil, err
@@ -430,11 +434,13 @@ func predictApply(ctx context.Context, dyn dynamic.Interface, t item, o Options,
 	force := o.Force
 	opts := metav1.PatchOptions{FieldManager: o.FieldManager, Force: &force, DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}
 	got, err := ri.Patch(ctx, t.obj.GetName(), types.ApplyPatchType, data, opts)
+	if live != nil && o.TakeOverClientSide {
+		res.TakenOver = ownUpdateFields(live, o.FieldManager)
+	}
 	if err != nil && live != nil && o.TakeOverClientSide && apierrors.IsConflict(err) {
 		// Helm first hands the fields its client-side applies own to its server-side
 		// apply; conflicts with those never happen.
 		own, foreign := splitConflicts(conflicts(err), o.FieldManager)
-		res.TakenOver = fieldsOf(own)
 		if len(foreign) == 0 && len(own) > 0 {
 			yes := true // ask again, taking exactly those
 			opts.Force = &yes

@@ -158,7 +158,9 @@ func conflictError(err error, foreign []FieldConflict) error {
 	var causes []metav1.StatusCause
 	byManager := map[string][]string{}
 	for _, c := range status.Status().Details.Causes {
-		if c.Type != metav1.CauseTypeFieldManagerConflict || !slices.ContainsFunc(foreign, func(f FieldConflict) bool { return f.Field == c.Field && strings.Contains(c.Message, `"`+f.Manager+`"`) }) {
+		if c.Type != metav1.CauseTypeFieldManagerConflict || !slices.ContainsFunc(foreign, func(f FieldConflict) bool {
+			return f.Field == c.Field && strings.Contains(c.Message, `"`+f.Manager+`"`)
+		}) {
 			continue
 		}
 		causes = append(causes, c)
@@ -181,11 +183,31 @@ func conflictError(err error, foreign []FieldConflict) error {
 	return apierrors.NewApplyConflict(causes, msg)
 }
 
-func fieldsOf(cs []FieldConflict) []string {
-	out := make([]string, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, c.Field)
+// ownUpdateFields lists the leaf fields the manager's client-side (Update) entries own
+// on the main resource: what csaupgrade.UpgradeManagedFields, which Helm calls, moves to
+// the manager's server-side apply.
+func ownUpdateFields(obj *unstructured.Unstructured, manager string) []string {
+	var out []string
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Manager != manager || mf.Operation != metav1.ManagedFieldsOperationUpdate || mf.Subresource != "" {
+			continue
+		}
+		out = append(out, leaves(mf)...)
 	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func leaves(mf metav1.ManagedFieldsEntry) []string {
+	if mf.FieldsV1 == nil {
+		return nil
+	}
+	set := &fieldpath.Set{}
+	if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
+		return nil
+	}
+	var out []string
+	set.Leaves().Iterate(func(p fieldpath.Path) { out = append(out, p.String()) })
 	return out
 }
 
@@ -194,16 +216,12 @@ func fieldsOf(cs []FieldConflict) []string {
 func foreignFields(obj *unstructured.Unstructured, manager string) []FieldConflict {
 	var out []FieldConflict
 	for _, mf := range obj.GetManagedFields() {
-		if mf.Manager == manager || mf.Subresource != "" || mf.FieldsV1 == nil {
+		if mf.Manager == manager || mf.Subresource != "" {
 			continue
 		}
-		set := &fieldpath.Set{}
-		if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
-			continue
+		for _, f := range leaves(mf) {
+			out = append(out, FieldConflict{Field: f, Manager: mf.Manager})
 		}
-		set.Leaves().Iterate(func(p fieldpath.Path) {
-			out = append(out, FieldConflict{Field: p.String(), Manager: mf.Manager})
-		})
 	}
 	slices.SortFunc(out, func(a, b FieldConflict) int { return strings.Compare(a.Field+a.Manager, b.Field+b.Manager) })
 	return out

@@ -11,7 +11,11 @@ import (
 	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
 // ErrNoRevision means the release has no such revision (Helm: "release has no N version").
@@ -39,6 +43,9 @@ type ReleaseCheck struct {
 	// Values are the values given to the operation (-f, --set). They are redacted from
 	// the report together with the stored values and Secret data of every revision used.
 	Values map[string]any
+	// Clients, when set, run the uninstall's ownership and data model on the objects the
+	// operation deletes (see uninstall.Prune).
+	Clients *uninstall.Clients
 }
 
 // ReleaseReport is the prediction of one upgrade or rollback.
@@ -56,7 +63,10 @@ type ReleaseReport struct {
 	// --server-side=true would do: which fields move to Helm's server-side apply, and
 	// which conflict with other managers.
 	ServerSide *Report `json:"serverSide,omitempty"`
-	Safe       bool    `json:"safe"`
+	// Prune is what deleting the dropped objects means: taken over by another release,
+	// keep only in the old manifest, volumes, credentials, CRDs (nil without Clients).
+	Prune *uninstall.Report `json:"prune,omitempty"`
+	Safe  bool              `json:"safe"`
 }
 
 // CheckRelease predicts `helm upgrade` or `helm rollback` of a stored release as Helm
@@ -114,8 +124,26 @@ func CheckRelease(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMa
 			return nil, err
 		}
 	}
-	rep.Safe = rep.Apply.Safe && rep.Mode.FlagError == ""
+	if rc.Clients != nil && len(rep.Apply.dropped) > 0 {
+		if rep.Prune, err = prune(ctx, rc, rep.Apply.dropped); err != nil {
+			return nil, err
+		}
+	}
+	rep.Safe = rep.Apply.Safe && rep.Mode.FlagError == "" && (rep.Prune == nil || rep.Prune.Safe)
 	return rep, nil
+}
+
+func prune(ctx context.Context, rc ReleaseCheck, dropped []*unstructured.Unstructured) (*uninstall.Report, error) {
+	var manifest strings.Builder
+	for _, obj := range dropped {
+		data, err := yaml.Marshal(obj.Object)
+		if err != nil {
+			return nil, fmt.Errorf("%s: encode: %w", Subject(obj), err)
+		}
+		manifest.WriteString("---\n")
+		manifest.Write(data)
+	}
+	return uninstall.Prune(ctx, rc.Clients, uninstall.PruneOptions{Release: rc.Release, Namespace: rc.Namespace, Operation: string(rc.Operation), Dropped: manifest.String()})
 }
 
 type planned struct {
