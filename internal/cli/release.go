@@ -208,16 +208,16 @@ func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
 // meets, and command lines that work.
 func renderMode(w io.Writer, rep *applyCheckReport) {
 	m, a := rep.Mode, rep.Apply
-	method := "client-side apply (three-way merge patch)"
+	method := fmt.Sprintf("client-side apply (three-way merge patch) as %q", a.FieldManager)
 	switch {
 	case m.Method == "":
 		method = "apply method unresolved"
 	case m.ServerSide && a.Force:
-		method = "server-side apply, conflicts forced"
+		method = fmt.Sprintf("server-side apply as %q, conflicts forced", a.FieldManager)
 	case m.ServerSide:
-		method = "server-side apply, conflicts not forced"
+		method = fmt.Sprintf("server-side apply as %q, conflicts not forced", a.FieldManager)
 	}
-	fmt.Fprintf(w, "helm %s %s -n %s, %s as %q (modelled on Helm %s):\n", m.Operation, rep.Release, rep.Namespace, method, a.FieldManager, a.HelmVersions)
+	fmt.Fprintf(w, "helm %s %s -n %s, %s (modelled on Helm %s):\n", m.Operation, rep.Release, rep.Namespace, method, a.HelmVersions)
 	fmt.Fprintf(w, "  apply method: %s\n", m.Reason)
 	if m.FlagError != "" {
 		stage := "before it records a revision"

@@ -16,7 +16,7 @@ func goldenApplyCheck() *applyCheckReport {
 		`conflict with "kubectl-patch" using apps/v1: .spec.template.spec.containers[name="api"].resources.limits.cpu`
 	return &applyCheckReport{
 		command: []string{"client", "./chart", "-n", "tenant-d"},
-		ReleaseReport: &applycheck.ReleaseReport{Release: "client", Namespace: "tenant-d",
+		ReleaseReport: &applycheck.ReleaseReport{Release: "client", Namespace: "tenant-d", From: 2,
 			Mode: applycheck.ResolveMode(applycheck.OpUpgrade, applycheck.Flags{}, 2, applycheck.MethodSSA),
 			Apply: &applycheck.Report{
 				HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm", Result: applycheck.Fails,
@@ -47,7 +47,7 @@ func goldenApplyCheck() *applyCheckReport {
 func TestRenderApplyCheckGolden(t *testing.T) {
 	safe := &applyCheckReport{
 		command: []string{"web", "./chart", "-n", "web"},
-		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web",
+		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web", From: 2,
 			Mode: applycheck.ResolveMode(applycheck.OpUpgrade, applycheck.Flags{}, 2, applycheck.MethodSSA),
 			Apply: &applycheck.Report{
 				HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm-controller", Force: true, Safe: true, Result: applycheck.Succeeds,
@@ -65,7 +65,7 @@ func TestRenderApplyCheckGolden(t *testing.T) {
 	}
 	refused := &applyCheckReport{
 		command: []string{"web", "./chart", "-n", "web"},
-		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web",
+		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web", From: 2,
 			Mode: applycheck.ResolveMode(applycheck.OpUpgrade, applycheck.Flags{}, 2, applycheck.MethodSSA),
 			Apply: &applycheck.Report{
 				HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm", Result: applycheck.Refused,
