@@ -193,7 +193,7 @@ func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
 	renderMode(w, rep)
 	renderObjects(w, rep.Apply)
 	fmt.Fprintln(w)
-	renderResult(w, rep.Apply)
+	renderResult(w, rep.Apply, rep.Mode.FlagError != "")
 	if rep.ServerSide != nil {
 		renderServerSideMove(w, rep.ServerSide)
 	}
@@ -271,28 +271,29 @@ func fieldOwners(fs []applycheck.FieldConflict, sep string) string {
 	return strings.Join(parts, "; ")
 }
 
-func renderResult(w io.Writer, a *applycheck.Report) {
-	op, prefix := "upgrade", "Error: UPGRADE FAILED: "
-	if a.Operation == applycheck.OpRollback {
-		op, prefix = "rollback", "Error: "
-	}
+func renderResult(w io.Writer, a *applycheck.Report, flagError bool) {
+	op := string(a.Operation)
 	switch a.Result {
 	case applycheck.Succeeds:
 		fmt.Fprintf(w, "The %s applies: Helm records revision %d as deployed and revision %d as superseded (before any --wait and post-%s hooks).\n",
 			op, a.Record.Revision, a.Record.Previous, op)
 		preHooks(w, a)
 	case applycheck.Refused:
-		fmt.Fprintf(w, "Helm REFUSES the %s before it applies anything or records a revision. It prints:\n  %s%s\n", op, prefix, a.Error)
+		fmt.Fprintf(w, "Helm REFUSES the %s before it applies anything or records a revision. It prints:\n  %s\n", op, a.HelmPrints())
 		fmt.Fprintln(w, "Fix: use a command line marked \"works\" above, give the object this release's ownership metadata (or delete it), "+
 			"or install the CRDs the chart needs; then re-run this check.")
 	case applycheck.Fails:
-		fmt.Fprintf(w, "The %s FAILS. Helm prints:\n  %s%s\n", op, prefix, a.Error)
+		fmt.Fprintf(w, "The %s FAILS. Helm prints:\n  %s\n", op, a.HelmPrints())
 		fmt.Fprintf(w, "It records revision %d as failed; revision %d stays %s.", a.Record.Revision, a.Record.Previous, a.Record.PreviousStatus)
 		if len(a.PostUpgradeHooks) > 0 {
 			fmt.Fprintf(w, " Post-%s hooks do not run (%s).", op, strings.Join(a.PostUpgradeHooks, ", "))
 		}
 		fmt.Fprintln(w)
 		preHooks(w, a)
+		if flagError {
+			fmt.Fprintln(w, "Nothing is applied. Fix: run a command line marked \"works\" above.")
+			return
+		}
 		fmt.Fprintln(w, "It is not atomic: without --rollback-on-failure the cluster keeps this partial, mixed state.")
 		fmt.Fprintf(w, "  lands anyway: %s\n", listOrNone(a.Landed))
 		fmt.Fprintf(w, "  does not land: %s\n", listOrNone(a.NotLanded))

@@ -7,6 +7,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
 // goldenApplyCheck is the seed's incident: kubectl patch owns the jobs-manager CPU limit,
@@ -89,6 +90,9 @@ func TestRenderApplyCheckGolden(t *testing.T) {
 		{"apply-check-fails.json", "json", goldenApplyCheck()},
 		{"apply-check-safe.txt", "text", safe},
 		{"apply-check-refused.txt", "text", refused},
+		{"apply-check-client-side-flag-error.txt", "text", goldenClientSideFlagError()},
+		{"rollback-check-not-reverted.txt", "text", goldenRollback()},
+		{"rollback-check-not-reverted.json", "json", goldenRollback()},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,5 +102,63 @@ func TestRenderApplyCheckGolden(t *testing.T) {
 			}
 			checkGolden(t, tc.name, buf.String())
 		})
+	}
+}
+
+// goldenClientSideFlagError is kubermatic#16209: --force-conflicts on a release Helm 3
+// installed, with the server-side prediction of the move.
+func goldenClientSideFlagError() *applyCheckReport {
+	flags := applycheck.Flags{ForceConflicts: true}
+	mode := applycheck.ResolveMode(applycheck.OpUpgrade, flags, 1, "")
+	notReached := func(o string, dry applycheck.Outcome) applycheck.Object {
+		return applycheck.Object{Object: o, Step: applycheck.Apply, Outcome: applycheck.NotReached, DryRun: dry,
+			Note: "Helm stops at the flag error before it applies anything"}
+	}
+	return &applyCheckReport{
+		command: []string{"web", "./chart", "-n", "web"},
+		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web", From: 1, Mode: mode,
+			Apply: &applycheck.Report{HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodCSA, FieldManager: "helm",
+				Result: applycheck.Fails, Error: mode.FlagError,
+				Objects: []applycheck.Object{notReached("ConfigMap/web/settings", applycheck.Updated), notReached("Deployment/web/web", applycheck.Failed)},
+				Failing: []string{}, Landed: []string{}, NotLanded: []string{"ConfigMap/web/settings", "Deployment/web/web"},
+				Record:          applycheck.Record{Revision: 2, Status: "failed", Description: `Upgrade "web" failed: ` + mode.FlagError, Previous: 1, PreviousStatus: "deployed"},
+				PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{}},
+			ServerSide: &applycheck.Report{HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm",
+				Result: applycheck.Fails,
+				Error:  `conflict occurred while applying object web/settings /v1, Kind=ConfigMap: Apply failed with 1 conflict: conflict with "kubectl-patch" using v1: .data.mode`,
+				Objects: []applycheck.Object{{Object: "ConfigMap/web/settings", Step: applycheck.Apply, Outcome: applycheck.Conflict,
+					Conflicts: []applycheck.FieldConflict{{Field: ".data.mode", Manager: "kubectl-patch"}}, TakenOver: []string{".data.note"}}}},
+		},
+		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
+			ChartVersion: "2.0.0", FromRevision: 1, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+	}
+}
+
+// goldenRollback is rancher/fleet#4879: a server-side rollback leaves a field another
+// manager took; and the object it deletes was taken over by another release.
+func goldenRollback() *applyCheckReport {
+	return &applyCheckReport{
+		command: []string{"app", "1", "-n", "apps"},
+		ReleaseReport: &applycheck.ReleaseReport{Release: "app", Namespace: "apps", From: 2, To: 1,
+			Mode: applycheck.ResolveMode(applycheck.OpRollback, applycheck.Flags{}, 1, applycheck.MethodSSA),
+			Apply: &applycheck.Report{HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpRollback, Method: applycheck.MethodSSA, FieldManager: "helm",
+				Safe: true, Result: applycheck.Succeeds,
+				Objects: []applycheck.Object{
+					{Object: "ConfigMap/apps/cfg", Step: applycheck.Apply, Outcome: applycheck.Unchanged,
+						NotReverted: []applycheck.FieldConflict{{Field: ".data.extra", Manager: "kubectl-patch"}}},
+					{Object: "ConfigMap/apps/shared", Step: applycheck.Delete, Outcome: applycheck.Deleted},
+				},
+				Failing: []string{}, Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{},
+				Record: applycheck.Record{Revision: 3, Status: "deployed", Previous: 2, PreviousStatus: "superseded"}},
+			Prune: &uninstall.Report{Release: "app", Namespace: "apps", HelmVersion: uninstall.PruneHelmVersions,
+				Objects: []uninstall.Object{{Subject: "ConfigMap/apps/shared", APIVersion: "v1", Kind: "ConfigMap", Namespace: "apps", Name: "shared",
+					Action: uninstall.Delete, Reason: "the new manifest no longer renders it and the live object does not carry helm.sh/resource-policy: keep", Live: true}},
+				Findings: []uninstall.Finding{{Check: uninstall.CheckTakenOver, Subject: "ConfigMap/apps/shared",
+					Message:     "release apps/other has taken it over (its live metadata names that release), but the rollback of app deletes it anyway",
+					Remediation: "annotate the live object with helm.sh/resource-policy=keep before the rollback"}},
+				Hooks: []string{}, LeftBehind: []string{}},
+		},
+		CRDCheck: &check.Report{Operation: predict.Rollback, Safe: true, Release: "app", Namespace: "apps", Chart: "app",
+			ChartVersion: "1.0.0", FromRevision: 2, ToRevision: 1, CRDs: []check.CRDReport{}, NextSteps: []string{}},
 	}
 }

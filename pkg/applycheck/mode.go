@@ -166,3 +166,16 @@ func nilIfEmpty(s []string) []string {
 }
 
 func slicesClone(s []string) []string { return append([]string{}, s...) }
+
+// HelmPrints is the error line the Helm CLI prints for the report's error: `helm upgrade`
+// prefixes "UPGRADE FAILED: ", `helm rollback` prints it as it is, and a flag-group error
+// stops cobra before either runs. Empty when there is no error.
+func (r *Report) HelmPrints() string {
+	switch {
+	case r.Error == "":
+		return ""
+	case r.Operation == OpRollback || strings.HasPrefix(r.Error, "if any flags in the group"):
+		return "Error: " + r.Error
+	}
+	return "Error: UPGRADE FAILED: " + r.Error
+}
