@@ -389,6 +389,30 @@ func TestServerSideRollbackLeavesForeignField(t *testing.T) {
 	if status, _, method := c.record(t, rel, ns, 3); status != "deployed" || method != applycheck.MethodSSA {
 		t.Errorf("revision 3: %s %s", status, method)
 	}
+
+	// Forward again to revision 2, after kubectl-patch took data.mode: the rollback
+	// conflicts, records revision 4 failed and supersedes revision 3.
+	kubectlPatch(t, c, ns, "configmap", "cfg", "-p", `{"data":{"mode":"manual"}}`)
+	rep = c.checkRelease(t, "", rel, ns, 2, applycheck.Flags{})
+	a = rep.Apply
+	if a.Result != applycheck.Fails || outcomes(a)["ConfigMap/rb/cfg"] != applycheck.Conflict || outcomes(a)["ConfigMap/rb/added"] != applycheck.Created {
+		t.Fatalf("rollback to 2: %s %+v", a.Result, a.Objects)
+	}
+	before := c.snapshot(t, a)
+	out, err := c.helm(t, "rollback", rel, "2", "-n", ns)
+	if err == nil || !strings.Contains(out, a.HelmPrints()+"\n") {
+		t.Errorf("helm rollback: %v\n%s\npredicted: %s", err, out, a.HelmPrints())
+	}
+	if diff := cmp.Diff(sorted(a.Landed), changedBetween(before, c.snapshot(t, a))); diff != "" {
+		t.Errorf("landed: predicted (-) vs changed on the cluster (+):\n%s", diff)
+	}
+	status, desc, _ := c.record(t, rel, ns, 4)
+	if status != a.Record.Status || desc != a.Record.Description || a.Record.Revision != 4 {
+		t.Errorf("revision 4: %s %q, predicted %+v", status, desc, a.Record)
+	}
+	if status, _, _ := c.record(t, rel, ns, 3); status != a.Record.PreviousStatus || status != "superseded" {
+		t.Errorf("revision 3 is %s, predicted %s", status, a.Record.PreviousStatus)
+	}
 }
 
 func contains(s []string, v string) bool {
@@ -403,8 +427,10 @@ func contains(s []string, v string) bool {
 // TestUpgradePrunesObjectAnotherReleaseTookOver is helm/helm#32218 with the real Helm 4:
 // release "taker" adopted a ConfigMap of release "owner" (helm install --take-ownership);
 // the next upgrade of owner no longer renders it and deletes it all the same, taker's or
-// not. The prune pre-flight (the uninstall's ownership model) flags it; the plain
-// dropped object is deleted without a finding; Helm deletes both.
+// not. The prune pre-flight (the uninstall's ownership model) flags it, and the other
+// dangerous deletes of the same upgrade: a Secret holding credentials, and keep only in
+// the old manifest (an upgrade reads the live annotation); keep only on the live object
+// protects. Helm deletes and keeps exactly what was predicted.
 func TestUpgradePrunesObjectAnotherReleaseTookOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the control plane")
@@ -412,9 +438,10 @@ func TestUpgradePrunesObjectAnotherReleaseTookOver(t *testing.T) {
 	c := newCluster(t)
 	ctx := t.Context()
 	const ns = "prune"
-	cm := func(name string) string {
-		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\ndata:\n  k: v\n"
+	cm := func(name, annotations string) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n" + annotations + "data:\n  k: v\n"
 	}
+	const keep = "  annotations:\n    helm.sh/resource-policy: keep\n"
 	write := func(name, version string, files map[string]string) string {
 		dir, err := testenv.WriteChart(t.TempDir(), name, version, files)
 		if err != nil {
@@ -422,14 +449,24 @@ func TestUpgradePrunesObjectAnotherReleaseTookOver(t *testing.T) {
 		}
 		return dir
 	}
-	v1 := write("owner", "1.0.0", map[string]string{"templates/a.yaml": cm("a"), "templates/shared.yaml": cm("shared"), "templates/plain.yaml": cm("plain")})
-	v2 := write("owner", "2.0.0", map[string]string{"templates/a.yaml": cm("a")})
-	taker := write("taker", "1.0.0", map[string]string{"templates/shared.yaml": cm("shared")})
+	v1 := write("owner", "1.0.0", map[string]string{"templates/a.yaml": cm("a", ""), "templates/shared.yaml": cm("shared", ""), "templates/plain.yaml": cm("plain", ""),
+		"templates/keepboth.yaml": cm("keepboth", keep), "templates/manifestkeep.yaml": cm("manifestkeep", keep), "templates/livekeep.yaml": cm("livekeep", ""),
+		"templates/creds.yaml": "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\nstringData:\n  password: " + sentinel + "\n"})
+	v2 := write("owner", "2.0.0", map[string]string{"templates/a.yaml": cm("a", "")})
+	taker := write("taker", "1.0.0", map[string]string{"templates/shared.yaml": cm("shared", "")})
 	for _, args := range [][]string{{"install", "owner", v1, "-n", ns, "--create-namespace"}, {"install", "taker", taker, "-n", ns, "--take-ownership"}} {
 		if out, err := c.helm(t, args...); err != nil {
 			t.Fatalf("helm %v: %v\n%s", args, err, out)
 		}
 	}
+	kubectl := func(args ...string) {
+		cmd := exec.CommandContext(ctx, filepath.Join(c.cp.Bin, "kubectl"), append([]string{"--kubeconfig", c.cp.Kubeconfig, "-n", ns}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+	}
+	kubectl("annotate", "configmap", "manifestkeep", "helm.sh/resource-policy-")
+	kubectl("annotate", "configmap", "livekeep", "helm.sh/resource-policy=keep")
 
 	clients, err := uninstall.NewClients(c.cp.Config)
 	if err != nil {
@@ -452,31 +489,57 @@ func TestUpgradePrunesObjectAnotherReleaseTookOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if data, _ := json.Marshal(rep); strings.Contains(string(data), sentinel) {
+		t.Errorf("the report holds the Secret's data:\n%s", data)
+	}
 	if rep.Apply.Result != applycheck.Succeeds || rep.Safe || rep.Prune == nil {
 		t.Fatalf("result %s safe %v prune %+v", rep.Apply.Result, rep.Safe, rep.Prune)
 	}
-	if diff := cmp.Diff(map[string]applycheck.Outcome{"ConfigMap/prune/a": applycheck.Unchanged, "ConfigMap/prune/shared": applycheck.Deleted,
-		"ConfigMap/prune/plain": applycheck.Deleted}, outcomes(rep.Apply)); diff != "" {
+	wantOutcomes := map[string]applycheck.Outcome{"ConfigMap/prune/a": applycheck.Unchanged, "ConfigMap/prune/shared": applycheck.Deleted,
+		"ConfigMap/prune/plain": applycheck.Deleted, "ConfigMap/prune/keepboth": applycheck.Kept, "ConfigMap/prune/manifestkeep": applycheck.Deleted,
+		"ConfigMap/prune/livekeep": applycheck.Kept, "Secret/prune/creds": applycheck.Deleted}
+	if diff := cmp.Diff(wantOutcomes, outcomes(rep.Apply)); diff != "" {
 		t.Errorf("outcomes (-want +got):\n%s", diff)
 	}
 	actions := map[string]uninstall.Action{}
 	for _, o := range rep.Prune.Objects {
 		actions[o.Subject] = o.Action
 	}
-	if diff := cmp.Diff(map[string]uninstall.Action{"ConfigMap/prune/shared": uninstall.Delete, "ConfigMap/prune/plain": uninstall.Delete}, actions); diff != "" {
+	wantActions := map[string]uninstall.Action{"ConfigMap/prune/shared": uninstall.Delete, "ConfigMap/prune/plain": uninstall.Delete,
+		"ConfigMap/prune/keepboth": uninstall.Keep, "ConfigMap/prune/manifestkeep": uninstall.Delete, "ConfigMap/prune/livekeep": uninstall.Keep,
+		"Secret/prune/creds": uninstall.Delete}
+	if diff := cmp.Diff(wantActions, actions); diff != "" {
 		t.Errorf("prune actions (-want +got):\n%s", diff)
 	}
-	if len(rep.Prune.Findings) != 1 || rep.Prune.Findings[0].Check != uninstall.CheckTakenOver || rep.Prune.Findings[0].Subject != "ConfigMap/prune/shared" ||
-		!strings.Contains(rep.Prune.Findings[0].Message, "release prune/taker has taken it over") {
-		t.Errorf("findings %+v", rep.Prune.Findings)
+	found := map[string]string{}
+	for _, f := range rep.Prune.Findings {
+		found[f.Subject] = f.Check
+	}
+	wantFound := map[string]string{"ConfigMap/prune/shared": uninstall.CheckTakenOver, "ConfigMap/prune/manifestkeep": uninstall.CheckManifestOnlyKeep,
+		"Secret/prune/creds": uninstall.CheckSecret}
+	if diff := cmp.Diff(wantFound, found); diff != "" {
+		t.Errorf("prune findings (-want +got):\n%s\n%+v", diff, rep.Prune.Findings)
+	}
+	for _, f := range rep.Prune.Findings {
+		if f.Check == uninstall.CheckTakenOver && !strings.Contains(f.Message, "release prune/taker has taken it over") {
+			t.Errorf("taken-over finding: %s", f.Message)
+		}
 	}
 
 	if out, err := c.helm(t, "upgrade", "owner", v2, "-n", ns); err != nil {
 		t.Fatalf("helm upgrade: %v\n%s", err, out)
 	}
-	for _, name := range []string{"shared", "plain"} {
-		if _, err := c.cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("Helm did not delete %s, the prediction says it does: %v", name, err)
+	for subject, want := range wantOutcomes {
+		kind, rest, _ := strings.Cut(subject, "/")
+		_, name, _ := strings.Cut(rest, "/")
+		var err error
+		if kind == "Secret" {
+			_, err = c.cs.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		} else {
+			_, err = c.cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+		if gone := apierrors.IsNotFound(err); gone != (want == applycheck.Deleted) {
+			t.Errorf("%s: predicted %s, gone after the real upgrade: %v (%v)", subject, want, gone, err)
 		}
 	}
 }
