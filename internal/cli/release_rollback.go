@@ -9,6 +9,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 )
 
@@ -47,6 +48,7 @@ Secret data never appear in the output. Exit codes: 0 safe, 1 findings, 2 could 
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.crdPolicy, "crd-policy", string(check.PolicyHelm), "which CRDs the rollback applies: helm (crds/ never upgraded) or create-replace (Flux upgrade.crds=CreateReplace)")
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
 	o.addApplyFlags(f)
 	return cmd
