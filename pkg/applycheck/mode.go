@@ -65,8 +65,9 @@ type Mode struct {
 	RecordedMethod   string `json:"recordedMethod"`
 	Reason           string `json:"reason"`
 	// TakesOverClientSide is true when Helm first moves the fields its client-side
-	// applies own (manager "helm", operation Update) to its server-side apply: an upgrade
-	// from a client-side revision to server-side, and every server-side rollback.
+	// applies own (manager "helm", operation Update) to its server-side apply: a
+	// server-side upgrade from a client-side revision (the deployed revision it starts
+	// from; CheckRelease sets it from that one), and every server-side rollback.
 	TakesOverClientSide bool `json:"takesOverClientSide"`
 	// FlagError is the error Helm stops with, empty when the flags work; FlagErrorStage
 	// says whether Helm has recorded a revision by then.

@@ -103,6 +103,11 @@ func CheckRelease(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMa
 		rep.To = decide.Version
 	}
 	rep.Mode = ResolveMode(rc.Operation, rc.Flags, decide.Version, decide.ApplyMethod)
+	if rc.Operation == OpUpgrade {
+		// An upgrade moves client-side fields when the revision it starts from (the last
+		// deployed one, not the last one) was client-side (releasingUpgrade).
+		rep.Mode.TakesOverClientSide = rep.Mode.ServerSide && from.ApplyMethod != MethodSSA
+	}
 	opts := Options{FieldManager: rc.FieldManager, Force: rc.Flags.ForceConflicts, Redact: redact,
 		ClientSide: !rep.Mode.ServerSide, TakeOverClientSide: rep.Mode.TakesOverClientSide}
 	if rep.Mode.FlagErrorStage == BeforeRecord {
