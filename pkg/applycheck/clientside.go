@@ -1,7 +1,6 @@
 package applycheck
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -203,7 +202,7 @@ func leaves(mf metav1.ManagedFieldsEntry) []string {
 		return nil
 	}
 	set := &fieldpath.Set{}
-	if err := set.FromJSON(bytes.NewReader(mf.FieldsV1.Raw)); err != nil {
+	if err := set.FromJSON(mf.FieldsV1.GetRawReader()); err != nil {
 		return nil
 	}
 	var out []string

@@ -35,9 +35,9 @@ type Flags struct {
 type FlagErrorStage string
 
 const (
-	// BeforeRecord: Helm stops before it records a revision or runs a hook.
+	// BeforeRecord means Helm stops before it records a revision or runs a hook.
 	BeforeRecord FlagErrorStage = "beforeRecord"
-	// AfterHooks: Helm has recorded the new revision and run the pre-upgrade (pre-rollback)
+	// AfterHooks means Helm has recorded the new revision and run the pre-upgrade (pre-rollback)
 	// hooks; the error marks the new revision failed and nothing is applied.
 	AfterHooks FlagErrorStage = "afterHooks"
 )
