@@ -111,7 +111,7 @@ func CheckRelease(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMa
 	opts := Options{FieldManager: rc.FieldManager, Force: rc.Flags.ForceConflicts, Redact: redact,
 		ClientSide: !rep.Mode.ServerSide, TakeOverClientSide: rep.Mode.TakesOverClientSide}
 	if rep.Mode.FlagErrorStage == BeforeRecord {
-		rep.Apply = &Report{HelmVersions: HelmVersions, Operation: rc.Operation, FieldManager: rc.FieldManager, Result: Refused,
+		rep.Apply = &Report{HelmVersions: HelmVersions, Operation: rc.Operation, Method: rep.Mode.Method, FieldManager: rc.FieldManager, Result: Refused,
 			Error: rep.Mode.FlagError, Objects: []Object{}, Failing: []string{}, Landed: []string{}, NotLanded: []string{},
 			PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{}, Record: Record{Previous: up.Current, PreviousStatus: up.CurrentStatus}}
 		return rep, nil
