@@ -100,6 +100,13 @@ func TestReleaseApplyCheck(t *testing.T) {
 	if r.code != cli.ExitFindings {
 		t.Errorf("flag error: exit %d, want 1", r.code)
 	}
+	// Both forces: cobra stops Helm before anything; the printed line is Helm's own.
+	r = ug(t, "release", "apply-check", "web", "--chart", v2, "-n", "web", "--force-replace", "--force-conflicts")
+	out, _ = helm(t, nil, "upgrade", "web", v2, "-n", "web", "--force-replace", "--force-conflicts")
+	line, _, _ := strings.Cut(out, "\n")
+	if r.code != cli.ExitFindings || !strings.Contains(r.stdout, "Helm REFUSES the upgrade before it applies anything or records a revision. It prints:\n  "+line+"\n") {
+		t.Errorf("both forces: exit %d, helm printed %q:\n%s", r.code, line, r.stdout)
+	}
 }
 
 // TestReleaseApplyCheckNoLeaks plants a Secret value and a values-only string that the API
