@@ -58,6 +58,20 @@ func TestReleaseApplyCheckHelm3Release(t *testing.T) {
 	if r.code != cli.ExitSafe || strings.Contains(r.stdout+r.stderr, rbSentinel) {
 		t.Errorf("exit %d (want 0), or the password leaked:\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	r = ug(t, "release", "apply-check", "h3", "--chart", v2, "-n", "h3", "-o", "json")
+	var got struct {
+		Mode       applycheck.Mode    `json:"mode"`
+		Apply      applycheck.Report  `json:"apply"`
+		ServerSide *applycheck.Report `json:"serverSide"`
+		Safe       bool               `json:"safe"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, r.stdout)
+	}
+	if got.Mode.Method != applycheck.MethodCSA || got.Apply.Method != applycheck.MethodCSA || got.ServerSide == nil || !got.Safe ||
+		strings.Contains(r.stdout, rbSentinel) {
+		t.Errorf("JSON: mode %+v method %s serverSide %v safe %v", got.Mode, got.Apply.Method, got.ServerSide != nil, got.Safe)
+	}
 }
 
 // TestReleaseRollbackCheck: revision 2 adds data.extra and a ConfigMap; kubectl-patch then
