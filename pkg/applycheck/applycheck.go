@@ -1,5 +1,11 @@
-// Package applycheck predicts, object by object, what a server-side-apply Helm 4 upgrade
-// does to the cluster, and what it leaves behind when it fails.
+// Package applycheck predicts, object by object, what a Helm 4 upgrade or rollback does to
+// the cluster, server-side or client-side, and what it leaves behind when it fails.
+//
+// CheckRelease is the entry point for a stored release: it resolves the apply method as
+// Helm 4.3.1 does (ResolveMode), predicts flag errors, sorts hooks, redacts release
+// values and Secret data, and runs Run. Run is the loop itself, described below for
+// server-side apply; client-side (Options.ClientSide) differs only in how one object is
+// updated (predictClientSide: Helm's three-way merge patch, no conflicts).
 //
 // The model is Helm's own upgrade loop (pkg/kube Client.update and pkg/action
 // Upgrade.performUpgrade), identical in every Helm 4 release the Go module proxy serves,
