@@ -259,6 +259,8 @@ func objectDetail(obj applycheck.Object) string {
 		return "Helm stops at the failed create before it (the dry run says: " + string(obj.DryRun) + ")"
 	case len(obj.NotReverted) > 0:
 		return "NOT REVERTED, other managers keep: " + fieldOwners(obj.NotReverted, " by ")
+	case len(obj.Overwrites) > 0:
+		return "overwrites, without a conflict: " + fieldOwners(obj.Overwrites, " of ")
 	}
 	return obj.Note
 }

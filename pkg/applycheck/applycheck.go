@@ -149,6 +149,9 @@ type Object struct {
 	// NotReverted lists, for a server-side rollback, the fields other managers own after
 	// the apply: the rollback leaves them as they are.
 	NotReverted []FieldConflict `json:"notReverted,omitempty"`
+	// Overwrites lists, for a client-side apply, the fields other managers own that the
+	// patch changes: no conflict stops it, they simply become Helm's.
+	Overwrites []FieldConflict `json:"overwrites,omitempty"`
 }
 
 // Record is the release record the upgrade leaves.
@@ -339,10 +342,13 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		for i := range res.TakenOver {
 			res.TakenOver[i] = red.clean(res.TakenOver[i])
 		}
+		for i := range res.Overwrites {
+			res.Overwrites[i].Field = red.clean(res.Overwrites[i].Field)
+		}
 		switch {
 		case createErr != "":
 			res.DryRun, res.Outcome = res.Outcome, NotReached
-			res.Conflicts, res.Error, res.NotReverted, res.TakenOver = nil, "", nil, nil
+			res.Conflicts, res.Error, res.NotReverted, res.TakenOver, res.Overwrites = nil, "", nil, nil, nil
 			if o.FlagError != "" {
 				res.Note = "Helm stops at the flag error before it applies anything"
 			}

@@ -71,6 +71,7 @@ func predictClientSide(ctx context.Context, dyn dynamic.Interface, t item, origi
 		if changed(live, got) {
 			res.Outcome = Updated
 		}
+		res.Overwrites = lost(foreignFields(live, o.FieldManager), foreignFields(got, o.FieldManager))
 	case isRBACDenied(err) || apierrors.IsUnauthorized(err) || isUnreachable(err):
 		return Object{}, fmt.Errorf("%s: dry-run patch: %w (the check needs the same rights as the upgrade)", t.subject, err)
 	default:
@@ -223,5 +224,16 @@ func foreignFields(obj *unstructured.Unstructured, manager string) []FieldConfli
 		}
 	}
 	slices.SortFunc(out, func(a, b FieldConflict) int { return strings.Compare(a.Field+a.Manager, b.Field+b.Manager) })
+	return out
+}
+
+// lost lists the fields in before that are not in after.
+func lost(before, after []FieldConflict) []FieldConflict {
+	var out []FieldConflict
+	for _, f := range before {
+		if !slices.Contains(after, f) {
+			out = append(out, f)
+		}
+	}
 	return out
 }

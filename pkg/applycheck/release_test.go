@@ -186,6 +186,7 @@ func TestHelm3ReleaseUpgradedByHelm4ClientSide(t *testing.T) {
 		t.Fatalf("Helm 3 recorded apply_method %q", method)
 	}
 	c.guardB(t, ns)
+	kubectlPatch(t, c, ns, "configmap", "a-settings", "-p", `{"data":{"mode":"manual"}}`)
 
 	rep := c.checkRelease(t, v2, rel, ns, 0, applycheck.Flags{})
 	if rep.Mode.ServerSide || rep.Mode.Method != applycheck.MethodCSA || rep.Mode.FlagError != "" || !strings.Contains(rep.Mode.Reason, "recorded no apply_method") {
@@ -211,6 +212,12 @@ func TestHelm3ReleaseUpgradedByHelm4ClientSide(t *testing.T) {
 	if rep.ServerSide == nil || rep.ServerSide.Method != applycheck.MethodSSA {
 		t.Errorf("no server-side prediction for a client-side release: %+v", rep.ServerSide)
 	}
+	// Client-side, the field kubectl-patch set is overwritten without a conflict.
+	for _, o := range a.Objects {
+		if o.Object == "ConfigMap/csa/a-settings" && !cmp.Equal(o.Overwrites, []applycheck.FieldConflict{{Field: ".data.mode", Manager: "kubectl-patch"}}) {
+			t.Errorf("a-settings overwrites %+v", o.Overwrites)
+		}
+	}
 
 	before := c.snapshot(t, a)
 	out, err := c.helm(t, "upgrade", rel, v2, "-n", ns)
@@ -227,6 +234,9 @@ func TestHelm3ReleaseUpgradedByHelm4ClientSide(t *testing.T) {
 	}
 	if !cmp.Equal(sorted(a.Landed), []string{"ConfigMap/csa/a-settings", "ConfigMap/csa/n-new", "ConfigMap/csa/z-after"}) {
 		t.Errorf("landed %v", a.Landed)
+	}
+	if data, _ := after["ConfigMap/csa/a-settings"]["data"].(map[string]any); data["mode"] != "two" {
+		t.Errorf("a-settings data.mode is %v after the real upgrade, predicted overwritten to two", data["mode"])
 	}
 	status, desc, method := c.record(t, rel, ns, 2)
 	if status != a.Record.Status || method != applycheck.MethodCSA ||
