@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -279,6 +280,10 @@ func renderResult(w io.Writer, a *applycheck.Report, flagError bool) {
 	case applycheck.Succeeds:
 		fmt.Fprintf(w, "The %s applies: Helm records revision %d as deployed and revision %d as superseded (before any --wait and post-%s hooks).\n",
 			op, a.Record.Revision, a.Record.Previous, op)
+		if slices.ContainsFunc(a.Objects, func(o applycheck.Object) bool { return len(o.NotReverted) > 0 }) {
+			fmt.Fprintln(w, "It is NOT A REVERT: fields another manager took stay as they are (NOT REVERTED above). "+
+				"Fix: roll back with --server-side=false (its three-way merge removes them), or remove them by hand after the rollback.")
+		}
 		preHooks(w, a)
 	case applycheck.Refused:
 		fmt.Fprintf(w, "Helm REFUSES the %s before it applies anything or records a revision. It prints:\n  %s\n", op, a.HelmPrints())

@@ -94,14 +94,15 @@ func TestReleaseRollbackCheck(t *testing.T) {
 		"NOT REVERTED, other managers keep: .data.extra by \"kubectl-patch\"",
 		"  delete  ConfigMap/rb/added",
 		"The rollback applies: Helm records revision 3 as deployed",
+		"It is NOT A REVERT: fields another manager took stay as they are (NOT REVERTED above).",
 		"Rollback of release rb",
 	} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("output lacks %q:\n%s%s", want, r.stdout, r.stderr)
 		}
 	}
-	if r.code != cli.ExitSafe {
-		t.Errorf("exit %d, want 0:\n%s", r.code, r.stderr)
+	if r.code != cli.ExitFindings {
+		t.Errorf("exit %d, want 1 (the rollback does not revert data.extra):\n%s", r.code, r.stderr)
 	}
 	r = ug(t, "release", "rollback-check", "rb", "1", "-n", "rb", "-o", "json")
 	var got struct {

@@ -146,8 +146,10 @@ type Object struct {
 	// TakenOver lists the fields that move from Helm's client-side apply (manager "helm",
 	// operation Update) to its server-side apply when a release moves to server-side.
 	TakenOver []string `json:"takenOver,omitempty"`
-	// NotReverted lists, for a server-side rollback, the fields other managers own after
-	// the apply: the rollback leaves them as they are.
+	// NotReverted lists, for a server-side rollback, the fields the revision it starts
+	// from sets and the target does not, which another manager owns: the rollback leaves
+	// them as they are instead of removing them (rancher/fleet#4879). Fields inside lists
+	// are not judged.
 	NotReverted []FieldConflict `json:"notReverted,omitempty"`
 	// Overwrites lists, for a client-side apply, the fields other managers own that the
 	// patch changes: no conflict stops it, they simply become Helm's.
@@ -333,7 +335,9 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		for i := range res.Conflicts {
 			res.Conflicts[i].Field = red.clean(res.Conflicts[i].Field)
 		}
-		if u.Operation != OpRollback {
+		if u.Operation == OpRollback {
+			res.NotReverted = unreverted(res.NotReverted, originalOf(current, t), t)
+		} else {
 			res.NotReverted = nil
 		}
 		for i := range res.NotReverted {

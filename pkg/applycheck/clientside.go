@@ -21,6 +21,7 @@ import (
 	"k8s.io/cli-runtime/pkg/resource"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
 )
 
 // predictClientSide models Helm's client-side update of one object (patchResourceClientSide
@@ -232,6 +233,29 @@ func lost(before, after []FieldConflict) []FieldConflict {
 	var out []FieldConflict
 	for _, f := range before {
 		if !slices.Contains(after, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// unreverted keeps the foreign fields that the revision a rollback starts from sets and
+// its target does not: a revert would remove them, a server-side apply leaves them.
+func unreverted(foreign []FieldConflict, from *item, target item) []FieldConflict {
+	if from == nil || len(foreign) == 0 {
+		return nil
+	}
+	had := fieldpath.SetFromValue(value.NewValueInterface(from.obj.Object))
+	has := fieldpath.SetFromValue(value.NewValueInterface(target.obj.Object))
+	paths := func(s *fieldpath.Set) map[string]bool {
+		out := map[string]bool{}
+		s.Iterate(func(p fieldpath.Path) { out[p.String()] = true })
+		return out
+	}
+	before, after := paths(had), paths(has)
+	var out []FieldConflict
+	for _, f := range foreign {
+		if before[f.Field] && !after[f.Field] {
 			out = append(out, f)
 		}
 	}

@@ -134,7 +134,8 @@ func CheckRelease(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMa
 			return nil, err
 		}
 	}
-	rep.Safe = rep.Apply.Safe && rep.Mode.FlagError == "" && (rep.Prune == nil || rep.Prune.Safe)
+	rep.Safe = rep.Apply.Safe && rep.Mode.FlagError == "" && (rep.Prune == nil || rep.Prune.Safe) &&
+		!slices.ContainsFunc(rep.Apply.Objects, func(o Object) bool { return len(o.NotReverted) > 0 })
 	return rep, nil
 }
 

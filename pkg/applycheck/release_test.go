@@ -374,13 +374,13 @@ func TestServerSideRollbackLeavesForeignField(t *testing.T) {
 	if !cmp.Equal(notReverted, []applycheck.FieldConflict{{Field: ".data.extra", Manager: "kubectl-patch"}}) {
 		t.Errorf("not reverted: %+v", notReverted)
 	}
-	if a.Result != applycheck.Succeeds || a.Record.Revision != 3 {
-		t.Errorf("result %s record %+v", a.Result, a.Record)
+	if a.Result != applycheck.Succeeds || a.Record.Revision != 3 || rep.Safe {
+		t.Errorf("result %s record %+v safe %v", a.Result, a.Record, rep.Safe)
 	}
 	// Client-side, the same rollback removes the field.
 	csa := c.checkRelease(t, "", rel, ns, 1, applycheck.Flags{ServerSide: "false"})
-	if outcomes(csa.Apply)["ConfigMap/rb/cfg"] != applycheck.Updated {
-		t.Errorf("client-side rollback: %+v", csa.Apply.Objects)
+	if outcomes(csa.Apply)["ConfigMap/rb/cfg"] != applycheck.Updated || !csa.Safe {
+		t.Errorf("client-side rollback: safe %v %+v", csa.Safe, csa.Apply.Objects)
 	}
 
 	if out, err := c.helm(t, "rollback", rel, "1", "-n", ns); err != nil {
@@ -551,5 +551,50 @@ func TestUpgradePrunesObjectAnotherReleaseTookOver(t *testing.T) {
 		if gone := apierrors.IsNotFound(err); gone != (want == applycheck.Deleted) {
 			t.Errorf("%s: predicted %s, gone after the real upgrade: %v (%v)", subject, want, gone, err)
 		}
+	}
+}
+
+// TestClientSideRollbackRemovesForeignField: the fix rollback-check prints for a rollback
+// that is not a revert, run for real. The same history as above; `helm rollback
+// --server-side=false` removes data.extra through the three-way merge.
+func TestClientSideRollbackRemovesForeignField(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	c := newCluster(t)
+	const ns, rel = "rbcsa", "app"
+	cm := func(data string) map[string]string {
+		return map[string]string{"templates/cfg.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  mode: a\n" + data}
+	}
+	v1, err := testenv.WriteChart(t.TempDir(), "app", "1.0.0", cm(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := testenv.WriteChart(t.TempDir(), "app", "2.0.0", cm("  extra: chart\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"install", rel, v1, "-n", ns, "--create-namespace"}, {"upgrade", rel, v2, "-n", ns}} {
+		if out, err := c.helm(t, args...); err != nil {
+			t.Fatalf("helm %v: %v\n%s", args, err, out)
+		}
+	}
+	kubectlPatch(t, c, ns, "configmap", "cfg", "-p", `{"data":{"extra":"hand-set"}}`)
+	rep := c.checkRelease(t, "", rel, ns, 1, applycheck.Flags{ServerSide: "false"})
+	if rep.Mode.ServerSide || !rep.Safe || outcomes(rep.Apply)["ConfigMap/rbcsa/cfg"] != applycheck.Updated {
+		t.Fatalf("mode %+v safe %v objects %+v", rep.Mode, rep.Safe, rep.Apply.Objects)
+	}
+	if out, err := c.helm(t, "rollback", rel, "1", "-n", ns, "--server-side=false"); err != nil {
+		t.Fatalf("helm rollback: %v\n%s", err, out)
+	}
+	got, err := c.cs.CoreV1().ConfigMaps(ns).Get(t.Context(), "cfg", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Data["extra"]; ok {
+		t.Errorf("the client-side rollback left data.extra = %q", got.Data["extra"])
+	}
+	if _, _, method := c.record(t, rel, ns, 3); method != applycheck.MethodCSA {
+		t.Errorf("revision 3 recorded %q", method)
 	}
 }
