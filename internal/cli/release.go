@@ -98,6 +98,7 @@ appear in the output. Exit codes: 0 safe, 1 findings, 2 could not run.`,
 	_ = f.MarkHidden("rollback")
 	_ = f.MarkHidden("to-revision")
 	o.addApplyFlags(f)
+	f.BoolVar(&o.flags.TakeOwnership, "take-ownership", false, "as helm upgrade --take-ownership: adopt existing objects the chart adds, whatever their ownership metadata")
 	return cmd
 }
 

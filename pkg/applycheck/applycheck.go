@@ -248,6 +248,10 @@ type Options struct {
 	// FlagError is a flag error Helm meets after recording the revision and before it
 	// applies anything (see Mode.FlagError).
 	FlagError string
+	// TakeOwnership models helm upgrade --take-ownership: a new object that exists is
+	// adopted whatever its ownership metadata says (requireAdoption), instead of refusing
+	// the upgrade.
+	TakeOwnership bool
 }
 
 type item struct {
@@ -308,7 +312,7 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		if err != nil {
 			return nil, fmt.Errorf("%s: read: %w", t.subject, err)
 		}
-		if msg := ownership(live, u.Release, u.Namespace); msg != "" {
+		if msg := ownership(live, u.Release, u.Namespace); msg != "" && !o.TakeOwnership {
 			rep.Objects = append(rep.Objects, Object{Object: t.subject, Step: Create, Outcome: CannotImport,
 				Error: fmt.Sprintf("%s exists and cannot be imported into the current release: %s", resourceString(t), msg)})
 			rep.Failing = append(rep.Failing, t.subject)

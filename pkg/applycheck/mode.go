@@ -29,6 +29,8 @@ type Flags struct {
 	ForceConflicts bool `json:"forceConflicts"`
 	// ForceReplace is --force-replace (or the deprecated --force).
 	ForceReplace bool `json:"forceReplace"`
+	// TakeOwnership is helm upgrade --take-ownership.
+	TakeOwnership bool `json:"takeOwnership,omitempty"`
 }
 
 // FlagErrorStage says when Helm meets a flag error.
@@ -122,6 +124,9 @@ func ResolveMode(op Operation, f Flags, decidingRevision int, recordedMethod str
 		m.Reason += "; Helm moves the release to server-side apply, first moving the fields its client-side applies own to its server-side apply"
 	}
 	base := []string{}
+	if f.TakeOwnership {
+		base = append(base, "--take-ownership")
+	}
 	if f.ServerSide != "auto" {
 		base = append(base, "--server-side="+f.ServerSide)
 	}
@@ -136,18 +141,18 @@ func ResolveMode(op Operation, f Flags, decidingRevision int, recordedMethod str
 		m.FlagError, m.FlagErrorStage = errForceConflictsCSA, AfterHooks
 		m.Alternatives = []Alternative{
 			{Flags: nilIfEmpty(base), Why: "drop --force-conflicts: the " + string(op) + " stays client-side, which overwrites fields other managers hold without conflicts"},
-			{Flags: []string{"--server-side=true", "--force-conflicts"}, Why: "move the release to server-side apply on purpose and take every conflicting field (see the server-side prediction for who loses which field)"},
+			{Flags: append(without(base, "--server-side=false"), "--server-side=true", "--force-conflicts"), Why: "move the release to server-side apply on purpose and take every conflicting field (see the server-side prediction for who loses which field)"},
 		}
 	case f.ForceReplace && m.ServerSide:
 		m.FlagError, m.FlagErrorStage = errSSAForceReplace, AfterHooks
 		m.Alternatives = []Alternative{
 			{Flags: nilIfEmpty(base), Why: "drop --force-replace: server-side apply needs no replace"},
-			{Flags: []string{"--server-side=false", "--force-replace"}, Why: "replace objects client-side (the release then records csa)"},
+			{Flags: append(without(base, "--server-side=true"), "--server-side=false", "--force-replace"), Why: "replace objects client-side (the release then records csa)"},
 		}
 	case !m.ServerSide:
 		m.Alternatives = []Alternative{
 			{Flags: nilIfEmpty(base), Why: "as it is: client-side, the three-way merge overwrites fields other managers hold, without conflicts"},
-			{Flags: []string{"--server-side=true"}, Why: "move the release to server-side apply on purpose: Helm's fields move to its server-side apply, and fields other managers hold become conflicts (listed in the server-side prediction)"},
+			{Flags: append(without(base, "--server-side=false"), "--server-side=true"), Why: "move the release to server-side apply on purpose: Helm's fields move to its server-side apply, and fields other managers hold become conflicts (listed in the server-side prediction)"},
 		}
 	}
 	return m
@@ -157,6 +162,16 @@ func ResolveMode(op Operation, f Flags, decidingRevision int, recordedMethod str
 // positional arguments and other flags (release, chart or revision, -n).
 func (m Mode) Command(args []string, flags []string) string {
 	return strings.Join(append(append([]string{"helm", string(m.Operation)}, args...), flags...), " ")
+}
+
+func without(s []string, drop string) []string {
+	out := []string{}
+	for _, v := range s {
+		if v != drop {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func nilIfEmpty(s []string) []string {

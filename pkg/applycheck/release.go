@@ -109,7 +109,7 @@ func CheckRelease(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMa
 		rep.Mode.TakesOverClientSide = rep.Mode.ServerSide && from.ApplyMethod != MethodSSA
 	}
 	opts := Options{FieldManager: rc.FieldManager, Force: rc.Flags.ForceConflicts, Redact: redact,
-		ClientSide: !rep.Mode.ServerSide, TakeOverClientSide: rep.Mode.TakesOverClientSide}
+		ClientSide: !rep.Mode.ServerSide, TakeOverClientSide: rep.Mode.TakesOverClientSide, TakeOwnership: rc.Flags.TakeOwnership}
 	if rep.Mode.FlagErrorStage == BeforeRecord {
 		rep.Apply = &Report{HelmVersions: HelmVersions, Operation: rc.Operation, Method: rep.Mode.Method, FieldManager: rc.FieldManager, Result: Refused,
 			Error: rep.Mode.FlagError, Objects: []Object{}, Failing: []string{}, Landed: []string{}, NotLanded: []string{},
