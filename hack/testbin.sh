@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # testbin.sh builds the real control plane and Helm CLI that tests and the demo run against:
-#   bin/kube-apiserver, bin/kube-controller-manager, bin/kubectl, bin/etcd, bin/helm.
+#   bin/kube-apiserver, bin/kube-controller-manager, bin/kubectl, bin/etcd, bin/helm (Helm 4)
+#   and bin/helm3 (Helm 3: releases installed the way Helm 3 users did, then upgraded by Helm 4).
 #   kcm is built because the release-safety tests need PV binding, garbage collection and
 #   namespace cleanup; kubectl because tests reproduce operators' `kubectl patch` with the
 #   real client. --with-kcm and --with-kubectl are accepted for older callers.
@@ -17,6 +18,7 @@ mkdir -p "$bin" "$stamps"
 KUBE_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.1
+HELM3_VERSION=v3.22.0
 
 for arg in "$@"; do
   case "$arg" in
@@ -72,4 +74,12 @@ if need helm "$HELM_VERSION"; then
   stamp helm "$HELM_VERSION"
 fi
 
-echo "testbin: ready: kube-apiserver, kube-controller-manager and kubectl $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION in bin/"
+if need helm3 "$HELM3_VERSION"; then
+  echo "testbin: building helm3 $HELM3_VERSION"
+  (cd "$root/hack/tools/helm3" && CGO_ENABLED=0 go build \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM3_VERSION" \
+    -o "$bin/helm3" helm.sh/helm/v3/cmd/helm)
+  stamp helm3 "$HELM3_VERSION"
+fi
+
+echo "testbin: ready: kube-apiserver, kube-controller-manager and kubectl $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION, helm3 $HELM3_VERSION in bin/"

@@ -3,17 +3,16 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	helmcli "helm.sh/helm/v4/pkg/cli"
 	"helm.sh/helm/v4/pkg/getter"
-	release "helm.sh/helm/v4/pkg/release/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
 func newReleaseCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -29,6 +29,7 @@ func newReleaseCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 		Short: "Pre-flight checks for Helm release operations",
 	}
 	cmd.AddCommand(newApplyCheckCmd(streams, kube))
+	cmd.AddCommand(newRollbackCheckCmd(streams, kube))
 	cmd.AddCommand(newUninstallCheckCmd(streams, kube))
 	cmd.AddCommand(newDiffFailedCmd(streams, kube))
 	cmd.AddCommand(newReleaseMigrateCmd(streams, kube))
@@ -38,37 +39,51 @@ func newReleaseCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 type applyCheckOptions struct {
 	checkOptions
 	fieldManager string
-	force        bool
-	serverSide   string
+	flags        applycheck.Flags
 }
 
 func newApplyCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &applyCheckOptions{}
 	cmd := &cobra.Command{
 		Use:   "apply-check NAME --chart REF",
-		Short: "Predict object by object what a Helm 4 server-side-apply upgrade does, and the partial state a failed one leaves",
+		Short: "Predict object by object what a Helm 4 upgrade does, server-side or client-side, and the partial state a failed one leaves",
 		Long: `apply-check renders the chart (with the release's stored values, or the values given)
-and replays Helm 4's upgrade loop against the API server without writing anything: for
-each object, in Helm's apply order, a GET and a server-side apply with dryRun=All as the
-field manager of the upgrade, without forcing conflicts; then a dry-run delete of each
-object the new chart drops. The model is Helm v4.2.1 to v4.3.2 (identical in each).
+and replays Helm 4's upgrade loop against the API server without writing anything. The
+model is Helm v4.2.1 to v4.3.2 (identical in each).
 
-What it predicts, as Helm does it:
-  - a field another manager owns (kubectl-patch after any kubectl patch) rejects that
-    object's whole apply; Helm collects the error and goes on: the objects after it are
-    still updated and new ones created
+First it resolves the apply method as Helm 4.3.1 does: --server-side=auto follows the
+apply_method the last revision recorded (none, for a release written by Helm 3 or by
+helm-controller before v1.5, means client-side); true and false force it. It predicts the
+flag errors Helm meets, and prints command lines that work:
+  - --force-conflicts on a client-side upgrade: "invalid client update option(s):
+    forceConflicts enabled when serverSideApply disabled" (after the pre-upgrade hooks;
+    the new revision is recorded failed)
+  - --force-replace on a server-side upgrade: "invalid operation: cannot use
+    server-side apply and force replace together"
+
+Then, for each object in Helm's apply order, a GET and, server-side, an apply with
+dryRun=All as the field manager of the upgrade; client-side, Helm's three-way merge
+patch (the current manifest, the new one and the live object) sent with dryRun=All.
+Then a dry-run delete of each object the new chart drops. What it predicts, as Helm does:
+  - a field another manager owns (server-side only) or a rejection (an immutable field,
+    validation, an admission webhook or policy) fails that object; Helm collects the
+    error and goes on: the objects after it are still updated and new ones created
   - a create that fails stops Helm there: the objects after it are not touched
   - objects the new chart drops are deleted only when every apply and create succeeded
   - any error records the new revision as failed (the one the upgrade started from keeps
     its status); pre-upgrade hooks have run, post-upgrade hooks do not
   - a new object that exists without this release's ownership, or a kind the cluster
     does not serve, makes Helm refuse the upgrade before it applies or records anything
+For a client-side release it also predicts the same upgrade with --server-side=true:
+which fields move to Helm's server-side apply and who conflicts.
 
 It prints Helm's own error, what lands and what does not, and the revision Helm records,
 and runs the CRD storage-version check. Field managers: helm (Helm 4), helm-controller
-with --force-conflicts (Flux, which always forces). Exit codes: 0 safe, 1 findings,
-2 could not run.`,
+with --force-conflicts (Flux, which always forces). Release values and Secret data never
+appear in the output. Exit codes: 0 safe, 1 findings, 2 could not run.`,
 		Example: `  upgradeguard release apply-check app --chart ./charts/app -n apps
+  # The upgrade you plan to run, flags included
+  upgradeguard release apply-check app --chart ./charts/app -n apps --server-side=true --force-conflicts
   upgradeguard release apply-check flux --chart flux2 --repo https://fluxcd-community.github.io/helm-charts \
     --version 2.18.2 -n flux-system --field-manager helm-controller --force-conflicts -o json`,
 		Args: cobra.ExactArgs(1),
@@ -82,27 +97,31 @@ with --force-conflicts (Flux, which always forces). Exit codes: 0 safe, 1 findin
 	_ = f.MarkHidden("release")
 	_ = f.MarkHidden("rollback")
 	_ = f.MarkHidden("to-revision")
-	f.StringVar(&o.fieldManager, "field-manager", "helm", "field manager of the upgrade: helm, helm-controller, or another name")
-	f.BoolVar(&o.force, "force-conflicts", false, "force conflicts as the upgrade will (helm upgrade --force-conflicts; Flux helm-controller always does)")
-	f.StringVar(&o.serverSide, "server-side", "auto", "apply method of the upgrade, as helm upgrade --server-side: auto (the last revision's), true or false")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	o.addApplyFlags(f)
+	f.BoolVar(&o.flags.TakeOwnership, "take-ownership", false, "as helm upgrade --take-ownership: adopt existing objects the chart adds, whatever their ownership metadata")
 	return cmd
 }
 
+// addApplyFlags adds the apply flags of helm upgrade and helm rollback.
+func (o *applyCheckOptions) addApplyFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.fieldManager, "field-manager", "helm", "field manager of the operation: helm, helm-controller, or another name")
+	f.BoolVar(&o.flags.ForceConflicts, "force-conflicts", false, "as helm --force-conflicts (Flux helm-controller always forces)")
+	f.BoolVar(&o.flags.ForceReplace, "force-replace", false, "as helm --force-replace")
+	f.StringVar(&o.flags.ServerSide, "server-side", "auto", "as helm --server-side: auto (the recorded apply_method), true or false")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+}
+
 type applyCheckReport struct {
-	Release   string             `json:"release"`
-	Namespace string             `json:"namespace"`
-	Apply     *applycheck.Report `json:"apply"`
-	CRDCheck  *check.Report      `json:"crdCheck"`
-	Safe      bool               `json:"safe"`
+	*applycheck.ReleaseReport
+	CRDCheck *check.Report `json:"crdCheck"`
+	Safe     bool          `json:"safe"`
+	// command is the operation's helm command line without the apply flags.
+	command []string
 }
 
 func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
 	if err := o.validate(); err != nil {
 		return err
-	}
-	if o.serverSide != "auto" && o.serverSide != "true" && o.serverSide != "false" {
-		return couldNot("unknown --server-side %q: use auto, true or false", o.serverSide)
 	}
 	conn, err := connect(ctx, kube)
 	if err != nil {
@@ -120,18 +139,20 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return classify(err, conn)
 	}
-	last := history[len(history)-1]
-	if o.serverSide == "false" || (o.serverSide == "auto" && last.ApplyMethod != "ssa") {
-		return couldNot("the upgrade of release %s applies client-side (--server-side=%s, last revision %d applied with %q): client-side apply overwrites "+
-			"fields without conflicts, and apply-check models server-side apply only; if the upgrade will run with --server-side=true, pass --server-side=true",
-			o.release, o.serverSide, last.Version, orNone(last.ApplyMethod))
-	}
 	o.chart.Values, o.chart.BaseValues = o.values, current.Config
 	o.chart.ReleaseName, o.chart.Namespace, o.chart.IsUpgrade, o.chart.KubeVersion = o.release, conn.namespace, true, conn.serverVersion
 	ch, err := chartsource.Load(ctx, o.chart)
 	if err != nil {
 		return couldNot("%v", err)
 	}
+	vals, _ := o.values.MergeValues(getter.All(helmcli.New()))
+	rc := applycheck.ReleaseCheck{Release: o.release, Namespace: conn.namespace, History: history, Operation: applycheck.OpUpgrade,
+		TargetManifest: ch.Manifest, TargetHooks: ch.Hooks, Flags: o.flags, FieldManager: o.fieldManager, Values: vals}
+	return o.finish(ctx, streams, kube, conn, rc, []string{o.release, o.chart.Ref, "-n", conn.namespace})
+}
+
+// finish runs the release check and the CRD check, renders both and sets the exit code.
+func (o *applyCheckOptions) finish(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, conn *connection, rc applycheck.ReleaseCheck, command []string) error {
 	dyn, err := dynamic.NewForConfig(conn.config)
 	if err != nil {
 		return couldNot("build client: %v", err)
@@ -140,24 +161,10 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return couldNot("discover API resources: %v", err)
 	}
-	up := applycheck.Upgrade{Release: o.release, Namespace: conn.namespace, CurrentManifest: current.Manifest, Current: current.Version,
-		CurrentStatus: statusOf(current), LastRevision: last.Version, LastStatus: statusOf(last), TargetManifest: ch.Manifest}
-	for _, h := range ch.Hooks {
-		for _, e := range h.Events {
-			switch e {
-			case release.HookPreUpgrade:
-				up.PreUpgradeHooks = append(up.PreUpgradeHooks, h.Kind+"/"+h.Name)
-			case release.HookPostUpgrade:
-				up.PostUpgradeHooks = append(up.PostUpgradeHooks, h.Kind+"/"+h.Name)
-			}
-		}
+	if rc.Clients, err = uninstall.NewClients(conn.config); err != nil {
+		return couldNot("build client: %v", err)
 	}
-	redact := append(valueStrings(current.Config), secretStrings(current.Manifest)...)
-	redact = append(redact, secretStrings(ch.Manifest)...)
-	if vals, err := o.values.MergeValues(getter.All(helmcli.New())); err == nil {
-		redact = append(redact, valueStrings(vals)...)
-	}
-	apply, err := applycheck.Run(ctx, dyn, mapper, up, applycheck.Options{FieldManager: o.fieldManager, Force: o.force, Redact: redact})
+	rel, err := applycheck.CheckRelease(ctx, dyn, mapper, rc)
 	if err != nil {
 		return classify(err, conn)
 	}
@@ -165,8 +172,7 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return err
 	}
-	rep := &applyCheckReport{Release: o.release, Namespace: conn.namespace, Apply: apply, CRDCheck: crd}
-	rep.Safe = apply.Safe && crd.Safe
+	rep := &applyCheckReport{ReleaseReport: rel, CRDCheck: crd, Safe: rel.Safe && crd.Safe, command: command}
 	if err := renderApplyCheck(streams.Out, o.output, rep); err != nil {
 		return couldNot("write output: %v", err)
 	}
@@ -174,68 +180,6 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 		return &ExitError{Code: ExitFindings}
 	}
 	return nil
-}
-
-func statusOf(r *release.Release) string {
-	if r.Info == nil {
-		return ""
-	}
-	return r.Info.Status.String()
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none recorded: client-side"
-	}
-	return s
-}
-
-// valueStrings lists the string leaves of release values at least 4 characters long: they
-// must never reach the output, even inside an API server error.
-func valueStrings(v any) []string {
-	var out []string
-	switch v := v.(type) {
-	case map[string]any:
-		for _, x := range v {
-			out = append(out, valueStrings(x)...)
-		}
-	case []any:
-		for _, x := range v {
-			out = append(out, valueStrings(x)...)
-		}
-	case string:
-		if len(v) >= 4 {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-// secretStrings lists the data of every Secret of a manifest, encoded and decoded.
-func secretStrings(manifest string) []string {
-	objs, _ := applycheck.Objects(manifest)
-	var out []string
-	for _, obj := range objs {
-		if obj.GetKind() != "Secret" || obj.GroupVersionKind().Group != "" {
-			continue
-		}
-		data, _, _ := unstructured.NestedMap(obj.Object, "data")
-		for _, v := range data {
-			if s, ok := v.(string); ok {
-				out = append(out, s)
-				if b, err := base64.StdEncoding.DecodeString(s); err == nil {
-					out = append(out, string(b))
-				}
-			}
-		}
-		plain, _, _ := unstructured.NestedMap(obj.Object, "stringData")
-		for _, v := range plain {
-			if s, ok := v.(string); ok {
-				out = append(out, s, base64.StdEncoding.EncodeToString([]byte(s)))
-			}
-		}
-	}
-	return out
 }
 
 var outcomeLabel = map[applycheck.Outcome]string{
@@ -248,61 +192,140 @@ func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
 	if format == "json" {
 		return writeJSON(w, rep)
 	}
-	a := rep.Apply
-	force := "conflicts not forced"
-	if a.Force {
-		force = "conflicts forced"
+	renderMode(w, rep)
+	renderObjects(w, rep.Apply)
+	fmt.Fprintln(w)
+	renderResult(w, rep.Apply, rep.Mode.FlagError != "")
+	if rep.ServerSide != nil {
+		renderServerSideMove(w, rep.ServerSide)
 	}
-	fmt.Fprintf(w, "helm upgrade %s -n %s, server-side apply as %q, %s (modelled on Helm %s):\n", rep.Release, rep.Namespace, a.FieldManager, force, a.HelmVersions)
+	if rep.Prune != nil {
+		renderPrune(w, rep.Mode.Operation, rep.Prune)
+	}
+	fmt.Fprintln(w)
+	return renderText(w, false, rep.CRDCheck)
+}
+
+// renderMode says which apply method the operation uses and why, the flag error Helm
+// meets, and command lines that work.
+func renderMode(w io.Writer, rep *applyCheckReport) {
+	m, a := rep.Mode, rep.Apply
+	method := fmt.Sprintf("client-side apply (three-way merge patch) as %q", a.FieldManager)
+	switch {
+	case m.Method == "":
+		method = "apply method unresolved"
+	case m.ServerSide && a.Force:
+		method = fmt.Sprintf("server-side apply as %q, conflicts forced", a.FieldManager)
+	case m.ServerSide:
+		method = fmt.Sprintf("server-side apply as %q, conflicts not forced", a.FieldManager)
+	}
+	fmt.Fprintf(w, "helm %s %s -n %s, %s (modelled on Helm %s):\n", m.Operation, rep.Release, rep.Namespace, method, a.HelmVersions)
+	fmt.Fprintf(w, "  apply method: %s\n", m.Reason)
+	if m.FlagError != "" {
+		stage := "before it records a revision"
+		if m.FlagErrorStage == applycheck.AfterHooks {
+			stage = "after it records the new revision and runs the pre-" + string(m.Operation) + " hooks, before it applies anything"
+		}
+		fmt.Fprintf(w, "  FLAG ERROR (%s): %s\n", stage, m.FlagError)
+	}
+	for _, alt := range m.Alternatives {
+		fmt.Fprintf(w, "  works: %s\n         %s\n", m.Command(rep.command, alt.Flags), alt.Why)
+	}
+}
+
+func renderObjects(w io.Writer, a *applycheck.Report) {
+	if len(a.Objects) == 0 {
+		return
+	}
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  STEP\tOBJECT\tOUTCOME\tDETAIL")
 	for _, obj := range a.Objects {
-		detail := obj.Note
-		switch {
-		case len(obj.Conflicts) > 0:
-			parts := make([]string, 0, len(obj.Conflicts))
-			for _, c := range obj.Conflicts {
-				parts = append(parts, fmt.Sprintf("%s is owned by %q", c.Field, c.Manager))
-			}
-			detail = strings.Join(parts, "; ")
-		case obj.Error != "":
-			detail = obj.Error
-		case obj.Outcome == applycheck.NotReached:
-			detail = "Helm stops at the failed create before it (the dry run says: " + string(obj.DryRun) + ")"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", obj.Step, obj.Object, outcomeLabel[obj.Outcome], detail)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", obj.Step, obj.Object, outcomeLabel[obj.Outcome], objectDetail(obj))
 	}
 	_ = tw.Flush()
 	for line := range strings.Lines(table.String()) {
 		fmt.Fprintln(w, strings.TrimRight(line, " \n"))
 	}
-	fmt.Fprintln(w)
+}
+
+func objectDetail(obj applycheck.Object) string {
+	switch {
+	case len(obj.Conflicts) > 0:
+		return fieldOwners(obj.Conflicts, " is owned by ")
+	case obj.Error != "":
+		return obj.Error
+	case obj.Outcome == applycheck.NotReached && obj.Note != "":
+		return obj.Note + " (the dry run says: " + string(obj.DryRun) + ")"
+	case obj.Outcome == applycheck.NotReached:
+		return "Helm stops at the failed create before it (the dry run says: " + string(obj.DryRun) + ")"
+	case len(obj.NotReverted) > 0:
+		return "NOT REVERTED, other managers keep: " + fieldOwners(obj.NotReverted, " by ")
+	case len(obj.Overwrites) > 0:
+		return "overwrites, without a conflict: " + fieldOwners(obj.Overwrites, " of ")
+	}
+	return obj.Note
+}
+
+func fieldOwners(fs []applycheck.FieldConflict, sep string) string {
+	parts := make([]string, 0, len(fs))
+	for _, c := range fs {
+		parts = append(parts, fmt.Sprintf("%s%s%q", c.Field, sep, c.Manager))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func renderResult(w io.Writer, a *applycheck.Report, flagError bool) {
+	op := string(a.Operation)
 	switch a.Result {
 	case applycheck.Succeeds:
-		fmt.Fprintf(w, "The upgrade applies: Helm records revision %d as deployed and revision %d as superseded (before any --wait and post-upgrade hooks).\n",
-			a.Record.Revision, a.Record.Previous)
+		fmt.Fprintf(w, "The %s applies: Helm records revision %d as deployed and revision %d as superseded (before any --wait and post-%s hooks).\n",
+			op, a.Record.Revision, a.Record.Previous, op)
+		if slices.ContainsFunc(a.Objects, func(o applycheck.Object) bool { return len(o.NotReverted) > 0 }) {
+			fmt.Fprintln(w, "It is NOT A REVERT: fields another manager took stay as they are (NOT REVERTED above). "+
+				"Fix: roll back with --server-side=false (its three-way merge removes them), or remove them by hand after the rollback.")
+		}
 		preHooks(w, a)
 	case applycheck.Refused:
-		fmt.Fprintln(w, "Helm REFUSES the upgrade before it applies anything or records a revision. It prints:")
-		fmt.Fprintf(w, "  Error: UPGRADE FAILED: %s\n", a.Error)
-		fmt.Fprintln(w, "Fix: give the object this release's ownership metadata (or delete it), or install the CRDs the chart needs, then re-run this check.")
+		fmt.Fprintf(w, "Helm REFUSES the %s before it applies anything or records a revision. It prints:\n  %s\n", op, a.HelmPrints())
+		fmt.Fprintln(w, "Fix: use a command line marked \"works\" above, give the object this release's ownership metadata (or delete it), "+
+			"or install the CRDs the chart needs; then re-run this check.")
 	case applycheck.Fails:
-		fmt.Fprintf(w, "The upgrade FAILS. Helm prints:\n  Error: UPGRADE FAILED: %s\n", a.Error)
+		fmt.Fprintf(w, "The %s FAILS. Helm prints:\n  %s\n", op, a.HelmPrints())
 		fmt.Fprintf(w, "It records revision %d as failed; revision %d stays %s.", a.Record.Revision, a.Record.Previous, a.Record.PreviousStatus)
 		if len(a.PostUpgradeHooks) > 0 {
-			fmt.Fprintf(w, " Post-upgrade hooks do not run (%s).", strings.Join(a.PostUpgradeHooks, ", "))
+			fmt.Fprintf(w, " Post-%s hooks do not run (%s).", op, strings.Join(a.PostUpgradeHooks, ", "))
 		}
 		fmt.Fprintln(w)
 		preHooks(w, a)
+		if flagError {
+			fmt.Fprintln(w, "Nothing is applied. Fix: run a command line marked \"works\" above.")
+			return
+		}
 		fmt.Fprintln(w, "It is not atomic: without --rollback-on-failure the cluster keeps this partial, mixed state.")
 		fmt.Fprintf(w, "  lands anyway: %s\n", listOrNone(a.Landed))
 		fmt.Fprintf(w, "  does not land: %s\n", listOrNone(a.NotLanded))
-		fmt.Fprintln(w, "Fix: settle who owns each conflicting field (take it back with a one-off apply using --force-conflicts, after reading the whole list above, "+
-			"or stop the other manager from writing it), or change the chart; then re-run this check.")
+		fmt.Fprintln(w, "Fix: a rejected object needs a chart change (an immutable field changes only by deleting and re-creating the object); "+
+			"a conflicting field needs its owner settled (take it back with a one-off apply using --force-conflicts, after reading the whole list above, "+
+			"or stop the other manager from writing it); then re-run this check.")
 	}
-	fmt.Fprintln(w)
-	return renderText(w, false, rep.CRDCheck)
+}
+
+// renderServerSideMove summarises the same operation with --server-side=true, for an
+// operation that runs client-side.
+func renderServerSideMove(w io.Writer, s *applycheck.Report) {
+	fmt.Fprintf(w, "With --server-side=true instead (moving the release to server-side apply on purpose), the %s %s.\n", s.Operation, s.Result)
+	for _, obj := range s.Objects {
+		if len(obj.TakenOver) > 0 {
+			fmt.Fprintf(w, "  %s: Helm's client-side fields move to its server-side apply: %s\n", obj.Object, strings.Join(obj.TakenOver, ", "))
+		}
+		if len(obj.Conflicts) > 0 {
+			fmt.Fprintf(w, "  %s: CONFLICT: %s\n", obj.Object, fieldOwners(obj.Conflicts, " is owned by "))
+		}
+	}
+	if s.Error != "" {
+		fmt.Fprintf(w, "  Helm would print: %s\n", s.Error)
+	}
 }
 
 func preHooks(w io.Writer, a *applycheck.Report) {
@@ -316,4 +339,16 @@ func listOrNone(s []string) string {
 		return "(none)"
 	}
 	return strings.Join(s, ", ")
+}
+
+// renderPrune lists what the operation deletes once every apply succeeds, and why
+// deleting some of it is dangerous.
+func renderPrune(w io.Writer, op applycheck.Operation, p *uninstall.Report) {
+	fmt.Fprintf(w, "Objects the %s deletes when every apply succeeds (the new manifest no longer renders them; Helm %s):\n", op, p.HelmVersion)
+	for _, o := range p.Objects {
+		fmt.Fprintf(w, "  %s  %s: %s\n", o.Action, o.Subject, o.Reason)
+	}
+	for _, f := range p.Findings {
+		fmt.Fprintf(w, "  DANGER [%s] %s: %s\n    fix: %s\n", f.Check, f.Subject, f.Message, f.Remediation)
+	}
 }

@@ -78,9 +78,34 @@ func TestReleaseApplyCheck(t *testing.T) {
 		!strings.Contains(r.stdout, "  delete  ConfigMap/web/c-gone    deleted") {
 		t.Errorf("forced: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if r := ug(t, "release", "apply-check", "web", "--chart", v2, "-n", "web", "--server-side", "false"); r.code != cli.ExitCouldNot ||
-		!strings.Contains(r.stderr, "models server-side apply only") {
-		t.Errorf("--server-side=false: exit %d\n%s", r.code, r.stderr)
+	// Client-side is modelled too: no more exit 2.
+	if r := ug(t, "release", "apply-check", "web", "--chart", v2, "-n", "web", "--server-side", "false"); r.code == cli.ExitCouldNot ||
+		!strings.Contains(r.stdout, "helm upgrade web -n web, client-side apply (three-way merge patch) as \"helm\"") ||
+		!strings.Contains(r.stdout, "  apply method: --server-side=false is given (the last revision (2) recorded apply_method \"ssa\")") {
+		t.Errorf("--server-side=false: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// The kubermatic#16209 flag error, predicted, with the command lines that work.
+	r = ug(t, "release", "apply-check", "web", "--chart", v2, "-n", "web", "--server-side", "false", "--force-conflicts")
+	for _, want := range []string{
+		"  FLAG ERROR (after it records the new revision and runs the pre-upgrade hooks, before it applies anything): " +
+			"invalid client update option(s): forceConflicts enabled when serverSideApply disabled\n",
+		"  works: helm upgrade web " + v2 + " -n web --server-side=false\n",
+		"  works: helm upgrade web " + v2 + " -n web --server-side=true --force-conflicts\n",
+		"Error: UPGRADE FAILED: invalid client update option(s): forceConflicts enabled when serverSideApply disabled\n",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("flag error: output lacks %q:\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+	if r.code != cli.ExitFindings {
+		t.Errorf("flag error: exit %d, want 1", r.code)
+	}
+	// Both forces: cobra stops Helm before anything; the printed line is Helm's own.
+	r = ug(t, "release", "apply-check", "web", "--chart", v2, "-n", "web", "--force-replace", "--force-conflicts")
+	out, _ = helm(t, nil, "upgrade", "web", v2, "-n", "web", "--force-replace", "--force-conflicts")
+	line, _, _ := strings.Cut(out, "\n")
+	if r.code != cli.ExitFindings || !strings.Contains(r.stdout, "Helm REFUSES the upgrade before it applies anything or records a revision. It prints:\n  "+line+"\n") {
+		t.Errorf("both forces: exit %d, helm printed %q:\n%s", r.code, line, r.stdout)
 	}
 }
 

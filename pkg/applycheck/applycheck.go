@@ -1,5 +1,11 @@
-// Package applycheck predicts, object by object, what a server-side-apply Helm 4 upgrade
-// does to the cluster, and what it leaves behind when it fails.
+// Package applycheck predicts, object by object, what a Helm 4 upgrade or rollback does to
+// the cluster, server-side or client-side, and what it leaves behind when it fails.
+//
+// CheckRelease is the entry point for a stored release: it resolves the apply method as
+// Helm 4.3.1 does (ResolveMode), predicts flag errors, sorts hooks, redacts release
+// values and Secret data, and runs Run. Run is the loop itself, described below for
+// server-side apply; client-side (Options.ClientSide) differs only in how one object is
+// updated (predictClientSide: Helm's three-way merge patch, no conflicts).
 //
 // The model is Helm's own upgrade loop (pkg/kube Client.update and pkg/action
 // Upgrade.performUpgrade), identical in every Helm 4 release the Go module proxy serves,
@@ -137,6 +143,17 @@ type Object struct {
 	// DryRun is what the dry run answered for an object Helm does not reach.
 	DryRun Outcome `json:"dryRun,omitempty"`
 	Note   string  `json:"note,omitempty"`
+	// TakenOver lists the fields that move from Helm's client-side apply (manager "helm",
+	// operation Update) to its server-side apply when a release moves to server-side.
+	TakenOver []string `json:"takenOver,omitempty"`
+	// NotReverted lists, for a server-side rollback, the fields the revision it starts
+	// from sets and the target does not, which another manager owns: the rollback leaves
+	// them as they are instead of removing them (rancher/fleet#4879). Fields inside lists
+	// are not judged.
+	NotReverted []FieldConflict `json:"notReverted,omitempty"`
+	// Overwrites lists, for a client-side apply, the fields other managers own that the
+	// patch changes: no conflict stops it, they simply become Helm's.
+	Overwrites []FieldConflict `json:"overwrites,omitempty"`
 }
 
 // Record is the release record the upgrade leaves.
@@ -157,7 +174,11 @@ type Record struct {
 // Report is the prediction of one upgrade.
 type Report struct {
 	// HelmVersions are the Helm releases the prediction models.
-	HelmVersions string `json:"helmVersions"`
+	HelmVersions string    `json:"helmVersions"`
+	Operation    Operation `json:"operation"`
+	// Method is the apply method modelled: ssa (server-side apply) or csa (Helm's
+	// client-side three-way merge patch).
+	Method       string `json:"method"`
 	FieldManager string `json:"fieldManager"`
 	Force        bool   `json:"forceConflicts"`
 	Safe         bool   `json:"safe"`
@@ -172,17 +193,24 @@ type Report struct {
 	// not reached, dropped objects not deleted). Both are empty when the upgrade succeeds.
 	Landed    []string `json:"landed"`
 	NotLanded []string `json:"notLanded"`
-	// Error is what `helm upgrade` prints after "Error: UPGRADE FAILED: ".
+	// Error is what `helm upgrade` prints after "Error: UPGRADE FAILED: " (`helm rollback`
+	// after "Error: ").
 	Error  string `json:"error,omitempty"`
 	Record Record `json:"record"`
 	// PreUpgradeHooks run before any object is applied; PostUpgradeHooks do not run when
 	// the upgrade fails.
 	PreUpgradeHooks  []string `json:"preUpgradeHooks"`
 	PostUpgradeHooks []string `json:"postUpgradeHooks"`
+
+	// dropped are the objects the new manifest no longer renders, as the old one has them.
+	dropped []*unstructured.Unstructured
 }
 
 // Upgrade describes the upgrade to predict.
 type Upgrade struct {
+	// Operation is OpUpgrade (the default) or OpRollback. A rollback's current manifest is
+	// the last revision's, whatever its status, and its target the rollback revision's.
+	Operation Operation
 	Release   string
 	Namespace string
 	// CurrentManifest is the manifest of the revision the upgrade starts from (the last
@@ -209,6 +237,21 @@ type Options struct {
 	// Redact lists strings that must never appear in the report (release values, Secret
 	// data). Every occurrence in an error is replaced with [redacted].
 	Redact []string
+	// ClientSide models Helm's client-side apply (--server-side=false, or auto after a
+	// client-side revision): a three-way merge patch of the current manifest, the new
+	// one and the live object, sent without conflicts.
+	ClientSide bool
+	// TakeOverClientSide models Helm moving the fields its client-side applies own (manager
+	// "helm", operation Update) to its server-side apply before it applies: those fields
+	// then never conflict.
+	TakeOverClientSide bool
+	// FlagError is a flag error Helm meets after recording the revision and before it
+	// applies anything (see Mode.FlagError).
+	FlagError string
+	// TakeOwnership models helm upgrade --take-ownership: a new object that exists is
+	// adopted whatever its ownership metadata says (requireAdoption), instead of refusing
+	// the upgrade.
+	TakeOwnership bool
 }
 
 type item struct {
@@ -220,11 +263,18 @@ type item struct {
 // Run predicts the upgrade. It returns an error only when it cannot ask the API server
 // (unreachable, forbidden).
 func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u Upgrade, o Options) (*Report, error) {
-	rep := &Report{HelmVersions: HelmVersions, FieldManager: o.FieldManager, Force: o.Force, Objects: []Object{}, Failing: []string{},
+	if u.Operation == "" {
+		u.Operation = OpUpgrade
+	}
+	method := MethodSSA
+	if o.ClientSide {
+		method = MethodCSA
+	}
+	rep := &Report{HelmVersions: HelmVersions, Operation: u.Operation, Method: method, FieldManager: o.FieldManager, Force: o.Force, Objects: []Object{}, Failing: []string{},
 		Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: orEmpty(u.PreUpgradeHooks), PostUpgradeHooks: orEmpty(u.PostUpgradeHooks),
 		Record: Record{Previous: u.Current, PreviousStatus: u.CurrentStatus}}
 	red := newRedactor(o.Redact)
-	if strings.HasPrefix(u.LastStatus, "pending-") {
+	if u.Operation == OpUpgrade && strings.HasPrefix(u.LastStatus, "pending-") {
 		return refuse(rep, "another operation (install/upgrade/rollback) is in progress"), nil
 	}
 
@@ -252,7 +302,7 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		inCurrent[objectKey(c)] = true
 	}
 	for _, t := range target {
-		if inCurrent[objectKey(t)] {
+		if inCurrent[objectKey(t)] || u.Operation == OpRollback { // a rollback takes ownership without asking
 			continue
 		}
 		live, err := resourceFor(dyn, t).Get(ctx, t.obj.GetName(), metav1.GetOptions{})
@@ -262,7 +312,7 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		if err != nil {
 			return nil, fmt.Errorf("%s: read: %w", t.subject, err)
 		}
-		if msg := ownership(live, u.Release, u.Namespace); msg != "" {
+		if msg := ownership(live, u.Release, u.Namespace); msg != "" && !o.TakeOwnership {
 			rep.Objects = append(rep.Objects, Object{Object: t.subject, Step: Create, Outcome: CannotImport,
 				Error: fmt.Sprintf("%s exists and cannot be imported into the current release: %s", resourceString(t), msg)})
 			rep.Failing = append(rep.Failing, t.subject)
@@ -272,10 +322,16 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 	}
 
 	var updateErrs []string
-	createErr := ""
+	createErr := o.FlagError // a flag error stops Helm before the first object
 	createdNS := map[string]bool{}
 	for _, t := range target {
-		res, err := predictApply(ctx, dyn, t, o, createdNS)
+		var res Object
+		var err error
+		if o.ClientSide {
+			res, err = predictClientSide(ctx, dyn, t, originalOf(current, t), o, createdNS)
+		} else {
+			res, err = predictApply(ctx, dyn, t, o, createdNS)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -283,10 +339,27 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		for i := range res.Conflicts {
 			res.Conflicts[i].Field = red.clean(res.Conflicts[i].Field)
 		}
+		if u.Operation == OpRollback {
+			res.NotReverted = unreverted(res.NotReverted, originalOf(current, t), t)
+		} else {
+			res.NotReverted = nil
+		}
+		for i := range res.NotReverted {
+			res.NotReverted[i].Field = red.clean(res.NotReverted[i].Field)
+		}
+		for i := range res.TakenOver {
+			res.TakenOver[i] = red.clean(res.TakenOver[i])
+		}
+		for i := range res.Overwrites {
+			res.Overwrites[i].Field = red.clean(res.Overwrites[i].Field)
+		}
 		switch {
 		case createErr != "":
 			res.DryRun, res.Outcome = res.Outcome, NotReached
-			res.Conflicts, res.Error = nil, ""
+			res.Conflicts, res.Error, res.NotReverted, res.TakenOver, res.Overwrites = nil, "", nil, nil, nil
+			if o.FlagError != "" {
+				res.Note = "Helm stops at the flag error before it applies anything"
+			}
 			if res.DryRun != Unchanged {
 				rep.NotLanded = append(rep.NotLanded, res.Object)
 			}
@@ -313,6 +386,7 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		if slices.ContainsFunc(target, func(t item) bool { return sameObject(t, c) }) {
 			continue
 		}
+		rep.dropped = append(rep.dropped, c.obj)
 		res, err := predictDelete(ctx, dyn, c, failed)
 		if err != nil {
 			return nil, err
@@ -349,6 +423,11 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 	rep.Result = Fails
 	rep.Record.Status = "failed"
 	rep.Record.Description = fmt.Sprintf("Upgrade %q failed: %s", u.Release, rep.Error)
+	if u.Operation == OpRollback {
+		// performRollback marks the revision it started from superseded, even on failure.
+		rep.Record.Description = fmt.Sprintf("Rollback %q failed: %s", u.Release, rep.Error)
+		rep.Record.PreviousStatus = "superseded"
+	}
 	return rep, nil
 }
 
@@ -373,8 +452,23 @@ func predictApply(ctx context.Context, dyn dynamic.Interface, t item, o Options,
 		return Object{}, fmt.Errorf("%s: encode: %w", t.subject, err)
 	}
 	force := o.Force
-	got, err := ri.Patch(ctx, t.obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
-		FieldManager: o.FieldManager, Force: &force, DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+	opts := metav1.PatchOptions{FieldManager: o.FieldManager, Force: &force, DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}
+	got, err := ri.Patch(ctx, t.obj.GetName(), types.ApplyPatchType, data, opts)
+	if live != nil && o.TakeOverClientSide {
+		res.TakenOver = ownUpdateFields(live, o.FieldManager)
+	}
+	if err != nil && live != nil && o.TakeOverClientSide && apierrors.IsConflict(err) {
+		// Helm first hands the fields its client-side applies own to its server-side
+		// apply; conflicts with those never happen.
+		own, foreign := splitConflicts(conflicts(err), o.FieldManager)
+		if len(foreign) == 0 && len(own) > 0 {
+			yes := true // ask again, taking exactly those
+			opts.Force = &yes
+			got, err = ri.Patch(ctx, t.obj.GetName(), types.ApplyPatchType, data, opts)
+		} else if len(own) > 0 {
+			err = conflictError(err, foreign)
+		}
+	}
 	where := fmt.Sprintf("%s/%s %s", t.obj.GetNamespace(), t.obj.GetName(), t.mapping.GroupVersionKind.String())
 	switch {
 	case err == nil && live == nil:
@@ -384,13 +478,14 @@ func predictApply(ctx context.Context, dyn dynamic.Interface, t item, o Options,
 		if changed(live, got) {
 			res.Outcome = Updated
 		}
+		res.NotReverted = foreignFields(got, o.FieldManager)
 	case res.Step == Create && apierrors.IsNotFound(err) && createdNS[t.obj.GetNamespace()]:
 		res.Outcome = Created
 		res.Note = "its namespace is created earlier by the same upgrade: the dry run cannot check it"
 	case apierrors.IsConflict(err):
 		res.Outcome, res.Conflicts = Conflict, conflicts(err)
 		res.Error = fmt.Sprintf("conflict occurred while applying object %s: %v", where, err)
-	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook"):
+	case isRBACDenied(err):
 		return Object{}, fmt.Errorf("%s: dry-run apply: %w (the check needs the same rights as the upgrade)", t.subject, err)
 	case apierrors.IsUnauthorized(err) || isUnreachable(err):
 		return Object{}, fmt.Errorf("%s: dry-run apply: %w", t.subject, err)
@@ -427,7 +522,7 @@ func predictDelete(ctx context.Context, dyn dynamic.Interface, c item, failed bo
 		res.Outcome = Deleted
 	case apierrors.IsNotFound(err):
 		res.Outcome = AlreadyGone
-	case apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook"):
+	case isRBACDenied(err):
 		return Object{}, fmt.Errorf("%s: dry-run delete: %w (the check needs the same rights as the upgrade)", c.subject, err)
 	default:
 		res.Outcome = Failed

@@ -387,6 +387,22 @@ func TestRefusedNewObjectNotOwned(t *testing.T) {
 		t.Errorf("a refused upgrade changed %v", diff)
 	}
 	c.checkRecord(t, rel, ns, map[int]string{1: "deployed"}, "")
+
+	// helm upgrade --take-ownership adopts it instead of refusing: the upgrade gets as far
+	// as the apply, where kubectl-create still owns the field the chart changes.
+	rep = c.predict(t, v2, rel, ns, applycheck.Options{FieldManager: "helm", TakeOwnership: true})
+	if rep.Result != applycheck.Fails || outcomes(rep)["ConfigMap/refuse/b"] != applycheck.Conflict || rep.Record.Revision != 2 {
+		t.Fatalf("take ownership: %s %+v", rep.Result, rep.Objects)
+	}
+	before = c.snapshot(t, rep)
+	out, err = c.helm(t, "upgrade", rel, v2, "-n", ns, "--take-ownership")
+	if err == nil || !strings.Contains(out, rep.HelmPrints()+"\n") {
+		t.Errorf("helm upgrade --take-ownership: %v\n%s\npredicted: %s", err, out, rep.HelmPrints())
+	}
+	if diff := cmp.Diff(sorted(rep.Landed), changedBetween(before, c.snapshot(t, rep))); diff != "" {
+		t.Errorf("landed: predicted (-) vs changed on the cluster (+):\n%s", diff)
+	}
+	c.checkRecord(t, rel, ns, map[int]string{1: "deployed", 2: "failed"}, rep.Record.Description)
 }
 
 // checkRecord reads the release history and compares statuses; the last revision's
