@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 )
@@ -125,11 +126,12 @@ func crdNames(ctx context.Context, kube *genericclioptions.ConfigFlags) ([]strin
 	if err != nil {
 		return nil, err
 	}
-	cs, err := apiextclient.NewForConfig(cfg)
+	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	list, err := cs.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+	// Metadata only: CRD schemas are large, and a completion needs the names.
+	list, err := mc.Resource(apiextv1.SchemeGroupVersion.WithResource("customresourcedefinitions")).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
