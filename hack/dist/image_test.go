@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -209,7 +210,7 @@ func unpack(t *testing.T, img v1.Image) map[string]unpacked {
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {

@@ -137,7 +137,7 @@ func archiveNames(file string) ([]string, error) {
 	tr := tar.NewReader(gz)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return names, nil
 		}
 		if err != nil {
