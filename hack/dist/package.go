@@ -60,6 +60,11 @@ func Package(ctx context.Context, r Release, bins map[Platform]string, dir, sbom
 	if err != nil {
 		return nil, err
 	}
+	// krew-index requires a licence file in the archive; ship it once the project has one.
+	license, err := os.ReadFile(filepath.Join(r.Root, "LICENSE"))
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
 	sums := map[Platform]string{}
 	for _, p := range sortedPlatforms(bins) {
 		bin, err := os.ReadFile(bins[p])
@@ -71,6 +76,9 @@ func Package(ctx context.Context, r Release, bins map[Platform]string, dir, sbom
 			{name: p.exe("upgradeguard"), data: bin, mode: 0o755},
 			{name: p.exe("kubectl-upgradeguard"), data: bin, mode: 0o755},
 			{name: "README.md", data: readme, mode: 0o644},
+		}
+		if license != nil {
+			files = append(files, archiveFile{name: "LICENSE", data: license, mode: 0o644})
 		}
 		if err := writeArchive(filepath.Join(dir, name), r.Date, files); err != nil {
 			return nil, err
@@ -98,7 +106,7 @@ func Package(ctx context.Context, r Release, bins map[Platform]string, dir, sbom
 			res.Artefacts = append(res.Artefacts, sbom)
 		}
 	}
-	manifest, err := KrewPluginManifest(r, sums)
+	manifest, err := KrewPluginManifest(r, sums, license != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +293,7 @@ type krewFile struct {
 
 // KrewPluginManifest is the krew-index manifest (plugins/upgradeguard.yaml) for the
 // archives whose SHA256 sums are given per platform.
-func KrewPluginManifest(r Release, sums map[Platform]string) ([]byte, error) {
+func KrewPluginManifest(r Release, sums map[Platform]string, withLicense bool) ([]byte, error) {
 	m := krewPlugin{
 		APIVersion: "krew.googlecontainertools.github.com/v1alpha2",
 		Kind:       "Plugin",
@@ -306,11 +314,15 @@ It migrates stored objects and prunes storedVersions so the upgrade succeeds.`,
 	}
 	for _, p := range sortedPlatforms(sums) {
 		bin := p.exe("kubectl-upgradeguard")
+		files := []krewFile{{From: bin, To: "."}, {From: "README.md", To: "."}}
+		if withLicense {
+			files = append(files, krewFile{From: "LICENSE", To: "."})
+		}
 		m.Spec.Platforms = append(m.Spec.Platforms, krewPlatform{
 			Selector: krewSelector{MatchLabels: map[string]string{"os": p.OS, "arch": p.Arch}},
 			URI:      ReleaseURL(r, ArchiveName(r, p)),
 			SHA256:   sums[p],
-			Files:    []krewFile{{From: bin, To: "."}, {From: "README.md", To: "."}},
+			Files:    files,
 			Bin:      bin,
 		})
 	}
