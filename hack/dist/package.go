@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"sigs.k8s.io/yaml"
 )
 
@@ -65,46 +66,26 @@ func Package(ctx context.Context, r Release, bins map[Platform]string, dir, sbom
 	if err != nil && !os.IsNotExist(err) {
 		return nil, err
 	}
+	// One platform per worker, two at a time: compression is the cost.
+	plats := sortedPlatforms(bins)
+	sumList := make([]string, len(plats))
+	artefacts := make([][]string, len(plats))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(2)
+	for i, p := range plats {
+		g.Go(func() error {
+			var err error
+			sumList[i], artefacts[i], err = packagePlatform(gctx, r, p, bins[p], dir, sbomTool, readme, license)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	sums := map[Platform]string{}
-	for _, p := range sortedPlatforms(bins) {
-		bin, err := os.ReadFile(bins[p])
-		if err != nil {
-			return nil, err
-		}
-		name := ArchiveName(r, p)
-		files := []archiveFile{
-			{name: p.exe("upgradeguard"), data: bin, mode: 0o755},
-			{name: p.exe("kubectl-upgradeguard"), data: bin, mode: 0o755},
-			{name: "README.md", data: readme, mode: 0o644},
-		}
-		if license != nil {
-			files = append(files, archiveFile{name: "LICENSE", data: license, mode: 0o644})
-		}
-		if err := writeArchive(filepath.Join(dir, name), r.Date, files); err != nil {
-			return nil, err
-		}
-		if sums[p], err = fileSHA256(filepath.Join(dir, name)); err != nil {
-			return nil, err
-		}
-		res.Artefacts = append(res.Artefacts, name)
-
-		pluginDir, err := WriteHelmPlugin(r, p, bins[p], filepath.Join(dir, HelmPluginDir, p.OS+"_"+p.Arch))
-		if err != nil {
-			return nil, err
-		}
-		pa := HelmPluginArchiveName(r, p)
-		if err := writeArchiveDir(pluginDir, filepath.Join(dir, pa), r.Date); err != nil {
-			return nil, err
-		}
-		res.Artefacts = append(res.Artefacts, pa)
-
-		if sbomTool != "" {
-			sbom := fmt.Sprintf("upgradeguard_%s_%s_%s.cdx.json", r.Tag(), p.OS, p.Arch)
-			if err := writeSBOM(ctx, sbomTool, r, bins[p], filepath.Join(dir, sbom)); err != nil {
-				return nil, err
-			}
-			res.Artefacts = append(res.Artefacts, sbom)
-		}
+	for i, p := range plats {
+		sums[p] = sumList[i]
+		res.Artefacts = append(res.Artefacts, artefacts[i]...)
 	}
 	manifest, err := KrewPluginManifest(r, sums, license != nil)
 	if err != nil {
@@ -119,6 +100,51 @@ func Package(ctx context.Context, r Release, bins map[Platform]string, dir, sbom
 	}
 	res.Artefacts = append(res.Artefacts, ChecksumsFile)
 	return res, nil
+}
+
+// packagePlatform writes p's release archive, Helm plugin and SBOM, and returns the
+// archive's SHA256 and the artefacts written.
+func packagePlatform(ctx context.Context, r Release, p Platform, binPath, dir, sbomTool string, readme, license []byte) (string, []string, error) {
+	bin, err := os.ReadFile(binPath)
+	if err != nil {
+		return "", nil, err
+	}
+	name := ArchiveName(r, p)
+	files := []archiveFile{
+		{name: p.exe("upgradeguard"), data: bin, mode: 0o755},
+		{name: p.exe("kubectl-upgradeguard"), data: bin, mode: 0o755},
+		{name: "README.md", data: readme, mode: 0o644},
+	}
+	if license != nil {
+		files = append(files, archiveFile{name: "LICENSE", data: license, mode: 0o644})
+	}
+	if err := writeArchive(filepath.Join(dir, name), r.Date, files); err != nil {
+		return "", nil, err
+	}
+	sum, err := fileSHA256(filepath.Join(dir, name))
+	if err != nil {
+		return "", nil, err
+	}
+	out := []string{name}
+
+	pluginDir, err := WriteHelmPlugin(r, p, binPath, filepath.Join(dir, HelmPluginDir, p.OS+"_"+p.Arch))
+	if err != nil {
+		return "", nil, err
+	}
+	pa := HelmPluginArchiveName(r, p)
+	if err := writeArchiveDir(pluginDir, filepath.Join(dir, pa), r.Date); err != nil {
+		return "", nil, err
+	}
+	out = append(out, pa)
+
+	if sbomTool != "" {
+		sbom := fmt.Sprintf("upgradeguard_%s_%s_%s.cdx.json", r.Tag(), p.OS, p.Arch)
+		if err := writeSBOM(ctx, sbomTool, r, binPath, filepath.Join(dir, sbom)); err != nil {
+			return "", nil, err
+		}
+		out = append(out, sbom)
+	}
+	return sum, out, nil
 }
 
 // writeSBOM runs cyclonedx-gomod over the binary: the modules Go linked into it, read
@@ -165,7 +191,7 @@ func writeArchive(dst string, date time.Time, files []archiveFile) error {
 		}
 		err = zw.Close()
 	} else {
-		gz, _ := gzip.NewWriterLevel(bw, gzip.BestCompression)
+		gz := gzip.NewWriter(bw)
 		entries := make([]tarEntry, 0, len(files))
 		for _, file := range files {
 			entries = append(entries, tarEntry{name: file.name, mode: file.mode, data: file.data})
