@@ -35,7 +35,7 @@ func run(ctx context.Context, args []string) error {
 	out := fs.String("out", "dist", "output directory")
 	version := fs.String("version", "", "release version vX.Y.Z (default: the tag on HEAD, else a Go pseudo-version of HEAD)")
 	platforms := fs.String("platforms", "", "comma-separated os/arch list (default: every release platform; image: linux/amd64,linux/arm64)")
-	sbomTool := fs.String("cyclonedx-gomod", "bin/cyclonedx-gomod", "cyclonedx-gomod binary for the SBOMs (archives)")
+	sbomTool := fs.String("cyclonedx-gomod", "bin/cyclonedx-gomod", "cyclonedx-gomod binary for the SBOMs (archives; empty: no SBOMs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +51,11 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.Arg(0) == "verify" {
-		return verifyDist(outDir)
+		plats, err := parsePlatforms(*platforms, ReleasePlatforms)
+		if err != nil {
+			return err
+		}
+		return verifyDist(outDir, plats)
 	}
 	rel, err := currentRelease(ctx, root, *version)
 	if err != nil {
@@ -85,8 +89,8 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		tool := *sbomTool
-		if !filepath.IsAbs(tool) {
+		tool := *sbomTool // empty: no SBOMs
+		if tool != "" && !filepath.IsAbs(tool) {
 			tool = filepath.Join(root, tool)
 		}
 		res, err := Package(ctx, rel, bins, outDir, tool)
@@ -96,7 +100,7 @@ func run(ctx context.Context, args []string) error {
 		for _, a := range res.Artefacts {
 			fmt.Println(filepath.Join(outDir, a))
 		}
-		return verifyDist(outDir)
+		return verifyDist(outDir, plats)
 	default:
 		return fmt.Errorf("unknown target %q: use image, archives or verify", fs.Arg(0))
 	}

@@ -36,9 +36,11 @@ func ArchiveName(r Release, p Platform) string {
 	return fmt.Sprintf("upgradeguard_%s_%s_%s%s", r.Tag(), p.OS, p.Arch, ext)
 }
 
-// HelmPluginArchiveName is the Helm plugin archive of p (helm plugin install URL).
+// HelmPluginArchiveName is the Helm plugin archive of p, for `helm plugin install
+// FILE|URL`. Helm derives the plugin's directory from a local archive's name (the part
+// before "-<version>"), so it starts with the plugin name and a dash.
 func HelmPluginArchiveName(r Release, p Platform) string {
-	return fmt.Sprintf("helm-upgradeguard_%s_%s_%s.tgz", r.Tag(), p.OS, p.Arch)
+	return fmt.Sprintf("upgradeguard-%s-%s-%s.helm-plugin.tgz", r.Tag(), p.OS, p.Arch)
 }
 
 // ReleaseURL is where the release's assets are published (krew downloads from here).

@@ -32,7 +32,7 @@ func TestKrewManifest(t *testing.T) {
 	if _, err := Package(t.Context(), rel, bins, dir, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := verifyDist(dir); err != nil {
+	if err := verifyDist(dir, ReleasePlatforms); err != nil {
 		t.Fatal(err)
 	}
 	manifest := filepath.Join(dir, KrewManifest)
