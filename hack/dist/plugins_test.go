@@ -139,12 +139,24 @@ func TestPlugins(t *testing.T) {
 	host := Platform{OS: "linux", Arch: "amd64"}
 	target := fluxIncident(t)
 	want := []string{buckets, helmchart, helmrepos}
+	// The host platform's dist folder, as `make dist` writes it.
+	dist := t.TempDir()
+	if _, err := Package(t.Context(), rel, map[Platform]string{host: bins[host]}, dist, ""); err != nil {
+		t.Fatal(err)
+	}
 
 	t.Run("helm", func(t *testing.T) {
-		pluginDir, err := WriteHelmPlugin(rel, host, bins[host], filepath.Join(t.TempDir(), HelmPluginDir))
-		if err != nil {
-			t.Fatal(err)
+		// The plugin archive installs (unsigned: --verify=false) and runs ...
+		archive := filepath.Join(dist, HelmPluginArchiveName(rel, host))
+		if out, _ := helm(t, nil, 0, "plugin", "install", archive, "--verify=false"); !strings.Contains(out, "Installed plugin: upgradeguard") {
+			t.Errorf("helm plugin install %s: %s", archive, out)
 		}
+		if out, _ := helm(t, nil, 0, "upgradeguard", "version"); !strings.Contains(out, "upgradeguard "+rel.Version) {
+			t.Errorf("helm upgradeguard version: %s", out)
+		}
+		helm(t, nil, 0, "plugin", "uninstall", "upgradeguard")
+		// ... and so does the plugin directory.
+		pluginDir := filepath.Join(dist, HelmPluginDir, host.OS+"_"+host.Arch, "upgradeguard")
 		if out, _ := helm(t, nil, 0, "plugin", "install", pluginDir); !strings.Contains(out, `Installed plugin: upgradeguard`) {
 			t.Errorf("helm plugin install: %s", out)
 		}
@@ -180,10 +192,7 @@ func TestPlugins(t *testing.T) {
 	})
 
 	t.Run("kubectl", func(t *testing.T) {
-		dir := t.TempDir()
-		if _, err := Package(t.Context(), rel, map[Platform]string{host: bins[host]}, dir, ""); err != nil {
-			t.Fatal(err)
-		}
+		dir := dist
 		if err := VerifyKrewManifest(dir, []Platform{host}); err != nil {
 			t.Fatal(err)
 		}
