@@ -89,6 +89,9 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
+		if err := cleanArtefacts(outDir); err != nil {
+			return err
+		}
 		tool := *sbomTool // empty: no SBOMs
 		if tool != "" && !filepath.IsAbs(tool) {
 			tool = filepath.Join(root, tool)
@@ -119,4 +122,26 @@ func parsePlatforms(s string, def []Platform) ([]Platform, error) {
 		out = append(out, Platform{OS: os, Arch: arch})
 	}
 	return out, nil
+}
+
+// cleanArtefacts removes a previous version's artefacts from the dist folder, so that
+// what is there is what checksums.txt lists. The binaries (bin/) and the image are
+// rewritten in place.
+func cleanArtefacts(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == "bin" || e.Name() == "image" {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
