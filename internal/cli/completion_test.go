@@ -97,3 +97,15 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version -o yaml: exit %d %s", r.code, r.stderr)
 	}
 }
+
+// TestCheckReleaseArgument: check takes the release as Helm does, positionally; naming
+// two different releases is a usage error.
+func TestCheckReleaseArgument(t *testing.T) {
+	r := run(t, "check", "a", "--release", "b", "--chart", "x")
+	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "differ") {
+		t.Errorf("check a --release b: exit %d %s", r.code, r.stderr)
+	}
+	if r := run(t, "check", "a", "b", "--chart", "x"); r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "accepts at most 1 arg") {
+		t.Errorf("check a b: exit %d %s", r.code, r.stderr)
+	}
+}
