@@ -12,9 +12,33 @@ BENCH_N ?= 20000
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*##"; printf "Targets:\n"} /^[a-zA-Z_-]+:.*##/ { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
+CLI_PKG := github.com/upgradeguard/upgradeguard/internal/cli
+COMMIT  := $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT_DATE := $(shell git log -1 --format=%cI 2>/dev/null)
+
 .PHONY: build
 build: ## Build bin/upgradeguard
-	go build -ldflags "-s -w -X github.com/upgradeguard/upgradeguard/internal/cli.Version=$(VERSION)" -o $(BIN)/upgradeguard ./cmd/upgradeguard
+	go build -ldflags "-s -w -X $(CLI_PKG).Version=$(VERSION) -X $(CLI_PKG).Commit=$(COMMIT) -X $(CLI_PKG).BuildDate=$(COMMIT_DATE)" -o $(BIN)/upgradeguard ./cmd/upgradeguard
+
+# Release artefacts (hack/dist). RELEASE_VERSION defaults to the v* tag on HEAD, else a Go
+# pseudo-version of HEAD; every timestamp is the commit time (or SOURCE_DATE_EPOCH).
+DIST ?= $(CURDIR)/dist
+RELEASE_VERSION ?=
+
+.PHONY: image
+image: ## Build the OCI image index (linux/amd64, linux/arm64) into dist/image, without a container daemon
+	go run ./hack/dist -out $(DIST) -version "$(RELEASE_VERSION)" image
+
+.PHONY: dist
+dist: $(BIN)/cyclonedx-gomod $(BIN)/validate-krew-manifest ## Build release archives, checksums, SBOMs, the krew manifest and the Helm plugins into dist/
+	go run ./hack/dist -out $(DIST) -version "$(RELEASE_VERSION)" -cyclonedx-gomod $(BIN)/cyclonedx-gomod archives
+	$(BIN)/validate-krew-manifest -manifest $(DIST)/plugins/upgradeguard.yaml -skip-install
+
+$(BIN)/cyclonedx-gomod: hack/tools/cyclonedx-gomod/go.mod
+	cd hack/tools/cyclonedx-gomod && CGO_ENABLED=0 go build -o $(BIN)/cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
+
+$(BIN)/validate-krew-manifest: hack/tools/krew/go.mod
+	cd hack/tools/krew && CGO_ENABLED=0 go build -o $(BIN)/validate-krew-manifest sigs.k8s.io/krew/cmd/validate-krew-manifest
 
 .PHONY: testbin
 testbin: ## Build the real control plane and Helm CLI into bin/ (skips what is current)
@@ -68,6 +92,7 @@ $(BIN)/golangci-lint:
 .PHONY: clean
 clean: ## Remove build outputs (keeps the control plane: use clean-all)
 	rm -f $(BIN)/upgradeguard
+	rm -rf $(DIST)
 
 .PHONY: clean-all
 clean-all: ## Remove bin/ entirely

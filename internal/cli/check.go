@@ -35,7 +35,7 @@ type checkOptions struct {
 func newCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
-		Use:   "check (--chart REF | --rollback --release NAME)",
+		Use:   "check [RELEASE] (--chart REF | --rollback --release NAME)",
 		Short: "Predict whether an upgrade or rollback will fail on CRD storage versions",
 		Long: `check compares the CRDs an upgrade or rollback brings with the live CRDs and says, for
 each one, what the API server will do:
@@ -58,9 +58,18 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
     -f values.yaml --set crds.migration.enabled=true --release flux -n flux-system
 
   # Rollback to the previous revision, as JSON for a script
-  upgradeguard check --rollback --release flux -n flux-system -o json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+  upgradeguard check --rollback --release flux -n flux-system -o json
+
+  # The release as a positional argument, as Helm takes it
+  upgradeguard check flux --chart ./charts/flux2 -n flux-system`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 { // the release as Helm takes it: check RELEASE --chart REF
+				if o.release != "" && o.release != args[0] {
+					return couldNot("release %q and --release %q differ: name the release once", args[0], o.release)
+				}
+				o.release = args[0]
+			}
 			return o.run(cmd.Context(), streams, kube)
 		},
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -52,6 +53,10 @@ type Streams struct {
 // NewRootCmd builds the upgradeguard command tree.
 func NewRootCmd(streams Streams) *cobra.Command {
 	kube := genericclioptions.NewConfigFlags(true)
+	name := currentCommandName()
+	if name == nameHelm {
+		applyHelmEnv(kube, os.Getenv)
+	}
 	root := &cobra.Command{
 		Use:   "upgradeguard",
 		Short: "Make Helm and Flux upgrades, rollbacks and chart migrations safe",
@@ -77,6 +82,8 @@ Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`,
 	root.AddCommand(newCheckCmd(streams, kube), newMigrateCmd(streams, kube), newRBACCmd(streams, kube), newSlotsCmd(streams), newReleaseCmd(streams, kube), newVersionCmd(streams),
 		newControllerCmd(streams, kube))
 	root.AddCommand(newAuditCmd(streams, kube))
+	adaptFrontDoor(root, name, func() *cobra.Command { return newReleaseCmd(streams, kube) })
+	registerCompletions(root, kube)
 	return root
 }
 
@@ -98,7 +105,7 @@ func Execute(ctx context.Context, args []string, streams Streams) int {
 	}
 	// Flag and argument errors from cobra: could not run.
 	fmt.Fprintln(streams.ErrOut, "Error:", err)
-	fmt.Fprintln(streams.ErrOut, "Run 'upgradeguard --help' for usage.")
+	fmt.Fprintf(streams.ErrOut, "Run '%s --help' for usage.\n", currentCommandName())
 	return ExitCouldNot
 }
 
