@@ -79,9 +79,9 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 	if len(o.Refs) < 2 {
 		return nil, errors.New("pass at least two --ref to compare")
 	}
-	repo, err := git.PlainOpenWithOptions(o.Repo, &git.PlainOpenOptions{DetectDotGit: true})
+	repo, err := OpenRepository(o.Repo)
 	if err != nil {
-		return nil, fmt.Errorf("open git repository %s: %w", o.Repo, err)
+		return nil, err
 	}
 	rep := &Report{Findings: []Finding{}}
 	for _, ref := range o.Refs {
@@ -104,6 +104,24 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// OpenRepository opens the repository at path in any of the shapes CI and hooks use: the
+// top or a folder of a work tree, a bare repository (git clone --bare), a mirror (git clone
+// --mirror) or a linked worktree (git worktree add), whose objects and refs live in the main
+// repository's common directory.
+func OpenRepository(path string) (*git.Repository, error) {
+	// As given first: a bare repository or a mirror has no .git, and looking upwards from
+	// it would never find one (or would find an unrelated work tree around it).
+	repo, err := git.PlainOpenWithOptions(path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		// A folder inside a work tree: find the .git above it.
+		repo, err = git.PlainOpenWithOptions(path, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open git repository %s (a work tree, a bare clone, a mirror or a linked worktree): %w", path, err)
+	}
+	return repo, nil
 }
 
 func compare(refs []Ref, slot int, equivalent map[int][]string) (Finding, bool) {

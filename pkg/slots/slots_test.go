@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,5 +144,54 @@ func TestBadInput(t *testing.T) {
 		if _, err := slots.Check(t.Context(), tc.o); err == nil || !strings.Contains(err.Error(), tc.mention) {
 			t.Errorf("error %v, want one mentioning %q", err, tc.mention)
 		}
+	}
+}
+
+// gitCLI runs the real git binary: the repository shapes below are made the way CI caches,
+// server-side hooks and developers make them.
+func gitCLI(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestRepositoryShapes opens the same history as a work tree, a folder inside it, a bare
+// clone, a mirror and a linked worktree: each finds the one claimed slot.
+func TestRepositoryShapes(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("the git binary is needed to make bare clones, mirrors and linked worktrees")
+	}
+	g, _ := cozystack(t)
+	tmp := t.TempDir()
+	bare, mirror, linked := filepath.Join(tmp, "bare.git"), filepath.Join(tmp, "mirror.git"), filepath.Join(tmp, "linked")
+	gitCLI(t, "clone", "--quiet", "--bare", g.Dir, bare)
+	gitCLI(t, "clone", "--quiet", "--mirror", g.Dir, mirror)
+	gitCLI(t, "-C", g.Dir, "worktree", "add", "--quiet", "--detach", linked, "release-1.5")
+
+	for _, tc := range []struct{ name, repo string }{
+		{"work tree", g.Dir},
+		{"folder inside a work tree", filepath.Join(g.Dir, migDir)},
+		{"bare clone", bare},
+		{"mirror", mirror},
+		{"linked worktree", linked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := opts(g, "release-1.5", "release-1.6")
+			o.Repo = tc.repo
+			rep, err := slots.Check(t.Context(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Findings) != 1 || rep.Findings[0].Kind != slots.Claimed || rep.Findings[0].Slot != 45 {
+				t.Errorf("findings %+v, want slot 45 claimed", rep.Findings)
+			}
+		})
+	}
+
+	if _, err := slots.Check(t.Context(), slots.Options{Repo: tmp, Refs: []string{"a", "b"}, Dir: migDir}); err == nil || !strings.Contains(err.Error(), "bare clone") {
+		t.Errorf("a folder that is no repository: %v, want an error naming the shapes tried", err)
 	}
 }
