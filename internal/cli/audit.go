@@ -9,13 +9,13 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/registry"
@@ -68,17 +68,14 @@ ships CRDs is protected, 1 some are not, 2 could not run.`,
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "audit every namespace (default: the namespace of -n or the kubeconfig)")
 	f.StringVar(&o.registry, "registry", "", "chart registry file that extends the built-in one; an entry replaces the built-in entry of the same name")
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	output.AddFlag(f, &o.output)
 	return cmd
 }
 
 func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	if o.output != "text" && o.output != "json" {
-		return couldNot("unknown output format %q: use -o text or -o json", o.output)
-	}
 	reg, err := registry.Load(o.registry)
 	if err != nil {
-		return couldNot("%v", err)
+		return couldNot("%w", err)
 	}
 	conn, err := connect(ctx, kube)
 	if err != nil {
@@ -109,13 +106,10 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 		Objects: objects}
 	rep, err := audit.Run(ctx, src, opts)
 	if err != nil {
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-			return couldNot("%v\nupgradeguard audit needs list on helmreleases.helm.toolkit.fluxcd.io, on the Helm release Secrets (or ConfigMaps), on storagemigrationpolicies.upgradeguard.io, customresourcedefinitions and leases; see docs/cli.md#audit", err)
-		}
-		return classify(err, conn)
+		return classifyAs(cmdAudit, err, conn)
 	}
-	if err := renderAudit(streams.Out, o.output, rep); err != nil {
-		return couldNot("write output: %v", err)
+	if err := output.Write(streams.Out, o.output, rep, func(w io.Writer) error { return renderAudit(w, rep) }); err != nil {
+		return couldNot("write output: %w", err)
 	}
 	if rep.Unprotected() {
 		return &ExitError{Code: ExitFindings}
@@ -123,10 +117,7 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	return nil
 }
 
-func renderAudit(w io.Writer, format string, rep *audit.Report) error {
-	if format == "json" {
-		return writeJSON(w, rep)
-	}
+func renderAudit(w io.Writer, rep *audit.Report) error {
 	scope := "all namespaces"
 	if rep.Scope != "" {
 		scope = "namespace " + rep.Scope

@@ -6,18 +6,14 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 type migrateOptions struct {
@@ -28,7 +24,6 @@ type migrateOptions struct {
 	qps         float32
 	burst       int
 	opts        migrate.Options
-	output      string
 }
 
 func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -88,7 +83,7 @@ a re-run finishes the job), 2 could not run.`,
 	f.BoolVar(&o.opts.Wait, "wait", false, "wait for another run's Lease instead of exiting")
 	f.BoolVar(&o.opts.SkipManagedFields, "skip-managed-fields", false, "do not clean managedFields entries that name unserved versions")
 	f.BoolVar(&o.opts.DryRun, "dry-run", false, "report what would be migrated, with object counts and an estimated duration; write nothing")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	output.AddFlag(f, &o.predictOpts.output)
 	return cmd
 }
 
@@ -104,13 +99,9 @@ func (o *migrateOptions) validate() error {
 		return couldNot("choose the CRDs with exactly one of --crd, --chart, --rollback --release or --all")
 	case o.storage != "" && len(o.crds) != 1:
 		return couldNot("--storage-version applies to exactly one --crd")
-	case o.output != "text" && o.output != "json":
-		return couldNot("unknown output format %q: use -o text or -o json", o.output)
 	case o.qps < 0 || o.opts.Concurrency < 1 || o.opts.PageSize < 1:
 		return couldNot("--qps must be 0 or more, --concurrency and --page-size at least 1")
-	}
-	if o.predictOpts.chart.Ref != "" || o.predictOpts.rollback {
-		o.predictOpts.output = "text"
+	case o.predictOpts.chart.Ref != "" || o.predictOpts.rollback:
 		return o.predictOpts.validate()
 	}
 	return nil
@@ -124,54 +115,46 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 	if err != nil {
 		return err
 	}
-	targets, blocked, err := o.targets(ctx, conn)
+	// The migration's own client set: the same cluster at the rate limit of --qps.
+	m, err := migrate.New(migrate.RateLimit(conn.config, o.qps, o.burst))
+	if err != nil {
+		return couldNot("build client: %w", err)
+	}
+	targets, blocked, err := o.targets(ctx, conn, m)
 	if err != nil {
 		return err
 	}
-	m, err := migrate.New(migrate.RateLimit(conn.config, o.qps, o.burst))
+	results, err := m.Run(ctx, targets, o.runOptions(streams))
 	if err != nil {
-		return couldNot("build client: %v", err)
+		return classifyAs(cmdMigrate, err, conn)
 	}
-	o.opts.QPS = float64(o.qps)
-	o.opts.Holder = holder()
-	progress := newProgress(streams.ErrOut)
-	o.opts.Progress = progress.update
-
-	results := []*migrate.Result{}
-	for _, t := range targets {
-		res, err := m.Migrate(ctx, t, o.opts)
-		progress.finish()
-		// A chart upgrade applied during the run: start over, a bounded number of times.
-		for restarts := 0; err == nil && res.Restart && restarts < maxRestarts; restarts++ {
-			fmt.Fprintf(streams.ErrOut, "%s\n  -> starting over from the first object (restart %d of %d)\n", res.Message, restarts+1, maxRestarts)
-			res, err = m.Migrate(ctx, t, o.opts)
-			progress.finish()
-		}
-		if err != nil {
-			return classify(err, conn)
-		}
-		results = append(results, res)
+	out := &migrateOutput{CRDs: results, Blocked: blocked}
+	if err := output.Write(streams.Out, o.predictOpts.output, out, out.text); err != nil {
+		return couldNot("write output: %w", err)
 	}
-	if err := renderMigrate(streams.Out, o.output, results, blocked); err != nil {
-		return couldNot("write output: %v", err)
-	}
-	for _, r := range results {
-		if r.Status == migrate.Incomplete {
-			return &ExitError{Code: ExitFindings}
-		}
-	}
-	if len(blocked) > 0 {
+	if migrate.AnyIncomplete(results) || len(blocked) > 0 {
 		return &ExitError{Code: ExitFindings}
 	}
 	return nil
 }
 
-// maxRestarts bounds how often migrate starts a CRD over because it changed during the run.
-const maxRestarts = 2
+// runOptions are the flags' options, with the progress display and restart notices on
+// stderr.
+func (o *migrateOptions) runOptions(streams Streams) migrate.Options {
+	opts := o.opts
+	opts.QPS, opts.Holder = float64(o.qps), holder()
+	progress := newProgress(streams.ErrOut)
+	opts.Progress = progress.update
+	opts.Restarting = func(res *migrate.Result, attempt int) {
+		progress.finish()
+		fmt.Fprintf(streams.ErrOut, "%s\n  -> starting over from the first object (restart %d of %d)\n", res.Message, attempt, migrate.MaxRestarts)
+	}
+	return opts
+}
 
-// targets resolves the selection flags into CRDs to migrate, and the findings that no
-// migration can fix (a bridge without a storage switch).
-func (o *migrateOptions) targets(ctx context.Context, conn *connection) ([]migrate.Target, []check.CRDReport, error) {
+// targets maps the selection flags to the library's selections: named CRDs, every CRD
+// that needs it, or what check says the chart or rollback needs.
+func (o *migrateOptions) targets(ctx context.Context, conn *connection, m *migrate.Migrator) ([]migrate.Target, []check.CRDReport, error) {
 	switch {
 	case len(o.crds) > 0:
 		out := make([]migrate.Target, 0, len(o.crds))
@@ -180,15 +163,9 @@ func (o *migrateOptions) targets(ctx context.Context, conn *connection) ([]migra
 		}
 		return out, nil, nil
 	case o.all:
-		live, err := conn.cluster.CRDs(ctx)
+		out, err := m.AllTargets(ctx)
 		if err != nil {
-			return nil, nil, classify(err, conn)
-		}
-		var out []migrate.Target
-		for _, name := range sortedKeys(live) {
-			if migrate.NeedsMigration(live[name]) {
-				out = append(out, migrate.Target{Name: name})
-			}
+			return nil, nil, classifyAs(cmdMigrate, err, conn)
 		}
 		return out, nil, nil
 	}
@@ -196,23 +173,11 @@ func (o *migrateOptions) targets(ctx context.Context, conn *connection) ([]migra
 	if err != nil {
 		return nil, nil, err
 	}
-	var out []migrate.Target
-	var blocked []check.CRDReport
-	for _, c := range rep.CRDs {
-		switch {
-		case c.Verdict == predict.Migrate:
-			out = append(out, migrate.Target{Name: c.Name})
-		case c.Verdict == predict.Bridge && c.StorageSwitchTo != "":
-			if !o.opts.AllowStorageSwitch && !o.opts.DryRun {
-				return nil, nil, couldNot("%s needs its storage version switched from %s to %s (a reverse migration): confirm with --allow-storage-switch",
-					c.Name, c.LiveStorageVersion, c.StorageSwitchTo)
-			}
-			out = append(out, migrate.Target{Name: c.Name, StorageVersion: c.StorageSwitchTo})
-		case c.Verdict == predict.Bridge:
-			blocked = append(blocked, c)
-		}
+	targets, blocked, err := migrate.TargetsFor(rep, o.opts)
+	if err != nil {
+		return nil, nil, classifyAs(cmdMigrate, err, conn)
 	}
-	return out, blocked, nil
+	return targets, blocked, nil
 }
 
 func holder() string {
@@ -220,111 +185,79 @@ func holder() string {
 	return fmt.Sprintf("upgradeguard-cli@%s/%d", host, os.Getpid())
 }
 
-func renderMigrate(w io.Writer, format string, results []*migrate.Result, blocked []check.CRDReport) error {
-	if format == "json" {
-		return writeJSON(w, struct {
-			CRDs    []*migrate.Result `json:"crds"`
-			Blocked []check.CRDReport `json:"blocked,omitempty"`
-		}{results, blocked})
-	}
-	if len(results) == 0 && len(blocked) == 0 {
+// migrateOutput is migrate's result: -o json writes it as is.
+type migrateOutput struct {
+	CRDs    []*migrate.Result `json:"crds"`
+	Blocked []check.CRDReport `json:"blocked,omitempty"`
+}
+
+func (out *migrateOutput) text(w io.Writer) error {
+	if len(out.CRDs) == 0 && len(out.Blocked) == 0 {
 		fmt.Fprintln(w, "Nothing to migrate: every selected CRD's storedVersions is already its storage version.")
 		return nil
 	}
-	if len(results) > 0 {
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "CRD\tSTATUS\tOBJECTS\tREWRITTEN\tCURRENT\tDELETED\tFAILED\tSTORED VERSIONS\tTIME")
-		for _, r := range results {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s -> %s\t%s\n", r.Name, r.Status, r.Objects, r.Rewritten, r.AlreadyCurrent,
-				r.Deleted, r.FailedCount, strings.Join(r.StoredVersionsBefore, ","), strings.Join(r.StoredVersionsAfter, ","),
-				seconds(r.DurationSeconds).Round(time.Millisecond))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := migrateTable(w, out.CRDs); err != nil {
+		return err
 	}
-	var estimate float64
-	dryRun := false
-	for _, r := range results {
-		if r.StorageSwitchedFrom != "" {
-			fmt.Fprintf(w, "\n%s: storage version switched from %s to %s\n", r.Name, r.StorageSwitchedFrom, r.StorageVersion)
-		}
-		if r.Status == migrate.WouldMigrate {
-			dryRun, estimate = true, estimate+r.EstimatedSeconds
-		}
-		if r.Resumed {
-			fmt.Fprintf(w, "\n%s: resumed where an interrupted run stopped (the counts cover the rest; --no-resume starts over)\n", r.Name)
-		}
-		if r.Status == migrate.Incomplete {
-			fmt.Fprintf(w, "\n%s: %s\n", r.Name, r.Message)
-		}
-		for _, f := range r.Failed {
-			fmt.Fprintf(w, "  failed %s: %s\n", f.Object, f.Error)
-		}
-		if int64(len(r.Failed)) < r.FailedCount {
-			fmt.Fprintf(w, "  ... and %d more failed objects (-o json lists the first %d)\n", r.FailedCount-int64(len(r.Failed)), len(r.Failed))
-		}
+	for _, r := range out.CRDs {
+		migrateNotes(w, r)
 	}
-	if dryRun {
-		if estimate > 0 {
-			fmt.Fprintf(w, "\nDry run: nothing was written. Estimated duration at the configured --qps: %s.\n", seconds(estimate).Round(time.Second))
-		} else {
-			fmt.Fprintln(w, "\nDry run: nothing was written. No client-side rate limit (--qps 0): the API server sets the pace.")
-		}
-	}
-	for _, b := range blocked {
+	dryRunNote(w, out.CRDs)
+	for _, b := range out.Blocked {
 		fmt.Fprintf(w, "\n%s: not migrated: %s\n  next: %s\n", b.Name, b.Reason, b.Action)
 	}
 	return nil
 }
 
-// progress shows a bar on a terminal and a log line every few seconds otherwise.
-type progress struct {
-	w        io.Writer
-	tty      bool
-	mu       sync.Mutex
-	last     time.Time
-	drawn    bool
-	interval time.Duration
+func migrateTable(w io.Writer, results []*migrate.Result) error {
+	if len(results) == 0 {
+		return nil
+	}
+	t := output.NewTable(w, "CRD", "STATUS", "OBJECTS", "REWRITTEN", "CURRENT", "DELETED", "FAILED", "STORED VERSIONS", "TIME")
+	for _, r := range results {
+		t.Row(r.Name, r.Status, r.Objects, r.Rewritten, r.AlreadyCurrent, r.Deleted, r.FailedCount,
+			strings.Join(r.StoredVersionsBefore, ",")+" -> "+strings.Join(r.StoredVersionsAfter, ","),
+			seconds(r.DurationSeconds).Round(time.Millisecond))
+	}
+	return t.Flush()
 }
 
-func newProgress(w io.Writer) *progress {
-	f, ok := w.(*os.File)
-	return &progress{w: w, tty: ok && term.IsTerminal(int(f.Fd())), interval: 2 * time.Second}
+// migrateNotes are what the table cannot say about one CRD.
+func migrateNotes(w io.Writer, r *migrate.Result) {
+	if r.StorageSwitchedFrom != "" {
+		fmt.Fprintf(w, "\n%s: storage version switched from %s to %s\n", r.Name, r.StorageSwitchedFrom, r.StorageVersion)
+	}
+	if r.Resumed {
+		fmt.Fprintf(w, "\n%s: resumed where an interrupted run stopped (the counts cover the rest; --no-resume starts over)\n", r.Name)
+	}
+	if r.Status == migrate.Incomplete {
+		fmt.Fprintf(w, "\n%s: %s\n", r.Name, r.Message)
+	}
+	if r.Forbidden {
+		fmt.Fprintf(w, "  the least-privilege role for it: `upgradeguard rbac --crd %s`\n", r.Name)
+	}
+	for _, f := range r.Failed {
+		fmt.Fprintf(w, "  failed %s: %s\n", f.Object, f.Error)
+	}
+	if int64(len(r.Failed)) < r.FailedCount {
+		fmt.Fprintf(w, "  ... and %d more failed objects (-o json lists the first %d)\n", r.FailedCount-int64(len(r.Failed)), len(r.Failed))
+	}
 }
 
-func (p *progress) update(s migrate.Progress) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	rate := float64(s.Done) / max(s.Elapsed.Seconds(), 0.001)
-	eta := "?"
-	if rate > 0 && s.Total >= s.Done {
-		eta = time.Duration(float64(s.Total-s.Done) / rate * float64(time.Second)).Round(time.Second).String()
+func dryRunNote(w io.Writer, results []*migrate.Result) {
+	var estimate float64
+	dryRun := false
+	for _, r := range results {
+		if r.Status == migrate.WouldMigrate {
+			dryRun, estimate = true, estimate+r.EstimatedSeconds
+		}
 	}
-	pct := 100.0
-	if s.Total > 0 {
-		pct = 100 * float64(s.Done) / float64(s.Total)
-	}
-	if p.tty {
-		const width = 30
-		filled := int(pct / 100 * width)
-		fmt.Fprintf(p.w, "\r%s [%s%s] %d/%d %.0f obj/s ETA %s ", s.CRD, strings.Repeat("#", filled), strings.Repeat(".", width-filled), s.Done, s.Total, rate, eta)
-		p.drawn = true
-		return
-	}
-	if s.Total == 0 || (time.Since(p.last) < p.interval && s.Done < s.Total) {
-		return
-	}
-	p.last = time.Now()
-	fmt.Fprintf(p.w, "%s %s: %d/%d objects (%.0f%%), %.0f obj/s, ETA %s\n", metav1.Now().Format(time.TimeOnly), s.CRD, s.Done, s.Total, pct, rate, eta)
-}
-
-func (p *progress) finish() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.drawn {
-		fmt.Fprintln(p.w)
-		p.drawn = false
+	switch {
+	case !dryRun:
+	case estimate > 0:
+		fmt.Fprintf(w, "\nDry run: nothing was written. Estimated duration at the configured --qps: %s.\n", seconds(estimate).Round(time.Second))
+	default:
+		fmt.Fprintln(w, "\nDry run: nothing was written. No client-side rate limit (--qps 0): the API server sets the pace.")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
 )
@@ -59,40 +60,37 @@ others did not) or an object matches neither revision, 2 could not run.`,
 	f := cmd.Flags()
 	f.IntVar(&o.revision, "revision", 0, "revision to compare with the one before it (default: the last one, which must have failed)")
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	output.AddFlag(f, &o.output)
 	return cmd
 }
 
 func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	if o.output != "text" && o.output != "json" {
-		return couldNot("unknown output format %q: use -o text or -o json", o.output)
-	}
 	conn, err := connect(ctx, kube)
 	if err != nil {
 		return err
 	}
 	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
 	if err != nil {
-		return couldNot("%v", err)
+		return couldNot("%w", err)
 	}
 	failed, previous, err := reader.FailedPair(ctx, o.release, o.revision)
 	if err != nil {
-		return classify(err, conn)
+		return classifyAs(cmdDiffFailed, err, conn)
 	}
 	dyn, err := dynamic.NewForConfig(conn.config)
 	if err != nil {
-		return couldNot("build client: %v", err)
+		return couldNot("build client: %w", err)
 	}
 	mapper, err := kube.ToRESTMapper()
 	if err != nil {
-		return couldNot("discover API resources: %v", err)
+		return couldNot("discover API resources: %w", err)
 	}
 	rep, err := releasediff.Run(ctx, dyn, mapper, failed, previous, releasediff.Options{Namespace: conn.namespace})
 	if err != nil {
-		return classify(err, conn)
+		return classifyAs(cmdDiffFailed, err, conn)
 	}
-	if err := renderDiffFailed(streams.Out, o.output, rep); err != nil {
-		return couldNot("write output: %v", err)
+	if err := output.Write(streams.Out, o.output, rep, func(w io.Writer) error { return renderDiffFailed(w, rep) }); err != nil {
+		return couldNot("write output: %w", err)
 	}
 	if !rep.Clean() {
 		return &ExitError{Code: ExitFindings}
@@ -100,10 +98,7 @@ func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *gene
 	return nil
 }
 
-func renderDiffFailed(w io.Writer, format string, rep *releasediff.Report) error {
-	if format == "json" {
-		return writeJSON(w, rep)
-	}
+func renderDiffFailed(w io.Writer, rep *releasediff.Report) error {
 	prev := "none (a failed install)"
 	if rep.PreviousRevision > 0 {
 		prev = fmt.Sprintf("revision %d", rep.PreviousRevision)

@@ -18,6 +18,7 @@ import (
 	"helm.sh/helm/v4/pkg/getter"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
@@ -113,7 +114,7 @@ to resume).`,
 	f.StringToStringVar(&o.mapSecret, "map-secret", nil, "restore an old Secret under a new name: OLD=NEW (can repeat)")
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for claims to go and to bind")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	output.AddFlag(f, &o.output)
 	return cmd
 }
 
@@ -124,8 +125,6 @@ type releaseMigrateOutput struct {
 
 func (o *releaseMigrateOptions) validate() error {
 	switch {
-	case o.output != "text" && o.output != "json":
-		return couldNot("unknown output format %q: use -o text or -o json", o.output)
 	case o.plan == o.execute:
 		return couldNot("pass exactly one of --plan (read only) and --execute")
 	case o.chart.Ref == "":
@@ -147,60 +146,74 @@ func (o *releaseMigrateOptions) run(ctx context.Context, streams Streams, kube *
 	if err != nil {
 		return err
 	}
-	uc, err := uninstall.NewClients(conn.config)
+	src, err := o.sources(conn)
 	if err != nil {
-		return couldNot("build client: %v", err)
+		return err
 	}
-	uopts := uninstall.Options{Release: o.release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: migrateHelmVersion}
 	o.chart.Values, o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.values, o.newRelease, conn.namespace, conn.serverVersion
 	ch, err := chartsource.Load(ctx, o.chart)
 	if err != nil {
-		return couldNot("%v", err)
+		return couldNot("%w", err)
 	}
-
-	var st *chartmigrate.State
-	if o.execute {
-		if st, err = chartmigrate.LoadState(o.dir); err != nil {
-			return couldNot("%v", err)
-		}
+	st, resumed, err := chartmigrate.Open(ctx, src, o.request(conn, ch))
+	if err != nil {
+		return classifyAs(cmdReleaseMigrate, err, conn)
 	}
-	if st != nil {
-		p := st.Plan
-		if p.Release != o.release || p.NewRelease != o.newRelease || p.Namespace != conn.namespace {
-			return couldNot("%s records the migration of %s/%s to %s, not this one: use another --backup-dir", o.dir, p.Namespace, p.Release, p.NewRelease)
-		}
+	if resumed {
 		fmt.Fprintf(streams.ErrOut, "resuming the migration recorded in %s\n", o.dir)
-	} else {
-		p, err := o.makePlan(ctx, conn, uc, uopts, ch)
-		if err != nil {
-			return err
-		}
-		st = chartmigrate.NewState(p)
 	}
-
-	if o.plan {
-		if err := renderReleaseMigrate(streams.Out, o.output, &releaseMigrateOutput{Plan: st.Plan}); err != nil {
-			return couldNot("write output: %v", err)
-		}
-		if !st.Plan.Safe {
-			return &ExitError{Code: ExitFindings}
-		}
-		return nil
+	if o.plan || (!st.Plan.Safe && !o.override) {
+		return o.planOnly(streams, st.Plan)
 	}
+	return o.executePlan(ctx, streams, kube, conn, src, st, ch)
+}
 
-	if !st.Plan.Safe && !o.override {
-		if err := renderReleaseMigrate(streams.Out, o.output, &releaseMigrateOutput{Plan: st.Plan}); err != nil {
-			return couldNot("write output: %v", err)
-		}
+// sources are the migration's readers, on the one connection.
+func (o *releaseMigrateOptions) sources(conn *connection) (chartmigrate.Sources, error) {
+	uc, err := uninstall.NewClients(conn.config)
+	if err != nil {
+		return chartmigrate.Sources{}, couldNot("build client: %w", err)
+	}
+	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
+	if err != nil {
+		return chartmigrate.Sources{}, couldNot("%w", err)
+	}
+	uopts := uninstall.Options{Release: o.release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: migrateHelmVersion}
+	return chartmigrate.Sources{Kube: conn.clientset, Releases: reader, Uninstall: uc, UninstallOptions: uopts}, nil
+}
+
+func (o *releaseMigrateOptions) request(conn *connection, ch *chartsource.Chart) chartmigrate.Request {
+	req := chartmigrate.Request{Release: o.release, NewRelease: o.newRelease, Namespace: conn.namespace,
+		NewChart: ch.Name, NewChartVersion: ch.Version, NewManifest: ch.Manifest, MapPVC: o.mapPVC, MapSecret: o.mapSecret}
+	if o.execute {
+		req.Dir = o.dir
+	}
+	return req
+}
+
+// planOnly prints the plan: for --plan, and for --execute of a plan that blocks.
+func (o *releaseMigrateOptions) planOnly(streams Streams, p *chartmigrate.Plan) error {
+	out := &releaseMigrateOutput{Plan: p}
+	if err := output.Write(streams.Out, o.output, out, out.text); err != nil {
+		return couldNot("write output: %w", err)
+	}
+	if o.execute {
 		fmt.Fprintln(streams.ErrOut, "Refusing to execute: the plan has blocking findings (above). Fix them, or pass --override-blocking after reading them. Nothing was changed.")
+	}
+	if !p.Safe {
 		return &ExitError{Code: ExitFindings}
 	}
+	return nil
+}
+
+func (o *releaseMigrateOptions) executePlan(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, conn *connection,
+	src chartmigrate.Sources, st *chartmigrate.State, ch *chartsource.Chart) error {
 	vals, err := o.values.MergeValues(getter.All(helmcli.New()))
 	if err != nil {
-		return couldNot("values: %v", err)
+		return couldNot("values: %w", err)
 	}
 	env := chartmigrate.Env{
-		Kube: conn.clientset, Uninstall: uc, UninstallOptions: uopts,
+		Kube: conn.clientset, Uninstall: src.Uninstall, UninstallOptions: src.UninstallOptions,
 		Helm: func() (*action.Configuration, error) {
 			cfg := action.NewConfiguration()
 			if err := cfg.Init(kube, conn.namespace, o.helmDriver); err != nil {
@@ -212,45 +225,14 @@ func (o *releaseMigrateOptions) run(ctx context.Context, streams Streams, kube *
 		Progress: func(_, msg string) { fmt.Fprintln(streams.ErrOut, msg) },
 	}
 	res, err := chartmigrate.Execute(ctx, env, st, chartmigrate.ExecOptions{Dir: o.dir, Chart: ch.Chart, Values: vals, Override: o.override, Timeout: o.timeout})
-	if rerr := renderReleaseMigrate(streams.Out, o.output, &releaseMigrateOutput{Plan: st.Plan, Result: res}); rerr != nil && err == nil {
-		return couldNot("write output: %v", rerr)
+	out := &releaseMigrateOutput{Plan: st.Plan, Result: res}
+	if rerr := output.Write(streams.Out, o.output, out, out.text); rerr != nil && err == nil {
+		return couldNot("write output: %w", rerr)
 	}
 	if err != nil {
-		return &ExitError{Code: ExitCouldNot, Err: err}
+		return couldNot("%w%s", err, advice(cmdReleaseMigrate, err))
 	}
 	return nil
-}
-
-func (o *releaseMigrateOptions) makePlan(ctx context.Context, conn *connection, uc *uninstall.Clients, uopts uninstall.Options, ch *chartsource.Chart) (*chartmigrate.Plan, error) {
-	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
-	if err != nil {
-		return nil, couldNot("%v", err)
-	}
-	h, err := reader.History(ctx, o.release)
-	if err != nil {
-		return nil, classify(err, conn)
-	}
-	pre, err := uninstall.Check(ctx, uc, uopts)
-	if err != nil {
-		return nil, classify(err, conn)
-	}
-	exists := false
-	if o.newRelease != o.release {
-		_, err := reader.History(ctx, o.newRelease)
-		var nf *helmrelease.NotFoundError
-		if err != nil && !errors.As(err, &nf) {
-			return nil, classify(err, conn)
-		}
-		exists = err == nil
-	}
-	p, err := chartmigrate.MakePlan(ctx, conn.clientset, chartmigrate.PlanInput{
-		Old: h[len(h)-1], NewRelease: o.newRelease, NewChart: ch.Name, NewChartVersion: ch.Version, NewManifest: ch.Manifest,
-		Namespace: conn.namespace, Preflight: chartmigrate.FromUninstall(pre), MapPVC: o.mapPVC, MapSecret: o.mapSecret, NewReleaseExists: exists,
-	})
-	if err != nil {
-		return nil, classify(err, conn)
-	}
-	return p, nil
 }
 
 // confirm asks on the terminal, or refuses when nobody can answer.
@@ -272,10 +254,7 @@ func (o *releaseMigrateOptions) confirm(streams Streams) func(string) (bool, err
 	}
 }
 
-func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput) error {
-	if format == "json" {
-		return writeJSON(w, out)
-	}
+func (out *releaseMigrateOutput) text(w io.Writer) error {
 	p := out.Plan
 	fmt.Fprintf(w, "Migration of release %s/%s (%s, revision %d) to %s (%s-%s)\n", p.Namespace, p.Release, p.OldChart, p.Revision, p.NewRelease, p.NewChart, p.NewChartVersion)
 	fmt.Fprintln(w, "\nVolumes:")

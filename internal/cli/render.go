@@ -1,23 +1,20 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 func render(w io.Writer, format string, verbose bool, rep *check.Report) error {
-	if format == "json" {
-		return writeJSON(w, rep)
-	}
-	return renderText(w, verbose, rep)
+	return output.Write(w, format, rep, func(w io.Writer) error { return renderText(w, verbose, rep) })
 }
 
 func renderText(w io.Writer, verbose bool, rep *check.Report) error {
@@ -145,9 +142,5 @@ func incoming(vs []crdversions.Version) string {
 	return strings.Join(parts, " ")
 }
 
-// writeJSON is every command's -o json: indented, one document.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
+// writeJSON is every command's -o json (output.WriteJSON).
+func writeJSON(w io.Writer, v any) error { return output.WriteJSON(w, v) }

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/slots"
 )
 
@@ -53,7 +53,7 @@ Pass refs oldest release line first. Exit codes: 0 aligned, 1 findings, 2 could 
 	f.StringVar(&s.o.Dir, "dir", "", "migrations folder in the tree")
 	f.StringVar(&s.target, "target", "", "where targetVersion lives: FILE:KEY, a YAML file and a dotted key")
 	f.StringVar(&s.equivalent, "equivalent", "", "YAML file declaring equivalent slot contents by sha256")
-	f.StringVarP(&s.output, "output", "o", "text", "output format: text or json")
+	output.AddFlag(f, &s.output)
 	return cmd
 }
 
@@ -64,23 +64,21 @@ func (s *slotsOptions) run(ctx context.Context, streams Streams) error {
 		return couldNot("--target must be FILE:KEY, for example packages/core/platform/values.yaml:migrations.targetVersion")
 	case s.o.Dir == "":
 		return couldNot("--dir is required: the migrations folder in the tree")
-	case s.output != "text" && s.output != "json":
-		return couldNot("unknown output format %q: use -o text or -o json", s.output)
 	}
 	s.o.TargetFile, s.o.TargetKey = file, key
 	if s.equivalent != "" {
 		eq, err := slots.LoadEquivalent(s.equivalent)
 		if err != nil {
-			return couldNot("%v", err)
+			return couldNot("%w", err)
 		}
 		s.o.Equivalent = eq
 	}
 	rep, err := slots.Check(ctx, s.o)
 	if err != nil {
-		return couldNot("%v", err)
+		return couldNot("%w%s", err, advice("slots", err))
 	}
-	if err := renderSlots(streams.Out, s.output, rep); err != nil {
-		return couldNot("write output: %v", err)
+	if err := output.Write(streams.Out, s.output, rep, func(w io.Writer) error { return renderSlots(w, rep) }); err != nil {
+		return couldNot("write output: %w", err)
 	}
 	if len(rep.Findings) > 0 {
 		return &ExitError{Code: ExitFindings}
@@ -88,16 +86,12 @@ func (s *slotsOptions) run(ctx context.Context, streams Streams) error {
 	return nil
 }
 
-func renderSlots(w io.Writer, format string, rep *slots.Report) error {
-	if format == "json" {
-		return writeJSON(w, rep)
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REF\tCOMMIT\tTARGET VERSION\tSLOTS")
+func renderSlots(w io.Writer, rep *slots.Report) error {
+	t := output.NewTable(w, "REF", "COMMIT", "TARGET VERSION", "SLOTS")
 	for _, r := range rep.Refs {
-		fmt.Fprintf(tw, "%s\t%.12s\t%d\t%d\n", r.Ref, r.Commit, r.TargetVersion, len(r.Slots))
+		t.Rowf("%s\t%.12s\t%d\t%d\n", r.Ref, r.Commit, r.TargetVersion, len(r.Slots))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := t.Flush(); err != nil {
 		return err
 	}
 	if len(rep.Findings) == 0 {

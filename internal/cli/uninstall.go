@@ -11,9 +11,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -60,7 +60,7 @@ Exit codes: 0 safe, 1 findings, 2 could not run.`,
 	f := cmd.Flags()
 	f.StringVar(&o.helmVersion, "helm-version", uninstall.DefaultHelmVersion, "version of the Helm that will run the uninstall (4.3 and newer skip objects whose live ownership does not name the release)")
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	output.AddFlag(f, &o.output)
 	f.StringVar(&o.backup, "backup", "", "write the release's Secrets, PVCs and PVs (sanitised for re-apply) to this new directory")
 	return cmd
 }
@@ -73,11 +73,8 @@ type uninstallCheckOutput struct {
 }
 
 func (o *uninstallCheckOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	if o.output != "text" && o.output != "json" {
-		return couldNot("unknown output format %q: use -o text or -o json", o.output)
-	}
 	if _, _, err := uninstall.VerifiesOwnership(o.helmVersion); err != nil {
-		return couldNot("--helm-version: %v", err)
+		return couldNot("--helm-version: %w", err)
 	}
 	conn, err := connect(ctx, kube)
 	if err != nil {
@@ -90,7 +87,7 @@ func (o *uninstallCheckOptions) run(ctx context.Context, streams Streams, kube *
 	opts := uninstall.Options{Release: o.release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: o.helmVersion}
 	rep, err := uninstall.Check(ctx, c, opts)
 	if err != nil {
-		return classifyUninstall(err, conn)
+		return classifyAs(cmdUninstallCheck, err, conn)
 	}
 	out := &uninstallCheckOutput{Report: rep}
 	var backupErr error
@@ -100,15 +97,15 @@ func (o *uninstallCheckOptions) run(ctx context.Context, streams Streams, kube *
 			out.BackupDir = o.backup
 		}
 	}
-	if err := renderUninstallCheck(streams.Out, o.output, out); err != nil {
-		return couldNot("write output: %v", err)
+	if err := output.Write(streams.Out, o.output, out, out.text); err != nil {
+		return couldNot("write output: %w", err)
 	}
 	if backupErr != nil {
 		var exists *uninstall.ExistingBackupError
 		if errors.As(backupErr, &exists) {
-			return couldNot("backup: %v", backupErr)
+			return couldNot("backup: %w", backupErr)
 		}
-		return couldNot("backup to %s failed, so it is incomplete (no %s was written): %v", o.backup, uninstall.IndexFile, backupErr)
+		return couldNot("backup to %s failed, so it is incomplete (no %s was written): %w", o.backup, uninstall.IndexFile, backupErr)
 	}
 	if !rep.Safe {
 		return &ExitError{Code: ExitFindings}
@@ -116,17 +113,7 @@ func (o *uninstallCheckOptions) run(ctx context.Context, streams Streams, kube *
 	return nil
 }
 
-func classifyUninstall(err error, conn *connection) error {
-	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-		return couldNot("%v\nuninstall-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of the release, and list on pods, Jobs, PersistentVolumes and, for a Namespace or CRD the release deletes, on what they hold", err)
-	}
-	return classify(err, conn)
-}
-
-func renderUninstallCheck(w io.Writer, format string, out *uninstallCheckOutput) error {
-	if format == "json" {
-		return writeJSON(w, out)
-	}
+func (out *uninstallCheckOutput) text(w io.Writer) error {
 	rep := out.Report
 	fmt.Fprintf(w, "Release %s in namespace %s: revision %d (%s), chart %s %s, Helm storage %s\n",
 		rep.Release, rep.Namespace, rep.Revision, rep.Status, rep.Chart, rep.ChartVersion, rep.Driver)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -72,7 +73,7 @@ func TestRenderUninstallCheckGolden(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			if err := renderUninstallCheck(&buf, tc.format, tc.out); err != nil {
+			if err := output.Write(&buf, tc.format, tc.out, tc.out.text); err != nil {
 				t.Fatal(err)
 			}
 			checkGolden(t, tc.name, buf.String())

@@ -301,7 +301,7 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 		live, err := kube.CoreV1().Secrets(in.Namespace).Get(ctx, pr[0], metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("Secret %s/%s of the old release is not on the cluster: there is nothing to carry over (pass --map-secret with another name, or restore it first)", in.Namespace, pr[0])
+			return nil, &MissingSecretError{Namespace: in.Namespace, Name: pr[0]}
 		case err != nil:
 			return nil, fmt.Errorf("Secret %s/%s: %w", in.Namespace, pr[0], err)
 		}

@@ -95,6 +95,9 @@ type Options struct {
 	QPS float64
 	// Progress, when set, is called after every page.
 	Progress func(Progress)
+	// Restarting, when set, is called by Run before it starts a CRD over (attempt counts
+	// from 1), with the result that asked for the restart.
+	Restarting func(res *Result, attempt int)
 	// Continue resumes an earlier run from the LIST continue token it reported in
 	// Progress.Continue. The caller vouches that every object before the token was
 	// migrated without failures at the same storage version (the run prunes
@@ -153,8 +156,11 @@ type Result struct {
 	// applied meanwhile: new generation or storage version, or a stored version gained),
 	// or the API server had not yet switched its encoding: storedVersions is untouched,
 	// and a run from the first object is expected to finish.
-	Restart bool   `json:"restart,omitempty"`
-	Message string `json:"message,omitempty"`
+	Restart bool `json:"restart,omitempty"`
+	// Forbidden says RBAC denied patching the custom resources (PatchForbiddenError):
+	// the caller must be granted the patch verb before a run can finish.
+	Forbidden bool   `json:"forbidden,omitempty"`
+	Message   string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
@@ -235,7 +241,7 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 			return nil, fmt.Errorf("cannot switch the storage version of %s to %s: the live CRD does not serve it", t.Name, switchTo)
 		}
 		if !o.AllowStorageSwitch && !o.DryRun {
-			return nil, fmt.Errorf("switching the storage version of %s from %s to %s changes the live CRD: confirm with --allow-storage-switch", t.Name, res.StorageVersion, switchTo)
+			return nil, &StorageSwitchError{CRD: t.Name, From: res.StorageVersion, To: switchTo}
 		}
 	}
 	if switchTo == "" && !NeedsMigration(crd) {
@@ -305,6 +311,7 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 		// Cut short by the deadline, a cancellation or a lost Lease, rather than by an
 		// error that another attempt would meet again (RBAC, a LIST that keeps failing).
 		res.Interrupted = runCtx.Err() != nil
+		res.Forbidden = errors.As(w.stopErr, new(*PatchForbiddenError))
 		if res.Message == "" {
 			res.Message = stopReason(runCtx, w.stopErr)
 		}
@@ -585,8 +592,7 @@ func (w *worker) rewrite(ctx context.Context, item *metav1.PartialObjectMetadata
 	case ctx.Err() != nil:
 		return nil // stopping: not this object's fault
 	case isRBACForbidden(err):
-		return fmt.Errorf("not allowed to patch %s: grant the patch verb on %s (see `upgradeguard rbac --crd %s`): %w",
-			w.gvr.GroupResource(), w.gvr.GroupResource(), w.crd.Name, err)
+		return &PatchForbiddenError{CRD: w.crd.Name, Resource: w.gvr.GroupResource().String(), Err: err}
 	default:
 		w.fail(item, err)
 		return nil

@@ -74,10 +74,14 @@ type Report struct {
 	Findings     []Finding `json:"findings"`
 }
 
+// ErrTooFewRefs says a check was asked for fewer than two refs: there is nothing to
+// compare.
+var ErrTooFewRefs = errors.New("at least two refs are needed to compare")
+
 // Check reads every ref and compares their slots.
 func Check(ctx context.Context, o Options) (*Report, error) {
 	if len(o.Refs) < 2 {
-		return nil, errors.New("pass at least two --ref to compare")
+		return nil, ErrTooFewRefs
 	}
 	repo, err := OpenRepository(o.Repo)
 	if err != nil {

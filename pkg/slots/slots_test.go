@@ -131,7 +131,7 @@ func TestBadInput(t *testing.T) {
 		o       slots.Options
 		mention string
 	}{
-		{opts(g, "release-1.5"), "at least two"},
+		{opts(g, "release-1.5"), "at least two refs"},
 		{opts(g, "release-1.5", "release-9.9"), "git fetch"},
 		{func() slots.Options {
 			o := opts(g, "release-1.5", "release-1.6")
