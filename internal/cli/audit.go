@@ -175,7 +175,7 @@ func renderAudit(w io.Writer, rep *audit.Report) error {
 		fmt.Fprintf(tw, "  upgrade\t%s\n", protection(r.Upgrade))
 		fmt.Fprintf(tw, "  rollback\t%s\n", protection(r.Rollback))
 		for _, f := range r.Findings {
-			fmt.Fprintf(tw, "  %s\t%s: %s\n", f.Severity, f.Code, f.Message)
+			fmt.Fprintf(tw, "  %s\t%s: %s\n", f.Severity, f.Check, f.Message)
 		}
 		for _, n := range r.Notes {
 			fmt.Fprintf(tw, "  note\t%s\n", n)

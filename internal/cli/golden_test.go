@@ -11,6 +11,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
@@ -91,7 +92,7 @@ func releaseMigrateGolden() []goldenCase {
 		FreshPVCs: []string{"newdb-wal"}, ClaimDeletes: []string{"PersistentVolumeClaim/data/data-db-0"},
 		Deletes: []string{"StatefulSet/data/db", "Secret/data/db-credentials"}, Kept: []string{"ConfigMap/data/db-settings"},
 		Findings: []chartmigrate.Finding{{Check: chartmigrate.CheckStorageClass, Subject: "PersistentVolumeClaim/data/data-db-0",
-			Message: "the new claim asks for class fast", Remediation: "set the new chart's storage class to standard", Blocking: true}},
+			Message: "the new claim asks for class fast", Remediation: "set the new chart's storage class to standard", Severity: finding.Blocking}},
 		Steps: []string{"1. backup Secret db-credentials, PVC data-db-0 and PV pv-1 to the backup directory", "2. patch PV pv-1 to reclaimPolicy Retain"}}
 	blocked := &releaseMigrateOutput{Plan: plan}
 	safePlan := *plan
@@ -112,9 +113,9 @@ func slotsGolden() []goldenCase {
 		{Ref: "release-1.5", Commit: "0123456789abcdef0123456789abcdef01234567", TargetVersion: 46, Slots: map[int]string{44: "aa", 45: "bb"}},
 		{Ref: "release-1.6", Commit: "fedcba9876543210fedcba9876543210fedcba98", TargetVersion: 54, Slots: map[int]string{44: "aa", 45: "cc", 46: "dd"}},
 	}
-	claimed := &slots.Report{Refs: refs, LowestTarget: 46, Findings: []slots.Finding{{Kind: slots.Claimed, Slot: 45,
-		Hashes:  map[string]string{"release-1.5": "bb00000000000000000000", "release-1.6": "cc00000000000000000000"},
-		Message: "release-1.5 raised targetVersion to 46, claiming slot 45, which release-1.6 uses for a different migration"}}}
+	claimed := &slots.Report{Refs: refs, LowestTarget: 46, Findings: []slots.Finding{{Finding: finding.Finding{Check: string(slots.Claimed), Subject: "slot 45", Severity: finding.Danger,
+		Message: "release-1.5 raised targetVersion to 46, claiming slot 45, which release-1.6 uses for a different migration"}, Slot: 45,
+		Hashes: map[string]string{"release-1.5": "bb00000000000000000000", "release-1.6": "cc00000000000000000000"}}}}
 	aligned := &slots.Report{Refs: refs, LowestTarget: 45, Findings: []slots.Finding{}}
 	return []goldenCase{
 		{"slots-claimed", claimed, func(w io.Writer) error { return renderSlots(w, claimed) }},

@@ -294,7 +294,7 @@ func (out *releaseMigrateOutput) text(w io.Writer) error {
 		fmt.Fprintln(w, "Findings:")
 		for _, f := range p.Findings {
 			tag := "note    "
-			if f.Blocking {
+			if f.Blocks() {
 				tag = "BLOCKING"
 			}
 			fmt.Fprintf(w, "  %s %s  %s: %s\n", tag, f.Check, f.Subject, f.Message)

@@ -100,7 +100,7 @@ func renderSlots(w io.Writer, rep *slots.Report) error {
 	}
 	fmt.Fprintf(w, "\nMISALIGNED: %d slot(s) below %d:\n", len(rep.Findings), rep.LowestTarget)
 	for _, f := range rep.Findings {
-		fmt.Fprintf(w, "\nslot %d (%s)\n  %s\n", f.Slot, f.Kind, f.Message)
+		fmt.Fprintf(w, "\nslot %d (%s)\n  %s\n", f.Slot, f.Check, f.Message)
 		for _, r := range rep.Refs {
 			h := f.Hashes[r.Ref]
 			if h == "" {

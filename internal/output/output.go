@@ -36,7 +36,7 @@ func AddFlag(fs *pflag.FlagSet, format *string) {
 type flagValue string
 
 func (f *flagValue) String() string { return string(*f) }
-func (f *flagValue) Type() string   { return "format" }
+func (f *flagValue) Type() string   { return "string" }
 func (f *flagValue) Set(s string) error {
 	if err := Validate(s); err != nil {
 		return err

@@ -120,7 +120,7 @@ func (j *judge) evaluate(in input) (Release, error) {
 			}
 		}
 		if len(entry.Mechanisms) == 0 && out.ShipsCRDs {
-			out.Findings = append(out.Findings, Finding{Code: CodeNoProtection, Severity: Info,
+			out.Findings = append(out.Findings, Finding{Check: CodeNoProtection, Severity: Info,
 				Message: fmt.Sprintf("chart %s has no upstream migration hook (registry, confidence %s)", out.Chart, entry.Confidence)})
 		}
 	} else if out.ShipsCRDs {
@@ -139,6 +139,9 @@ func (j *judge) evaluate(in input) (Release, error) {
 	out.Upgrade = Protection{Protected: len(upgradeHooks) > 0, By: upgradeHooks}
 	out.Rollback = Protection{Protected: len(rollbackHooks) > 0, By: rollbackHooks}
 	out.Protected = out.ShipsCRDs && out.Upgrade.Protected && out.Rollback.Protected
+	for i := range out.Findings {
+		out.Findings[i].Subject = out.Subject
+	}
 	return out, nil
 }
 
@@ -266,23 +269,23 @@ func mechanismFindings(m *registry.Mechanism, st Mechanism, chart, version strin
 	hookList := strings.Join(st.Hooks, ",")
 	if !st.Exists {
 		if v := st.Keys[0]; v.Source == "values" && registry.Truthy(v.Value) {
-			out = append(out, Finding{Code: CodeMechanismMissing, Severity: Warning,
+			out = append(out, Finding{Check: CodeMechanismMissing, Severity: Warning,
 				Message: fmt.Sprintf("%s=%v has no effect in %s %s: %s exists in versions %s", v.Key, v.Value, chart, version, m.Name, m.Versions)})
 		}
 		return out
 	}
 	switch {
 	case m.Action == registry.DeletesCRDs && st.On:
-		out = append(out, Finding{Code: CodeDestructive, Severity: Danger,
+		out = append(out, Finding{Check: CodeDestructive, Severity: Danger,
 			Message: fmt.Sprintf("%s: the %s %s hook deletes the chart's CRDs, and every object of their types; set %s=false", keysText(st), m.Name, hookList, m.EnabledBy[0].Key)})
 	case m.Action == registry.AppliesCRDs && st.On:
-		out = append(out, Finding{Code: CodeAppliesCRDsOnly, Severity: Info,
+		out = append(out, Finding{Check: CodeAppliesCRDsOnly, Severity: Info,
 			Message: fmt.Sprintf("%s applies CRDs only (%s): it never migrates stored objects or status.storedVersions", m.Name, hookList)})
 	case m.Action == registry.MigratesObjects && !st.On:
-		out = append(out, Finding{Code: CodeMechanismOff, Severity: Warning,
+		out = append(out, Finding{Check: CodeMechanismOff, Severity: Warning,
 			Message: fmt.Sprintf("%s: the %s %s hook is off; set %s=%v", keysText(st), m.Name, hookList, m.EnabledBy[0].Key, true)})
 	case m.Action == registry.MigratesObjects && m.Has(registry.PostUpgrade) && !m.Has(registry.PreUpgrade):
-		out = append(out, Finding{Code: CodePostUpgradeHook, Severity: Warning,
+		out = append(out, Finding{Check: CodePostUpgradeHook, Severity: Warning,
 			Message: fmt.Sprintf("post-upgrade: too late when a minor release is skipped (%s runs after the API server has judged the new CRDs; an upgrade that drops a stored version fails before it)", m.Name)})
 	}
 	return out
@@ -303,11 +306,11 @@ func hrFindings(hr *helmv2.HelmRelease, crds []chartcrds.CRD, shipsCRDs bool, si
 		return "so " + strings.Join(names, ", ") + " never runs"
 	}
 	if hr.Spec.Upgrade != nil && hr.Spec.Upgrade.DisableHooks {
-		out = append(out, Finding{Code: CodeUpgradeHooksDisabled, Severity: Warning,
+		out = append(out, Finding{Check: CodeUpgradeHooksDisabled, Severity: Warning,
 			Message: "spec.upgrade.disableHooks=true: Flux runs no chart hook on upgrade, " + what(silenced[0])})
 	}
 	if hr.Spec.Rollback != nil && hr.Spec.Rollback.DisableHooks {
-		out = append(out, Finding{Code: CodeRollbackHooksDisabled, Severity: Warning,
+		out = append(out, Finding{Check: CodeRollbackHooksDisabled, Severity: Warning,
 			Message: "spec.rollback.disableHooks=true: Flux runs no chart hook on rollback, " + what(silenced[1])})
 	}
 	inDir := 0
@@ -320,7 +323,7 @@ func hrFindings(hr *helmv2.HelmRelease, crds []chartcrds.CRD, shipsCRDs bool, si
 		return out
 	}
 	if hr.Spec.Install != nil && hr.Spec.Install.CRDs == helmv2.Skip {
-		out = append(out, Finding{Code: CodeCRDsSkip, Severity: Warning,
+		out = append(out, Finding{Check: CodeCRDsSkip, Severity: Warning,
 			Message: fmt.Sprintf("spec.install.crds=Skip: Flux never installs the %d CRD(s) in the chart's crds/ folder", inDir)})
 	}
 	if p := hrUpgradeCRDs(hr); p == helmv2.Skip {
@@ -328,7 +331,7 @@ func hrFindings(hr *helmv2.HelmRelease, crds []chartcrds.CRD, shipsCRDs bool, si
 		if hr.Spec.Upgrade == nil || hr.Spec.Upgrade.CRDs == "" {
 			how = "spec.upgrade.crds is unset (Flux's default is Skip)"
 		}
-		out = append(out, Finding{Code: CodeCRDsSkip, Severity: Warning,
+		out = append(out, Finding{Check: CodeCRDsSkip, Severity: Warning,
 			Message: fmt.Sprintf("%s: upgrades never update the %d CRD(s) in the chart's crds/ folder, which go stale; set CreateReplace and keep them protected", how, inDir)})
 	}
 	return out

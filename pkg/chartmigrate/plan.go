@@ -30,17 +30,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 )
 
 // Finding is something the plan found, with what to do about it. A blocking finding
 // stops Execute unless the caller overrides it.
-type Finding struct {
-	Check       string `json:"check"`
-	Subject     string `json:"subject"`
-	Message     string `json:"message"`
-	Remediation string `json:"remediation,omitempty"`
-	Blocking    bool   `json:"blocking"`
-}
+type Finding = finding.Finding
 
 // Finding check IDs of the migration itself.
 const (
@@ -140,7 +135,7 @@ type Plan struct {
 func (p *Plan) Blocking() []Finding {
 	var out []Finding
 	for _, f := range p.Findings {
-		if f.Blocking {
+		if f.Blocks() {
 			out = append(out, f)
 		}
 	}
@@ -192,7 +187,7 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 		return nil, fmt.Errorf("chart %s: %w", in.NewChart, err)
 	}
 	if in.NewReleaseExists {
-		p.Findings = append(p.Findings, Finding{Check: CheckNewReleaseInUse, Subject: "release " + in.NewRelease, Blocking: true,
+		p.Findings = append(p.Findings, Finding{Check: CheckNewReleaseInUse, Subject: "release " + in.NewRelease, Severity: finding.Blocking,
 			Message:     "a release named " + in.NewRelease + " is already installed in namespace " + in.Namespace,
 			Remediation: "choose another --new-release name"})
 	}
@@ -226,11 +221,11 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 	pvcPairs, unmapped, fresh := pairClaims(names(oldClaims), names(newClaims), oldSTS, newSTS, in.Old.Name, in.NewRelease, in.MapPVC)
 	p.FreshPVCs = fresh
 	for _, n := range fresh {
-		p.Findings = append(p.Findings, Finding{Check: CheckNewPVCUnprovision, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n,
+		p.Findings = append(p.Findings, Finding{Check: CheckNewPVCUnprovision, Severity: finding.Info, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n,
 			Message: "the new chart's claim has no old counterpart: it gets a new, empty volume"})
 	}
 	for _, n := range unmapped {
-		p.Findings = append(p.Findings, Finding{Check: CheckPVCUnmapped, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n, Blocking: true,
+		p.Findings = append(p.Findings, Finding{Check: CheckPVCUnmapped, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n, Severity: finding.Blocking,
 			Message:     "no claim of the new chart takes this claim's volume: its data would stay on a retained PV that nothing uses",
 			Remediation: "pass --map-pvc " + n + "=NEW-CLAIM (a claim the new chart renders, or one its StatefulSets will use)"})
 	}
@@ -256,7 +251,7 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 				// claim of that name) takes it as it is.
 				v.Kept = true
 			case kept("StatefulSet", c.sts):
-				findings = append(findings, Finding{Check: CheckSTSKept, Subject: "StatefulSet/" + in.Namespace + "/" + c.sts, Blocking: true,
+				findings = append(findings, Finding{Check: CheckSTSKept, Subject: "StatefulSet/" + in.Namespace + "/" + c.sts, Severity: finding.Blocking,
 					Message:     "the uninstall keeps this StatefulSet, whose pods hold " + v.OldPVC + " and whose controller would make it again: the volume cannot move to " + v.NewPVC,
 					Remediation: "delete the StatefulSet yourself (kubectl delete statefulset " + c.sts + " -n " + in.Namespace + ") and plan again"})
 			default:
@@ -276,7 +271,7 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 			}
 		}
 		if kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC != v.NewPVC {
-			findings = append(findings, Finding{Check: CheckKeptRenamed, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + v.OldPVC, Blocking: true,
+			findings = append(findings, Finding{Check: CheckKeptRenamed, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + v.OldPVC, Severity: finding.Blocking,
 				Message:     "the uninstall keeps this claim, so it stays bound to " + v.PV + " and the new claim " + v.NewPVC + " cannot take the volume",
 				Remediation: "pass --map-pvc " + v.OldPVC + "=" + v.OldPVC + " if the new chart can use that name, or delete the kept claim after the uninstall yourself"})
 		}
@@ -284,7 +279,7 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 		p.Findings = append(p.Findings, findings...)
 	}
 	for _, sts := range names(leftBy) {
-		p.Findings = append(p.Findings, Finding{Check: CheckSTSClaimsLeft, Subject: "StatefulSet/" + in.Namespace + "/" + sts,
+		p.Findings = append(p.Findings, Finding{Check: CheckSTSClaimsLeft, Severity: finding.Info, Subject: "StatefulSet/" + in.Namespace + "/" + sts,
 			Message: "helm uninstall does not delete the claims of this StatefulSet's volumeClaimTemplates (they are not in the stored manifest): " +
 				"the migration deletes " + strings.Join(leftBy[sts], ", ") + " itself, by uid, once the StatefulSet is gone and their volumes are Retain"})
 	}
@@ -292,7 +287,7 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 	oldSec, newSec := credentials(oldObjs["Secret"]), credentials(newObjs["Secret"])
 	secPairs, unmappedSec, _ := pair(names(oldSec), names(newSec), in.Old.Name, in.NewRelease, in.MapSecret)
 	for _, n := range unmappedSec {
-		p.Findings = append(p.Findings, Finding{Check: CheckSecretUnmapped, Subject: "Secret/" + in.Namespace + "/" + n,
+		p.Findings = append(p.Findings, Finding{Check: CheckSecretUnmapped, Severity: finding.Info, Subject: "Secret/" + in.Namespace + "/" + n,
 			Message:     "no Secret of the new chart takes this Secret's data: it is in the backup but not restored",
 			Remediation: "pass --map-secret " + n + "=NEW-NAME to restore it under the name the new chart reads"})
 	}
@@ -439,13 +434,13 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 	live, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, v.OldPVC, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Blocking: true,
+		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Severity: finding.Blocking,
 			Message: "the old release's claim is not on the cluster: there is no volume to carry over", Remediation: "restore the claim, or drop it with --map-pvc"}}, nil
 	case err != nil:
 		return v, nil, fmt.Errorf("%s: %w", subject, err)
 	}
 	if live.Status.Phase != corev1.ClaimBound || live.Spec.VolumeName == "" {
-		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Blocking: true,
+		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Severity: finding.Blocking,
 			Message: fmt.Sprintf("the claim is %s, not Bound: there is no volume to carry over", live.Status.Phase), Remediation: "wait until it is Bound"}}, nil
 	}
 	pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, live.Spec.VolumeName, metav1.GetOptions{})
@@ -459,12 +454,12 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 
 	var fs []Finding
 	if v.ReclaimPolicy != string(corev1.PersistentVolumeReclaimRetain) {
-		fs = append(fs, Finding{Check: CheckNotRetain, Subject: "PersistentVolume/" + v.PV,
+		fs = append(fs, Finding{Check: CheckNotRetain, Severity: finding.Info, Subject: "PersistentVolume/" + v.PV,
 			Message:     "reclaimPolicy is " + v.ReclaimPolicy + ": the uninstall would delete the data",
 			Remediation: "execute patches it to Retain first, after confirmation"})
 	}
 	if newPVC.Spec.StorageClassName != nil && v.NewClass != v.StorageClass {
-		fs = append(fs, Finding{Check: CheckStorageClass, Subject: subject, Blocking: true,
+		fs = append(fs, Finding{Check: CheckStorageClass, Subject: subject, Severity: finding.Blocking,
 			Message:     fmt.Sprintf("the new claim %s asks for storageClassName %q, the volume %s has %q: it would not bind", v.NewPVC, v.NewClass, v.PV, v.StorageClass),
 			Remediation: "set the new chart's storage class to " + v.StorageClass + " in its values"})
 	}
@@ -476,16 +471,16 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 	switch c := req.Cmp(capacity); {
 	case req.IsZero():
 	case c > 0:
-		fs = append(fs, Finding{Check: CheckSizeTooLarge, Subject: subject, Blocking: true,
+		fs = append(fs, Finding{Check: CheckSizeTooLarge, Subject: subject, Severity: finding.Blocking,
 			Message:     fmt.Sprintf("the new claim %s requests %s, more than the volume's %s: it would not bind", v.NewPVC, v.NewSize, v.Capacity),
 			Remediation: "set the new chart's size to " + v.Capacity + " in its values"})
 	case c < 0:
-		fs = append(fs, Finding{Check: CheckSizeSmaller, Subject: subject,
+		fs = append(fs, Finding{Check: CheckSizeSmaller, Severity: finding.Info, Subject: subject,
 			Message: fmt.Sprintf("the new claim %s requests %s; the volume holds %s and keeps it", v.NewPVC, v.NewSize, v.Capacity)})
 	}
 	for _, m := range newPVC.Spec.AccessModes {
 		if !slices.Contains(pv.Spec.AccessModes, m) {
-			fs = append(fs, Finding{Check: CheckAccessModes, Subject: subject, Blocking: true,
+			fs = append(fs, Finding{Check: CheckAccessModes, Subject: subject, Severity: finding.Blocking,
 				Message:     fmt.Sprintf("the new claim %s asks for access mode %s, which the volume %s does not offer", v.NewPVC, m, v.PV),
 				Remediation: "set the new chart's access modes to the volume's in its values"})
 		}

@@ -70,7 +70,7 @@ func TestPatchThenMinorDivergence(t *testing.T) {
 		t.Fatalf("findings %+v, want one", rep.Findings)
 	}
 	f := rep.Findings[0]
-	if f.Kind != slots.Claimed || f.Slot != 45 || !strings.Contains(f.Message, "slot 54") || !strings.Contains(f.Message, "targetVersion to 55") {
+	if f.Kind() != slots.Claimed || f.Slot != 45 || !strings.Contains(f.Message, "slot 54") || !strings.Contains(f.Message, "targetVersion to 55") {
 		t.Errorf("finding %+v", f)
 	}
 }
@@ -103,7 +103,7 @@ func TestEquivalentPortsAndCleanHistory(t *testing.T) {
 	// the same branch is still reported, and only it.
 	g.Commit("edit an old migration", map[string]string{migDir + "/30": migration(30, "migration 30, edited on 1.5")})
 	rep, err = slots.Check(t.Context(), o)
-	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Slot != 30 || rep.Findings[0].Kind != slots.Diverged {
+	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Slot != 30 || rep.Findings[0].Kind() != slots.Diverged {
 		t.Errorf("undeclared divergence next to a declared one: %v %+v, want one diverged finding for slot 30", err, rep.Findings)
 	}
 
@@ -120,7 +120,7 @@ func TestMissingSlot(t *testing.T) {
 	g.Branch("release-1.5-broken", base)
 	g.Commit("lost a migration", map[string]string{fmt.Sprintf("%s/%d", migDir, 20): ""})
 	rep, err := slots.Check(t.Context(), opts(g, "release-1.5-broken", "release-1.6"))
-	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Kind != slots.Missing || rep.Findings[0].Slot != 20 {
+	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Kind() != slots.Missing || rep.Findings[0].Slot != 20 {
 		t.Errorf("%v %+v", err, rep)
 	}
 }
@@ -185,7 +185,7 @@ func TestRepositoryShapes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(rep.Findings) != 1 || rep.Findings[0].Kind != slots.Claimed || rep.Findings[0].Slot != 45 {
+			if len(rep.Findings) != 1 || rep.Findings[0].Kind() != slots.Claimed || rep.Findings[0].Slot != 45 {
 				t.Errorf("findings %+v, want slot 45 claimed", rep.Findings)
 			}
 		})
