@@ -19,26 +19,11 @@ func newControllerCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cob
 	gate := webhook.Options{}
 	var jsonLogs, debug bool
 	cmd := &cobra.Command{
-		Use:   "controller",
-		Short: "Run the controller: StorageMigrations, proactive mode and the HelmRelease gate",
-		Long: `Run upgradeguard as a controller (normally in-cluster, installed by the chart in
-charts/upgradeguard).
-
-It runs StorageMigration resources with the same engine as 'upgradeguard migrate', saving
-its place (the LIST continue token and the counts) in status so that a restarted or
-newly elected controller resumes where the last one stopped. With a
-StorageMigrationPolicy whose spec.proactive is true, it creates a StorageMigration for
-every selected CRD whose status.storedVersions holds more than its storage version, so
-stale storedVersions never accumulate. With --enable-webhook it serves the admission gate
-for Flux HelmReleases.
-
-Metrics (on --metrics-bind-address, /metrics): upgradeguard_migrations_total{result},
-upgradeguard_objects_rewritten_total{crd}, upgradeguard_migration_duration_seconds,
-upgradeguard_pending_migrations, upgradeguard_gate_decisions_total{outcome}.
-Health probes (on --health-probe-bind-address): /healthz and /readyz.`,
-		Example: `  # Out of cluster, against the current kubeconfig context, without the webhook:
-  upgradeguard controller --enable-webhook=false --leader-election-namespace upgradeguard-system`,
-		Args: cobra.NoArgs,
+		Use:     "controller",
+		Short:   "Run the controller: StorageMigrations, proactive mode and the HelmRelease gate",
+		Long:    controllerLong,
+		Example: controllerExample,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			level := slog.LevelInfo
 			if debug {
@@ -90,3 +75,22 @@ Health probes (on --health-probe-bind-address): /healthz and /readyz.`,
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	return cmd
 }
+
+const controllerLong = `Run upgradeguard as a controller (normally in-cluster, installed by the chart in
+charts/upgradeguard).
+
+It runs StorageMigration resources with the same engine as 'upgradeguard migrate', saving
+its place (the LIST continue token and the counts) in status so that a restarted or
+newly elected controller resumes where the last one stopped. With a
+StorageMigrationPolicy whose spec.proactive is true, it creates a StorageMigration for
+every selected CRD whose status.storedVersions holds more than its storage version, so
+stale storedVersions never accumulate. With --enable-webhook it serves the admission gate
+for Flux HelmReleases.
+
+Metrics (on --metrics-bind-address, /metrics): upgradeguard_migrations_total{result},
+upgradeguard_objects_rewritten_total{crd}, upgradeguard_migration_duration_seconds,
+upgradeguard_pending_migrations, upgradeguard_gate_decisions_total{outcome}.
+Health probes (on --health-probe-bind-address): /healthz and /readyz.`
+
+const controllerExample = `  # Out of cluster, against the current kubeconfig context, without the webhook:
+  upgradeguard controller --enable-webhook=false --leader-election-namespace upgradeguard-system`

@@ -29,40 +29,11 @@ type migrateOptions struct {
 func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &migrateOptions{}
 	cmd := &cobra.Command{
-		Use:   "migrate (--crd NAME... | --chart REF | --rollback --release NAME | --all)",
-		Short: "Re-persist custom resources at the storage version and prune storedVersions",
-		Long: `migrate re-persists every object of the selected CRDs at the live storage version
-with a merge patch that changes nothing, then sets status.storedVersions to
-[storageVersion], so that an upgrade (or rollback) that drops old versions is accepted by
-the API server.
-
-Such a patch writes an object only when it is stored at an older version: a re-run on a
-migrated cluster writes nothing. storedVersions is pruned only after every object was
-processed without failure, and only if the CRD's storage version and generation did not
-change during the run; if they did (a chart upgrade applied meanwhile), the CRD is started
-over, up to twice. A Lease per CRD keeps two runs (two operators, or the CLI and the
-controller) from migrating the same CRD at once.
-
-Selecting CRDs:
-  --crd NAME               these CRDs (repeat the flag)
-  --chart REF ...          the CRDs 'upgradeguard check' says need migrating for that chart
-  --rollback --release R   the CRDs a rollback needs migrated; reverse migrations (storage
-                           switches) need --allow-storage-switch
-  --all                    every CRD whose storedVersions is not exactly [storageVersion]
-
-Exit codes: 0 every selected CRD is migrated and pruned, 1 some are not (see the report;
-a re-run finishes the job), 2 could not run.`,
-		Example: `  # What the Flux 2.18 upgrade needs, first as a dry run
-  upgradeguard migrate --crd helmrepositories.source.toolkit.fluxcd.io --dry-run
-  upgradeguard migrate --chart flux2 --repo https://fluxcd-community.github.io/helm-charts --version 2.18.2 \
-    --release flux -n flux-system
-
-  # Unblock a rollback with a reverse migration
-  upgradeguard migrate --rollback --release flux -n flux-system --to-revision 1 --allow-storage-switch
-
-  # Faster on a big cluster: more concurrency, no client-side rate limit
-  upgradeguard migrate --all --concurrency 16 --qps 0 --deadline 30m`,
-		Args: cobra.NoArgs,
+		Use:     "migrate (--crd NAME... | --chart REF | --rollback --release NAME | --all)",
+		Short:   "Re-persist custom resources at the storage version and prune storedVersions",
+		Long:    migrateLong,
+		Example: migrateExample,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), streams, kube)
 		},
@@ -262,3 +233,36 @@ func dryRunNote(w io.Writer, results []*migrate.Result) {
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+const migrateLong = `migrate re-persists every object of the selected CRDs at the live storage version
+with a merge patch that changes nothing, then sets status.storedVersions to
+[storageVersion], so that an upgrade (or rollback) that drops old versions is accepted by
+the API server.
+
+Such a patch writes an object only when it is stored at an older version: a re-run on a
+migrated cluster writes nothing. storedVersions is pruned only after every object was
+processed without failure, and only if the CRD's storage version and generation did not
+change during the run; if they did (a chart upgrade applied meanwhile), the CRD is started
+over, up to twice. A Lease per CRD keeps two runs (two operators, or the CLI and the
+controller) from migrating the same CRD at once.
+
+Selecting CRDs:
+  --crd NAME               these CRDs (repeat the flag)
+  --chart REF ...          the CRDs 'upgradeguard check' says need migrating for that chart
+  --rollback --release R   the CRDs a rollback needs migrated; reverse migrations (storage
+                           switches) need --allow-storage-switch
+  --all                    every CRD whose storedVersions is not exactly [storageVersion]
+
+Exit codes: 0 every selected CRD is migrated and pruned, 1 some are not (see the report;
+a re-run finishes the job), 2 could not run.`
+
+const migrateExample = `  # What the Flux 2.18 upgrade needs, first as a dry run
+  upgradeguard migrate --crd helmrepositories.source.toolkit.fluxcd.io --dry-run
+  upgradeguard migrate --chart flux2 --repo https://fluxcd-community.github.io/helm-charts --version 2.18.2 \
+    --release flux -n flux-system
+
+  # Unblock a rollback with a reverse migration
+  upgradeguard migrate --rollback --release flux -n flux-system --to-revision 1 --allow-storage-switch
+
+  # Faster on a big cluster: more concurrency, no client-side rate limit
+  upgradeguard migrate --all --concurrency 16 --qps 0 --deadline 30m`

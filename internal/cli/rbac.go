@@ -24,20 +24,11 @@ type rbacOptions struct {
 func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &rbacOptions{}
 	cmd := &cobra.Command{
-		Use:   "rbac (--crd NAME... | --chart REF)",
-		Short: "Print the least-privilege ClusterRole and Role for migrating CRDs",
-		Long: `rbac prints the minimal permissions 'upgradeguard migrate' needs for the given CRDs:
-
-  - get, list and patch on exactly those custom resources;
-  - get on the CRDs and get, update on customresourcedefinitions/status, by name;
-  - create on Leases, and get, update on exactly the migration Leases, in --lease-namespace.
-
-With --allow-storage-switch the role may also patch and update the CRDs themselves, which a
-reverse migration needs. Bind the ClusterRole with a ClusterRoleBinding and the Role with a
-RoleBinding in the lease namespace.`,
-		Example: `  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io > rbac.yaml
-  upgradeguard rbac --chart ./charts/flux2 --release flux -n flux-system --lease-namespace flux-system`,
-		Args: cobra.NoArgs,
+		Use:     "rbac (--crd NAME... | --chart REF)",
+		Short:   "Print the least-privilege ClusterRole and Role for migrating CRDs",
+		Long:    rBACLong,
+		Example: rBACExample,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), streams, kube)
 		},
@@ -125,3 +116,16 @@ func (r *rbacOutput) text(w io.Writer) error {
 	}
 	return nil
 }
+
+const rBACLong = `rbac prints the minimal permissions 'upgradeguard migrate' needs for the given CRDs:
+
+  - get, list and patch on exactly those custom resources;
+  - get on the CRDs and get, update on customresourcedefinitions/status, by name;
+  - create on Leases, and get, update on exactly the migration Leases, in --lease-namespace.
+
+With --allow-storage-switch the role may also patch and update the CRDs themselves, which a
+reverse migration needs. Bind the ClusterRole with a ClusterRoleBinding and the Role with a
+RoleBinding in the lease namespace.`
+
+const rBACExample = `  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io > rbac.yaml
+  upgradeguard rbac --chart ./charts/flux2 --release flux -n flux-system --lease-namespace flux-system`

@@ -27,31 +27,11 @@ type diffFailedOptions struct {
 func newDiffFailedCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &diffFailedOptions{}
 	cmd := &cobra.Command{
-		Use:   "diff-failed NAME",
-		Short: "Show what a failed upgrade left applied: per object, the failed revision, the previous one, or neither",
-		Long: `diff-failed reads the release's failed revision (the last one, or --revision) and
-the revision before it from Helm storage, and compares every object of both with the live
-cluster. A failed Helm upgrade is not atomic: Helm 4.3 goes on past an object it cannot
-update, creates the new objects, and then skips deleting the ones the chart dropped.
-
-Per object it says:
-  failed     the live object matches the failed revision (the change landed)
-  previous   the live object still matches the previous revision
-  unchanged  both revisions render it alike and the live object matches
-  neither    the live object matches neither revision (another writer owns fields)
-  missing    there is no live object
-
-Only fields the revisions set are compared, through the API server's own defaulting: each
-rendered object is server-side applied with dryRun=All, forced, as a field manager that
-owns nothing (upgradeguard-diff), and the result is compared with the live object. It
-writes nothing (it needs patch permission because dry runs are checked like writes).
-Differing fields are named, never their values.
-
-Exit codes: 0 the release is wholly at one revision, 1 mixed (some changes landed and
-others did not) or an object matches neither revision, 2 could not run.`,
-		Example: `  upgradeguard release diff-failed app -n apps
-  upgradeguard release diff-failed app -n apps --revision 7 -o json`,
-		Args: cobra.ExactArgs(1),
+		Use:     "diff-failed NAME",
+		Short:   "Show what a failed upgrade left applied: per object, the failed revision, the previous one, or neither",
+		Long:    diffFailedLong,
+		Example: diffFailedExample,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.release = args[0]
 			return o.run(cmd.Context(), streams, kube)
@@ -135,3 +115,27 @@ func renderDiffFailed(w io.Writer, rep *releasediff.Report) error {
 	}
 	return nil
 }
+
+const diffFailedLong = `diff-failed reads the release's failed revision (the last one, or --revision) and
+the revision before it from Helm storage, and compares every object of both with the live
+cluster. A failed Helm upgrade is not atomic: Helm 4.3 goes on past an object it cannot
+update, creates the new objects, and then skips deleting the ones the chart dropped.
+
+Per object it says:
+  failed     the live object matches the failed revision (the change landed)
+  previous   the live object still matches the previous revision
+  unchanged  both revisions render it alike and the live object matches
+  neither    the live object matches neither revision (another writer owns fields)
+  missing    there is no live object
+
+Only fields the revisions set are compared, through the API server's own defaulting: each
+rendered object is server-side applied with dryRun=All, forced, as a field manager that
+owns nothing (upgradeguard-diff), and the result is compared with the live object. It
+writes nothing (it needs patch permission because dry runs are checked like writes).
+Differing fields are named, never their values.
+
+Exit codes: 0 the release is wholly at one revision, 1 mixed (some changes landed and
+others did not) or an object matches neither revision, 2 could not run.`
+
+const diffFailedExample = `  upgradeguard release diff-failed app -n apps
+  upgradeguard release diff-failed app -n apps --revision 7 -o json`

@@ -43,52 +43,11 @@ type releaseMigrateOptions struct {
 func newReleaseMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &releaseMigrateOptions{}
 	cmd := &cobra.Command{
-		Use:   "migrate NAME --to-chart REF (--plan | --execute --backup-dir DIR)",
-		Short: "Move a release to another chart, keeping its volumes and credentials Secrets",
-		Long: `migrate moves a Helm release to a different chart (uninstall the old one, install the
-new one) while keeping the data: each PersistentVolumeClaim's volume and each credentials
-Secret carry over to the names the new chart renders.
-
---plan only reads. It pairs the old release's claims and Secrets with the new chart's
-(equal names, names equal once the release names are taken out, or the one left with the
-one left; --map-pvc and --map-secret decide the rest), checks each pair (storage class,
-size, access modes against the bound PV), runs the uninstall pre-flight, and prints the
-ordered steps. Exit 1 when a finding blocks.
-
-StatefulSet claims (volumeClaimTemplates, named TEMPLATE-STATEFULSET-ORDINAL) count too:
-the old StatefulSets' live, bound claims pair with the claims the new chart's StatefulSets
-will use, by StatefulSet, template and ordinal. helm uninstall does not delete them, so
-the plan lists them, and execute deletes exactly those (by uid) after the uninstall and
-pre-creates the new ones bound to the same PVs, for the new StatefulSet to take.
-
---execute carries the plan out, in order:
-  1. backup          Secrets, PVCs and PVs into --backup-dir (sanitised for re-apply)
-  2. retain          patch bound PVs to reclaimPolicy Retain (asks; --yes to agree)
-  3. uninstall       helm uninstall (Helm SDK), after re-checking that it deletes nothing
-                     the plan did not show; then the old StatefulSet claims the plan lists
-  4. claim-refs      free each retained PV of its old claim, reserved for the new one
-  5. pre-create-pvcs the new claims, bound to the PVs (spec.volumeName), owned by the new
-                     release so helm install adopts them
-  6. restore-secrets each Secret from the backup under its new name, owned likewise
-  7. install         helm install of the new chart (Helm SDK)
-  8. verify          each new claim Bound to its old PV: same name, uid and volume source;
-                     each restored Secret holds the same bytes
-
-Every step is recorded in DIR/migration-state.json with the plan. A re-run with the same
---backup-dir resumes at the step that failed and never repeats a finished one. Nothing is
-deleted except by the uninstall and the StatefulSet claims the plan lists. Progress goes to
-stderr; Secret data and values are never printed.
-
-Exit codes: 0 planned safe / migrated and verified, 1 the plan has blocking findings
-(nothing changed), 2 could not run or a step failed (the message says what to do; re-run
-to resume).`,
-		Example: `  # What would happen
-  upgradeguard release migrate db -n data --to-chart ./charts/newdb --new-release newdb --plan
-
-  # Do it, keeping the backup and the record in ./db-migration
-  upgradeguard release migrate db -n data --to-chart oci://registry.example.com/charts/newdb \
-    --version 2.1.0 --new-release newdb -f newdb-values.yaml --execute --backup-dir ./db-migration --yes`,
-		Args: cobra.ExactArgs(1),
+		Use:     "migrate NAME --to-chart REF (--plan | --execute --backup-dir DIR)",
+		Short:   "Move a release to another chart, keeping its volumes and credentials Secrets",
+		Long:    releaseMigrateLong,
+		Example: releaseMigrateExample,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.release = args[0]
 			return o.run(cmd.Context(), streams, kube)
@@ -343,3 +302,48 @@ func stsOrChart(r *chartmigrate.STSRef, chart string) string {
 	}
 	return r.String()
 }
+
+const releaseMigrateLong = `migrate moves a Helm release to a different chart (uninstall the old one, install the
+new one) while keeping the data: each PersistentVolumeClaim's volume and each credentials
+Secret carry over to the names the new chart renders.
+
+--plan only reads. It pairs the old release's claims and Secrets with the new chart's
+(equal names, names equal once the release names are taken out, or the one left with the
+one left; --map-pvc and --map-secret decide the rest), checks each pair (storage class,
+size, access modes against the bound PV), runs the uninstall pre-flight, and prints the
+ordered steps. Exit 1 when a finding blocks.
+
+StatefulSet claims (volumeClaimTemplates, named TEMPLATE-STATEFULSET-ORDINAL) count too:
+the old StatefulSets' live, bound claims pair with the claims the new chart's StatefulSets
+will use, by StatefulSet, template and ordinal. helm uninstall does not delete them, so
+the plan lists them, and execute deletes exactly those (by uid) after the uninstall and
+pre-creates the new ones bound to the same PVs, for the new StatefulSet to take.
+
+--execute carries the plan out, in order:
+  1. backup          Secrets, PVCs and PVs into --backup-dir (sanitised for re-apply)
+  2. retain          patch bound PVs to reclaimPolicy Retain (asks; --yes to agree)
+  3. uninstall       helm uninstall (Helm SDK), after re-checking that it deletes nothing
+                     the plan did not show; then the old StatefulSet claims the plan lists
+  4. claim-refs      free each retained PV of its old claim, reserved for the new one
+  5. pre-create-pvcs the new claims, bound to the PVs (spec.volumeName), owned by the new
+                     release so helm install adopts them
+  6. restore-secrets each Secret from the backup under its new name, owned likewise
+  7. install         helm install of the new chart (Helm SDK)
+  8. verify          each new claim Bound to its old PV: same name, uid and volume source;
+                     each restored Secret holds the same bytes
+
+Every step is recorded in DIR/migration-state.json with the plan. A re-run with the same
+--backup-dir resumes at the step that failed and never repeats a finished one. Nothing is
+deleted except by the uninstall and the StatefulSet claims the plan lists. Progress goes to
+stderr; Secret data and values are never printed.
+
+Exit codes: 0 planned safe / migrated and verified, 1 the plan has blocking findings
+(nothing changed), 2 could not run or a step failed (the message says what to do; re-run
+to resume).`
+
+const releaseMigrateExample = `  # What would happen
+  upgradeguard release migrate db -n data --to-chart ./charts/newdb --new-release newdb --plan
+
+  # Do it, keeping the backup and the record in ./db-migration
+  upgradeguard release migrate db -n data --to-chart oci://registry.example.com/charts/newdb \
+    --version 2.1.0 --new-release newdb -f newdb-values.yaml --execute --backup-dir ./db-migration --yes`

@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/upgradeguard/upgradeguard/internal/output"
 )
 
 // Exit codes shared by every command.
@@ -43,6 +45,18 @@ func couldNot(format string, args ...any) error {
 	return &ExitError{Code: ExitCouldNot, Err: fmt.Errorf(format, args...)}
 }
 
+// finish writes a command's result in format and returns its exit: ExitFindings when
+// findings is true, nil otherwise.
+func finish(streams Streams, format string, v any, text func(io.Writer) error, findings bool) error {
+	if err := output.Write(streams.Out, format, v, text); err != nil {
+		return couldNot("write output: %w", err)
+	}
+	if findings {
+		return &ExitError{Code: ExitFindings}
+	}
+	return nil
+}
+
 // Streams are where commands write: Out for results, ErrOut for progress and errors.
 type Streams struct {
 	Out    io.Writer
@@ -53,21 +67,9 @@ type Streams struct {
 func NewRootCmd(streams Streams) *cobra.Command {
 	kube := genericclioptions.NewConfigFlags(true)
 	root := &cobra.Command{
-		Use:   "upgradeguard",
-		Short: "Make Helm and Flux upgrades, rollbacks and chart migrations safe",
-		Long: `upgradeguard predicts what a Helm or Flux upgrade, rollback, uninstall or chart
-migration will do to a cluster, before anyone presses the button, and names the exact fix.
-
-CRD storage versions: an upgrade fails mid-flight when its chart drops a CRD version that
-the live CRD still lists in status.storedVersions; a rollback fails the same way the other
-way round. 'check' finds these cases, 'migrate' fixes them, 'controller' keeps a cluster
-migrated and gates Flux HelmReleases, 'audit' shows who protects each release.
-
-Release data safety: 'release uninstall-check', 'release apply-check', 'release
-diff-failed' and 'release migrate' (a guided chart-to-chart move that keeps volumes and
-credentials). 'slots' checks numbered migrations across release branches.
-
-Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`,
+		Use:           "upgradeguard",
+		Short:         "Make Helm and Flux upgrades, rollbacks and chart migrations safe",
+		Long:          newRootLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -110,3 +112,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+const newRootLong = `upgradeguard predicts what a Helm or Flux upgrade, rollback, uninstall or chart
+migration will do to a cluster, before anyone presses the button, and names the exact fix.
+
+CRD storage versions: an upgrade fails mid-flight when its chart drops a CRD version that
+the live CRD still lists in status.storedVersions; a rollback fails the same way the other
+way round. 'check' finds these cases, 'migrate' fixes them, 'controller' keeps a cluster
+migrated and gates Flux HelmReleases, 'audit' shows who protects each release.
+
+Release data safety: 'release uninstall-check', 'release apply-check', 'release
+diff-failed' and 'release migrate' (a guided chart-to-chart move that keeps volumes and
+credentials). 'slots' checks numbered migrations across release branches.
+
+Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`

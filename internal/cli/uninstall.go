@@ -28,30 +28,11 @@ type uninstallCheckOptions struct {
 func newUninstallCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &uninstallCheckOptions{}
 	cmd := &cobra.Command{
-		Use:   "uninstall-check NAME",
-		Short: "Predict what helm uninstall deletes, keeps or skips, and the traps that lose data",
-		Long: `uninstall-check reads the release from Helm storage (Secret or ConfigMap driver) and
-says, for every object of its last stored manifest, what helm uninstall does to it:
-delete, keep (helm.sh/resource-policy: keep in the STORED manifest), untouched (another
-policy value), skip-not-owned (Helm 4.3 or newer, when the live ownership label and
-annotations no longer name the release) or absent. It writes nothing unless --backup.
-
-It flags the traps that lost data in real chart migrations, each with its remediation:
-keep only on the live object (ignored), stripped ownership metadata (protects only with
-Helm 4.3 or newer: the verdict follows --helm-version, default the newest), a failed or
-pending last revision (its manifest is the delete list), PVCs on Delete volumes, PVCs
-held by pods or Jobs outside the release, deleted StorageClasses, Namespaces and CRDs with
-what cascades with them, and Secrets holding credentials. Secret values and release
-values are never printed.
-
---backup DIR saves the release's Secrets, PVCs and their PVs, sanitised for re-apply
-(files 0600, DIR/index.json lists them; restore with kubectl apply -f DIR/objects).
-
-Exit codes: 0 safe, 1 findings, 2 could not run.`,
-		Example: `  upgradeguard release uninstall-check db -n apps
-  upgradeguard release uninstall-check db -n apps --helm-version 3.18 -o json
-  upgradeguard release uninstall-check db -n apps --backup ./db-backup`,
-		Args: cobra.ExactArgs(1),
+		Use:     "uninstall-check NAME",
+		Short:   "Predict what helm uninstall deletes, keeps or skips, and the traps that lose data",
+		Long:    uninstallCheckLong,
+		Example: uninstallCheckExample,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.release = args[0]
 			return o.run(cmd.Context(), streams, kube)
@@ -210,3 +191,26 @@ func objectDetails(o uninstall.Object) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+const uninstallCheckLong = `uninstall-check reads the release from Helm storage (Secret or ConfigMap driver) and
+says, for every object of its last stored manifest, what helm uninstall does to it:
+delete, keep (helm.sh/resource-policy: keep in the STORED manifest), untouched (another
+policy value), skip-not-owned (Helm 4.3 or newer, when the live ownership label and
+annotations no longer name the release) or absent. It writes nothing unless --backup.
+
+It flags the traps that lost data in real chart migrations, each with its remediation:
+keep only on the live object (ignored), stripped ownership metadata (protects only with
+Helm 4.3 or newer: the verdict follows --helm-version, default the newest), a failed or
+pending last revision (its manifest is the delete list), PVCs on Delete volumes, PVCs
+held by pods or Jobs outside the release, deleted StorageClasses, Namespaces and CRDs with
+what cascades with them, and Secrets holding credentials. Secret values and release
+values are never printed.
+
+--backup DIR saves the release's Secrets, PVCs and their PVs, sanitised for re-apply
+(files 0600, DIR/index.json lists them; restore with kubectl apply -f DIR/objects).
+
+Exit codes: 0 safe, 1 findings, 2 could not run.`
+
+const uninstallCheckExample = `  upgradeguard release uninstall-check db -n apps
+  upgradeguard release uninstall-check db -n apps --helm-version 3.18 -o json
+  upgradeguard release uninstall-check db -n apps --backup ./db-backup`
