@@ -54,6 +54,14 @@ func classifyAs(command string, err error, conn *connection) error {
 	return couldNot("%w (API server %s)", err, conn.host)
 }
 
+// classifyErr is classifyAs that keeps nil.
+func classifyErr(command string, err error, conn *connection) error {
+	if err == nil {
+		return nil
+	}
+	return classifyAs(command, err, conn)
+}
+
 // advice is what to do about err, in command's flags and verbs: "" when there is nothing
 // to add.
 func advice(command string, err error) string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
@@ -38,12 +39,22 @@ func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 			return o.run(cmd.Context(), streams, kube)
 		},
 	}
-	f := cmd.Flags()
-	o.predictOpts.addPredictFlags(f)
+	o.predictOpts.addPredictFlags(cmd.Flags())
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+// addFlags are the selection, the output and the run's tuning.
+func (o *migrateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringArrayVar(&o.crds, "crd", nil, "CRD to migrate, e.g. helmrepositories.source.toolkit.fluxcd.io (can repeat)")
 	f.BoolVar(&o.all, "all", false, "migrate every CRD whose storedVersions is not exactly [storageVersion]")
 	f.StringVar(&o.storage, "storage-version", "", "switch the live storage version to this one first (one --crd only; needs --allow-storage-switch)")
 	f.BoolVar(&o.opts.AllowStorageSwitch, "allow-storage-switch", false, "confirm that migrate may change a live CRD's storage version (reverse migrations)")
+	output.AddFlag(f, &o.predictOpts.output)
+	o.addRunFlags(f)
+}
+
+func (o *migrateOptions) addRunFlags(f *pflag.FlagSet) {
 	f.Int64Var(&o.opts.PageSize, "page-size", migrate.DefaultPageSize, "objects listed per page")
 	f.IntVar(&o.opts.Concurrency, "concurrency", migrate.DefaultConcurrency, "objects patched in parallel")
 	f.Float32Var(&o.qps, "qps", migrate.DefaultQPS, "client-side request rate limit; 0 means none")
@@ -54,19 +65,11 @@ func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 	f.BoolVar(&o.opts.Wait, "wait", false, "wait for another run's Lease instead of exiting")
 	f.BoolVar(&o.opts.SkipManagedFields, "skip-managed-fields", false, "do not clean managedFields entries that name unserved versions")
 	f.BoolVar(&o.opts.DryRun, "dry-run", false, "report what would be migrated, with object counts and an estimated duration; write nothing")
-	output.AddFlag(f, &o.predictOpts.output)
-	return cmd
 }
 
 func (o *migrateOptions) validate() error {
-	selectors := 0
-	for _, set := range []bool{len(o.crds) > 0, o.predictOpts.chart.Ref != "", o.predictOpts.rollback, o.all} {
-		if set {
-			selectors++
-		}
-	}
 	switch {
-	case selectors != 1:
+	case count(len(o.crds) > 0, o.predictOpts.chart.Ref != "", o.predictOpts.rollback, o.all) != 1:
 		return couldNot("choose the CRDs with exactly one of --crd, --chart, --rollback --release or --all")
 	case o.storage != "" && len(o.crds) != 1:
 		return couldNot("--storage-version applies to exactly one --crd")
@@ -82,14 +85,9 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 	if err := o.validate(); err != nil {
 		return err
 	}
-	conn, err := connect(ctx, kube)
+	conn, m, err := o.connect(ctx, kube)
 	if err != nil {
 		return err
-	}
-	// The migration's own client set: the same cluster at the rate limit of --qps.
-	m, err := migrate.New(migrate.RateLimit(conn.config, o.qps, o.burst))
-	if err != nil {
-		return couldNot("build client: %w", err)
 	}
 	targets, blocked, err := o.targets(ctx, conn, m)
 	if err != nil {
@@ -100,13 +98,32 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 		return classifyAs(cmdMigrate, err, conn)
 	}
 	out := &migrateOutput{CRDs: results, Blocked: blocked}
-	if err := output.Write(streams.Out, o.predictOpts.output, out, out.text); err != nil {
-		return couldNot("write output: %w", err)
+	return finish(streams, o.predictOpts.output, out, out.text, migrate.AnyIncomplete(results) || len(blocked) > 0)
+}
+
+// count is how many of set are true.
+func count(set ...bool) int {
+	n := 0
+	for _, b := range set {
+		if b {
+			n++
+		}
 	}
-	if migrate.AnyIncomplete(results) || len(blocked) > 0 {
-		return &ExitError{Code: ExitFindings}
+	return n
+}
+
+// connect checks the cluster, then builds the migration's own client set: the same
+// cluster at the rate limit of --qps.
+func (o *migrateOptions) connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connection, *migrate.Migrator, error) {
+	conn, err := connect(ctx, kube)
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil
+	m, err := migrate.New(migrate.RateLimit(conn.config, o.qps, o.burst))
+	if err != nil {
+		return nil, nil, couldNot("build client: %w", err)
+	}
+	return conn, m, nil
 }
 
 // runOptions are the flags' options, with the progress display and restart notices on
@@ -135,10 +152,7 @@ func (o *migrateOptions) targets(ctx context.Context, conn *connection, m *migra
 		return out, nil, nil
 	case o.all:
 		out, err := m.AllTargets(ctx)
-		if err != nil {
-			return nil, nil, classifyAs(cmdMigrate, err, conn)
-		}
-		return out, nil, nil
+		return out, nil, classifyErr(cmdMigrate, err, conn)
 	}
 	rep, err := o.predictOpts.predict(ctx, conn)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -32,10 +31,7 @@ func newDiffFailedCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cob
 		Long:    diffFailedLong,
 		Example: diffFailedExample,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.release = args[0]
-			return o.run(cmd.Context(), streams, kube)
-		},
+		RunE:    func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, kube, args[0]) },
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.revision, "revision", 0, "revision to compare with the one before it (default: the last one, which must have failed)")
@@ -44,7 +40,7 @@ func newDiffFailedCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cob
 	return cmd
 }
 
-func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, release string) error {
 	conn, err := connect(ctx, kube)
 	if err != nil {
 		return err
@@ -52,10 +48,6 @@ func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *gene
 	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
 	if err != nil {
 		return couldNot("%w", err)
-	}
-	failed, previous, err := reader.FailedPair(ctx, o.release, o.revision)
-	if err != nil {
-		return classifyAs(cmdDiffFailed, err, conn)
 	}
 	dyn, err := dynamic.NewForConfig(conn.config)
 	if err != nil {
@@ -65,17 +57,11 @@ func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return couldNot("discover API resources: %w", err)
 	}
-	rep, err := releasediff.Run(ctx, dyn, mapper, failed, previous, releasediff.Options{Namespace: conn.namespace})
+	rep, err := releasediff.RunRelease(ctx, reader, dyn, mapper, release, o.revision, releasediff.Options{Namespace: conn.namespace})
 	if err != nil {
 		return classifyAs(cmdDiffFailed, err, conn)
 	}
-	if err := output.Write(streams.Out, o.output, rep, func(w io.Writer) error { return renderDiffFailed(w, rep) }); err != nil {
-		return couldNot("write output: %w", err)
-	}
-	if !rep.Clean() {
-		return &ExitError{Code: ExitFindings}
-	}
-	return nil
+	return finish(streams, o.output, rep, func(w io.Writer) error { return renderDiffFailed(w, rep) }, !rep.Clean())
 }
 
 func renderDiffFailed(w io.Writer, rep *releasediff.Report) error {
@@ -84,19 +70,23 @@ func renderDiffFailed(w io.Writer, rep *releasediff.Report) error {
 		prev = fmt.Sprintf("revision %d", rep.PreviousRevision)
 	}
 	fmt.Fprintf(w, "Release %s/%s: revision %d (%s) against %s\n\n", rep.Namespace, rep.Release, rep.FailedRevision, rep.FailedStatus, prev)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "OBJECT\tCHANGE\tLIVE MATCHES\tDIFFERS FROM THE FAILED REVISION")
+	t := output.NewTable(w, "OBJECT", "CHANGE", "LIVE MATCHES", "DIFFERS FROM THE FAILED REVISION")
 	for _, obj := range rep.Objects {
 		detail := strings.Join(obj.Differs, ", ")
 		if obj.Error != "" {
 			detail = obj.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", obj.Object, obj.Change, obj.Verdict, detail)
+		t.Row(obj.Object, obj.Change, obj.Verdict, detail)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := t.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
+	diffFailedSummary(w, rep)
+	return nil
+}
+
+func diffFailedSummary(w io.Writer, rep *releasediff.Report) {
 	switch {
 	case rep.Mixed:
 		fmt.Fprintf(w, "MIXED: %d change(s) landed and %d did not. The release is half-applied.\n", len(rep.Landed), len(rep.NotLanded))
@@ -113,7 +103,6 @@ func renderDiffFailed(w io.Writer, rep *releasediff.Report) error {
 	if !rep.Clean() {
 		fmt.Fprintln(w, "Next: find who owns the fields that did not land (`upgradeguard release apply-check`), then re-run the upgrade or roll back; both finish the half-applied objects.")
 	}
-	return nil
 }
 
 const diffFailedLong = `diff-failed reads the release's failed revision (the last one, or --revision) and

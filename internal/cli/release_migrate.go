@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 	"helm.sh/helm/v4/pkg/action"
 	helmcli "helm.sh/helm/v4/pkg/cli"
@@ -53,7 +54,13 @@ func newReleaseMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) 
 			return o.run(cmd.Context(), streams, kube)
 		},
 	}
-	f := cmd.Flags()
+	o.addChartFlags(cmd.Flags())
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+// addChartFlags are the new chart and its values.
+func (o *releaseMigrateOptions) addChartFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.chart.Ref, "to-chart", "", "the new chart: a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path")
 	f.StringVar(&o.chart.Version, "version", "", "chart version or semver range (default: newest stable)")
 	f.StringVar(&o.chart.RepoURL, "repo", "", "chart repository URL")
@@ -63,6 +70,9 @@ func newReleaseMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) 
 	f.StringArrayVar(&o.values.FileValues, "set-file", nil, "set values from files (can repeat)")
 	f.StringArrayVar(&o.values.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
 	f.BoolVar(&o.chart.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
+}
+
+func (o *releaseMigrateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.newRelease, "new-release", "", "name of the new release (default: the old release's name)")
 	f.BoolVar(&o.plan, "plan", false, "only plan: read, compare and print the steps")
 	f.BoolVar(&o.execute, "execute", false, "carry the plan out (needs --backup-dir)")
@@ -74,7 +84,6 @@ func newReleaseMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) 
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for claims to go and to bind")
 	output.AddFlag(f, &o.output)
-	return cmd
 }
 
 type releaseMigrateOutput struct {
@@ -216,6 +225,31 @@ func (o *releaseMigrateOptions) confirm(streams Streams) func(string) (bool, err
 func (out *releaseMigrateOutput) text(w io.Writer) error {
 	p := out.Plan
 	fmt.Fprintf(w, "Migration of release %s/%s (%s, revision %d) to %s (%s-%s)\n", p.Namespace, p.Release, p.OldChart, p.Revision, p.NewRelease, p.NewChart, p.NewChartVersion)
+	planVolumes(w, p)
+	planSecrets(w, p)
+	planDeletes(w, p)
+	planFindings(w, p.Findings)
+	fmt.Fprintln(w, "Steps:")
+	lines(w, p.Steps)
+	switch {
+	case out.Result != nil:
+		migrationResult(w, p, out.Result)
+	case p.Safe:
+		fmt.Fprintln(w, "Nothing blocks. Run again with --execute --backup-dir DIR.")
+	default:
+		fmt.Fprintln(w, "Blocked: fix the BLOCKING findings first.")
+	}
+	return nil
+}
+
+// lines writes each item on its own indented line.
+func lines(w io.Writer, items []string) {
+	for _, s := range items {
+		fmt.Fprintf(w, "  %s\n", s)
+	}
+}
+
+func planVolumes(w io.Writer, p *chartmigrate.Plan) {
 	fmt.Fprintln(w, "\nVolumes:")
 	if len(p.Volumes) == 0 {
 		fmt.Fprintln(w, "  none")
@@ -229,6 +263,9 @@ func (out *releaseMigrateOutput) text(w io.Writer) error {
 	for _, n := range p.FreshPVCs {
 		fmt.Fprintf(w, "  (new) %s gets a new volume\n", n)
 	}
+}
+
+func planSecrets(w io.Writer, p *chartmigrate.Plan) {
 	fmt.Fprintln(w, "Secrets:")
 	if len(p.Secrets) == 0 {
 		fmt.Fprintln(w, "  none")
@@ -236,64 +273,63 @@ func (out *releaseMigrateOutput) text(w io.Writer) error {
 	for _, s := range p.Secrets {
 		fmt.Fprintf(w, "  %s -> %s  (%s, keys %s)\n", s.Old, s.New, s.Type, strings.Join(s.Keys, ","))
 	}
+}
+
+func planDeletes(w io.Writer, p *chartmigrate.Plan) {
 	fmt.Fprintf(w, "The uninstall deletes %d object(s):\n", len(p.Deletes))
-	for _, d := range p.Deletes {
-		fmt.Fprintf(w, "  %s\n", d)
-	}
+	lines(w, p.Deletes)
 	if len(p.Kept) > 0 {
 		fmt.Fprintf(w, "and leaves %d in place: %s\n", len(p.Kept), strings.Join(p.Kept, ", "))
 	}
 	if len(p.ClaimDeletes) > 0 {
 		fmt.Fprintf(w, "The uninstall leaves %d StatefulSet claim(s) behind; the migration deletes them itself, by uid, after their PVs are Retain:\n", len(p.ClaimDeletes))
-		for _, d := range p.ClaimDeletes {
-			fmt.Fprintf(w, "  %s\n", d)
+		lines(w, p.ClaimDeletes)
+	}
+}
+
+func planFindings(w io.Writer, findings []chartmigrate.Finding) {
+	if len(findings) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Findings:")
+	for _, f := range findings {
+		tag := "note    "
+		if f.Blocks() {
+			tag = "BLOCKING"
+		}
+		fmt.Fprintf(w, "  %s %s  %s: %s\n", tag, f.Check, f.Subject, f.Message)
+		if f.Remediation != "" {
+			fmt.Fprintf(w, "           fix: %s\n", f.Remediation)
 		}
 	}
-	if len(p.Findings) > 0 {
-		fmt.Fprintln(w, "Findings:")
-		for _, f := range p.Findings {
-			tag := "note    "
-			if f.Blocks() {
-				tag = "BLOCKING"
-			}
-			fmt.Fprintf(w, "  %s %s  %s: %s\n", tag, f.Check, f.Subject, f.Message)
-			if f.Remediation != "" {
-				fmt.Fprintf(w, "           fix: %s\n", f.Remediation)
-			}
+}
+
+func migrationResult(w io.Writer, p *chartmigrate.Plan, r *chartmigrate.Result) {
+	fmt.Fprintln(w, "\nResult:")
+	for _, s := range r.Steps {
+		line := s.Detail
+		if s.Error != "" {
+			line = s.Error
 		}
+		fmt.Fprintf(w, "  %-16s %-8s %s\n", s.Step, s.Status, line)
 	}
-	fmt.Fprintln(w, "Steps:")
-	for _, s := range p.Steps {
-		fmt.Fprintf(w, "  %s\n", s)
+	migrationChecks(w, r)
+	if r.Done {
+		fmt.Fprintf(w, "Migrated: release %s is installed on the old volumes.\n", p.NewRelease)
 	}
-	if r := out.Result; r != nil {
-		fmt.Fprintln(w, "\nResult:")
-		for _, s := range r.Steps {
-			line := s.Detail
-			if s.Error != "" {
-				line = s.Error
-			}
-			fmt.Fprintf(w, "  %-16s %-8s %s\n", s.Step, s.Status, line)
+}
+
+func migrationChecks(w io.Writer, r *chartmigrate.Result) {
+	for _, v := range r.Volumes {
+		fmt.Fprintf(w, "  claim %s: PV %s bound=%v sameUID=%v sameSource=%v", v.PVC, v.PV, v.Bound, v.SameUID, v.SameData)
+		if v.StatefulSet != "" {
+			fmt.Fprintf(w, " usedByStatefulSet %s=%v", v.StatefulSet, v.StatefulSetUses)
 		}
-		for _, v := range r.Volumes {
-			fmt.Fprintf(w, "  claim %s: PV %s bound=%v sameUID=%v sameSource=%v", v.PVC, v.PV, v.Bound, v.SameUID, v.SameData)
-			if v.StatefulSet != "" {
-				fmt.Fprintf(w, " usedByStatefulSet %s=%v", v.StatefulSet, v.StatefulSetUses)
-			}
-			fmt.Fprintln(w)
-		}
-		for _, s := range r.Secrets {
-			fmt.Fprintf(w, "  Secret %s: same data=%v\n", s.Secret, s.SameData)
-		}
-		if r.Done {
-			fmt.Fprintf(w, "Migrated: release %s is installed on the old volumes.\n", p.NewRelease)
-		}
-	} else if p.Safe {
-		fmt.Fprintln(w, "Nothing blocks. Run again with --execute --backup-dir DIR.")
-	} else {
-		fmt.Fprintln(w, "Blocked: fix the BLOCKING findings first.")
+		fmt.Fprintln(w)
 	}
-	return nil
+	for _, s := range r.Secrets {
+		fmt.Fprintf(w, "  Secret %s: same data=%v\n", s.Secret, s.SameData)
+	}
 }
 
 func stsOrChart(r *chartmigrate.STSRef, chart string) string {

@@ -447,3 +447,18 @@ func orRoot(p string) string {
 	}
 	return p
 }
+
+// PairReader reads a release's failed revision (revision, or the last one when 0) and the
+// revision before it from Helm storage; helmrelease.Reader is one.
+type PairReader interface {
+	FailedPair(ctx context.Context, name string, revision int) (failed, previous *release.Release, err error)
+}
+
+// RunRelease reads release name's failed revision and the one before it, then Run.
+func RunRelease(ctx context.Context, releases PairReader, dyn dynamic.Interface, mapper meta.RESTMapper, name string, revision int, o Options) (*Report, error) {
+	failed, previous, err := releases.FailedPair(ctx, name, revision)
+	if err != nil {
+		return nil, err
+	}
+	return Run(ctx, dyn, mapper, failed, previous, o)
+}
