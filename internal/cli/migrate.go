@@ -35,9 +35,7 @@ func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 		Long:    migrateLong,
 		Example: migrateExample,
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(cmd.Context(), streams, kube)
-		},
+		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) },
 	}
 	o.predictOpts.addPredictFlags(cmd.Flags())
 	o.addFlags(cmd.Flags())

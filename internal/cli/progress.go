@@ -33,24 +33,9 @@ func newProgress(w io.Writer) *progress {
 func (p *progress) update(s migrate.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rate := float64(s.Done) / max(s.Elapsed.Seconds(), 0.001)
-	eta := "?"
-	if rate > 0 && s.Total >= s.Done {
-		eta = time.Duration(float64(s.Total-s.Done) / rate * float64(time.Second)).Round(time.Second).String()
-	}
-	pct := 100.0
-	if s.Total > 0 {
-		pct = 100 * float64(s.Done) / float64(s.Total)
-	}
+	rate, pct, eta := stats(s)
 	if p.tty {
-		if p.drawn && p.crd != s.CRD {
-			fmt.Fprintln(p.w) // the next CRD's bar on its own line
-		}
-		p.crd = s.CRD
-		const width = 30
-		filled := int(pct / 100 * width)
-		fmt.Fprintf(p.w, "\r%s [%s%s] %d/%d %.0f obj/s ETA %s ", s.CRD, strings.Repeat("#", filled), strings.Repeat(".", width-filled), s.Done, s.Total, rate, eta)
-		p.drawn = true
+		p.bar(s, rate, pct, eta)
 		return
 	}
 	if s.Total == 0 || (time.Since(p.last) < p.interval && s.Done < s.Total) {
@@ -58,6 +43,30 @@ func (p *progress) update(s migrate.Progress) {
 	}
 	p.last = time.Now()
 	fmt.Fprintf(p.w, "%s %s: %d/%d objects (%.0f%%), %.0f obj/s, ETA %s\n", metav1.Now().Format(time.TimeOnly), s.CRD, s.Done, s.Total, pct, rate, eta)
+}
+
+// stats are the rate in objects per second, the percentage done and the time left.
+func stats(s migrate.Progress) (rate, pct float64, eta string) {
+	rate, pct, eta = float64(s.Done)/max(s.Elapsed.Seconds(), 0.001), 100.0, "?"
+	if rate > 0 && s.Total >= s.Done {
+		eta = time.Duration(float64(s.Total-s.Done) / rate * float64(time.Second)).Round(time.Second).String()
+	}
+	if s.Total > 0 {
+		pct = 100 * float64(s.Done) / float64(s.Total)
+	}
+	return rate, pct, eta
+}
+
+// bar redraws the terminal's progress bar; a new CRD's bar starts on its own line.
+func (p *progress) bar(s migrate.Progress, rate, pct float64, eta string) {
+	if p.drawn && p.crd != s.CRD {
+		fmt.Fprintln(p.w)
+	}
+	p.crd = s.CRD
+	const width = 30
+	filled := int(pct / 100 * width)
+	fmt.Fprintf(p.w, "\r%s [%s%s] %d/%d %.0f obj/s ETA %s ", s.CRD, strings.Repeat("#", filled), strings.Repeat(".", width-filled), s.Done, s.Total, rate, eta)
+	p.drawn = true
 }
 
 func (p *progress) finish() {

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
@@ -26,31 +27,37 @@ func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Com
 	cmd := &cobra.Command{
 		Use:     "rbac (--crd NAME... | --chart REF)",
 		Short:   "Print the least-privilege ClusterRole and Role for migrating CRDs",
-		Long:    rBACLong,
-		Example: rBACExample,
+		Long:    rbacLong,
+		Example: rbacExample,
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(cmd.Context(), streams, kube)
-		},
+		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) },
 	}
-	f := cmd.Flags()
-	o.predictOpts.addPredictFlags(f)
+	o.predictOpts.addPredictFlags(cmd.Flags())
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+func (o *rbacOptions) addFlags(f *pflag.FlagSet) {
 	f.StringArrayVar(&o.crds, "crd", nil, "CRD to migrate (can repeat)")
 	f.StringVar(&o.name, "name", "upgradeguard-migrate", "name of the ClusterRole and Role")
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "kube-system", "namespace of the migration Leases (as migrate --lease-namespace)")
 	f.BoolVar(&o.storageSwitch, "allow-storage-switch", false, "also allow changing the CRDs' storage version (reverse migrations)")
 	output.AddFlag(f, &o.predictOpts.output)
-	return cmd
 }
 
-func (o *rbacOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+func (o *rbacOptions) validate() error {
 	if (len(o.crds) > 0) == (o.predictOpts.chart.Ref != "" || o.predictOpts.rollback) {
 		return couldNot("choose the CRDs with exactly one of --crd or --chart (or --rollback --release)")
 	}
 	if len(o.crds) == 0 {
-		if err := o.predictOpts.validate(); err != nil {
-			return err
-		}
+		return o.predictOpts.validate()
+	}
+	return nil
+}
+
+func (o *rbacOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	if err := o.validate(); err != nil {
+		return err
 	}
 	conn, err := connect(ctx, kube)
 	if err != nil {
@@ -69,10 +76,7 @@ func (o *rbacOptions) run(ctx context.Context, streams Streams, kube *genericcli
 		return couldNot("%w: check the name with `kubectl get crd`", err)
 	}
 	out := &rbacOutput{policy: p, crds: len(names), leaseNamespace: o.leaseNamespace}
-	if err := output.Write(streams.Out, o.predictOpts.output, p, out.text); err != nil {
-		return couldNot("write output: %w", err)
-	}
-	return nil
+	return finish(streams, o.predictOpts.output, p, out.text, false)
 }
 
 // names are the CRDs to grant: --crd, or what a migration of the chart would migrate.
@@ -117,7 +121,7 @@ func (r *rbacOutput) text(w io.Writer) error {
 	return nil
 }
 
-const rBACLong = `rbac prints the minimal permissions 'upgradeguard migrate' needs for the given CRDs:
+const rbacLong = `rbac prints the minimal permissions 'upgradeguard migrate' needs for the given CRDs:
 
   - get, list and patch on exactly those custom resources;
   - get on the CRDs and get, update on customresourcedefinitions/status, by name;
@@ -127,5 +131,5 @@ With --allow-storage-switch the role may also patch and update the CRDs themselv
 reverse migration needs. Bind the ClusterRole with a ClusterRoleBinding and the Role with a
 RoleBinding in the lease namespace.`
 
-const rBACExample = `  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io > rbac.yaml
+const rbacExample = `  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io > rbac.yaml
   upgradeguard rbac --chart ./charts/flux2 --release flux -n flux-system --lease-namespace flux-system`

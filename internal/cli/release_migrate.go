@@ -114,14 +114,9 @@ func (o *releaseMigrateOptions) run(ctx context.Context, streams Streams, kube *
 	if err != nil {
 		return err
 	}
-	src, err := o.sources(conn)
+	src, ch, err := o.load(ctx, conn)
 	if err != nil {
 		return err
-	}
-	o.chart.Values, o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.values, o.newRelease, conn.namespace, conn.serverVersion
-	ch, err := chartsource.Load(ctx, o.chart)
-	if err != nil {
-		return couldNot("%w", err)
 	}
 	st, resumed, err := chartmigrate.Open(ctx, src, o.request(conn, ch))
 	if err != nil {
@@ -134,6 +129,21 @@ func (o *releaseMigrateOptions) run(ctx context.Context, streams Streams, kube *
 		return o.planOnly(streams, st.Plan)
 	}
 	return o.executePlan(ctx, streams, kube, conn, src, st, ch)
+}
+
+// load builds the migration's readers and loads the new chart, rendered for the new
+// release.
+func (o *releaseMigrateOptions) load(ctx context.Context, conn *connection) (chartmigrate.Sources, *chartsource.Chart, error) {
+	src, err := o.sources(conn)
+	if err != nil {
+		return src, nil, err
+	}
+	o.chart.Values, o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.values, o.newRelease, conn.namespace, conn.serverVersion
+	ch, err := chartsource.Load(ctx, o.chart)
+	if err != nil {
+		return src, nil, couldNot("%w", err)
+	}
+	return src, ch, nil
 }
 
 // sources are the migration's readers, on the one connection.
@@ -180,7 +190,21 @@ func (o *releaseMigrateOptions) executePlan(ctx context.Context, streams Streams
 	if err != nil {
 		return couldNot("values: %w", err)
 	}
-	env := chartmigrate.Env{
+	res, err := chartmigrate.Execute(ctx, o.env(streams, kube, conn, src), st, chartmigrate.ExecOptions{Dir: o.dir, Chart: ch.Chart, Values: vals, Override: o.override, Timeout: o.timeout})
+	out := &releaseMigrateOutput{Plan: st.Plan, Result: res}
+	if rerr := output.Write(streams.Out, o.output, out, out.text); rerr != nil && err == nil {
+		return couldNot("write output: %w", rerr)
+	}
+	if err != nil {
+		return couldNot("%w%s", err, advice(cmdReleaseMigrate, err))
+	}
+	return nil
+}
+
+// env is what Execute works with: the connection's clients, Helm on the same
+// kubeconfig, the terminal for questions and stderr for progress.
+func (o *releaseMigrateOptions) env(streams Streams, kube *genericclioptions.ConfigFlags, conn *connection, src chartmigrate.Sources) chartmigrate.Env {
+	return chartmigrate.Env{
 		Kube: conn.clientset, Uninstall: src.Uninstall, UninstallOptions: src.UninstallOptions,
 		Helm: func() (*action.Configuration, error) {
 			cfg := action.NewConfiguration()
@@ -192,15 +216,6 @@ func (o *releaseMigrateOptions) executePlan(ctx context.Context, streams Streams
 		Confirm:  o.confirm(streams),
 		Progress: func(_, msg string) { fmt.Fprintln(streams.ErrOut, msg) },
 	}
-	res, err := chartmigrate.Execute(ctx, env, st, chartmigrate.ExecOptions{Dir: o.dir, Chart: ch.Chart, Values: vals, Override: o.override, Timeout: o.timeout})
-	out := &releaseMigrateOutput{Plan: st.Plan, Result: res}
-	if rerr := output.Write(streams.Out, o.output, out, out.text); rerr != nil && err == nil {
-		return couldNot("write output: %w", rerr)
-	}
-	if err != nil {
-		return couldNot("%w%s", err, advice(cmdReleaseMigrate, err))
-	}
-	return nil
 }
 
 // confirm asks on the terminal, or refuses when nobody can answer.

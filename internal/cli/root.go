@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -102,15 +101,6 @@ func Execute(ctx context.Context, args []string, streams Streams) int {
 	fmt.Fprintln(streams.ErrOut, "Error:", err)
 	fmt.Fprintln(streams.ErrOut, "Run 'upgradeguard --help' for usage.")
 	return ExitCouldNot
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 const newRootLong = `upgradeguard predicts what a Helm or Flux upgrade, rollback, uninstall or chart
