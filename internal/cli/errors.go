@@ -77,6 +77,8 @@ func advice(command string, err error) string {
 		return ": pass --ref at least twice, oldest release line first"
 	case errors.As(err, &held):
 		return ": wait for it with --wait"
+	case errors.As(err, new(*migrate.CRDNotFoundError)):
+		return ": check the name with `kubectl get crd`"
 	case errors.As(err, &sw):
 		return ": confirm with --allow-storage-switch"
 	case errors.As(err, &confirm):

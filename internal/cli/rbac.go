@@ -73,7 +73,7 @@ func (o *rbacOptions) run(ctx context.Context, streams Streams, kube *genericcli
 	}
 	p, err := migrate.RBACFor(o.name, o.leaseNamespace, names, crds, o.storageSwitch)
 	if err != nil {
-		return couldNot("%w: check the name with `kubectl get crd`", err)
+		return classifyAs(cmdRBAC, err, conn)
 	}
 	out := &rbacOutput{policy: p, crds: len(names), leaseNamespace: o.leaseNamespace}
 	return finish(streams, o.predictOpts.output, p, out.text, false)

@@ -105,3 +105,8 @@ func (e *PatchForbiddenError) Error() string {
 }
 
 func (e *PatchForbiddenError) Unwrap() error { return e.Err }
+
+// CRDNotFoundError says a CRD to grant or migrate is not on the cluster.
+type CRDNotFoundError struct{ Name string }
+
+func (e *CRDNotFoundError) Error() string { return "CRD " + e.Name + " not found" }

@@ -225,7 +225,7 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 	crd, err := m.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, t.Name, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("CRD %s not found: check the name with `kubectl get crd`", t.Name)
+			return nil, &CRDNotFoundError{Name: t.Name}
 		}
 		return nil, fmt.Errorf("read CRD %s: %w", t.Name, err)
 	}
@@ -234,25 +234,39 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 	res.StoredVersionsAfter = res.StoredVersionsBefore
 	defer func() { res.DurationSeconds = time.Since(start).Seconds() }()
 
-	switchTo := ""
-	if t.StorageVersion != "" && t.StorageVersion != res.StorageVersion {
-		switchTo = t.StorageVersion
-		if !crdversions.Serves(crd, switchTo) {
-			return nil, fmt.Errorf("cannot switch the storage version of %s to %s: the live CRD does not serve it", t.Name, switchTo)
-		}
-		if !o.AllowStorageSwitch && !o.DryRun {
-			return nil, &StorageSwitchError{CRD: t.Name, From: res.StorageVersion, To: switchTo}
-		}
+	switchTo, err := storageSwitch(crd, t, o, res.StorageVersion)
+	if err != nil {
+		return nil, err
 	}
-	if switchTo == "" && !NeedsMigration(crd) {
+	switch {
+	case switchTo == "" && !NeedsMigration(crd):
 		res.Status = AlreadyMigrated
 		res.Message = "storedVersions already equals [" + res.StorageVersion + "]"
 		return res, nil
-	}
-	if o.DryRun {
+	case o.DryRun:
 		return m.dryRun(ctx, crd, switchTo, o, res)
 	}
+	return m.locked(ctx, t, o, res, switchTo, start)
+}
 
+// storageSwitch is the storage version a target switches to first ("" for none), if the
+// live CRD serves it and the options allow it.
+func storageSwitch(crd *apiextv1.CustomResourceDefinition, t Target, o Options, current string) (string, error) {
+	if t.StorageVersion == "" || t.StorageVersion == current {
+		return "", nil
+	}
+	if !crdversions.Serves(crd, t.StorageVersion) {
+		return "", fmt.Errorf("cannot switch the storage version of %s to %s: the live CRD does not serve it", t.Name, t.StorageVersion)
+	}
+	if !o.AllowStorageSwitch && !o.DryRun {
+		return "", &StorageSwitchError{CRD: t.Name, From: current, To: t.StorageVersion}
+	}
+	return t.StorageVersion, nil
+}
+
+// locked runs the migration under the CRD's Lease, recording where it stopped in the
+// Lease when it stops cleanly part-way.
+func (m *Migrator) locked(ctx context.Context, t Target, o Options, res *Result, switchTo string, start time.Time) (*Result, error) {
 	l := &lease{client: m.leases.Leases(o.LeaseNamespace), name: leaseName(t.Name), holder: o.Holder,
 		duration: o.LeaseDuration, crd: t.Name, ns: o.LeaseNamespace}
 	saved, err := l.acquire(ctx, o.Wait)
@@ -267,7 +281,8 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 
 	// Another run may have finished while this one waited for the Lease: decide again
 	// from the CRD as it is now.
-	if crd, err = m.crds.ApiextensionsV1().CustomResourceDefinitions().Get(runCtx, t.Name, metav1.GetOptions{}); err != nil {
+	crd, err := m.crds.ApiextensionsV1().CustomResourceDefinitions().Get(runCtx, t.Name, metav1.GetOptions{})
+	if err != nil {
 		return nil, fmt.Errorf("read CRD %s: %w", t.Name, err)
 	}
 	if switchTo == "" && !NeedsMigration(crd) {
@@ -278,19 +293,9 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 	if switchTo == crdversions.StorageVersion(crd) {
 		switchTo = ""
 	}
-
-	if switchTo != "" {
-		if crd, err = m.switchStorage(runCtx, crd, switchTo); err != nil {
-			res.Status, res.Message = Incomplete, err.Error()
-			return res, nil
-		}
-		res.StorageSwitchedFrom, res.StorageVersion = res.StorageVersion, switchTo
+	if crd = m.ready(runCtx, crd, res, switchTo); crd == nil {
+		return res, nil // the reason is in the Result: an incomplete run, not a failure to start
 	}
-	if err := m.waitServedStorage(runCtx, crd); err != nil {
-		res.Status, res.Message, res.Restart = Incomplete, err.Error(), runCtx.Err() == nil
-		return res, nil
-	}
-
 	if o.Continue == "" && !o.NoResume && saved != nil && switchTo == "" &&
 		saved.StorageVersion == crdversions.StorageVersion(crd) && saved.CRDUID == string(crd.UID) {
 		// The last run stopped cleanly at this storage version: every object before its
@@ -298,10 +303,38 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 		o.Continue = saved.Continue
 		res.Resumed = true
 	}
+	stoppedAt = m.pass(runCtx, crd, o, res, start)
+	return res, nil
+}
+
+// ready switches the storage version when asked and waits until the API server encodes
+// at the storage version. It returns the CRD as it is then, or nil after recording in
+// res why the run is incomplete.
+func (m *Migrator) ready(ctx context.Context, crd *apiextv1.CustomResourceDefinition, res *Result, switchTo string) *apiextv1.CustomResourceDefinition {
+	if switchTo != "" {
+		switched, err := m.switchStorage(ctx, crd, switchTo)
+		if err != nil {
+			res.Status, res.Message = Incomplete, err.Error()
+			return nil
+		}
+		crd = switched
+		res.StorageSwitchedFrom, res.StorageVersion = res.StorageVersion, switchTo
+	}
+	if err := m.waitServedStorage(ctx, crd); err != nil {
+		res.Status, res.Message, res.Restart = Incomplete, err.Error(), ctx.Err() == nil
+		return nil
+	}
+	return crd
+}
+
+// pass re-persists every object and prunes storedVersions when all succeeded; it returns
+// where a clean, interrupted pass stopped (nil otherwise).
+func (m *Migrator) pass(ctx context.Context, crd *apiextv1.CustomResourceDefinition, o Options, res *Result, start time.Time) *resumePoint {
 	w := &worker{m: m, crd: crd, o: o, res: res, start: start,
 		gvr: schema.GroupVersionResource{Group: crd.Spec.Group, Version: crdversions.ServedVersion(crd), Resource: crd.Spec.Names.Plural}}
-	complete := w.run(runCtx)
+	complete := w.run(ctx)
 	res.FailedCount = w.failedCount.Load()
+	var stoppedAt *resumePoint
 	if !complete && res.FailedCount == 0 && w.cleanContinue != "" {
 		stoppedAt = &resumePoint{Continue: w.cleanContinue, StorageVersion: crdversions.StorageVersion(crd), CRDUID: string(crd.UID)}
 	}
@@ -310,23 +343,23 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 		res.Status = Incomplete
 		// Cut short by the deadline, a cancellation or a lost Lease, rather than by an
 		// error that another attempt would meet again (RBAC, a LIST that keeps failing).
-		res.Interrupted = runCtx.Err() != nil
+		res.Interrupted = ctx.Err() != nil
 		res.Forbidden = errors.As(w.stopErr, new(*PatchForbiddenError))
 		if res.Message == "" {
-			res.Message = stopReason(runCtx, w.stopErr)
+			res.Message = stopReason(ctx, w.stopErr)
 		}
 	case res.FailedCount > 0:
 		res.Status = Incomplete
 		res.Message = fmt.Sprintf("%d objects could not be migrated: storedVersions untouched; fix them and run again", res.FailedCount)
 	default:
-		if err := m.prune(runCtx, crd, res); err != nil {
+		if err := m.prune(ctx, crd, res); err != nil {
 			var changed *crdChangedError
 			res.Status, res.Message, res.Restart = Incomplete, err.Error(), errors.As(err, &changed)
-			return res, nil
+			return stoppedAt
 		}
 		res.Status = Migrated
 	}
-	return res, nil
+	return stoppedAt
 }
 
 func stopReason(ctx context.Context, stopErr error) string {

@@ -15,11 +15,6 @@ type Permissions struct {
 	Role        *rbacv1.Role        `json:"role"`
 }
 
-// CRDNotFoundError says a CRD to grant or migrate is not on the cluster.
-type CRDNotFoundError struct{ Name string }
-
-func (e *CRDNotFoundError) Error() string { return "CRD " + e.Name + " not found" }
-
 // RBACFor is RBAC for the CRDs named, looked up in live (the cluster's CRDs by name).
 func RBACFor(name, leaseNamespace string, names []string, live map[string]*apiextv1.CustomResourceDefinition, storageSwitch bool) (Permissions, error) {
 	crds := make([]*apiextv1.CustomResourceDefinition, 0, len(names))
