@@ -17,7 +17,6 @@ import (
 )
 
 type diffFailedOptions struct {
-	release    string
 	revision   int
 	helmDriver string
 	output     string

@@ -19,7 +19,6 @@ import (
 )
 
 type uninstallCheckOptions struct {
-	release     string
 	helmVersion string
 	helmDriver  string
 	output      string
