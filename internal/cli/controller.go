@@ -1,3 +1,5 @@
+//go:build !nocontroller
+
 package cli
 
 import (

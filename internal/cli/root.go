@@ -76,8 +76,10 @@ func NewRootCmd(streams Streams) *cobra.Command {
 	root.SetErr(streams.ErrOut)
 	kube.AddFlags(root.PersistentFlags())
 	root.AddCommand(newCheckCmd(streams, kube), newMigrateCmd(streams, kube), newRBACCmd(streams, kube), newSlotsCmd(streams), newReleaseCmd(streams, kube), newVersionCmd(streams),
-		newControllerCmd(streams, kube))
-	root.AddCommand(newAuditCmd(streams, kube))
+		newAuditCmd(streams, kube))
+	if c := newControllerCmd(streams, kube); c != nil {
+		root.AddCommand(c) // nil in a build without the controller (-tags nocontroller)
+	}
 	return root
 }
 

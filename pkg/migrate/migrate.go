@@ -30,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/endpoints/discovery"
 	clientdiscovery "k8s.io/client-go/discovery"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
@@ -420,7 +419,7 @@ func (m *Migrator) switchStorage(ctx context.Context, crd *apiextv1.CustomResour
 // asynchronously, and a migration that starts too early would re-persist at the old one.
 func (m *Migrator) waitServedStorage(ctx context.Context, crd *apiextv1.CustomResourceDefinition) error {
 	storage := crdversions.StorageVersion(crd)
-	want := discovery.StorageVersionHash(crd.Spec.Group, storage, crd.Spec.Names.Kind)
+	want := storageVersionHash(crd.Spec.Group, storage, crd.Spec.Names.Kind)
 	gv := schema.GroupVersion{Group: crd.Spec.Group, Version: crdversions.ServedVersion(crd)}.String()
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		list, err := m.discovery.ServerResourcesForGroupVersion(gv)
