@@ -85,6 +85,8 @@ func advice(command string, err error) string {
 		return ": pass --yes to agree"
 	case errors.As(err, &mismatch):
 		return ": use another --backup-dir"
+	case errors.As(err, new(*uninstall.IncompleteBackupError)):
+		return ": take one with `upgradeguard release uninstall-check NAME -n NS --backup DIR`"
 	case errors.As(err, &secret):
 		return ": pass --map-secret OLD=NEW with another name, or restore it first"
 	case errors.Is(err, chartmigrate.ErrBlocked):
