@@ -26,14 +26,8 @@ type auditOptions struct {
 
 func newAuditCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &auditOptions{}
-	cmd := &cobra.Command{
-		Use:     "audit [-A | -n NAMESPACE]",
-		Short:   "Report which releases' CRDs are protected from storedVersions failures, and by whom",
-		Long:    auditLong,
-		Example: auditExample,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) },
-	}
+	cmd := command("audit [-A | -n NAMESPACE]", "Report which releases' CRDs are protected from storedVersions failures, and by whom", auditLong, auditExample, cobra.NoArgs,
+		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
 	o.addFlags(cmd.Flags())
 	return cmd
 }
@@ -114,6 +108,12 @@ func auditRelease(w io.Writer, r audit.Release) error {
 	}
 	t.Row("  crds", crds)
 	auditMechanisms(t, r)
+	auditVerdict(t, r)
+	return t.Flush()
+}
+
+// auditVerdict is who protects the upgrade and the rollback, and the findings.
+func auditVerdict(t *output.Table, r audit.Release) {
 	t.Row("  upgrade", protection(r.Upgrade))
 	t.Row("  rollback", protection(r.Rollback))
 	for _, f := range r.Findings {
@@ -122,7 +122,6 @@ func auditRelease(w io.Writer, r audit.Release) error {
 	for _, n := range r.Notes {
 		t.Row("  note", n)
 	}
-	return t.Flush()
 }
 
 func auditChart(r audit.Release) string {

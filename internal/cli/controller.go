@@ -27,14 +27,8 @@ type controllerOptions struct {
 
 func newControllerCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &controllerOptions{}
-	cmd := &cobra.Command{
-		Use:     "controller",
-		Short:   "Run the controller: StorageMigrations, proactive mode and the HelmRelease gate",
-		Long:    controllerLong,
-		Example: controllerExample,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) },
-	}
+	cmd := command("controller", "Run the controller: StorageMigrations, proactive mode and the HelmRelease gate", controllerLong, controllerExample, cobra.NoArgs,
+		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
 	o.addFlags(cmd.Flags())
 	return cmd
 }

@@ -29,14 +29,8 @@ type migrateOptions struct {
 
 func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &migrateOptions{}
-	cmd := &cobra.Command{
-		Use:     "migrate (--crd NAME... | --chart REF | --rollback --release NAME | --all)",
-		Short:   "Re-persist custom resources at the storage version and prune storedVersions",
-		Long:    migrateLong,
-		Example: migrateExample,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) },
-	}
+	cmd := command("migrate (--crd NAME... | --chart REF | --rollback --release NAME | --all)", "Re-persist custom resources at the storage version and prune storedVersions", migrateLong, migrateExample, cobra.NoArgs,
+		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
 	o.predictOpts.addPredictFlags(cmd.Flags())
 	o.addFlags(cmd.Flags())
 	return cmd
@@ -219,6 +213,11 @@ func migrateNotes(w io.Writer, r *migrate.Result) {
 	if r.Forbidden {
 		fmt.Fprintf(w, "  the least-privilege role for it: `upgradeguard rbac --crd %s`\n", r.Name)
 	}
+	migrateFailures(w, r)
+}
+
+// migrateFailures lists the objects that failed, up to the ones the result keeps.
+func migrateFailures(w io.Writer, r *migrate.Result) {
 	for _, f := range r.Failed {
 		fmt.Fprintf(w, "  failed %s: %s\n", f.Object, f.Error)
 	}

@@ -24,14 +24,8 @@ type rbacOptions struct {
 
 func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &rbacOptions{}
-	cmd := &cobra.Command{
-		Use:     "rbac (--crd NAME... | --chart REF)",
-		Short:   "Print the least-privilege ClusterRole and Role for migrating CRDs",
-		Long:    rbacLong,
-		Example: rbacExample,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) },
-	}
+	cmd := command("rbac (--crd NAME... | --chart REF)", "Print the least-privilege ClusterRole and Role for migrating CRDs", rbacLong, rbacExample, cobra.NoArgs,
+		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
 	o.predictOpts.addPredictFlags(cmd.Flags())
 	o.addFlags(cmd.Flags())
 	return cmd

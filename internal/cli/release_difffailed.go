@@ -24,14 +24,8 @@ type diffFailedOptions struct {
 
 func newDiffFailedCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &diffFailedOptions{}
-	cmd := &cobra.Command{
-		Use:     "diff-failed NAME",
-		Short:   "Show what a failed upgrade left applied: per object, the failed revision, the previous one, or neither",
-		Long:    diffFailedLong,
-		Example: diffFailedExample,
-		Args:    cobra.ExactArgs(1),
-		RunE:    func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, kube, args[0]) },
-	}
+	cmd := command("diff-failed NAME", "Show what a failed upgrade left applied: per object, the failed revision, the previous one, or neither", diffFailedLong, diffFailedExample, cobra.ExactArgs(1),
+		func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, kube, args[0]) })
 	f := cmd.Flags()
 	f.IntVar(&o.revision, "revision", 0, "revision to compare with the one before it (default: the last one, which must have failed)")
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")

@@ -114,6 +114,13 @@ func title(rep *check.Report) string {
 			fmt.Fprintf(&b, " (namespace %s)", rep.Namespace)
 		}
 	}
+	b.WriteString(target(rep))
+	return b.String()
+}
+
+// target is the title's last part: the revisions of a rollback, the chart of an upgrade.
+func target(rep *check.Report) string {
+	var b strings.Builder
 	switch {
 	case rep.Operation == predict.Rollback:
 		fmt.Fprintf(&b, ": revision %d -> %d", rep.FromRevision, rep.ToRevision)

@@ -44,6 +44,12 @@ func couldNot(format string, args ...any) error {
 	return &ExitError{Code: ExitCouldNot, Err: fmt.Errorf(format, args...)}
 }
 
+// command is a subcommand: its usage line, one-line summary, help, examples, arguments
+// and what it runs. Help texts are constants beside each command.
+func command(use, short, long, example string, args cobra.PositionalArgs, run func(*cobra.Command, []string) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Long: long, Example: example, Args: args, RunE: run}
+}
+
 // finish writes a command's result in format and returns its exit: ExitFindings when
 // findings is true, nil otherwise.
 func finish(streams Streams, format string, v any, text func(io.Writer) error, findings bool) error {
@@ -88,7 +94,11 @@ func Execute(ctx context.Context, args []string, streams Streams) int {
 	slog.SetDefault(slog.New(slog.NewTextHandler(streams.ErrOut, &slog.HandlerOptions{Level: slog.LevelError})))
 	root := NewRootCmd(streams)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	return exitCode(root.ExecuteContext(ctx), streams)
+}
+
+// exitCode reports err on stderr and returns the process exit code for it.
+func exitCode(err error, streams Streams) int {
 	if err == nil {
 		return ExitSafe
 	}

@@ -22,14 +22,8 @@ type slotsOptions struct {
 
 func newSlotsCmd(streams Streams) *cobra.Command {
 	s := &slotsOptions{}
-	cmd := &cobra.Command{
-		Use:     "slots --repo PATH --ref A --ref B [...] --dir DIR --target FILE:KEY",
-		Short:   "Check that numbered migrations are aligned across release branches",
-		Long:    slotsLong,
-		Example: slotsExample,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return s.run(cmd.Context(), streams) },
-	}
+	cmd := command("slots --repo PATH --ref A --ref B [...] --dir DIR --target FILE:KEY", "Check that numbered migrations are aligned across release branches", slotsLong, slotsExample, cobra.NoArgs,
+		func(cmd *cobra.Command, _ []string) error { return s.run(cmd.Context(), streams) })
 	s.addFlags(cmd.Flags())
 	return cmd
 }
@@ -45,14 +39,11 @@ func (s *slotsOptions) addFlags(f *pflag.FlagSet) {
 
 // options completes slots.Options from --target and --equivalent.
 func (s *slotsOptions) options() (slots.Options, error) {
-	file, key, ok := strings.Cut(s.target, ":")
-	switch {
-	case !ok || file == "" || key == "":
-		return s.o, couldNot("--target must be FILE:KEY, for example packages/core/platform/values.yaml:migrations.targetVersion")
-	case s.o.Dir == "":
-		return s.o, couldNot("--dir is required: the migrations folder in the tree")
-	}
 	o := s.o
+	file, key, ok := strings.Cut(s.target, ":")
+	if err := s.validate(ok && file != "" && key != ""); err != nil {
+		return o, err
+	}
 	o.TargetFile, o.TargetKey = file, key
 	if s.equivalent == "" {
 		return o, nil
@@ -63,6 +54,16 @@ func (s *slotsOptions) options() (slots.Options, error) {
 	}
 	o.Equivalent = eq
 	return o, nil
+}
+
+func (s *slotsOptions) validate(targetOK bool) error {
+	switch {
+	case !targetOK:
+		return couldNot("--target must be FILE:KEY, for example packages/core/platform/values.yaml:migrations.targetVersion")
+	case s.o.Dir == "":
+		return couldNot("--dir is required: the migrations folder in the tree")
+	}
+	return nil
 }
 
 func (s *slotsOptions) run(ctx context.Context, streams Streams) error {

@@ -27,14 +27,8 @@ type uninstallCheckOptions struct {
 
 func newUninstallCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &uninstallCheckOptions{}
-	cmd := &cobra.Command{
-		Use:     "uninstall-check NAME",
-		Short:   "Predict what helm uninstall deletes, keeps or skips, and the traps that lose data",
-		Long:    uninstallCheckLong,
-		Example: uninstallCheckExample,
-		Args:    cobra.ExactArgs(1),
-		RunE:    func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, kube, args[0]) },
-	}
+	cmd := command("uninstall-check NAME", "Predict what helm uninstall deletes, keeps or skips, and the traps that lose data", uninstallCheckLong, uninstallCheckExample, cobra.ExactArgs(1),
+		func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, kube, args[0]) })
 	o.addFlags(cmd.Flags())
 	return cmd
 }
@@ -61,14 +55,9 @@ func (o *uninstallCheckOptions) run(ctx context.Context, streams Streams, kube *
 	if err != nil {
 		return err
 	}
-	c, err := uninstall.NewClients(conn.config)
+	c, opts, rep, err := o.check(ctx, conn, release)
 	if err != nil {
-		return couldNot("build client: %w", err)
-	}
-	opts := uninstall.Options{Release: release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: o.helmVersion}
-	rep, err := uninstall.Check(ctx, c, opts)
-	if err != nil {
-		return classifyAs(cmdUninstallCheck, err, conn)
+		return err
 	}
 	out := &uninstallCheckOutput{Report: rep}
 	backupErr := o.takeBackup(ctx, c, opts, out)
@@ -76,6 +65,20 @@ func (o *uninstallCheckOptions) run(ctx context.Context, streams Streams, kube *
 		return err
 	}
 	return backupErr
+}
+
+// check runs the uninstall pre-flight on the connection's clients.
+func (o *uninstallCheckOptions) check(ctx context.Context, conn *connection, release string) (*uninstall.Clients, uninstall.Options, *uninstall.Report, error) {
+	opts := uninstall.Options{Release: release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: o.helmVersion}
+	c, err := uninstall.NewClients(conn.config)
+	if err != nil {
+		return nil, opts, nil, couldNot("build client: %w", err)
+	}
+	rep, err := uninstall.Check(ctx, c, opts)
+	if err != nil {
+		return nil, opts, nil, classifyAs(cmdUninstallCheck, err, conn)
+	}
+	return c, opts, rep, nil
 }
 
 // takeBackup writes the backup when --backup asks for one and records it in out.
