@@ -29,7 +29,7 @@ func newSlotsCmd(streams Streams) *cobra.Command {
 }
 
 func (s *slotsOptions) addFlags(f *pflag.FlagSet) {
-	f.StringVar(&s.o.Repo, "repo", ".", "path to the git repository")
+	f.StringVar(&s.o.Repo, "repo", ".", "path to the git repository: a work tree or a folder in it, a bare clone, a mirror or a linked worktree")
 	f.StringArrayVar(&s.o.Refs, "ref", nil, "branch, tag or commit to compare, oldest release line first (at least two)")
 	f.StringVar(&s.o.Dir, "dir", "", "migrations folder in the tree")
 	f.StringVar(&s.target, "target", "", "where targetVersion lives: FILE:KEY, a YAML file and a dotted key")
