@@ -5,6 +5,7 @@
 //	go run ./hack/bench check     # check of the flux2 chart, and object counting
 //	go run ./hack/bench migrate   # migrate throughput and memory against a raw patch loop
 //	go run ./hack/bench gate      # latency the HelmRelease admission gate adds to an update
+//	go run ./hack/bench binary    # binary size and the start-up RSS of version, against kubectl
 package main
 
 import (
@@ -12,7 +13,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
 
 func main() {
@@ -29,6 +33,7 @@ func run() error {
 	concurrency := flag.Int("concurrency", 4, "migrate: patch concurrency for the raw loop and migrate --qps 0")
 	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
 	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d (c runs at the default 100 QPS: slow for large -n)")
+	ug := flag.String("ug", "", "migrate and binary: the upgradeguard binary to measure (default bin/upgradeguard)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process gate and clients; not the API server) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -39,6 +44,14 @@ func run() error {
 		defer stop()
 	}
 	ctx := context.Background()
+	if *ug == "" {
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			return err
+		}
+		*ug = filepath.Join(root, "bin", "upgradeguard")
+	}
+	ugBinary = *ug
 	switch mode := flag.Arg(0); mode {
 	case "", "all":
 		if err := benchCheck(ctx, *rounds, *objects); err != nil {
@@ -47,7 +60,12 @@ func run() error {
 		if err := benchMigrate(ctx, *n, *concurrency, *cases); err != nil {
 			return err
 		}
-		return benchGate(ctx, *rounds, *gateCache)
+		if err := benchGate(ctx, *rounds, *gateCache); err != nil {
+			return err
+		}
+		return benchBinary(*rounds, *ug, nil)
+	case "binary":
+		return benchBinary(*rounds, *ug, flag.Args()[1:])
 	case "check":
 		return benchCheck(ctx, *rounds, *objects)
 	case "migrate":
@@ -57,7 +75,7 @@ func run() error {
 	case "raw":
 		return rawLoop(ctx, flag.Args()[1:])
 	default:
-		return fmt.Errorf("unknown mode %q: use check, migrate, gate or all", mode)
+		return fmt.Errorf("unknown mode %q: use check, migrate, gate, binary or all", mode)
 	}
 }
 

@@ -30,6 +30,9 @@ const benchCRD = "helmrepositories.source.toolkit.fluxcd.io"
 
 var benchGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "helmrepositories"}
 
+// ugBinary is the upgradeguard binary the process cases run (-ug).
+var ugBinary string
+
 type procResult struct {
 	name    string
 	elapsed time.Duration
@@ -80,7 +83,7 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 	if err != nil {
 		return err
 	}
-	ug := filepath.Join(root, "bin", "upgradeguard")
+	ug := ugBinary
 	kubectl := filepath.Join(root, "bin", "kubectl")
 	kc := []string{"--kubeconfig", cp.Kubeconfig}
 	c := strconv.Itoa(concurrency)

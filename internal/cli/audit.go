@@ -5,19 +5,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/dynamic"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/metadata"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
-	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/registry"
 )
 
@@ -30,10 +26,150 @@ type auditOptions struct {
 
 func newAuditCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &auditOptions{}
-	cmd := &cobra.Command{
-		Use:   "audit [-A | -n NAMESPACE]",
-		Short: "Report which releases' CRDs are protected from storedVersions failures, and by whom",
-		Long: `audit reads every Flux HelmRelease and Helm release (with its stored chart and values)
+	cmd := command("audit [-A | -n NAMESPACE]", "Report which releases' CRDs are protected from storedVersions failures, and by whom", auditLong, auditExample, cobra.NoArgs,
+		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+func (o *auditOptions) addFlags(f *pflag.FlagSet) {
+	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "audit every namespace (default: the namespace of -n or the kubeconfig)")
+	f.StringVar(&o.registry, "registry", "", "chart registry file that extends the built-in one; an entry replaces the built-in entry of the same name")
+	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
+	output.AddFlag(f, &o.output)
+}
+
+func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	reg, err := registry.Load(o.registry)
+	if err != nil {
+		return couldNot("%w", err)
+	}
+	conn, err := connect(ctx, kube)
+	if err != nil {
+		return err
+	}
+	src, err := audit.NewSources(conn.config, o.helmDriver)
+	if err != nil {
+		return couldNot("%w", err)
+	}
+	opts := audit.Options{Namespace: conn.namespace, Registry: reg}
+	if o.allNamespaces {
+		opts.Namespace = ""
+	}
+	rep, err := audit.Run(ctx, src, opts)
+	if err != nil {
+		return classifyAs(cmdAudit, err, conn)
+	}
+	return finish(streams, o.output, rep, func(w io.Writer) error { return renderAudit(w, rep) }, rep.Unprotected())
+}
+
+func renderAudit(w io.Writer, rep *audit.Report) error {
+	auditHeader(w, rep)
+	for _, r := range rep.Releases {
+		fmt.Fprintf(w, "\n%s\n", r.Subject)
+		if err := auditRelease(w, r); err != nil {
+			return err
+		}
+	}
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(w, "\nWarning: %s\n", warn)
+	}
+	s := rep.Summary
+	fmt.Fprintf(w, "\nCoverage: %s releases that ship CRDs are protected (upgrade %d/%d, rollback %d/%d).\n",
+		s.Coverage, s.UpgradeProtected, s.ShipCRDs, s.RollbackProtected, s.ShipCRDs)
+	return nil
+}
+
+func auditHeader(w io.Writer, rep *audit.Report) {
+	scope := "all namespaces"
+	if rep.Scope != "" {
+		scope = "namespace " + rep.Scope
+	}
+	fmt.Fprintf(w, "Audit of %s: %d release(s).\n", scope, len(rep.Releases))
+	fmt.Fprintf(w, "Controller: %s.\n", rep.Controller.Reason)
+	policies := "none"
+	if len(rep.Policies) > 0 {
+		policies = strings.Join(rep.Policies, ", ")
+	}
+	fmt.Fprintf(w, "Proactive policies: %s.\n", policies)
+}
+
+// auditRelease is one release's block: a two-column table.
+func auditRelease(w io.Writer, r audit.Release) error {
+	t := output.NewTable(w)
+	t.Row("  chart", auditChart(r))
+	if !r.ShipsCRDs {
+		t.Row("  crds", "none: nothing to protect")
+		return t.Flush()
+	}
+	crds := "unknown"
+	if len(r.CRDs) > 0 {
+		crds = strconv.Itoa(len(r.CRDs))
+	}
+	t.Row("  crds", crds)
+	auditMechanisms(t, r)
+	auditVerdict(t, r)
+	return t.Flush()
+}
+
+// auditVerdict is who protects the upgrade and the rollback, and the findings.
+func auditVerdict(t *output.Table, r audit.Release) {
+	t.Row("  upgrade", protection(r.Upgrade))
+	t.Row("  rollback", protection(r.Rollback))
+	for _, f := range r.Findings {
+		t.Row("  "+string(f.Severity), f.Check+": "+f.Message)
+	}
+	for _, n := range r.Notes {
+		t.Row("  note", n)
+	}
+}
+
+func auditChart(r audit.Release) string {
+	chart := r.Chart + " " + r.Version
+	if r.HelmRelease != "" {
+		chart += fmt.Sprintf(" (Helm release %s, revision %d)", r.HelmRelease, r.Revision)
+	} else if r.Revision > 0 {
+		chart += fmt.Sprintf(" (revision %d)", r.Revision)
+	}
+	if !r.Known && r.Chart != "" {
+		chart += ", not in the registry"
+	}
+	return chart
+}
+
+func auditMechanisms(t *output.Table, r audit.Release) {
+	if len(r.Mechanisms) == 0 {
+		t.Row("  mechanism", "none")
+		return
+	}
+	t.Row("  values", r.ValuesSource)
+	for _, m := range r.Mechanisms {
+		keys := make([]string, len(m.Keys))
+		for i, k := range m.Keys {
+			keys[i] = fmt.Sprintf("%s=%v (%s)", k.Key, k.Value, k.Source)
+		}
+		t.Row("  mechanism", fmt.Sprintf("%s: %s, %s, %s; %s", m.Name, strings.Join(m.Hooks, ","), m.Action, mechanismState(m), strings.Join(keys, ", ")))
+	}
+}
+
+func mechanismState(m audit.Mechanism) string {
+	switch {
+	case !m.Exists:
+		return "not in this version"
+	case m.On:
+		return "on"
+	}
+	return "off"
+}
+
+func protection(p audit.Protection) string {
+	if !p.Protected {
+		return "UNPROTECTED"
+	}
+	return "protected by " + strings.Join(p.By, " and ")
+}
+
+const auditLong = `audit reads every Flux HelmRelease and Helm release (with its stored chart and values)
 and says, for each release that ships CRDs, who protects its upgrades and rollbacks from a
 status.storedVersions rejection:
 
@@ -50,161 +186,13 @@ keys are shown; no other release value, and no Secret data, is printed.
 
 The last line is the coverage: protected releases / releases that ship CRDs. A release is
 protected when both its upgrade and its rollback are. Exit codes: 0 every release that
-ships CRDs is protected, 1 some are not, 2 could not run.`,
-		Example: `  # Every namespace
+ships CRDs is protected, 1 some are not, 2 could not run.`
+
+const auditExample = `  # Every namespace
   upgradeguard audit -A
 
   # One namespace, as JSON
   upgradeguard audit -n flux-system -o json
 
   # With your own chart entries added to the built-in registry (see docs/registry.md)
-  upgradeguard audit -A --registry platform-charts.yaml`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(cmd.Context(), streams, kube)
-		},
-	}
-	f := cmd.Flags()
-	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "audit every namespace (default: the namespace of -n or the kubeconfig)")
-	f.StringVar(&o.registry, "registry", "", "chart registry file that extends the built-in one; an entry replaces the built-in entry of the same name")
-	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	return cmd
-}
-
-func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	if o.output != "text" && o.output != "json" {
-		return couldNot("unknown output format %q: use -o text or -o json", o.output)
-	}
-	reg, err := registry.Load(o.registry)
-	if err != nil {
-		return couldNot("%v", err)
-	}
-	conn, err := connect(ctx, kube)
-	if err != nil {
-		return err
-	}
-	clients, err := kubeclient.New(conn.config)
-	if err != nil {
-		return couldNot("build client: %v", err)
-	}
-	dyn, err := dynamic.NewForConfig(conn.config)
-	if err != nil {
-		return couldNot("build client: %v", err)
-	}
-	md, err := metadata.NewForConfig(conn.config)
-	if err != nil {
-		return couldNot("build client: %v", err)
-	}
-	opts := audit.Options{Namespace: conn.namespace, Registry: reg}
-	if o.allNamespaces {
-		opts.Namespace = ""
-	}
-	// spec.valuesFrom names ConfigMaps and Secrets: read them as helm-controller does.
-	objects, err := client.New(conn.config, client.Options{Scheme: clientgoscheme.Scheme})
-	if err != nil {
-		return couldNot("build client: %v", err)
-	}
-	src := audit.Sources{Dynamic: dyn, Metadata: md, Leases: clients.Leases, Releases: audit.HelmStorage{Clientset: conn.clientset, Driver: o.helmDriver},
-		Objects: objects}
-	rep, err := audit.Run(ctx, src, opts)
-	if err != nil {
-		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-			return couldNot("%v\nupgradeguard audit needs list on helmreleases.helm.toolkit.fluxcd.io, on the Helm release Secrets (or ConfigMaps), on storagemigrationpolicies.upgradeguard.io, customresourcedefinitions and leases; see docs/cli.md#audit", err)
-		}
-		return classify(err, conn)
-	}
-	if err := renderAudit(streams.Out, o.output, rep); err != nil {
-		return couldNot("write output: %v", err)
-	}
-	if rep.Unprotected() {
-		return &ExitError{Code: ExitFindings}
-	}
-	return nil
-}
-
-func renderAudit(w io.Writer, format string, rep *audit.Report) error {
-	if format == "json" {
-		return writeJSON(w, rep)
-	}
-	scope := "all namespaces"
-	if rep.Scope != "" {
-		scope = "namespace " + rep.Scope
-	}
-	fmt.Fprintf(w, "Audit of %s: %d release(s).\n", scope, len(rep.Releases))
-	fmt.Fprintf(w, "Controller: %s.\n", rep.Controller.Reason)
-	if len(rep.Policies) > 0 {
-		fmt.Fprintf(w, "Proactive policies: %s.\n", strings.Join(rep.Policies, ", "))
-	} else {
-		fmt.Fprintln(w, "Proactive policies: none.")
-	}
-	for _, r := range rep.Releases {
-		fmt.Fprintf(w, "\n%s\n", r.Subject)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		chart := r.Chart + " " + r.Version
-		if r.HelmRelease != "" {
-			chart += fmt.Sprintf(" (Helm release %s, revision %d)", r.HelmRelease, r.Revision)
-		} else if r.Revision > 0 {
-			chart += fmt.Sprintf(" (revision %d)", r.Revision)
-		}
-		if !r.Known && r.Chart != "" {
-			chart += ", not in the registry"
-		}
-		fmt.Fprintf(tw, "  chart\t%s\n", chart)
-		if !r.ShipsCRDs {
-			fmt.Fprintf(tw, "  crds\tnone: nothing to protect\n")
-			_ = tw.Flush()
-			continue
-		}
-		if len(r.CRDs) > 0 {
-			fmt.Fprintf(tw, "  crds\t%d\n", len(r.CRDs))
-		} else {
-			fmt.Fprintf(tw, "  crds\tunknown\n")
-		}
-		if len(r.Mechanisms) > 0 {
-			fmt.Fprintf(tw, "  values\t%s\n", r.ValuesSource)
-		}
-		for _, m := range r.Mechanisms {
-			state := "off"
-			switch {
-			case !m.Exists:
-				state = "not in this version"
-			case m.On:
-				state = "on"
-			}
-			keys := make([]string, len(m.Keys))
-			for i, k := range m.Keys {
-				keys[i] = fmt.Sprintf("%s=%v (%s)", k.Key, k.Value, k.Source)
-			}
-			fmt.Fprintf(tw, "  mechanism\t%s: %s, %s, %s; %s\n", m.Name, strings.Join(m.Hooks, ","), m.Action, state, strings.Join(keys, ", "))
-		}
-		if len(r.Mechanisms) == 0 {
-			fmt.Fprintf(tw, "  mechanism\tnone\n")
-		}
-		fmt.Fprintf(tw, "  upgrade\t%s\n", protection(r.Upgrade))
-		fmt.Fprintf(tw, "  rollback\t%s\n", protection(r.Rollback))
-		for _, f := range r.Findings {
-			fmt.Fprintf(tw, "  %s\t%s: %s\n", f.Severity, f.Code, f.Message)
-		}
-		for _, n := range r.Notes {
-			fmt.Fprintf(tw, "  note\t%s\n", n)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	for _, warn := range rep.Warnings {
-		fmt.Fprintf(w, "\nWarning: %s\n", warn)
-	}
-	s := rep.Summary
-	fmt.Fprintf(w, "\nCoverage: %s releases that ship CRDs are protected (upgrade %d/%d, rollback %d/%d).\n",
-		s.Coverage, s.UpgradeProtected, s.ShipCRDs, s.RollbackProtected, s.ShipCRDs)
-	return nil
-}
-
-func protection(p audit.Protection) string {
-	if !p.Protected {
-		return "UNPROTECTED"
-	}
-	return "protected by " + strings.Join(p.By, " and ")
-}
+  upgradeguard audit -A --registry platform-charts.yaml`

@@ -8,18 +8,18 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"helm.sh/helm/v4/pkg/cli/values"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
-	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
 type checkOptions struct {
+	cmdName    string // the command, for error advice: check unless set
 	chart      chartsource.Options
 	values     values.Options
 	release    string
@@ -75,7 +75,7 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
 	}
 	f := cmd.Flags()
 	o.addPredictFlags(f)
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	output.AddFlag(f, &o.output)
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "show every CRD, not only those that change")
 	f.BoolVar(&o.noHistory, "no-stepping-stone", false, "do not search the chart's repository for a stepping-stone version")
 	return cmd
@@ -106,10 +106,16 @@ func (o *checkOptions) addPredictFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.crdPolicy, "crd-policy", string(check.PolicyHelm), "which CRDs are applied: helm (crds/ never upgraded) or create-replace (Flux upgrade.crds=CreateReplace)")
 }
 
+// command names the command these options belong to, for error advice.
+func (o *checkOptions) command() string {
+	if o.cmdName == "" {
+		return cmdCheck
+	}
+	return o.cmdName
+}
+
 func (o *checkOptions) validate() error {
 	switch {
-	case o.output != "text" && o.output != "json":
-		return couldNot("unknown output format %q: use -o text or -o json", o.output)
 	case o.rollback && o.chart.Ref != "":
 		return couldNot("--rollback and --chart do not go together: a rollback's CRDs come from the stored revision")
 	case o.rollback && o.release == "":
@@ -122,7 +128,7 @@ func (o *checkOptions) validate() error {
 		return couldNot("--to-revision must be a positive revision number")
 	}
 	if _, err := check.ParsePolicy(o.crdPolicy); err != nil {
-		return couldNot("%v", err)
+		return couldNot("%w", err)
 	}
 	return nil
 }
@@ -140,7 +146,7 @@ func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericcl
 		return err
 	}
 	if err := render(streams.Out, o.output, o.verbose, rep); err != nil {
-		return couldNot("write output: %v", err)
+		return couldNot("write output: %w", err)
 	}
 	if !rep.Safe {
 		return &ExitError{Code: ExitFindings}
@@ -158,7 +164,7 @@ func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Re
 	if o.release != "" {
 		reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
 		if err != nil {
-			return nil, couldNot("%v", err)
+			return nil, couldNot("%w", err)
 		}
 		s.Releases = reader
 	}
@@ -171,10 +177,10 @@ func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Re
 	p, err := check.Predict(ctx, s)
 	var load *chartsource.LoadError
 	if errors.As(err, &load) {
-		return nil, couldNot("%v", err)
+		return nil, couldNot("%w", err)
 	}
 	if err != nil {
-		return nil, classify(err, conn)
+		return nil, classifyAs(o.command(), err, conn)
 	}
 	return p.Report, nil
 }
@@ -193,44 +199,23 @@ type connection struct {
 func connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connection, error) {
 	cfg, err := kube.ToRESTConfig()
 	if err != nil {
-		return nil, couldNot("load kubeconfig: %v (set --kubeconfig or KUBECONFIG, and --context)", err)
+		return nil, couldNot("load kubeconfig: %w (set --kubeconfig or KUBECONFIG, and --context)", err)
 	}
 	ns, _, err := kube.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
-		return nil, couldNot("read namespace from kubeconfig: %v", err)
+		return nil, couldNot("read namespace from kubeconfig: %w", err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, couldNot("build client: %v", err)
+		return nil, couldNot("build client: %w", err)
 	}
 	cl, err := check.NewKubeCluster(cfg)
 	if err != nil {
-		return nil, couldNot("build client: %v", err)
+		return nil, couldNot("build client: %w", err)
 	}
 	c := &connection{config: cfg, clientset: cs, cluster: cl, namespace: ns, host: cfg.Host}
 	if c.serverVersion, err = cl.ServerVersion(ctx); err != nil {
-		return nil, couldNot("cannot reach the Kubernetes API server at %s: %v (check --kubeconfig, --context and that the cluster is up)", cfg.Host, err)
+		return nil, couldNot("cannot reach the Kubernetes API server at %s: %w (check --kubeconfig, --context and that the cluster is up)", cfg.Host, err)
 	}
 	return c, nil
-}
-
-// classify turns library errors into exit-2 errors that say what to do.
-func classify(err error, conn *connection) error {
-	var nf *helmrelease.NotFoundError
-	var held *migrate.LeaseHeldError
-	var notFailed *helmrelease.NotFailedError
-	var rev *helmrelease.RevisionError
-	switch {
-	case errors.As(err, &nf) && nf.Revision == 0 && nf.Driver == helmrelease.DriverSecret:
-		return couldNot("%v; pass --helm-driver configmap if it was installed with HELM_DRIVER=configmap", err)
-	case errors.As(err, &notFailed):
-		return couldNot("%v: pass --revision N to compare a given revision with the one before it", err)
-	case errors.As(err, &rev):
-		return couldNot("%v (--revision and --to-revision take a revision from `helm history`)", err)
-	case errors.As(err, &nf), errors.As(err, &held):
-		return couldNot("%v", err)
-	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
-		return couldNot("%v\nupgradeguard check needs get/list on customresourcedefinitions.apiextensions.k8s.io, list on the custom resources it counts, and get/list on the release's Secrets (or ConfigMaps); see docs/operator-guide.md#rbac", err)
-	}
-	return couldNot("%v (API server %s)", err, conn.host)
 }

@@ -1,11 +1,16 @@
+//go:build !nocontroller
+
 package cli
 
 import (
+	"context"
+	"io"
 	"log/slog"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,14 +19,82 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
+type controllerOptions struct {
+	manager         controller.Options
+	gate            webhook.Options
+	jsonLogs, debug bool
+}
+
 func newControllerCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
-	o := controller.Options{}
-	gate := webhook.Options{}
-	var jsonLogs, debug bool
-	cmd := &cobra.Command{
-		Use:   "controller",
-		Short: "Run the controller: StorageMigrations, proactive mode and the HelmRelease gate",
-		Long: `Run upgradeguard as a controller (normally in-cluster, installed by the chart in
+	o := &controllerOptions{}
+	cmd := command("controller", "Run the controller: StorageMigrations, proactive mode and the HelmRelease gate", controllerLong, controllerExample, cobra.NoArgs,
+		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+func (o *controllerOptions) addFlags(f *pflag.FlagSet) {
+	m := &o.manager
+	f.BoolVar(&m.LeaderElect, "leader-elect", true, "elect one active controller through the Lease "+controller.LeaderElectionID)
+	f.StringVar(&m.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default $POD_NAMESPACE, else kube-system)")
+	f.StringVar(&m.MetricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
+	f.StringVar(&m.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&m.EnableWebhook, "enable-webhook", true, "serve the HelmRelease admission gate")
+	f.IntVar(&m.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
+	f.StringVar(&m.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key for the webhook (reloaded when they change)")
+	f.StringVar(&m.MigrationLeaseNamespace, "migration-lease-namespace", "", "namespace of the per-CRD migration Leases shared with 'upgradeguard migrate' (default: the leader-election namespace)")
+	f.IntVar(&m.MaxConcurrentMigrations, "max-concurrent-migrations", 1, "StorageMigrations run at once")
+	f.BoolVar(&o.jsonLogs, "log-json", false, "log JSON lines")
+	f.BoolVar(&o.debug, "debug", false, "log at debug level")
+	o.addGateFlags(f)
+}
+
+func (o *controllerOptions) addGateFlags(f *pflag.FlagSet) {
+	f.DurationVar(&o.gate.Timeout, "gate-timeout", 25*time.Second, "bound on one gate decision (chart fetch, target read, check); keep it below the webhook's timeoutSeconds")
+	f.BoolVar(&o.gate.AllowOnError, "gate-allow-on-error", false, "admit a chart change the gate could not check (repository down, target unreachable) with a warning, instead of denying it")
+	f.BoolVar(&o.gate.GateValuesChanges, "gate-values-changes", false, "also decide HelmRelease updates that change only spec.values or spec.valuesFrom (a value can switch a chart's CRDs on or off); the webhook configuration must send them too (chart value webhook.gateValuesChanges)")
+}
+
+func (o *controllerOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	o.setLogger(streams.ErrOut)
+	cfg, err := kube.ToRESTConfig()
+	if err != nil {
+		return couldNot("cluster: %w (set --kubeconfig or --context; in a pod the service account is used)", err)
+	}
+	if err := controller.Preflight(cfg); err != nil {
+		return couldNot("%w", err)
+	}
+	mgr, err := controller.NewManager(cfg, o.manager)
+	if err != nil {
+		return couldNot("%w", err)
+	}
+	if o.manager.EnableWebhook {
+		if err := webhook.Setup(mgr, o.gate); err != nil {
+			return couldNot("webhook: %w", err)
+		}
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return couldNot("controller stopped: %w", err)
+	}
+	return nil
+}
+
+// setLogger sends controller-runtime's and client-go's logs to w, as text or JSON.
+func (o *controllerOptions) setLogger(w io.Writer) {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if o.debug {
+		opts.Level = slog.LevelDebug
+	}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if o.jsonLogs {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	logger := logr.FromSlogHandler(h)
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+}
+
+const controllerLong = `Run upgradeguard as a controller (normally in-cluster, installed by the chart in
 charts/upgradeguard).
 
 It runs StorageMigration resources with the same engine as 'upgradeguard migrate', saving
@@ -35,58 +108,7 @@ for Flux HelmReleases.
 Metrics (on --metrics-bind-address, /metrics): upgradeguard_migrations_total{result},
 upgradeguard_objects_rewritten_total{crd}, upgradeguard_migration_duration_seconds,
 upgradeguard_pending_migrations, upgradeguard_gate_decisions_total{outcome}.
-Health probes (on --health-probe-bind-address): /healthz and /readyz.`,
-		Example: `  # Out of cluster, against the current kubeconfig context, without the webhook:
-  upgradeguard controller --enable-webhook=false --leader-election-namespace upgradeguard-system`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			level := slog.LevelInfo
-			if debug {
-				level = slog.LevelDebug
-			}
-			var h slog.Handler = slog.NewTextHandler(streams.ErrOut, &slog.HandlerOptions{Level: level})
-			if jsonLogs {
-				h = slog.NewJSONHandler(streams.ErrOut, &slog.HandlerOptions{Level: level})
-			}
-			logger := logr.FromSlogHandler(h)
-			ctrl.SetLogger(logger)
-			klog.SetLogger(logger)
-			cfg, err := kube.ToRESTConfig()
-			if err != nil {
-				return couldNot("cluster: %v (set --kubeconfig or --context; in a pod the service account is used)", err)
-			}
-			if err := controller.Preflight(cfg); err != nil {
-				return couldNot("%v", err)
-			}
-			mgr, err := controller.NewManager(cfg, o)
-			if err != nil {
-				return couldNot("%v", err)
-			}
-			if o.EnableWebhook {
-				if err := webhook.Setup(mgr, gate); err != nil {
-					return couldNot("webhook: %v", err)
-				}
-			}
-			if err := mgr.Start(cmd.Context()); err != nil {
-				return couldNot("controller stopped: %v", err)
-			}
-			return nil
-		},
-	}
-	f := cmd.Flags()
-	f.BoolVar(&o.LeaderElect, "leader-elect", true, "elect one active controller through the Lease "+controller.LeaderElectionID)
-	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader-election Lease (default $POD_NAMESPACE, else kube-system)")
-	f.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
-	f.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	f.BoolVar(&o.EnableWebhook, "enable-webhook", true, "serve the HelmRelease admission gate")
-	f.IntVar(&o.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
-	f.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key for the webhook (reloaded when they change)")
-	f.StringVar(&o.MigrationLeaseNamespace, "migration-lease-namespace", "", "namespace of the per-CRD migration Leases shared with 'upgradeguard migrate' (default: the leader-election namespace)")
-	f.DurationVar(&gate.Timeout, "gate-timeout", 25*time.Second, "bound on one gate decision (chart fetch, target read, check); keep it below the webhook's timeoutSeconds")
-	f.BoolVar(&gate.AllowOnError, "gate-allow-on-error", false, "admit a chart change the gate could not check (repository down, target unreachable) with a warning, instead of denying it")
-	f.BoolVar(&gate.GateValuesChanges, "gate-values-changes", false, "also decide HelmRelease updates that change only spec.values or spec.valuesFrom (a value can switch a chart's CRDs on or off); the webhook configuration must send them too (chart value webhook.gateValuesChanges)")
-	f.IntVar(&o.MaxConcurrentMigrations, "max-concurrent-migrations", 1, "StorageMigrations run at once")
-	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines")
-	f.BoolVar(&debug, "debug", false, "log at debug level")
-	return cmd
-}
+Health probes (on --health-probe-bind-address): /healthz and /readyz.`
+
+const controllerExample = `  # Out of cluster, against the current kubeconfig context, without the webhook:
+  upgradeguard controller --enable-webhook=false --leader-election-namespace upgradeguard-system`

@@ -3,14 +3,15 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 type rbacOptions struct {
@@ -23,10 +24,98 @@ type rbacOptions struct {
 
 func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &rbacOptions{}
-	cmd := &cobra.Command{
-		Use:   "rbac (--crd NAME... | --chart REF)",
-		Short: "Print the least-privilege ClusterRole and Role for migrating CRDs",
-		Long: `rbac prints the minimal permissions 'upgradeguard migrate' needs for the given CRDs:
+	cmd := command("rbac (--crd NAME... | --chart REF)", "Print the least-privilege ClusterRole and Role for migrating CRDs", rbacLong, rbacExample, cobra.NoArgs,
+		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
+	o.predictOpts.addPredictFlags(cmd.Flags())
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+func (o *rbacOptions) addFlags(f *pflag.FlagSet) {
+	f.StringArrayVar(&o.crds, "crd", nil, "CRD to migrate (can repeat)")
+	f.StringVar(&o.name, "name", "upgradeguard-migrate", "name of the ClusterRole and Role")
+	f.StringVar(&o.leaseNamespace, "lease-namespace", "kube-system", "namespace of the migration Leases (as migrate --lease-namespace)")
+	f.BoolVar(&o.storageSwitch, "allow-storage-switch", false, "also allow changing the CRDs' storage version (reverse migrations)")
+	output.AddFlag(f, &o.predictOpts.output)
+}
+
+func (o *rbacOptions) validate() error {
+	if (len(o.crds) > 0) == (o.predictOpts.chart.Ref != "" || o.predictOpts.rollback) {
+		return couldNot("choose the CRDs with exactly one of --crd or --chart (or --rollback --release)")
+	}
+	if len(o.crds) == 0 {
+		return o.predictOpts.validate()
+	}
+	return nil
+}
+
+func (o *rbacOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	conn, err := connect(ctx, kube)
+	if err != nil {
+		return err
+	}
+	names, err := o.names(ctx, conn)
+	if err != nil {
+		return err
+	}
+	crds, err := conn.cluster.CRDs(ctx)
+	if err != nil {
+		return classifyAs(cmdRBAC, err, conn)
+	}
+	p, err := migrate.RBACFor(o.name, o.leaseNamespace, names, crds, o.storageSwitch)
+	if err != nil {
+		return classifyAs(cmdRBAC, err, conn)
+	}
+	out := &rbacOutput{policy: p, crds: len(names), leaseNamespace: o.leaseNamespace}
+	return finish(streams, o.predictOpts.output, p, out.text, false)
+}
+
+// names are the CRDs to grant: --crd, or what a migration of the chart would migrate.
+func (o *rbacOptions) names(ctx context.Context, conn *connection) ([]string, error) {
+	if len(o.crds) > 0 {
+		return o.crds, nil
+	}
+	rep, err := o.predictOpts.predict(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	targets, _, err := migrate.TargetsFor(rep, migrate.Options{AllowStorageSwitch: true})
+	if err != nil {
+		return nil, classifyAs(cmdRBAC, err, conn)
+	}
+	if len(targets) == 0 {
+		return nil, couldNot("check finds nothing to migrate for this chart, so no permissions are needed")
+	}
+	names := make([]string, 0, len(targets))
+	for _, t := range targets {
+		names = append(names, t.Name)
+	}
+	return names, nil
+}
+
+type rbacOutput struct {
+	policy         migrate.Permissions
+	crds           int
+	leaseNamespace string
+}
+
+// text is the ClusterRole and the Role as YAML documents, ready for kubectl apply.
+func (r *rbacOutput) text(w io.Writer) error {
+	fmt.Fprintf(w, "# Least privilege for `upgradeguard migrate` of %d CRD(s). Bind the ClusterRole with a\n# ClusterRoleBinding and the Role with a RoleBinding in %s.\n", r.crds, r.leaseNamespace)
+	for _, obj := range []any{r.policy.ClusterRole, r.policy.Role} {
+		data, err := yaml.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "---\n%s", data)
+	}
+	return nil
+}
+
+const rbacLong = `rbac prints the minimal permissions 'upgradeguard migrate' needs for the given CRDs:
 
   - get, list and patch on exactly those custom resources;
   - get on the CRDs and get, update on customresourcedefinitions/status, by name;
@@ -34,70 +123,7 @@ func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Com
 
 With --allow-storage-switch the role may also patch and update the CRDs themselves, which a
 reverse migration needs. Bind the ClusterRole with a ClusterRoleBinding and the Role with a
-RoleBinding in the lease namespace.`,
-		Example: `  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io > rbac.yaml
-  upgradeguard rbac --chart ./charts/flux2 --release flux -n flux-system --lease-namespace flux-system`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.run(cmd.Context(), streams, kube)
-		},
-	}
-	f := cmd.Flags()
-	o.predictOpts.addPredictFlags(f)
-	f.StringArrayVar(&o.crds, "crd", nil, "CRD to migrate (can repeat)")
-	f.StringVar(&o.name, "name", "upgradeguard-migrate", "name of the ClusterRole and Role")
-	f.StringVar(&o.leaseNamespace, "lease-namespace", "kube-system", "namespace of the migration Leases (as migrate --lease-namespace)")
-	f.BoolVar(&o.storageSwitch, "allow-storage-switch", false, "also allow changing the CRDs' storage version (reverse migrations)")
-	return cmd
-}
+RoleBinding in the lease namespace.`
 
-func (o *rbacOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	if (len(o.crds) > 0) == (o.predictOpts.chart.Ref != "" || o.predictOpts.rollback) {
-		return couldNot("choose the CRDs with exactly one of --crd or --chart (or --rollback --release)")
-	}
-	conn, err := connect(ctx, kube)
-	if err != nil {
-		return err
-	}
-	names := o.crds
-	if len(names) == 0 {
-		o.predictOpts.output = "text"
-		if err := o.predictOpts.validate(); err != nil {
-			return err
-		}
-		rep, err := o.predictOpts.predict(ctx, conn)
-		if err != nil {
-			return err
-		}
-		for _, c := range rep.CRDs {
-			if c.Verdict == predict.Migrate || (c.Verdict == predict.Bridge && c.StorageSwitchTo != "") {
-				names = append(names, c.Name)
-			}
-		}
-		if len(names) == 0 {
-			return couldNot("check finds nothing to migrate for this chart, so no permissions are needed")
-		}
-	}
-	live, err := conn.cluster.CRDs(ctx)
-	if err != nil {
-		return classify(err, conn)
-	}
-	crds := make([]*apiextv1.CustomResourceDefinition, 0, len(names))
-	for _, n := range names {
-		c, ok := live[n]
-		if !ok {
-			return couldNot("CRD %s not found: check the name with `kubectl get crd`", n)
-		}
-		crds = append(crds, c)
-	}
-	p := migrate.RBAC(o.name, o.leaseNamespace, crds, o.storageSwitch)
-	fmt.Fprintf(streams.Out, "# Least privilege for `upgradeguard migrate` of %d CRD(s). Bind the ClusterRole with a\n# ClusterRoleBinding and the Role with a RoleBinding in %s.\n", len(crds), o.leaseNamespace)
-	for _, obj := range []any{p.ClusterRole, p.Role} {
-		data, err := yaml.Marshal(obj)
-		if err != nil {
-			return couldNot("render: %v", err)
-		}
-		fmt.Fprintf(streams.Out, "---\n%s", data)
-	}
-	return nil
-}
+const rbacExample = `  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io > rbac.yaml
+  upgradeguard rbac --chart ./charts/flux2 --release flux -n flux-system --lease-namespace flux-system`

@@ -16,6 +16,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -43,7 +44,7 @@ type applyCheckOptions struct {
 }
 
 func newApplyCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
-	o := &applyCheckOptions{}
+	o := &applyCheckOptions{checkOptions: checkOptions{cmdName: cmdApplyCheck}}
 	cmd := &cobra.Command{
 		Use:   "apply-check NAME --chart REF",
 		Short: "Predict object by object what a Helm 4 upgrade does, server-side or client-side, and the partial state a failed one leaves",
@@ -108,7 +109,7 @@ func (o *applyCheckOptions) addApplyFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.flags.ForceConflicts, "force-conflicts", false, "as helm --force-conflicts (Flux helm-controller always forces)")
 	f.BoolVar(&o.flags.ForceReplace, "force-replace", false, "as helm --force-replace")
 	f.StringVar(&o.flags.ServerSide, "server-side", "auto", "as helm --server-side: auto (the recorded apply_method), true or false")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	output.AddFlag(f, &o.output)
 }
 
 type applyCheckReport struct {
@@ -129,21 +130,21 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 	}
 	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
 	if err != nil {
-		return couldNot("%v", err)
+		return couldNot("%w", err)
 	}
 	history, err := reader.History(ctx, o.release)
 	if err != nil {
-		return classify(err, conn)
+		return classifyAs(o.command(), err, conn)
 	}
 	current, err := reader.Current(ctx, o.release)
 	if err != nil {
-		return classify(err, conn)
+		return classifyAs(o.command(), err, conn)
 	}
 	o.chart.Values, o.chart.BaseValues = o.values, current.Config
 	o.chart.ReleaseName, o.chart.Namespace, o.chart.IsUpgrade, o.chart.KubeVersion = o.release, conn.namespace, true, conn.serverVersion
 	ch, err := chartsource.Load(ctx, o.chart)
 	if err != nil {
-		return couldNot("%v", err)
+		return couldNot("%w", err)
 	}
 	vals, _ := o.values.MergeValues(getter.All(helmcli.New()))
 	rc := applycheck.ReleaseCheck{Release: o.release, Namespace: conn.namespace, History: history, Operation: applycheck.OpUpgrade,
@@ -155,18 +156,18 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 func (o *applyCheckOptions) finish(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, conn *connection, rc applycheck.ReleaseCheck, command []string) error {
 	dyn, err := dynamic.NewForConfig(conn.config)
 	if err != nil {
-		return couldNot("build client: %v", err)
+		return couldNot("build client: %w", err)
 	}
 	mapper, err := kube.ToRESTMapper()
 	if err != nil {
-		return couldNot("discover API resources: %v", err)
+		return couldNot("discover API resources: %w", err)
 	}
 	if rc.Clients, err = uninstall.NewClients(conn.config); err != nil {
-		return couldNot("build client: %v", err)
+		return couldNot("build client: %w", err)
 	}
 	rel, err := applycheck.CheckRelease(ctx, dyn, mapper, rc)
 	if err != nil {
-		return classify(err, conn)
+		return classifyAs(o.command(), err, conn)
 	}
 	crd, err := o.predict(ctx, conn)
 	if err != nil {
@@ -174,7 +175,7 @@ func (o *applyCheckOptions) finish(ctx context.Context, streams Streams, kube *g
 	}
 	rep := &applyCheckReport{ReleaseReport: rel, CRDCheck: crd, Safe: rel.Safe && crd.Safe, command: command}
 	if err := renderApplyCheck(streams.Out, o.output, rep); err != nil {
-		return couldNot("write output: %v", err)
+		return couldNot("write output: %w", err)
 	}
 	if !rep.Safe {
 		return &ExitError{Code: ExitFindings}
@@ -189,9 +190,10 @@ var outcomeLabel = map[applycheck.Outcome]string{
 }
 
 func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
-	if format == "json" {
-		return writeJSON(w, rep)
-	}
+	return output.Write(w, format, rep, rep.text)
+}
+
+func (rep *applyCheckReport) text(w io.Writer) error {
 	renderMode(w, rep)
 	renderObjects(w, rep.Apply)
 	fmt.Fprintln(w)

@@ -6,18 +6,17 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
 )
 
 type diffFailedOptions struct {
-	release    string
 	revision   int
 	helmDriver string
 	output     string
@@ -25,10 +24,81 @@ type diffFailedOptions struct {
 
 func newDiffFailedCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &diffFailedOptions{}
-	cmd := &cobra.Command{
-		Use:   "diff-failed NAME",
-		Short: "Show what a failed upgrade left applied: per object, the failed revision, the previous one, or neither",
-		Long: `diff-failed reads the release's failed revision (the last one, or --revision) and
+	cmd := command("diff-failed NAME", "Show what a failed upgrade left applied: per object, the failed revision, the previous one, or neither", diffFailedLong, diffFailedExample, cobra.ExactArgs(1),
+		func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, kube, args[0]) })
+	f := cmd.Flags()
+	f.IntVar(&o.revision, "revision", 0, "revision to compare with the one before it (default: the last one, which must have failed)")
+	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
+	output.AddFlag(f, &o.output)
+	return cmd
+}
+
+func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, release string) error {
+	conn, err := connect(ctx, kube)
+	if err != nil {
+		return err
+	}
+	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
+	if err != nil {
+		return couldNot("%w", err)
+	}
+	dyn, err := dynamic.NewForConfig(conn.config)
+	if err != nil {
+		return couldNot("build client: %w", err)
+	}
+	mapper, err := kube.ToRESTMapper()
+	if err != nil {
+		return couldNot("discover API resources: %w", err)
+	}
+	rep, err := releasediff.RunRelease(ctx, reader, dyn, mapper, release, o.revision, releasediff.Options{Namespace: conn.namespace})
+	if err != nil {
+		return classifyAs(cmdDiffFailed, err, conn)
+	}
+	return finish(streams, o.output, rep, func(w io.Writer) error { return renderDiffFailed(w, rep) }, !rep.Clean())
+}
+
+func renderDiffFailed(w io.Writer, rep *releasediff.Report) error {
+	prev := "none (a failed install)"
+	if rep.PreviousRevision > 0 {
+		prev = fmt.Sprintf("revision %d", rep.PreviousRevision)
+	}
+	fmt.Fprintf(w, "Release %s/%s: revision %d (%s) against %s\n\n", rep.Namespace, rep.Release, rep.FailedRevision, rep.FailedStatus, prev)
+	t := output.NewTable(w, "OBJECT", "CHANGE", "LIVE MATCHES", "DIFFERS FROM THE FAILED REVISION")
+	for _, obj := range rep.Objects {
+		detail := strings.Join(obj.Differs, ", ")
+		if obj.Error != "" {
+			detail = obj.Error
+		}
+		t.Row(obj.Object, obj.Change, obj.Verdict, detail)
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	diffFailedSummary(w, rep)
+	return nil
+}
+
+func diffFailedSummary(w io.Writer, rep *releasediff.Report) {
+	switch {
+	case rep.Mixed:
+		fmt.Fprintf(w, "MIXED: %d change(s) landed and %d did not. The release is half-applied.\n", len(rep.Landed), len(rep.NotLanded))
+	case len(rep.Landed) > 0:
+		fmt.Fprintf(w, "Every change of revision %d landed.\n", rep.FailedRevision)
+	case len(rep.NotLanded) > 0:
+		fmt.Fprintf(w, "No change of revision %d landed: the objects are at the previous revision.\n", rep.FailedRevision)
+	default:
+		fmt.Fprintln(w, "The two revisions render the same objects.")
+	}
+	if len(rep.Drifted) > 0 {
+		fmt.Fprintf(w, "%d object(s) match neither revision or are missing: %s\n", len(rep.Drifted), strings.Join(rep.Drifted, ", "))
+	}
+	if !rep.Clean() {
+		fmt.Fprintln(w, "Next: find who owns the fields that did not land (`upgradeguard release apply-check`), then re-run the upgrade or roll back; both finish the half-applied objects.")
+	}
+}
+
+const diffFailedLong = `diff-failed reads the release's failed revision (the last one, or --revision) and
 the revision before it from Helm storage, and compares every object of both with the live
 cluster. A failed Helm upgrade is not atomic: Helm 4.3 goes on past an object it cannot
 update, creates the new objects, and then skips deleting the ones the chart dropped.
@@ -47,96 +117,7 @@ writes nothing (it needs patch permission because dry runs are checked like writ
 Differing fields are named, never their values.
 
 Exit codes: 0 the release is wholly at one revision, 1 mixed (some changes landed and
-others did not) or an object matches neither revision, 2 could not run.`,
-		Example: `  upgradeguard release diff-failed app -n apps
-  upgradeguard release diff-failed app -n apps --revision 7 -o json`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.release = args[0]
-			return o.run(cmd.Context(), streams, kube)
-		},
-	}
-	f := cmd.Flags()
-	f.IntVar(&o.revision, "revision", 0, "revision to compare with the one before it (default: the last one, which must have failed)")
-	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	return cmd
-}
+others did not) or an object matches neither revision, 2 could not run.`
 
-func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	if o.output != "text" && o.output != "json" {
-		return couldNot("unknown output format %q: use -o text or -o json", o.output)
-	}
-	conn, err := connect(ctx, kube)
-	if err != nil {
-		return err
-	}
-	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
-	if err != nil {
-		return couldNot("%v", err)
-	}
-	failed, previous, err := reader.FailedPair(ctx, o.release, o.revision)
-	if err != nil {
-		return classify(err, conn)
-	}
-	dyn, err := dynamic.NewForConfig(conn.config)
-	if err != nil {
-		return couldNot("build client: %v", err)
-	}
-	mapper, err := kube.ToRESTMapper()
-	if err != nil {
-		return couldNot("discover API resources: %v", err)
-	}
-	rep, err := releasediff.Run(ctx, dyn, mapper, failed, previous, releasediff.Options{Namespace: conn.namespace})
-	if err != nil {
-		return classify(err, conn)
-	}
-	if err := renderDiffFailed(streams.Out, o.output, rep); err != nil {
-		return couldNot("write output: %v", err)
-	}
-	if !rep.Clean() {
-		return &ExitError{Code: ExitFindings}
-	}
-	return nil
-}
-
-func renderDiffFailed(w io.Writer, format string, rep *releasediff.Report) error {
-	if format == "json" {
-		return writeJSON(w, rep)
-	}
-	prev := "none (a failed install)"
-	if rep.PreviousRevision > 0 {
-		prev = fmt.Sprintf("revision %d", rep.PreviousRevision)
-	}
-	fmt.Fprintf(w, "Release %s/%s: revision %d (%s) against %s\n\n", rep.Namespace, rep.Release, rep.FailedRevision, rep.FailedStatus, prev)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "OBJECT\tCHANGE\tLIVE MATCHES\tDIFFERS FROM THE FAILED REVISION")
-	for _, obj := range rep.Objects {
-		detail := strings.Join(obj.Differs, ", ")
-		if obj.Error != "" {
-			detail = obj.Error
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", obj.Object, obj.Change, obj.Verdict, detail)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintln(w)
-	switch {
-	case rep.Mixed:
-		fmt.Fprintf(w, "MIXED: %d change(s) landed and %d did not. The release is half-applied.\n", len(rep.Landed), len(rep.NotLanded))
-	case len(rep.Landed) > 0:
-		fmt.Fprintf(w, "Every change of revision %d landed.\n", rep.FailedRevision)
-	case len(rep.NotLanded) > 0:
-		fmt.Fprintf(w, "No change of revision %d landed: the objects are at the previous revision.\n", rep.FailedRevision)
-	default:
-		fmt.Fprintln(w, "The two revisions render the same objects.")
-	}
-	if len(rep.Drifted) > 0 {
-		fmt.Fprintf(w, "%d object(s) match neither revision or are missing: %s\n", len(rep.Drifted), strings.Join(rep.Drifted, ", "))
-	}
-	if !rep.Clean() {
-		fmt.Fprintln(w, "Next: find who owns the fields that did not land (`upgradeguard release apply-check`), then re-run the upgrade or roll back; both finish the half-applied objects.")
-	}
-	return nil
-}
+const diffFailedExample = `  upgradeguard release diff-failed app -n apps
+  upgradeguard release diff-failed app -n apps --revision 7 -o json`

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 	"helm.sh/helm/v4/pkg/action"
 	helmcli "helm.sh/helm/v4/pkg/cli"
@@ -18,6 +19,7 @@ import (
 	"helm.sh/helm/v4/pkg/getter"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
@@ -42,9 +44,317 @@ type releaseMigrateOptions struct {
 func newReleaseMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &releaseMigrateOptions{}
 	cmd := &cobra.Command{
-		Use:   "migrate NAME --to-chart REF (--plan | --execute --backup-dir DIR)",
-		Short: "Move a release to another chart, keeping its volumes and credentials Secrets",
-		Long: `migrate moves a Helm release to a different chart (uninstall the old one, install the
+		Use:     "migrate NAME --to-chart REF (--plan | --execute --backup-dir DIR)",
+		Short:   "Move a release to another chart, keeping its volumes and credentials Secrets",
+		Long:    releaseMigrateLong,
+		Example: releaseMigrateExample,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.release = args[0]
+			return o.run(cmd.Context(), streams, kube)
+		},
+	}
+	o.addChartFlags(cmd.Flags())
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+// addChartFlags are the new chart and its values.
+func (o *releaseMigrateOptions) addChartFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.chart.Ref, "to-chart", "", "the new chart: a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path")
+	f.StringVar(&o.chart.Version, "version", "", "chart version or semver range (default: newest stable)")
+	f.StringVar(&o.chart.RepoURL, "repo", "", "chart repository URL")
+	f.StringArrayVarP(&o.values.ValueFiles, "values", "f", nil, "values file for the new chart (can repeat)")
+	f.StringArrayVar(&o.values.Values, "set", nil, "set values on the command line (can repeat)")
+	f.StringArrayVar(&o.values.StringValues, "set-string", nil, "set STRING values on the command line (can repeat)")
+	f.StringArrayVar(&o.values.FileValues, "set-file", nil, "set values from files (can repeat)")
+	f.StringArrayVar(&o.values.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
+	f.BoolVar(&o.chart.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
+}
+
+func (o *releaseMigrateOptions) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.newRelease, "new-release", "", "name of the new release (default: the old release's name)")
+	f.BoolVar(&o.plan, "plan", false, "only plan: read, compare and print the steps")
+	f.BoolVar(&o.execute, "execute", false, "carry the plan out (needs --backup-dir)")
+	f.BoolVar(&o.yes, "yes", false, "agree to patching PVs to Retain without asking")
+	f.BoolVar(&o.override, "override-blocking", false, "execute even though the plan has blocking findings (read them first)")
+	f.StringVar(&o.dir, "backup-dir", "", "directory for the backup and the migration record; re-use it to resume")
+	f.StringToStringVar(&o.mapPVC, "map-pvc", nil, "pair an old claim with a new one: OLD=NEW (can repeat)")
+	f.StringToStringVar(&o.mapSecret, "map-secret", nil, "restore an old Secret under a new name: OLD=NEW (can repeat)")
+	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
+	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for claims to go and to bind")
+	output.AddFlag(f, &o.output)
+}
+
+type releaseMigrateOutput struct {
+	Plan   *chartmigrate.Plan   `json:"plan"`
+	Result *chartmigrate.Result `json:"result,omitempty"`
+}
+
+func (o *releaseMigrateOptions) validate() error {
+	switch {
+	case o.plan == o.execute:
+		return couldNot("pass exactly one of --plan (read only) and --execute")
+	case o.chart.Ref == "":
+		return couldNot("no new chart given: pass --to-chart REF")
+	case o.execute && o.dir == "":
+		return couldNot("--execute needs --backup-dir DIR: the backup and the migration record go there, and a re-run with it resumes")
+	}
+	if o.newRelease == "" {
+		o.newRelease = o.release
+	}
+	return nil
+}
+
+func (o *releaseMigrateOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	conn, err := connect(ctx, kube)
+	if err != nil {
+		return err
+	}
+	src, ch, err := o.load(ctx, conn)
+	if err != nil {
+		return err
+	}
+	st, resumed, err := chartmigrate.Open(ctx, src, o.request(conn, ch))
+	if err != nil {
+		return classifyAs(cmdReleaseMigrate, err, conn)
+	}
+	if resumed {
+		fmt.Fprintf(streams.ErrOut, "resuming the migration recorded in %s\n", o.dir)
+	}
+	if o.plan || (!st.Plan.Safe && !o.override) {
+		return o.planOnly(streams, st.Plan)
+	}
+	return o.executePlan(ctx, streams, kube, conn, src, st, ch)
+}
+
+// load builds the migration's readers and loads the new chart, rendered for the new
+// release.
+func (o *releaseMigrateOptions) load(ctx context.Context, conn *connection) (chartmigrate.Sources, *chartsource.Chart, error) {
+	src, err := o.sources(conn)
+	if err != nil {
+		return src, nil, err
+	}
+	o.chart.Values, o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.values, o.newRelease, conn.namespace, conn.serverVersion
+	ch, err := chartsource.Load(ctx, o.chart)
+	if err != nil {
+		return src, nil, couldNot("%w", err)
+	}
+	return src, ch, nil
+}
+
+// sources are the migration's readers, on the one connection.
+func (o *releaseMigrateOptions) sources(conn *connection) (chartmigrate.Sources, error) {
+	uc, err := uninstall.NewClients(conn.config)
+	if err != nil {
+		return chartmigrate.Sources{}, couldNot("build client: %w", err)
+	}
+	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
+	if err != nil {
+		return chartmigrate.Sources{}, couldNot("%w", err)
+	}
+	uopts := uninstall.Options{Release: o.release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: migrateHelmVersion}
+	return chartmigrate.Sources{Kube: conn.clientset, Releases: reader, Uninstall: uc, UninstallOptions: uopts}, nil
+}
+
+func (o *releaseMigrateOptions) request(conn *connection, ch *chartsource.Chart) chartmigrate.Request {
+	req := chartmigrate.Request{Release: o.release, NewRelease: o.newRelease, Namespace: conn.namespace,
+		NewChart: ch.Name, NewChartVersion: ch.Version, NewManifest: ch.Manifest, MapPVC: o.mapPVC, MapSecret: o.mapSecret}
+	if o.execute {
+		req.Dir = o.dir
+	}
+	return req
+}
+
+// planOnly prints the plan: for --plan, and for --execute of a plan that blocks.
+func (o *releaseMigrateOptions) planOnly(streams Streams, p *chartmigrate.Plan) error {
+	out := &releaseMigrateOutput{Plan: p}
+	if err := output.Write(streams.Out, o.output, out, out.text); err != nil {
+		return couldNot("write output: %w", err)
+	}
+	if o.execute {
+		fmt.Fprintln(streams.ErrOut, "Refusing to execute: the plan has blocking findings (above). Fix them, or pass --override-blocking after reading them. Nothing was changed.")
+	}
+	if !p.Safe {
+		return &ExitError{Code: ExitFindings}
+	}
+	return nil
+}
+
+func (o *releaseMigrateOptions) executePlan(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, conn *connection,
+	src chartmigrate.Sources, st *chartmigrate.State, ch *chartsource.Chart) error {
+	vals, err := o.values.MergeValues(getter.All(helmcli.New()))
+	if err != nil {
+		return couldNot("values: %w", err)
+	}
+	res, err := chartmigrate.Execute(ctx, o.env(streams, kube, conn, src), st, chartmigrate.ExecOptions{Dir: o.dir, Chart: ch.Chart, Values: vals, Override: o.override, Timeout: o.timeout})
+	out := &releaseMigrateOutput{Plan: st.Plan, Result: res}
+	if rerr := output.Write(streams.Out, o.output, out, out.text); rerr != nil && err == nil {
+		return couldNot("write output: %w", rerr)
+	}
+	if err != nil {
+		return couldNot("%w%s", err, advice(cmdReleaseMigrate, err))
+	}
+	return nil
+}
+
+// env is what Execute works with: the connection's clients, Helm on the same
+// kubeconfig, the terminal for questions and stderr for progress.
+func (o *releaseMigrateOptions) env(streams Streams, kube *genericclioptions.ConfigFlags, conn *connection, src chartmigrate.Sources) chartmigrate.Env {
+	return chartmigrate.Env{
+		Kube: conn.clientset, Uninstall: src.Uninstall, UninstallOptions: src.UninstallOptions,
+		Helm: func() (*action.Configuration, error) {
+			cfg := action.NewConfiguration()
+			if err := cfg.Init(kube, conn.namespace, o.helmDriver); err != nil {
+				return nil, fmt.Errorf("initialise Helm: %w", err)
+			}
+			return cfg, nil
+		},
+		Confirm:  o.confirm(streams),
+		Progress: func(_, msg string) { fmt.Fprintln(streams.ErrOut, msg) },
+	}
+}
+
+// confirm asks on the terminal, or refuses when nobody can answer.
+func (o *releaseMigrateOptions) confirm(streams Streams) func(string) (bool, error) {
+	return func(q string) (bool, error) {
+		if o.yes {
+			return true, nil
+		}
+		if !term.IsTerminal(int(os.Stdin.Fd())) {
+			return false, errors.New(q + " Refusing without an answer: stdin is not a terminal; pass --yes to agree")
+		}
+		fmt.Fprintf(streams.ErrOut, "%s [y/N] ", q)
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return false, err
+		}
+		a := strings.ToLower(strings.TrimSpace(line))
+		return a == "y" || a == "yes", nil
+	}
+}
+
+func (out *releaseMigrateOutput) text(w io.Writer) error {
+	p := out.Plan
+	fmt.Fprintf(w, "Migration of release %s/%s (%s, revision %d) to %s (%s-%s)\n", p.Namespace, p.Release, p.OldChart, p.Revision, p.NewRelease, p.NewChart, p.NewChartVersion)
+	planVolumes(w, p)
+	planSecrets(w, p)
+	planDeletes(w, p)
+	planFindings(w, p.Findings)
+	fmt.Fprintln(w, "Steps:")
+	lines(w, p.Steps)
+	switch {
+	case out.Result != nil:
+		migrationResult(w, p, out.Result)
+	case p.Safe:
+		fmt.Fprintln(w, "Nothing blocks. Run again with --execute --backup-dir DIR.")
+	default:
+		fmt.Fprintln(w, "Blocked: fix the BLOCKING findings first.")
+	}
+	return nil
+}
+
+// lines writes each item on its own indented line.
+func lines(w io.Writer, items []string) {
+	for _, s := range items {
+		fmt.Fprintf(w, "  %s\n", s)
+	}
+}
+
+func planVolumes(w io.Writer, p *chartmigrate.Plan) {
+	fmt.Fprintln(w, "\nVolumes:")
+	if len(p.Volumes) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+	for _, v := range p.Volumes {
+		fmt.Fprintf(w, "  %s -> %s  on PV %s (uid %s, %s, %s, %s, class %q)\n", v.OldPVC, v.NewPVC, v.PV, v.PVUID, v.Source, v.ReclaimPolicy, v.Capacity, v.StorageClass)
+		if v.OldStatefulSet != nil || v.NewStatefulSet != nil {
+			fmt.Fprintf(w, "      %s -> %s\n", stsOrChart(v.OldStatefulSet, "old release's manifest"), stsOrChart(v.NewStatefulSet, "new chart's manifest"))
+		}
+	}
+	for _, n := range p.FreshPVCs {
+		fmt.Fprintf(w, "  (new) %s gets a new volume\n", n)
+	}
+}
+
+func planSecrets(w io.Writer, p *chartmigrate.Plan) {
+	fmt.Fprintln(w, "Secrets:")
+	if len(p.Secrets) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+	for _, s := range p.Secrets {
+		fmt.Fprintf(w, "  %s -> %s  (%s, keys %s)\n", s.Old, s.New, s.Type, strings.Join(s.Keys, ","))
+	}
+}
+
+func planDeletes(w io.Writer, p *chartmigrate.Plan) {
+	fmt.Fprintf(w, "The uninstall deletes %d object(s):\n", len(p.Deletes))
+	lines(w, p.Deletes)
+	if len(p.Kept) > 0 {
+		fmt.Fprintf(w, "and leaves %d in place: %s\n", len(p.Kept), strings.Join(p.Kept, ", "))
+	}
+	if len(p.ClaimDeletes) > 0 {
+		fmt.Fprintf(w, "The uninstall leaves %d StatefulSet claim(s) behind; the migration deletes them itself, by uid, after their PVs are Retain:\n", len(p.ClaimDeletes))
+		lines(w, p.ClaimDeletes)
+	}
+}
+
+func planFindings(w io.Writer, findings []chartmigrate.Finding) {
+	if len(findings) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "Findings:")
+	for _, f := range findings {
+		tag := "note    "
+		if f.Blocks() {
+			tag = "BLOCKING"
+		}
+		fmt.Fprintf(w, "  %s %s  %s: %s\n", tag, f.Check, f.Subject, f.Message)
+		if f.Remediation != "" {
+			fmt.Fprintf(w, "           fix: %s\n", f.Remediation)
+		}
+	}
+}
+
+func migrationResult(w io.Writer, p *chartmigrate.Plan, r *chartmigrate.Result) {
+	fmt.Fprintln(w, "\nResult:")
+	for _, s := range r.Steps {
+		line := s.Detail
+		if s.Error != "" {
+			line = s.Error
+		}
+		fmt.Fprintf(w, "  %-16s %-8s %s\n", s.Step, s.Status, line)
+	}
+	migrationChecks(w, r)
+	if r.Done {
+		fmt.Fprintf(w, "Migrated: release %s is installed on the old volumes.\n", p.NewRelease)
+	}
+}
+
+func migrationChecks(w io.Writer, r *chartmigrate.Result) {
+	for _, v := range r.Volumes {
+		fmt.Fprintf(w, "  claim %s: PV %s bound=%v sameUID=%v sameSource=%v", v.PVC, v.PV, v.Bound, v.SameUID, v.SameData)
+		if v.StatefulSet != "" {
+			fmt.Fprintf(w, " usedByStatefulSet %s=%v", v.StatefulSet, v.StatefulSetUses)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, s := range r.Secrets {
+		fmt.Fprintf(w, "  Secret %s: same data=%v\n", s.Secret, s.SameData)
+	}
+}
+
+func stsOrChart(r *chartmigrate.STSRef, chart string) string {
+	if r == nil {
+		return "claim in the " + chart
+	}
+	return r.String()
+}
+
+const releaseMigrateLong = `migrate moves a Helm release to a different chart (uninstall the old one, install the
 new one) while keeping the data: each PersistentVolumeClaim's volume and each credentials
 Secret carry over to the names the new chart renders.
 
@@ -80,287 +390,11 @@ stderr; Secret data and values are never printed.
 
 Exit codes: 0 planned safe / migrated and verified, 1 the plan has blocking findings
 (nothing changed), 2 could not run or a step failed (the message says what to do; re-run
-to resume).`,
-		Example: `  # What would happen
+to resume).`
+
+const releaseMigrateExample = `  # What would happen
   upgradeguard release migrate db -n data --to-chart ./charts/newdb --new-release newdb --plan
 
   # Do it, keeping the backup and the record in ./db-migration
   upgradeguard release migrate db -n data --to-chart oci://registry.example.com/charts/newdb \
-    --version 2.1.0 --new-release newdb -f newdb-values.yaml --execute --backup-dir ./db-migration --yes`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.release = args[0]
-			return o.run(cmd.Context(), streams, kube)
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&o.chart.Ref, "to-chart", "", "the new chart: a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path")
-	f.StringVar(&o.chart.Version, "version", "", "chart version or semver range (default: newest stable)")
-	f.StringVar(&o.chart.RepoURL, "repo", "", "chart repository URL")
-	f.StringArrayVarP(&o.values.ValueFiles, "values", "f", nil, "values file for the new chart (can repeat)")
-	f.StringArrayVar(&o.values.Values, "set", nil, "set values on the command line (can repeat)")
-	f.StringArrayVar(&o.values.StringValues, "set-string", nil, "set STRING values on the command line (can repeat)")
-	f.StringArrayVar(&o.values.FileValues, "set-file", nil, "set values from files (can repeat)")
-	f.StringArrayVar(&o.values.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
-	f.BoolVar(&o.chart.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
-	f.StringVar(&o.newRelease, "new-release", "", "name of the new release (default: the old release's name)")
-	f.BoolVar(&o.plan, "plan", false, "only plan: read, compare and print the steps")
-	f.BoolVar(&o.execute, "execute", false, "carry the plan out (needs --backup-dir)")
-	f.BoolVar(&o.yes, "yes", false, "agree to patching PVs to Retain without asking")
-	f.BoolVar(&o.override, "override-blocking", false, "execute even though the plan has blocking findings (read them first)")
-	f.StringVar(&o.dir, "backup-dir", "", "directory for the backup and the migration record; re-use it to resume")
-	f.StringToStringVar(&o.mapPVC, "map-pvc", nil, "pair an old claim with a new one: OLD=NEW (can repeat)")
-	f.StringToStringVar(&o.mapSecret, "map-secret", nil, "restore an old Secret under a new name: OLD=NEW (can repeat)")
-	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
-	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for claims to go and to bind")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	return cmd
-}
-
-type releaseMigrateOutput struct {
-	Plan   *chartmigrate.Plan   `json:"plan"`
-	Result *chartmigrate.Result `json:"result,omitempty"`
-}
-
-func (o *releaseMigrateOptions) validate() error {
-	switch {
-	case o.output != "text" && o.output != "json":
-		return couldNot("unknown output format %q: use -o text or -o json", o.output)
-	case o.plan == o.execute:
-		return couldNot("pass exactly one of --plan (read only) and --execute")
-	case o.chart.Ref == "":
-		return couldNot("no new chart given: pass --to-chart REF")
-	case o.execute && o.dir == "":
-		return couldNot("--execute needs --backup-dir DIR: the backup and the migration record go there, and a re-run with it resumes")
-	}
-	if o.newRelease == "" {
-		o.newRelease = o.release
-	}
-	return nil
-}
-
-func (o *releaseMigrateOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	if err := o.validate(); err != nil {
-		return err
-	}
-	conn, err := connect(ctx, kube)
-	if err != nil {
-		return err
-	}
-	uc, err := uninstall.NewClients(conn.config)
-	if err != nil {
-		return couldNot("build client: %v", err)
-	}
-	uopts := uninstall.Options{Release: o.release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: migrateHelmVersion}
-	o.chart.Values, o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.values, o.newRelease, conn.namespace, conn.serverVersion
-	ch, err := chartsource.Load(ctx, o.chart)
-	if err != nil {
-		return couldNot("%v", err)
-	}
-
-	var st *chartmigrate.State
-	if o.execute {
-		if st, err = chartmigrate.LoadState(o.dir); err != nil {
-			return couldNot("%v", err)
-		}
-	}
-	if st != nil {
-		p := st.Plan
-		if p.Release != o.release || p.NewRelease != o.newRelease || p.Namespace != conn.namespace {
-			return couldNot("%s records the migration of %s/%s to %s, not this one: use another --backup-dir", o.dir, p.Namespace, p.Release, p.NewRelease)
-		}
-		fmt.Fprintf(streams.ErrOut, "resuming the migration recorded in %s\n", o.dir)
-	} else {
-		p, err := o.makePlan(ctx, conn, uc, uopts, ch)
-		if err != nil {
-			return err
-		}
-		st = chartmigrate.NewState(p)
-	}
-
-	if o.plan {
-		if err := renderReleaseMigrate(streams.Out, o.output, &releaseMigrateOutput{Plan: st.Plan}); err != nil {
-			return couldNot("write output: %v", err)
-		}
-		if !st.Plan.Safe {
-			return &ExitError{Code: ExitFindings}
-		}
-		return nil
-	}
-
-	if !st.Plan.Safe && !o.override {
-		if err := renderReleaseMigrate(streams.Out, o.output, &releaseMigrateOutput{Plan: st.Plan}); err != nil {
-			return couldNot("write output: %v", err)
-		}
-		fmt.Fprintln(streams.ErrOut, "Refusing to execute: the plan has blocking findings (above). Fix them, or pass --override-blocking after reading them. Nothing was changed.")
-		return &ExitError{Code: ExitFindings}
-	}
-	vals, err := o.values.MergeValues(getter.All(helmcli.New()))
-	if err != nil {
-		return couldNot("values: %v", err)
-	}
-	env := chartmigrate.Env{
-		Kube: conn.clientset, Uninstall: uc, UninstallOptions: uopts,
-		Helm: func() (*action.Configuration, error) {
-			cfg := action.NewConfiguration()
-			if err := cfg.Init(kube, conn.namespace, o.helmDriver); err != nil {
-				return nil, fmt.Errorf("initialise Helm: %w", err)
-			}
-			return cfg, nil
-		},
-		Confirm:  o.confirm(streams),
-		Progress: func(_, msg string) { fmt.Fprintln(streams.ErrOut, msg) },
-	}
-	res, err := chartmigrate.Execute(ctx, env, st, chartmigrate.ExecOptions{Dir: o.dir, Chart: ch.Chart, Values: vals, Override: o.override, Timeout: o.timeout})
-	if rerr := renderReleaseMigrate(streams.Out, o.output, &releaseMigrateOutput{Plan: st.Plan, Result: res}); rerr != nil && err == nil {
-		return couldNot("write output: %v", rerr)
-	}
-	if err != nil {
-		return &ExitError{Code: ExitCouldNot, Err: err}
-	}
-	return nil
-}
-
-func (o *releaseMigrateOptions) makePlan(ctx context.Context, conn *connection, uc *uninstall.Clients, uopts uninstall.Options, ch *chartsource.Chart) (*chartmigrate.Plan, error) {
-	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
-	if err != nil {
-		return nil, couldNot("%v", err)
-	}
-	h, err := reader.History(ctx, o.release)
-	if err != nil {
-		return nil, classify(err, conn)
-	}
-	pre, err := uninstall.Check(ctx, uc, uopts)
-	if err != nil {
-		return nil, classify(err, conn)
-	}
-	exists := false
-	if o.newRelease != o.release {
-		_, err := reader.History(ctx, o.newRelease)
-		var nf *helmrelease.NotFoundError
-		if err != nil && !errors.As(err, &nf) {
-			return nil, classify(err, conn)
-		}
-		exists = err == nil
-	}
-	p, err := chartmigrate.MakePlan(ctx, conn.clientset, chartmigrate.PlanInput{
-		Old: h[len(h)-1], NewRelease: o.newRelease, NewChart: ch.Name, NewChartVersion: ch.Version, NewManifest: ch.Manifest,
-		Namespace: conn.namespace, Preflight: chartmigrate.FromUninstall(pre), MapPVC: o.mapPVC, MapSecret: o.mapSecret, NewReleaseExists: exists,
-	})
-	if err != nil {
-		return nil, classify(err, conn)
-	}
-	return p, nil
-}
-
-// confirm asks on the terminal, or refuses when nobody can answer.
-func (o *releaseMigrateOptions) confirm(streams Streams) func(string) (bool, error) {
-	return func(q string) (bool, error) {
-		if o.yes {
-			return true, nil
-		}
-		if !term.IsTerminal(int(os.Stdin.Fd())) {
-			return false, errors.New(q + " Refusing without an answer: stdin is not a terminal; pass --yes to agree")
-		}
-		fmt.Fprintf(streams.ErrOut, "%s [y/N] ", q)
-		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return false, err
-		}
-		a := strings.ToLower(strings.TrimSpace(line))
-		return a == "y" || a == "yes", nil
-	}
-}
-
-func renderReleaseMigrate(w io.Writer, format string, out *releaseMigrateOutput) error {
-	if format == "json" {
-		return writeJSON(w, out)
-	}
-	p := out.Plan
-	fmt.Fprintf(w, "Migration of release %s/%s (%s, revision %d) to %s (%s-%s)\n", p.Namespace, p.Release, p.OldChart, p.Revision, p.NewRelease, p.NewChart, p.NewChartVersion)
-	fmt.Fprintln(w, "\nVolumes:")
-	if len(p.Volumes) == 0 {
-		fmt.Fprintln(w, "  none")
-	}
-	for _, v := range p.Volumes {
-		fmt.Fprintf(w, "  %s -> %s  on PV %s (uid %s, %s, %s, %s, class %q)\n", v.OldPVC, v.NewPVC, v.PV, v.PVUID, v.Source, v.ReclaimPolicy, v.Capacity, v.StorageClass)
-		if v.OldStatefulSet != nil || v.NewStatefulSet != nil {
-			fmt.Fprintf(w, "      %s -> %s\n", stsOrChart(v.OldStatefulSet, "old release's manifest"), stsOrChart(v.NewStatefulSet, "new chart's manifest"))
-		}
-	}
-	for _, n := range p.FreshPVCs {
-		fmt.Fprintf(w, "  (new) %s gets a new volume\n", n)
-	}
-	fmt.Fprintln(w, "Secrets:")
-	if len(p.Secrets) == 0 {
-		fmt.Fprintln(w, "  none")
-	}
-	for _, s := range p.Secrets {
-		fmt.Fprintf(w, "  %s -> %s  (%s, keys %s)\n", s.Old, s.New, s.Type, strings.Join(s.Keys, ","))
-	}
-	fmt.Fprintf(w, "The uninstall deletes %d object(s):\n", len(p.Deletes))
-	for _, d := range p.Deletes {
-		fmt.Fprintf(w, "  %s\n", d)
-	}
-	if len(p.Kept) > 0 {
-		fmt.Fprintf(w, "and leaves %d in place: %s\n", len(p.Kept), strings.Join(p.Kept, ", "))
-	}
-	if len(p.ClaimDeletes) > 0 {
-		fmt.Fprintf(w, "The uninstall leaves %d StatefulSet claim(s) behind; the migration deletes them itself, by uid, after their PVs are Retain:\n", len(p.ClaimDeletes))
-		for _, d := range p.ClaimDeletes {
-			fmt.Fprintf(w, "  %s\n", d)
-		}
-	}
-	if len(p.Findings) > 0 {
-		fmt.Fprintln(w, "Findings:")
-		for _, f := range p.Findings {
-			tag := "note    "
-			if f.Blocking {
-				tag = "BLOCKING"
-			}
-			fmt.Fprintf(w, "  %s %s  %s: %s\n", tag, f.Check, f.Subject, f.Message)
-			if f.Remediation != "" {
-				fmt.Fprintf(w, "           fix: %s\n", f.Remediation)
-			}
-		}
-	}
-	fmt.Fprintln(w, "Steps:")
-	for _, s := range p.Steps {
-		fmt.Fprintf(w, "  %s\n", s)
-	}
-	if r := out.Result; r != nil {
-		fmt.Fprintln(w, "\nResult:")
-		for _, s := range r.Steps {
-			line := s.Detail
-			if s.Error != "" {
-				line = s.Error
-			}
-			fmt.Fprintf(w, "  %-16s %-8s %s\n", s.Step, s.Status, line)
-		}
-		for _, v := range r.Volumes {
-			fmt.Fprintf(w, "  claim %s: PV %s bound=%v sameUID=%v sameSource=%v", v.PVC, v.PV, v.Bound, v.SameUID, v.SameData)
-			if v.StatefulSet != "" {
-				fmt.Fprintf(w, " usedByStatefulSet %s=%v", v.StatefulSet, v.StatefulSetUses)
-			}
-			fmt.Fprintln(w)
-		}
-		for _, s := range r.Secrets {
-			fmt.Fprintf(w, "  Secret %s: same data=%v\n", s.Secret, s.SameData)
-		}
-		if r.Done {
-			fmt.Fprintf(w, "Migrated: release %s is installed on the old volumes.\n", p.NewRelease)
-		}
-	} else if p.Safe {
-		fmt.Fprintln(w, "Nothing blocks. Run again with --execute --backup-dir DIR.")
-	} else {
-		fmt.Fprintln(w, "Blocked: fix the BLOCKING findings first.")
-	}
-	return nil
-}
-
-func stsOrChart(r *chartmigrate.STSRef, chart string) string {
-	if r == nil {
-		return "claim in the " + chart
-	}
-	return r.String()
-}
+    --version 2.1.0 --new-release newdb -f newdb-values.yaml --execute --backup-dir ./db-migration --yes`

@@ -7,6 +7,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -153,7 +154,7 @@ func goldenRollback() *applyCheckReport {
 			Prune: &uninstall.Report{Release: "app", Namespace: "apps", HelmVersion: uninstall.PruneHelmVersions,
 				Objects: []uninstall.Object{{Subject: "ConfigMap/apps/shared", APIVersion: "v1", Kind: "ConfigMap", Namespace: "apps", Name: "shared",
 					Action: uninstall.Delete, Reason: "the new manifest no longer renders it and the live object does not carry helm.sh/resource-policy: keep", Live: true}},
-				Findings: []uninstall.Finding{{Check: uninstall.CheckTakenOver, Subject: "ConfigMap/apps/shared",
+				Findings: []uninstall.Finding{{Check: uninstall.CheckTakenOver, Subject: "ConfigMap/apps/shared", Severity: finding.Danger,
 					Message:     "release apps/other has taken it over (its live metadata names that release), but the rollback of app deletes it anyway",
 					Remediation: "annotate the live object with helm.sh/resource-policy=keep before the rollback"}},
 				Hooks: []string{}, LeftBehind: []string{}},

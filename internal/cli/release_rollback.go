@@ -14,7 +14,7 @@ import (
 )
 
 func newRollbackCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
-	o := &applyCheckOptions{}
+	o := &applyCheckOptions{checkOptions: checkOptions{cmdName: cmdRollbackCheck}}
 	cmd := &cobra.Command{
 		Use:   "rollback-check NAME [REVISION]",
 		Short: "Predict what a Helm 4 rollback applies, what it cannot revert, what it deletes, and its CRD verdicts",
@@ -64,11 +64,11 @@ func (o *applyCheckOptions) runRollback(ctx context.Context, streams Streams, ku
 	}
 	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
 	if err != nil {
-		return couldNot("%v", err)
+		return couldNot("%w", err)
 	}
 	history, err := reader.History(ctx, o.release)
 	if err != nil {
-		return classify(err, conn)
+		return classifyAs(o.command(), err, conn)
 	}
 	rc := applycheck.ReleaseCheck{Release: o.release, Namespace: conn.namespace, History: history, Operation: applycheck.OpRollback,
 		ToRevision: o.toRevision, Flags: o.flags, FieldManager: o.fieldManager}

@@ -1,23 +1,19 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 func render(w io.Writer, format string, verbose bool, rep *check.Report) error {
-	if format == "json" {
-		return writeJSON(w, rep)
-	}
-	return renderText(w, verbose, rep)
+	return output.Write(w, format, rep, func(w io.Writer) error { return renderText(w, verbose, rep) })
 }
 
 func renderText(w io.Writer, verbose bool, rep *check.Report) error {
@@ -40,37 +36,50 @@ func renderText(w io.Writer, verbose bool, rep *check.Report) error {
 		fmt.Fprintln(w, "(use -v to list every CRD)")
 		return nil
 	}
+	return renderRows(w, verbose, rep, rows)
+}
+
+// renderRows is the table of CRDs, why each needs action and the next steps.
+func renderRows(w io.Writer, verbose bool, rep *check.Report, rows []check.CRDReport) error {
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CRD\tVERDICT\tOBJECTS\tSTORED (LIVE)\tINCOMING")
+	t := output.NewTable(w, "CRD", "VERDICT", "OBJECTS", "STORED (LIVE)", "INCOMING")
 	for _, c := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Verdict, objects(c), stored(c), incoming(c.IncomingVersions))
+		t.Row(c.Name, c.Verdict, objects(c), stored(c), incoming(c.IncomingVersions))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := t.Flush(); err != nil {
 		return err
 	}
 	if verbose {
-		for _, c := range rows {
-			fmt.Fprintf(w, "\n%s (%s)\n  why:  %s\n", c.Name, c.Verdict, c.Reason)
-			if c.Action != "" {
-				fmt.Fprintf(w, "  next: %s\n", c.Action)
-			}
-		}
+		renderReasons(w, rows)
 	} else {
-		renderWhy(w, findings)
+		renderWhy(w, rows)
 	}
 	for _, c := range rows {
 		if c.ObjectsError != "" {
 			fmt.Fprintf(w, "\nnote: objects of %s could not be counted: %s\n", c.Name, c.ObjectsError)
 		}
 	}
-	if len(rep.NextSteps) > 0 {
-		fmt.Fprintln(w, "\nNext steps:")
-		for i, s := range rep.NextSteps {
-			fmt.Fprintf(w, "  %d. %s\n", i+1, s)
+	renderNextSteps(w, rep.NextSteps)
+	return nil
+}
+
+func renderReasons(w io.Writer, rows []check.CRDReport) {
+	for _, c := range rows {
+		fmt.Fprintf(w, "\n%s (%s)\n  why:  %s\n", c.Name, c.Verdict, c.Reason)
+		if c.Action != "" {
+			fmt.Fprintf(w, "  next: %s\n", c.Action)
 		}
 	}
-	return nil
+}
+
+func renderNextSteps(w io.Writer, steps []string) {
+	if len(steps) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nNext steps:")
+	for i, s := range steps {
+		fmt.Fprintf(w, "  %d. %s\n", i+1, s)
+	}
 }
 
 // renderWhy explains each verdict once, with the CRDs it applies to; -v gives each CRD's
@@ -105,6 +114,13 @@ func title(rep *check.Report) string {
 			fmt.Fprintf(&b, " (namespace %s)", rep.Namespace)
 		}
 	}
+	b.WriteString(target(rep))
+	return b.String()
+}
+
+// target is the title's last part: the revisions of a rollback, the chart of an upgrade.
+func target(rep *check.Report) string {
+	var b strings.Builder
 	switch {
 	case rep.Operation == predict.Rollback:
 		fmt.Fprintf(&b, ": revision %d -> %d", rep.FromRevision, rep.ToRevision)
@@ -145,9 +161,5 @@ func incoming(vs []crdversions.Version) string {
 	return strings.Join(parts, " ")
 }
 
-// writeJSON is every command's -o json: indented, one document.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
+// writeJSON is every command's -o json (output.WriteJSON).
+func writeJSON(w io.Writer, v any) error { return output.WriteJSON(w, v) }

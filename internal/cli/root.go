@@ -10,10 +10,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/upgradeguard/upgradeguard/internal/output"
 )
 
 // Exit codes shared by every command.
@@ -44,6 +45,24 @@ func couldNot(format string, args ...any) error {
 	return &ExitError{Code: ExitCouldNot, Err: fmt.Errorf(format, args...)}
 }
 
+// command is a subcommand: its usage line, one-line summary, help, examples, arguments
+// and what it runs. Help texts are constants beside each command.
+func command(use, short, long, example string, args cobra.PositionalArgs, run func(*cobra.Command, []string) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Long: long, Example: example, Args: args, RunE: run}
+}
+
+// finish writes a command's result in format and returns its exit: ExitFindings when
+// findings is true, nil otherwise.
+func finish(streams Streams, format string, v any, text func(io.Writer) error, findings bool) error {
+	if err := output.Write(streams.Out, format, v, text); err != nil {
+		return couldNot("write output: %w", err)
+	}
+	if findings {
+		return &ExitError{Code: ExitFindings}
+	}
+	return nil
+}
+
 // Streams are where commands write: Out for results, ErrOut for progress and errors.
 type Streams struct {
 	Out    io.Writer
@@ -58,21 +77,9 @@ func NewRootCmd(streams Streams) *cobra.Command {
 		applyHelmEnv(kube, os.Getenv)
 	}
 	root := &cobra.Command{
-		Use:   "upgradeguard",
-		Short: "Make Helm and Flux upgrades, rollbacks and chart migrations safe",
-		Long: `upgradeguard predicts what a Helm or Flux upgrade, rollback, uninstall or chart
-migration will do to a cluster, before anyone presses the button, and names the exact fix.
-
-CRD storage versions: an upgrade fails mid-flight when its chart drops a CRD version that
-the live CRD still lists in status.storedVersions; a rollback fails the same way the other
-way round. 'check' finds these cases, 'migrate' fixes them, 'controller' keeps a cluster
-migrated and gates Flux HelmReleases, 'audit' shows who protects each release.
-
-Release data safety: 'release uninstall-check', 'release apply-check', 'release
-diff-failed' and 'release migrate' (a guided chart-to-chart move that keeps volumes and
-credentials). 'slots' checks numbered migrations across release branches.
-
-Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`,
+		Use:           "upgradeguard",
+		Short:         "Make Helm and Flux upgrades, rollbacks and chart migrations safe",
+		Long:          newRootLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -80,8 +87,10 @@ Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`,
 	root.SetErr(streams.ErrOut)
 	kube.AddFlags(root.PersistentFlags())
 	root.AddCommand(newCheckCmd(streams, kube), newMigrateCmd(streams, kube), newRBACCmd(streams, kube), newSlotsCmd(streams), newReleaseCmd(streams, kube), newVersionCmd(streams),
-		newControllerCmd(streams, kube))
-	root.AddCommand(newAuditCmd(streams, kube))
+		newAuditCmd(streams, kube))
+	if c := newControllerCmd(streams, kube); c != nil {
+		root.AddCommand(c) // nil in a build without the controller (-tags nocontroller)
+	}
 	adaptFrontDoor(root, name, func() *cobra.Command { return newReleaseCmd(streams, kube) })
 	registerCompletions(root, kube)
 	return root
@@ -92,7 +101,11 @@ func Execute(ctx context.Context, args []string, streams Streams) int {
 	slog.SetDefault(slog.New(slog.NewTextHandler(streams.ErrOut, &slog.HandlerOptions{Level: slog.LevelError})))
 	root := NewRootCmd(streams)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	return exitCode(root.ExecuteContext(ctx), streams)
+}
+
+// exitCode reports err on stderr and returns the process exit code for it.
+func exitCode(err error, streams Streams) int {
 	if err == nil {
 		return ExitSafe
 	}
@@ -109,11 +122,16 @@ func Execute(ctx context.Context, args []string, streams Streams) int {
 	return ExitCouldNot
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+const newRootLong = `upgradeguard predicts what a Helm or Flux upgrade, rollback, uninstall or chart
+migration will do to a cluster, before anyone presses the button, and names the exact fix.
+
+CRD storage versions: an upgrade fails mid-flight when its chart drops a CRD version that
+the live CRD still lists in status.storedVersions; a rollback fails the same way the other
+way round. 'check' finds these cases, 'migrate' fixes them, 'controller' keeps a cluster
+migrated and gates Flux HelmReleases, 'audit' shows who protects each release.
+
+Release data safety: 'release uninstall-check', 'release apply-check', 'release
+diff-failed' and 'release migrate' (a guided chart-to-chart move that keeps volumes and
+credentials). 'slots' checks numbered migrations across release branches.
+
+Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`

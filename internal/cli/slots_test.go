@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"encoding/json"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -35,5 +37,27 @@ func TestSlotsCommand(t *testing.T) {
 	r = run(t, "slots", "--repo", g.Dir, "--ref", "release-1.0", "--ref", "release-1.1", "--dir", "migrations", "--target", "values.yaml")
 	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "FILE:KEY") {
 		t.Errorf("bad --target: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// TestSlotsOnBareClone: the command reads a bare clone (as CI caches and server-side
+// hooks keep repositories) as it reads the work tree it was cloned from.
+func TestSlotsOnBareClone(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("the git binary is needed to make a bare clone")
+	}
+	g := testenv.NewGitRepo(t)
+	base := g.Commit("base", map[string]string{"migrations/1": "one\n", "values.yaml": "migrations:\n  targetVersion: 2\n"})
+	g.Branch("release-1.0", base)
+	g.Commit("claim slot 2", map[string]string{"migrations/2": "repair\n", "values.yaml": "migrations:\n  targetVersion: 3\n"})
+	g.Branch("release-1.1", base)
+	g.Commit("1.1", map[string]string{"migrations/2": "other\n", "migrations/3": "three\n", "values.yaml": "migrations:\n  targetVersion: 4\n"})
+	bare := filepath.Join(t.TempDir(), "repo.git")
+	if out, err := exec.Command("git", "clone", "--quiet", "--bare", g.Dir, bare).CombinedOutput(); err != nil {
+		t.Fatalf("git clone --bare: %v\n%s", err, out)
+	}
+	r := run(t, "slots", "--repo", bare, "--ref", "release-1.0", "--ref", "release-1.1", "--dir", "migrations", "--target", "values.yaml:migrations.targetVersion")
+	if r.code != cli.ExitFindings || !strings.Contains(r.stdout, "slot 2 (claimed)") {
+		t.Errorf("bare clone: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

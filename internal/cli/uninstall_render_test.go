@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -38,10 +40,10 @@ func goldenUninstallReport() *uninstall.Report {
 		},
 		Hooks: []string{"Job/cleanup (pre-delete)"},
 		Findings: []uninstall.Finding{
-			{Check: uninstall.CheckNotDeployed, Subject: "release/apps/tenant-d", Message: "the last revision 4 is failed: helm uninstall deletes what ITS stored manifest lists",
+			{Check: uninstall.CheckNotDeployed, Subject: "release/apps/tenant-d", Severity: finding.Danger, Message: "the last revision 4 is failed: helm uninstall deletes what ITS stored manifest lists",
 				Remediation: "roll back first"},
-			{Check: uninstall.CheckLiveOnlyKeep, Subject: "PersistentVolumeClaim/apps/mysql", Message: "keep is set on the live object only", Remediation: "Option A"},
-			{Check: uninstall.CheckPVDelete, Subject: "PersistentVolumeClaim/apps/mysql", Message: "DATA LOSS", Remediation: "patch the PV to Retain"},
+			{Check: uninstall.CheckLiveOnlyKeep, Subject: "PersistentVolumeClaim/apps/mysql", Severity: finding.Danger, Message: "keep is set on the live object only", Remediation: "Option A"},
+			{Check: uninstall.CheckPVDelete, Subject: "PersistentVolumeClaim/apps/mysql", Severity: finding.Danger, Message: "DATA LOSS", Remediation: "patch the PV to Retain"},
 		},
 	}
 }
@@ -72,7 +74,7 @@ func TestRenderUninstallCheckGolden(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			if err := renderUninstallCheck(&buf, tc.format, tc.out); err != nil {
+			if err := output.Write(&buf, tc.format, tc.out, tc.out.text); err != nil {
 				t.Fatal(err)
 			}
 			checkGolden(t, tc.name, buf.String())

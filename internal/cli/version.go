@@ -1,12 +1,14 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/upgradeguard/upgradeguard/internal/output"
 )
 
 // Build information, set by the release build (make build, make dist, make image) with
@@ -55,8 +57,15 @@ func CurrentBuild() BuildInfo {
 	return b
 }
 
+// text is the human form of BuildInfo.
+func (b BuildInfo) text(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "upgradeguard %s\ncommit: %s\nbuilt: %s\ngo: %s %s\n",
+		b.Version, orUnknown(b.Commit), orUnknown(b.BuildDate), b.GoVersion, b.Platform)
+	return err
+}
+
 func newVersionCmd(streams Streams) *cobra.Command {
-	var output string
+	var format string
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the upgradeguard version, commit and build date",
@@ -65,21 +74,10 @@ func newVersionCmd(streams Streams) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			b := CurrentBuild()
-			switch output {
-			case "json":
-				enc := json.NewEncoder(streams.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(b)
-			case "text":
-				_, err := fmt.Fprintf(streams.Out, "upgradeguard %s\ncommit: %s\nbuilt: %s\ngo: %s %s\n",
-					b.Version, orUnknown(b.Commit), orUnknown(b.BuildDate), b.GoVersion, b.Platform)
-				return err
-			default:
-				return couldNot("unknown output format %q: use -o text or -o json", output)
-			}
+			return output.Write(streams.Out, format, b, b.text)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	output.AddFlag(cmd.Flags(), &format)
 	return cmd
 }
 

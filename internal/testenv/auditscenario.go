@@ -41,104 +41,135 @@ func (cp *ControlPlane) AuditScenario(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	read := func(p string) (string, error) {
-		b, err := os.ReadFile(filepath.Join(fx, p))
-		return string(b), err
-	}
-	files := map[string]string{}
-	add := func(dst, src string) error {
-		s, err := read(src)
-		files[dst] = s
-		return err
-	}
-
-	// flux2 2.18.3.
-	flux := "charts/flux2-2.18.3/"
-	for _, f := range []string{"Chart.yaml", "values.yaml", "templates/helm-controller.crds.yaml", "templates/source-controller.crds.yaml",
-		"templates/kustomize-controller.crds.yaml", "templates/notification-controller.crds.yaml", "templates/image-reflector-controller.crds.yaml",
-		"templates/image-automation-controller.crds.yaml", "templates/source-watcher.crds.yaml"} {
-		if err := add(f, flux+f); err != nil {
+	sc := &scenarioCharts{fx: fx, dir: dir}
+	for _, build := range []func() error{sc.flux2, sc.kyverno, sc.velero, sc.kro, sc.plain} {
+		if err := build(); err != nil {
 			return err
 		}
 	}
-	hook, err := read(flux + "rendered/pre-upgrade-migrate-hook.yaml")
+	if err := cp.installScenario(sc); err != nil {
+		return err
+	}
+	return cp.scenarioHelmReleases(ctx)
+}
+
+// scenarioCharts writes the scenario's charts from the fixtures.
+type scenarioCharts struct {
+	fx, dir                                 string
+	flux, kyvernoDir, veleroDir, kroDir, pl string
+}
+
+func (sc *scenarioCharts) read(p string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(sc.fx, p))
+	return string(b), err
+}
+
+// copy adds fixture files to files, src -> dst.
+func (sc *scenarioCharts) copy(files map[string]string, pairs map[string]string) error {
+	for dst, src := range pairs {
+		s, err := sc.read(src)
+		if err != nil {
+			return err
+		}
+		files[dst] = s
+	}
+	return nil
+}
+
+// flux2 is flux2 2.18.3 with its migration hook under crds.migration.enabled.
+func (sc *scenarioCharts) flux2() error {
+	const src = "charts/flux2-2.18.3/"
+	files, pairs := map[string]string{}, map[string]string{}
+	for _, f := range []string{"Chart.yaml", "values.yaml", "templates/helm-controller.crds.yaml", "templates/source-controller.crds.yaml",
+		"templates/kustomize-controller.crds.yaml", "templates/notification-controller.crds.yaml", "templates/image-reflector-controller.crds.yaml",
+		"templates/image-automation-controller.crds.yaml", "templates/source-watcher.crds.yaml"} {
+		pairs[f] = src + f
+	}
+	if err := sc.copy(files, pairs); err != nil {
+		return err
+	}
+	hook, err := sc.read(src + "rendered/pre-upgrade-migrate-hook.yaml")
 	if err != nil {
 		return err
 	}
 	files["templates/pre-upgrade-migrate-resources.yaml"] = "{{- if .Values.crds.migration.enabled }}\n" + hook + "\n{{- end }}\n"
-	fluxDir, err := writeFiles(filepath.Join(dir, "flux2"), files)
-	if err != nil {
-		return err
-	}
+	sc.flux, err = writeFiles(filepath.Join(sc.dir, "flux2"), files)
+	return err
+}
 
-	// kyverno 3.2.8.
-	files = map[string]string{}
-	ky := "charts/kyverno-3.2.8/"
-	for dst, src := range map[string]string{"Chart.yaml": ky + "Chart.yaml", "values.yaml": ky + "values.yaml"} {
-		if err := add(dst, src); err != nil {
-			return err
-		}
-	}
+// kyverno is kyverno 3.2.8: v1.12.6 CRDs in its crds subchart and its post-upgrade hook.
+func (sc *scenarioCharts) kyverno() error {
+	const src = "charts/kyverno-3.2.8/"
+	files := map[string]string{}
+	pairs := map[string]string{"Chart.yaml": src + "Chart.yaml", "values.yaml": src + "values.yaml"}
 	for _, f := range []string{"kyverno.io_admissionreports.yaml", "kyverno.io_cleanuppolicies.yaml", "kyverno.io_policyexceptions.yaml", "kyverno.io_updaterequests.yaml"} {
-		if err := add("charts/crds/templates/"+f, "crds/kyverno/v1.12.6/"+f); err != nil {
-			return err
-		}
+		pairs["charts/crds/templates/"+f] = "crds/kyverno/v1.12.6/" + f
+	}
+	if err := sc.copy(files, pairs); err != nil {
+		return err
 	}
 	// The real chart's CRDs come from its crds subchart; grafana is its other dependency.
 	files["charts/crds/Chart.yaml"] = "apiVersion: v2\nname: crds\nversion: 3.2.8\n"
 	files["charts/grafana/Chart.yaml"] = "apiVersion: v2\nname: grafana\nversion: 3.2.8\n"
-	if hook, err = read(ky + "rendered/post-upgrade-migrate-hook.yaml"); err != nil {
-		return err
-	}
-	files["templates/hooks/post-upgrade-migrate-resources.yaml"] = "{{- if .Values.crds.migration.enabled }}\n{{- if not .Values.templating.enabled }}\n" + hook + "\n{{- end }}\n{{- end }}\n"
-	kyDir, err := writeFiles(filepath.Join(dir, "kyverno"), files)
+	hook, err := sc.read(src + "rendered/post-upgrade-migrate-hook.yaml")
 	if err != nil {
 		return err
 	}
+	files["templates/hooks/post-upgrade-migrate-resources.yaml"] = "{{- if .Values.crds.migration.enabled }}\n{{- if not .Values.templating.enabled }}\n" + hook + "\n{{- end }}\n{{- end }}\n"
+	sc.kyvernoDir, err = writeFiles(filepath.Join(sc.dir, "kyverno"), files)
+	return err
+}
 
-	// velero, made here with the real CRDs in crds/.
-	files = map[string]string{
+// velero is made here with the real CRDs in crds/.
+func (sc *scenarioCharts) velero() error {
+	files := map[string]string{
 		"values.yaml": "# This job upgrades the CRDs.\nupgradeCRDs: true\n\n# Meant for CI only: destructive on production systems.\ncleanUpCRDs: false\n",
 		"templates/upgrade-crds/upgrade-crds.yaml": hookJob("upgradeCRDs", "upgrade-crds", "pre-install,pre-upgrade,pre-rollback"),
 		"templates/cleanup-crds.yaml":              hookJob("cleanUpCRDs", "cleanup-crds", "pre-delete"),
 	}
+	pairs := map[string]string{}
 	for _, f := range []string{"velero.io_backuprepositories.yaml", "velero.io_datauploads.yaml"} {
-		if err := add("crds/"+f, "crds/velero/v1.18.1/"+f); err != nil {
-			return err
-		}
+		pairs["crds/"+f] = "crds/velero/v1.18.1/" + f
 	}
-	veleroDir, err := WriteChart(dir, "velero", "11.0.0", files)
-	if err != nil {
+	if err := sc.copy(files, pairs); err != nil {
 		return err
 	}
+	var err error
+	sc.veleroDir, err = WriteChart(sc.dir, "velero", "11.0.0", files)
+	return err
+}
 
-	// kro, CRDs in crds/ as the upstream chart ships them.
-	files = map[string]string{}
+// kro has its CRDs in crds/, as the upstream chart ships them.
+func (sc *scenarioCharts) kro() error {
+	files, pairs := map[string]string{}, map[string]string{}
 	for _, f := range []string{"kro.run_resourcegraphdefinitions.yaml", "internal.kro.run_graphrevisions.yaml"} {
-		if err := add("crds/"+f, "crds/kro/v0.9.3/"+f); err != nil {
-			return err
-		}
+		pairs["crds/"+f] = "crds/kro/v0.9.3/" + f
 	}
-	kroDir, err := WriteChart(dir, "kro", "0.9.3", files)
-	if err != nil {
+	if err := sc.copy(files, pairs); err != nil {
 		return err
 	}
+	var err error
+	sc.kroDir, err = WriteChart(sc.dir, "kro", "0.9.3", files)
+	return err
+}
 
-	plainDir, err := WriteChart(dir, "plain", "1.0.0", map[string]string{
+func (sc *scenarioCharts) plain() error {
+	var err error
+	sc.pl, err = WriteChart(sc.dir, "plain", "1.0.0", map[string]string{
 		"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\ndata:\n  a: b\n",
 	})
-	if err != nil {
-		return err
-	}
+	return err
+}
 
+func (cp *ControlPlane) installScenario(sc *scenarioCharts) error {
 	installs := [][]string{
-		{"flux2-default", fluxDir, "-n", "flux-a"},
-		{"flux2-migrate", fluxDir, "-n", "flux-b", "--take-ownership", "--set", "crds.migration.enabled=true"},
-		{"flux2-hooks-off", fluxDir, "-n", "flux-c", "--take-ownership", "--set", "crds.migration.enabled=true"},
-		{"kyverno", kyDir, "-n", "kyverno"},
-		{"velero", veleroDir, "-n", "velero", "--set", "cleanUpCRDs=true"},
-		{"kro", kroDir, "-n", "kro"},
-		{"plain", plainDir, "-n", "apps"},
+		{"flux2-default", sc.flux, "-n", "flux-a"},
+		{"flux2-migrate", sc.flux, "-n", "flux-b", "--take-ownership", "--set", "crds.migration.enabled=true"},
+		{"flux2-hooks-off", sc.flux, "-n", "flux-c", "--take-ownership", "--set", "crds.migration.enabled=true"},
+		{"kyverno", sc.kyvernoDir, "-n", "kyverno"},
+		{"velero", sc.veleroDir, "-n", "velero", "--set", "cleanUpCRDs=true"},
+		{"kro", sc.kroDir, "-n", "kro"},
+		{"plain", sc.pl, "-n", "apps"},
 	}
 	for _, in := range installs {
 		args := append([]string{"install", in[0], in[1], "--create-namespace", "--no-hooks"}, in[2:]...)
@@ -146,7 +177,11 @@ func (cp *ControlPlane) AuditScenario(ctx context.Context, dir string) error {
 			return fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+	return nil
+}
 
+// scenarioHelmReleases are the Flux HelmReleases of flux2-hooks-off and kro.
+func (cp *ControlPlane) scenarioHelmReleases(ctx context.Context) error {
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		return err

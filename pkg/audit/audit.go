@@ -23,6 +23,8 @@ package audit
 
 import (
 	"time"
+
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 )
 
 // Protector names who protects an operation.
@@ -113,14 +115,14 @@ type Protection struct {
 	By []string `json:"by,omitempty"`
 }
 
-// Severity of a finding.
-type Severity string
+// Severity of a finding (the shared finding.Severity).
+type Severity = finding.Severity
 
 // Severities.
 const (
-	Info    Severity = "info"
-	Warning Severity = "warning"
-	Danger  Severity = "danger"
+	Info    = finding.Info
+	Warning = finding.Warning
+	Danger  = finding.Danger
 )
 
 // Finding codes, stable for scripts.
@@ -136,12 +138,9 @@ const (
 	CodeNoProtection          = "no-upstream-hook"
 )
 
-// Finding is a setting or fact that weakens or endangers a release's CRDs.
-type Finding struct {
-	Code     string   `json:"code"`
-	Severity Severity `json:"severity"`
-	Message  string   `json:"message"`
-}
+// Finding is a setting or fact that weakens or endangers a release's CRDs. Its Check is
+// one of the codes above and its Subject the release.
+type Finding = finding.Finding
 
 // Summary counts the releases.
 type Summary struct {

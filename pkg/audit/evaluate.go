@@ -38,108 +38,140 @@ type judge struct {
 }
 
 func (j *judge) evaluate(in input) (Release, error) {
-	var out Release
-	switch {
-	case in.hr != nil:
-		out.Subject = fmt.Sprintf("HelmRelease/%s/%s", in.hr.Namespace, in.hr.Name)
-	default:
-		out.Subject = fmt.Sprintf("Release/%s/%s", in.rel.Namespace, in.rel.Name)
-	}
+	out := Release{Subject: subjectOf(in)}
 	if in.note != "" {
 		out.Notes = append(out.Notes, in.note)
 	}
-
-	// Chart, version and CRDs.
-	var crds []chartcrds.CRD
-	if in.rel != nil {
-		out.Revision = in.rel.Version
-		if in.hr != nil {
-			out.HelmRelease = in.rel.Namespace + "/" + in.rel.Name
-		}
-		if in.rel.Chart != nil && in.rel.Chart.Metadata != nil {
-			out.Chart, out.Version = in.rel.Chart.Metadata.Name, in.rel.Chart.Metadata.Version
-		}
-		var err error
-		if crds, err = chartcrds.All(in.rel.Chart, in.rel.Manifest); err != nil {
-			return out, fmt.Errorf("%s: revision %d: read its CRDs: %w", out.Subject, in.rel.Version, err)
-		}
-	} else {
-		out.Chart, out.Version = hrChart(in.hr)
+	crds, err := chartAndCRDs(in, &out)
+	if err != nil {
+		return out, err
 	}
 	entry, known := j.reg.Lookup(out.Chart)
 	out.Known = known
+	if in.rel == nil && known {
+		out.ShipsCRDs = true
+		out.Notes = append(out.Notes, "no stored release: counted as shipping CRDs because the registry knows the chart")
+	}
+	hooks := j.mechanisms(in, &out, entry, known)
+	if in.hr != nil {
+		out.Findings = append(out.Findings, hrFindings(in.hr, crds, out.ShipsCRDs, hooks.silenced)...)
+	}
+	// upgradeguard's proactive controller.
+	if out.ShipsCRDs && j.controller.Running && in.rel != nil && j.coversAll(crds) {
+		hooks.upgrade = append(hooks.upgrade, ByUpgradeguard)
+		hooks.rollback = append(hooks.rollback, ByUpgradeguard)
+	}
+	out.Upgrade = Protection{Protected: len(hooks.upgrade) > 0, By: hooks.upgrade}
+	out.Rollback = Protection{Protected: len(hooks.rollback) > 0, By: hooks.rollback}
+	out.Protected = out.ShipsCRDs && out.Upgrade.Protected && out.Rollback.Protected
+	for i := range out.Findings {
+		out.Findings[i].Subject = out.Subject
+	}
+	return out, nil
+}
+
+func subjectOf(in input) string {
+	if in.hr != nil {
+		return fmt.Sprintf("HelmRelease/%s/%s", in.hr.Namespace, in.hr.Name)
+	}
+	return fmt.Sprintf("Release/%s/%s", in.rel.Namespace, in.rel.Name)
+}
+
+// chartAndCRDs fills in the chart, its version and the CRDs the stored revision ships.
+func chartAndCRDs(in input, out *Release) ([]chartcrds.CRD, error) {
+	if in.rel == nil {
+		out.Chart, out.Version = hrChart(in.hr)
+		return nil, nil
+	}
+	out.Revision = in.rel.Version
+	if in.hr != nil {
+		out.HelmRelease = in.rel.Namespace + "/" + in.rel.Name
+	}
+	if in.rel.Chart != nil && in.rel.Chart.Metadata != nil {
+		out.Chart, out.Version = in.rel.Chart.Metadata.Name, in.rel.Chart.Metadata.Version
+	}
+	crds, err := chartcrds.All(in.rel.Chart, in.rel.Manifest)
+	if err != nil {
+		return nil, fmt.Errorf("%s: revision %d: read its CRDs: %w", out.Subject, in.rel.Version, err)
+	}
 	for _, c := range crds {
 		out.CRDs = append(out.CRDs, c.CRD.Name)
 	}
 	slices.Sort(out.CRDs)
 	out.ShipsCRDs = len(out.CRDs) > 0
-	if in.rel == nil && known {
-		out.ShipsCRDs = true
-		out.Notes = append(out.Notes, "no stored release: counted as shipping CRDs because the registry knows the chart")
-	}
+	return crds, nil
+}
 
-	// Values: only the registry's keys are ever looked up.
+// protectors are the hooks that protect an upgrade and a rollback, and the mechanisms
+// disableHooks switched off (upgrade, rollback).
+type protectors struct {
+	upgrade, rollback []string
+	silenced          [2][]string
+}
+
+// mechanisms evaluates the registry's migration mechanisms of the chart against the
+// release's values (only the registry's keys are ever looked up).
+func (j *judge) mechanisms(in input, out *Release, entry *registry.Chart, known bool) protectors {
+	var hooks protectors
 	user, chartDefaults, source := values(in)
 	out.ValuesSource = source
 	if in.valuesErr != "" {
 		out.Notes = append(out.Notes, "spec.valuesFrom could not be resolved, so the values may differ from what helm-controller installs: "+in.valuesErr)
 	}
+	if !known {
+		if out.ShipsCRDs {
+			out.Notes = append(out.Notes, fmt.Sprintf("chart %q is not in the registry: no upstream hook is assumed (add it with --registry)", out.Chart))
+		}
+		return hooks
+	}
+	off := hooksOff(in.hr)
+	for i := range entry.Mechanisms {
+		m := &entry.Mechanisms[i]
+		st := mechanismState(m, out.Version, user, chartDefaults, in.rel)
+		out.Mechanisms = append(out.Mechanisms, st)
+		out.Findings = append(out.Findings, mechanismFindings(m, st, out.Chart, out.Version)...)
+		hooks.add(m, st, off)
+	}
+	if len(entry.Mechanisms) == 0 && out.ShipsCRDs {
+		out.Findings = append(out.Findings, Finding{Check: CodeNoProtection, Severity: Info,
+			Message: fmt.Sprintf("chart %s has no upstream migration hook (registry, confidence %s)", out.Chart, entry.Confidence)})
+	}
+	return hooks
+}
 
-	hooksOff := map[registry.Hook]bool{}
-	if in.hr != nil {
-		if in.hr.Spec.Upgrade != nil && in.hr.Spec.Upgrade.DisableHooks {
-			hooksOff[registry.PreUpgrade], hooksOff[registry.PostUpgrade] = true, true
-		}
-		if in.hr.Spec.Rollback != nil && in.hr.Spec.Rollback.DisableHooks {
-			hooksOff[registry.PreRollback], hooksOff[registry.PostRollback] = true, true
-		}
+// hooksOff are the hooks a HelmRelease's disableHooks switches off.
+func hooksOff(hr *helmv2.HelmRelease) map[registry.Hook]bool {
+	off := map[registry.Hook]bool{}
+	if hr == nil {
+		return off
 	}
+	if hr.Spec.Upgrade != nil && hr.Spec.Upgrade.DisableHooks {
+		off[registry.PreUpgrade], off[registry.PostUpgrade] = true, true
+	}
+	if hr.Spec.Rollback != nil && hr.Spec.Rollback.DisableHooks {
+		off[registry.PreRollback], off[registry.PostRollback] = true, true
+	}
+	return off
+}
 
-	var upgradeHooks, rollbackHooks []string
-	var silenced [2][]string // mechanisms switched off by disableHooks: upgrade, rollback
-	if known {
-		for i := range entry.Mechanisms {
-			m := &entry.Mechanisms[i]
-			st := mechanismState(m, out.Version, user, chartDefaults, in.rel)
-			out.Mechanisms = append(out.Mechanisms, st)
-			out.Findings = append(out.Findings, mechanismFindings(m, st, out.Chart, out.Version)...)
-			if st.On && (m.Has(registry.PreUpgrade) || m.Has(registry.PostUpgrade)) && hooksOff[registry.PreUpgrade] {
-				silenced[0] = append(silenced[0], m.Name)
-			}
-			if st.On && (m.Has(registry.PreRollback) || m.Has(registry.PostRollback)) && hooksOff[registry.PreRollback] {
-				silenced[1] = append(silenced[1], m.Name)
-			}
-			if !st.On || m.Action != registry.MigratesObjects {
-				continue
-			}
-			if m.Has(registry.PreUpgrade) && !hooksOff[registry.PreUpgrade] {
-				upgradeHooks = append(upgradeHooks, byHookPrefix+m.Name)
-			}
-			if m.Has(registry.PreRollback) && !hooksOff[registry.PreRollback] {
-				rollbackHooks = append(rollbackHooks, byHookPrefix+m.Name)
-			}
-		}
-		if len(entry.Mechanisms) == 0 && out.ShipsCRDs {
-			out.Findings = append(out.Findings, Finding{Code: CodeNoProtection, Severity: Info,
-				Message: fmt.Sprintf("chart %s has no upstream migration hook (registry, confidence %s)", out.Chart, entry.Confidence)})
-		}
-	} else if out.ShipsCRDs {
-		out.Notes = append(out.Notes, fmt.Sprintf("chart %q is not in the registry: no upstream hook is assumed (add it with --registry)", out.Chart))
+// add counts one mechanism: silenced by disableHooks, or protecting when it is on,
+// migrates objects and runs before the operation.
+func (h *protectors) add(m *registry.Mechanism, st Mechanism, off map[registry.Hook]bool) {
+	if st.On && (m.Has(registry.PreUpgrade) || m.Has(registry.PostUpgrade)) && off[registry.PreUpgrade] {
+		h.silenced[0] = append(h.silenced[0], m.Name)
 	}
-	if in.hr != nil {
-		out.Findings = append(out.Findings, hrFindings(in.hr, crds, out.ShipsCRDs, silenced)...)
+	if st.On && (m.Has(registry.PreRollback) || m.Has(registry.PostRollback)) && off[registry.PreRollback] {
+		h.silenced[1] = append(h.silenced[1], m.Name)
 	}
-
-	// upgradeguard's proactive controller.
-	ug := out.ShipsCRDs && j.controller.Running && in.rel != nil && j.coversAll(crds)
-	if ug {
-		upgradeHooks = append(upgradeHooks, ByUpgradeguard)
-		rollbackHooks = append(rollbackHooks, ByUpgradeguard)
+	if !st.On || m.Action != registry.MigratesObjects {
+		return
 	}
-	out.Upgrade = Protection{Protected: len(upgradeHooks) > 0, By: upgradeHooks}
-	out.Rollback = Protection{Protected: len(rollbackHooks) > 0, By: rollbackHooks}
-	out.Protected = out.ShipsCRDs && out.Upgrade.Protected && out.Rollback.Protected
-	return out, nil
+	if m.Has(registry.PreUpgrade) && !off[registry.PreUpgrade] {
+		h.upgrade = append(h.upgrade, byHookPrefix+m.Name)
+	}
+	if m.Has(registry.PreRollback) && !off[registry.PreRollback] {
+		h.rollback = append(h.rollback, byHookPrefix+m.Name)
+	}
 }
 
 // coversAll reports whether every CRD is selected by a proactive policy.
@@ -266,23 +298,23 @@ func mechanismFindings(m *registry.Mechanism, st Mechanism, chart, version strin
 	hookList := strings.Join(st.Hooks, ",")
 	if !st.Exists {
 		if v := st.Keys[0]; v.Source == "values" && registry.Truthy(v.Value) {
-			out = append(out, Finding{Code: CodeMechanismMissing, Severity: Warning,
+			out = append(out, Finding{Check: CodeMechanismMissing, Severity: Warning,
 				Message: fmt.Sprintf("%s=%v has no effect in %s %s: %s exists in versions %s", v.Key, v.Value, chart, version, m.Name, m.Versions)})
 		}
 		return out
 	}
 	switch {
 	case m.Action == registry.DeletesCRDs && st.On:
-		out = append(out, Finding{Code: CodeDestructive, Severity: Danger,
+		out = append(out, Finding{Check: CodeDestructive, Severity: Danger,
 			Message: fmt.Sprintf("%s: the %s %s hook deletes the chart's CRDs, and every object of their types; set %s=false", keysText(st), m.Name, hookList, m.EnabledBy[0].Key)})
 	case m.Action == registry.AppliesCRDs && st.On:
-		out = append(out, Finding{Code: CodeAppliesCRDsOnly, Severity: Info,
+		out = append(out, Finding{Check: CodeAppliesCRDsOnly, Severity: Info,
 			Message: fmt.Sprintf("%s applies CRDs only (%s): it never migrates stored objects or status.storedVersions", m.Name, hookList)})
 	case m.Action == registry.MigratesObjects && !st.On:
-		out = append(out, Finding{Code: CodeMechanismOff, Severity: Warning,
+		out = append(out, Finding{Check: CodeMechanismOff, Severity: Warning,
 			Message: fmt.Sprintf("%s: the %s %s hook is off; set %s=%v", keysText(st), m.Name, hookList, m.EnabledBy[0].Key, true)})
 	case m.Action == registry.MigratesObjects && m.Has(registry.PostUpgrade) && !m.Has(registry.PreUpgrade):
-		out = append(out, Finding{Code: CodePostUpgradeHook, Severity: Warning,
+		out = append(out, Finding{Check: CodePostUpgradeHook, Severity: Warning,
 			Message: fmt.Sprintf("post-upgrade: too late when a minor release is skipped (%s runs after the API server has judged the new CRDs; an upgrade that drops a stored version fails before it)", m.Name)})
 	}
 	return out
@@ -303,11 +335,11 @@ func hrFindings(hr *helmv2.HelmRelease, crds []chartcrds.CRD, shipsCRDs bool, si
 		return "so " + strings.Join(names, ", ") + " never runs"
 	}
 	if hr.Spec.Upgrade != nil && hr.Spec.Upgrade.DisableHooks {
-		out = append(out, Finding{Code: CodeUpgradeHooksDisabled, Severity: Warning,
+		out = append(out, Finding{Check: CodeUpgradeHooksDisabled, Severity: Warning,
 			Message: "spec.upgrade.disableHooks=true: Flux runs no chart hook on upgrade, " + what(silenced[0])})
 	}
 	if hr.Spec.Rollback != nil && hr.Spec.Rollback.DisableHooks {
-		out = append(out, Finding{Code: CodeRollbackHooksDisabled, Severity: Warning,
+		out = append(out, Finding{Check: CodeRollbackHooksDisabled, Severity: Warning,
 			Message: "spec.rollback.disableHooks=true: Flux runs no chart hook on rollback, " + what(silenced[1])})
 	}
 	inDir := 0
@@ -320,7 +352,7 @@ func hrFindings(hr *helmv2.HelmRelease, crds []chartcrds.CRD, shipsCRDs bool, si
 		return out
 	}
 	if hr.Spec.Install != nil && hr.Spec.Install.CRDs == helmv2.Skip {
-		out = append(out, Finding{Code: CodeCRDsSkip, Severity: Warning,
+		out = append(out, Finding{Check: CodeCRDsSkip, Severity: Warning,
 			Message: fmt.Sprintf("spec.install.crds=Skip: Flux never installs the %d CRD(s) in the chart's crds/ folder", inDir)})
 	}
 	if p := hrUpgradeCRDs(hr); p == helmv2.Skip {
@@ -328,7 +360,7 @@ func hrFindings(hr *helmv2.HelmRelease, crds []chartcrds.CRD, shipsCRDs bool, si
 		if hr.Spec.Upgrade == nil || hr.Spec.Upgrade.CRDs == "" {
 			how = "spec.upgrade.crds is unset (Flux's default is Skip)"
 		}
-		out = append(out, Finding{Code: CodeCRDsSkip, Severity: Warning,
+		out = append(out, Finding{Check: CodeCRDsSkip, Severity: Warning,
 			Message: fmt.Sprintf("%s: upgrades never update the %d CRD(s) in the chart's crds/ folder, which go stale; set CreateReplace and keep them protected", how, inDir)})
 	}
 	return out

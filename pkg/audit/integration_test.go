@@ -107,7 +107,7 @@ func bySubject(rep *audit.Report) map[string]audit.Release {
 func codes(r audit.Release) []string {
 	var out []string
 	for _, f := range r.Findings {
-		out = append(out, f.Code)
+		out = append(out, f.Check)
 	}
 	slices.Sort(out)
 	return out
@@ -181,7 +181,7 @@ func TestAuditUpstreamHooks(t *testing.T) {
 	}
 	// The exact words the issue asks for, and where each value came from.
 	for _, f := range got["Release/kyverno/kyverno"].Findings {
-		if f.Code == audit.CodePostUpgradeHook && f.Message[:len("post-upgrade: too late when a minor release is skipped")] != "post-upgrade: too late when a minor release is skipped" {
+		if f.Check == audit.CodePostUpgradeHook && f.Message[:len("post-upgrade: too late when a minor release is skipped")] != "post-upgrade: too late when a minor release is skipped" {
 			t.Errorf("kyverno finding: %q", f.Message)
 		}
 	}

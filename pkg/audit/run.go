@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -20,10 +22,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/registry"
 )
 
@@ -359,4 +364,24 @@ func composeValues(ctx context.Context, r fluxrelease.Reader, inputs []input) er
 		in.composed = v
 	}
 	return nil
+}
+
+// NewSources builds the sources of an audit from one REST config: one client set, with
+// release storage read through driver ("secret" or "configmap"; "" is secret).
+func NewSources(cfg *rest.Config, driver string) (Sources, error) {
+	c, err := kubeclient.New(cfg)
+	if err != nil {
+		return Sources{}, fmt.Errorf("build clients: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return Sources{}, fmt.Errorf("build clients: %w", err)
+	}
+	// spec.valuesFrom names ConfigMaps and Secrets: read them as helm-controller does.
+	objects, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		return Sources{}, fmt.Errorf("build clients: %w", err)
+	}
+	return Sources{Dynamic: dyn, Metadata: c.Metadata, Leases: c.Leases, Releases: HelmStorage{Clientset: c.Kube, Driver: driver},
+		Objects: objects}, nil
 }

@@ -146,7 +146,7 @@ func Execute(ctx context.Context, env Env, st *State, o ExecOptions) (*Result, e
 	p := st.Plan
 	res := &Result{Plan: p, Steps: []StepResult{}, Volumes: []VolumeCheck{}, Secrets: []SecretCheck{}}
 	if !p.Safe && !o.Override {
-		return res, fmt.Errorf("%w: %d finding(s) block; fix them, or pass --override-blocking if you have read them and accept them", ErrBlocked, len(p.Blocking()))
+		return res, fmt.Errorf("%w: %d finding(s) block (ExecOptions.Override runs it anyway, once they are read and accepted)", ErrBlocked, len(p.Blocking()))
 	}
 	x := &executor{env: env, o: o, st: st, p: p}
 	run := map[string]func(context.Context) (string, error){
@@ -313,7 +313,7 @@ func (x *executor) retain(ctx context.Context) (string, error) {
 	}
 	q := fmt.Sprintf("Patch reclaimPolicy to Retain on PersistentVolume %s (otherwise the uninstall deletes the data)?", strings.Join(todo, ", "))
 	if x.env.Confirm == nil {
-		return "", errors.New("PVs need reclaimPolicy Retain and nobody confirmed it: pass --yes")
+		return "", &ConfirmationError{Question: q}
 	}
 	ok, err := x.env.Confirm(q)
 	if err != nil {

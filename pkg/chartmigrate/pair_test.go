@@ -141,7 +141,7 @@ func TestClaimsBeyond(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
 			for _, f := range claimsBeyond(live, tc.sts, "data", "ns") {
-				if f.Check != CheckSTSClaimBeyond || f.Blocking || f.Remediation == "" {
+				if f.Check != CheckSTSClaimBeyond || f.Blocks() || f.Remediation == "" {
 					t.Errorf("finding %+v, want a non-blocking %s with a remediation", f, CheckSTSClaimBeyond)
 				}
 				got = append(got, f.Subject)

@@ -30,17 +30,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 )
 
 // Finding is something the plan found, with what to do about it. A blocking finding
 // stops Execute unless the caller overrides it.
-type Finding struct {
-	Check       string `json:"check"`
-	Subject     string `json:"subject"`
-	Message     string `json:"message"`
-	Remediation string `json:"remediation,omitempty"`
-	Blocking    bool   `json:"blocking"`
-}
+type Finding = finding.Finding
 
 // Finding check IDs of the migration itself.
 const (
@@ -140,7 +135,7 @@ type Plan struct {
 func (p *Plan) Blocking() []Finding {
 	var out []Finding
 	for _, f := range p.Findings {
-		if f.Blocking {
+		if f.Blocks() {
 			out = append(out, f)
 		}
 	}
@@ -176,6 +171,40 @@ type PlanInput struct {
 
 // MakePlan builds the migration plan. It only reads.
 func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Plan, error) {
+	pl, err := newPlanner(kube, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := pl.volumes(ctx); err != nil {
+		return nil, err
+	}
+	if err := pl.secrets(ctx); err != nil {
+		return nil, err
+	}
+	p := pl.p
+	p.Findings = append(p.Findings, in.Preflight.Findings...)
+	p.Safe = len(p.Blocking()) == 0
+	p.Steps = steps(p)
+	return p, nil
+}
+
+// planner builds one Plan, phase by phase: the manifests, the volumes, the Secrets.
+type planner struct {
+	kube             kubernetes.Interface
+	in               PlanInput
+	p                *Plan
+	oldObjs, newObjs map[string]map[string]*unstructured.Unstructured
+}
+
+// claims are every claim on one side, by name (rendered ones and StatefulSet ones), and
+// the StatefulSet claims among them.
+type claims struct {
+	objs map[string]*unstructured.Unstructured
+	sts  map[string]stsClaim
+	list []stsClaim
+}
+
+func newPlanner(kube kubernetes.Interface, in PlanInput) (*planner, error) {
 	p := &Plan{Release: in.Old.Name, Namespace: in.Namespace, Revision: in.Old.Version, NewRelease: in.NewRelease,
 		NewChart: in.NewChart, NewChartVersion: in.NewChartVersion,
 		Volumes: []Volume{}, Secrets: []Secret{}, FreshPVCs: []string{}, ClaimDeletes: []string{},
@@ -183,140 +212,182 @@ func MakePlan(ctx context.Context, kube kubernetes.Interface, in PlanInput) (*Pl
 	if in.Old.Chart != nil && in.Old.Chart.Metadata != nil {
 		p.OldChart = in.Old.Chart.Metadata.Name + "-" + in.Old.Chart.Metadata.Version
 	}
-	oldObjs, err := byKind(in.Old.Manifest, in.Namespace)
-	if err != nil {
+	pl := &planner{kube: kube, in: in, p: p}
+	var err error
+	if pl.oldObjs, err = byKind(in.Old.Manifest, in.Namespace); err != nil {
 		return nil, fmt.Errorf("release %s revision %d: %w", in.Old.Name, in.Old.Version, err)
 	}
-	newObjs, err := byKind(in.NewManifest, in.Namespace)
-	if err != nil {
+	if pl.newObjs, err = byKind(in.NewManifest, in.Namespace); err != nil {
 		return nil, fmt.Errorf("chart %s: %w", in.NewChart, err)
 	}
 	if in.NewReleaseExists {
-		p.Findings = append(p.Findings, Finding{Check: CheckNewReleaseInUse, Subject: "release " + in.NewRelease, Blocking: true,
+		p.Findings = append(p.Findings, Finding{Check: CheckNewReleaseInUse, Subject: "release " + in.NewRelease, Severity: finding.Blocking,
 			Message:     "a release named " + in.NewRelease + " is already installed in namespace " + in.Namespace,
 			Remediation: "choose another --new-release name"})
 	}
-	kept := func(kind, name string) bool {
-		return slices.Contains(p.Kept, kind+"/"+in.Namespace+"/"+name)
-	}
+	return pl, nil
+}
 
-	oldPVC, newPVC := oldObjs["PersistentVolumeClaim"], newObjs["PersistentVolumeClaim"]
-	oldSTS, liveSTS, stsFindings, err := oldSTSClaims(ctx, kube, oldObjs["StatefulSet"], in.Namespace)
+// kept says whether the uninstall keeps the object.
+func (pl *planner) kept(kind, name string) bool {
+	return slices.Contains(pl.p.Kept, kind+"/"+pl.in.Namespace+"/"+name)
+}
+
+func (pl *planner) subject(kind, name string) string {
+	return kind + "/" + pl.in.Namespace + "/" + name
+}
+
+// sides gathers the claims of the old release and of the new chart.
+func (pl *planner) sides(ctx context.Context) (old, new claims, liveSTS map[string]*appsv1.StatefulSet, err error) {
+	oldSTS, liveSTS, stsFindings, err := oldSTSClaims(ctx, pl.kube, pl.oldObjs["StatefulSet"], pl.in.Namespace)
 	if err != nil {
-		return nil, err
+		return old, new, nil, err
 	}
-	newSTS, err := newSTSClaims(newObjs["StatefulSet"], in.Namespace)
+	newSTS, err := newSTSClaims(pl.newObjs["StatefulSet"], pl.in.Namespace)
 	if err != nil {
-		return nil, fmt.Errorf("chart %s: %w", in.NewChart, err)
+		return old, new, nil, fmt.Errorf("chart %s: %w", pl.in.NewChart, err)
 	}
-	p.Findings = append(p.Findings, stsFindings...)
-	// Every claim on either side, by name: rendered ones and StatefulSet ones.
-	oldClaims, newClaims := map[string]*unstructured.Unstructured{}, map[string]*unstructured.Unstructured{}
-	oldFrom, newFrom := map[string]stsClaim{}, map[string]stsClaim{}
-	maps.Copy(oldClaims, oldPVC)
-	maps.Copy(newClaims, newPVC)
+	pl.p.Findings = append(pl.p.Findings, stsFindings...)
+	old = claims{objs: maps.Clone(pl.oldObjs["PersistentVolumeClaim"]), sts: map[string]stsClaim{}, list: oldSTS}
+	new = claims{objs: maps.Clone(pl.newObjs["PersistentVolumeClaim"]), sts: map[string]stsClaim{}, list: newSTS}
 	for _, c := range oldSTS {
-		oldClaims[c.name] = &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": c.name}}}
-		oldFrom[c.name] = c
+		old.add(c, &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": c.name}}})
 	}
 	for _, c := range newSTS {
-		newClaims[c.name] = c.obj
-		newFrom[c.name] = c
+		new.add(c, c.obj)
 	}
-	pvcPairs, unmapped, fresh := pairClaims(names(oldClaims), names(newClaims), oldSTS, newSTS, in.Old.Name, in.NewRelease, in.MapPVC)
-	p.FreshPVCs = fresh
+	return old, new, liveSTS, nil
+}
+
+func (c *claims) add(sc stsClaim, obj *unstructured.Unstructured) {
+	if c.objs == nil {
+		c.objs = map[string]*unstructured.Unstructured{}
+	}
+	c.objs[sc.name], c.sts[sc.name] = obj, sc
+}
+
+// volumes pairs the claims and plans each pair's volume.
+func (pl *planner) volumes(ctx context.Context) error {
+	old, new, liveSTS, err := pl.sides(ctx)
+	if err != nil {
+		return err
+	}
+	pairs, unmapped, fresh := pairClaims(names(old.objs), names(new.objs), old.list, new.list, pl.in.Old.Name, pl.in.NewRelease, pl.in.MapPVC)
+	pl.unpaired(unmapped, fresh)
+	leftBy := map[string][]string{}
+	for _, pr := range pairs {
+		v, findings, err := volume(ctx, pl.kube, pl.in.Namespace, old.objs[pr[0]], new.objs[pr[1]])
+		if err != nil {
+			return err
+		}
+		if c, ok := new.sts[pr[1]]; ok {
+			v.NewStatefulSet = &STSRef{Name: c.sts, Template: c.template, Ordinal: c.ordinal}
+		}
+		if c, ok := old.sts[pr[0]]; ok {
+			findings = append(findings, pl.oldSTSClaim(&v, c, liveSTS[c.sts], leftBy)...)
+		}
+		findings = append(findings, pl.keptClaim(&v, findings)...)
+		pl.p.Volumes = append(pl.p.Volumes, v)
+		pl.p.Findings = append(pl.p.Findings, findings...)
+	}
+	pl.claimsLeft(leftBy)
+	return nil
+}
+
+// unpaired are the new claims that get a new volume and the old ones nothing takes.
+func (pl *planner) unpaired(unmapped, fresh []string) {
+	pl.p.FreshPVCs = fresh
 	for _, n := range fresh {
-		p.Findings = append(p.Findings, Finding{Check: CheckNewPVCUnprovision, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n,
+		pl.p.Findings = append(pl.p.Findings, Finding{Check: CheckNewPVCUnprovision, Severity: finding.Info, Subject: pl.subject("PersistentVolumeClaim", n),
 			Message: "the new chart's claim has no old counterpart: it gets a new, empty volume"})
 	}
 	for _, n := range unmapped {
-		p.Findings = append(p.Findings, Finding{Check: CheckPVCUnmapped, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + n, Blocking: true,
+		pl.p.Findings = append(pl.p.Findings, Finding{Check: CheckPVCUnmapped, Subject: pl.subject("PersistentVolumeClaim", n), Severity: finding.Blocking,
 			Message:     "no claim of the new chart takes this claim's volume: its data would stay on a retained PV that nothing uses",
 			Remediation: "pass --map-pvc " + n + "=NEW-CLAIM (a claim the new chart renders, or one its StatefulSets will use)"})
 	}
-	leftBy := map[string][]string{}
-	for _, pr := range pvcPairs {
-		v, findings, err := volume(ctx, kube, in.Namespace, oldClaims[pr[0]], newClaims[pr[1]])
-		if err != nil {
-			return nil, err
-		}
-		if c, ok := newFrom[pr[1]]; ok {
-			v.NewStatefulSet = &STSRef{Name: c.sts, Template: c.template, Ordinal: c.ordinal}
-		}
-		c, fromSTS := oldFrom[pr[0]]
-		if fromSTS {
-			v.OldStatefulSet = &STSRef{Name: c.sts, Template: c.template, Ordinal: c.ordinal}
-			v.OldPVCUID = c.uid
-			live := liveSTS[c.sts]
-			gcDeletes := live != nil && live.Spec.PersistentVolumeClaimRetentionPolicy != nil &&
-				live.Spec.PersistentVolumeClaimRetentionPolicy.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType
-			switch {
-			case v.OldPVC == v.NewPVC && !gcDeletes:
-				// The claim stays where it is and the new StatefulSet (or the new chart's
-				// claim of that name) takes it as it is.
-				v.Kept = true
-			case kept("StatefulSet", c.sts):
-				findings = append(findings, Finding{Check: CheckSTSKept, Subject: "StatefulSet/" + in.Namespace + "/" + c.sts, Blocking: true,
-					Message:     "the uninstall keeps this StatefulSet, whose pods hold " + v.OldPVC + " and whose controller would make it again: the volume cannot move to " + v.NewPVC,
-					Remediation: "delete the StatefulSet yourself (kubectl delete statefulset " + c.sts + " -n " + in.Namespace + ") and plan again"})
-			default:
-				v.DeleteOld = true
-				p.ClaimDeletes = append(p.ClaimDeletes, "PersistentVolumeClaim/"+in.Namespace+"/"+v.OldPVC)
-				leftBy[c.sts] = append(leftBy[c.sts], v.OldPVC)
-			}
-		}
-		v.Kept = v.Kept || kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC == v.NewPVC
-		if v.Kept {
-			// A kept claim is never deleted, so execute leaves its volume's policy alone.
-			for i := range findings {
-				if findings[i].Check == CheckNotRetain && findings[i].Subject == "PersistentVolume/"+v.PV {
-					findings[i].Message = "reclaimPolicy is " + v.ReclaimPolicy + "; the claim " + v.OldPVC + " is kept as it is, so the migration does not put the data at risk"
-					findings[i].Remediation = "none needed for the migration; Retain protects against a later deletion of the claim"
-				}
-			}
-		}
-		if kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC != v.NewPVC {
-			findings = append(findings, Finding{Check: CheckKeptRenamed, Subject: "PersistentVolumeClaim/" + in.Namespace + "/" + v.OldPVC, Blocking: true,
-				Message:     "the uninstall keeps this claim, so it stays bound to " + v.PV + " and the new claim " + v.NewPVC + " cannot take the volume",
-				Remediation: "pass --map-pvc " + v.OldPVC + "=" + v.OldPVC + " if the new chart can use that name, or delete the kept claim after the uninstall yourself"})
-		}
-		p.Volumes = append(p.Volumes, v)
-		p.Findings = append(p.Findings, findings...)
+}
+
+// oldSTSClaim decides what becomes of an old StatefulSet's claim: kept as it is, blocked
+// by a kept StatefulSet, or deleted by the migration after the uninstall.
+func (pl *planner) oldSTSClaim(v *Volume, c stsClaim, live *appsv1.StatefulSet, leftBy map[string][]string) []Finding {
+	v.OldStatefulSet = &STSRef{Name: c.sts, Template: c.template, Ordinal: c.ordinal}
+	v.OldPVCUID = c.uid
+	gcDeletes := live != nil && live.Spec.PersistentVolumeClaimRetentionPolicy != nil &&
+		live.Spec.PersistentVolumeClaimRetentionPolicy.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+	switch {
+	case v.OldPVC == v.NewPVC && !gcDeletes:
+		// The claim stays where it is and the new StatefulSet (or the new chart's
+		// claim of that name) takes it as it is.
+		v.Kept = true
+	case pl.kept("StatefulSet", c.sts):
+		return []Finding{{Check: CheckSTSKept, Subject: pl.subject("StatefulSet", c.sts), Severity: finding.Blocking,
+			Message:     "the uninstall keeps this StatefulSet, whose pods hold " + v.OldPVC + " and whose controller would make it again: the volume cannot move to " + v.NewPVC,
+			Remediation: "delete the StatefulSet yourself (kubectl delete statefulset " + c.sts + " -n " + pl.in.Namespace + ") and plan again"}}
+	default:
+		v.DeleteOld = true
+		pl.p.ClaimDeletes = append(pl.p.ClaimDeletes, pl.subject("PersistentVolumeClaim", v.OldPVC))
+		leftBy[c.sts] = append(leftBy[c.sts], v.OldPVC)
 	}
+	return nil
+}
+
+// keptClaim handles a claim the uninstall keeps: under the same name it carries over as
+// it is (its volume's policy does not matter); under another name it blocks.
+func (pl *planner) keptClaim(v *Volume, findings []Finding) []Finding {
+	v.Kept = v.Kept || pl.kept("PersistentVolumeClaim", v.OldPVC) && v.OldPVC == v.NewPVC
+	if v.Kept {
+		// A kept claim is never deleted, so execute leaves its volume's policy alone.
+		for i := range findings {
+			if findings[i].Check == CheckNotRetain && findings[i].Subject == "PersistentVolume/"+v.PV {
+				findings[i].Message = "reclaimPolicy is " + v.ReclaimPolicy + "; the claim " + v.OldPVC + " is kept as it is, so the migration does not put the data at risk"
+				findings[i].Remediation = "none needed for the migration; Retain protects against a later deletion of the claim"
+			}
+		}
+	}
+	if !pl.kept("PersistentVolumeClaim", v.OldPVC) || v.OldPVC == v.NewPVC {
+		return nil
+	}
+	return []Finding{{Check: CheckKeptRenamed, Subject: pl.subject("PersistentVolumeClaim", v.OldPVC), Severity: finding.Blocking,
+		Message:     "the uninstall keeps this claim, so it stays bound to " + v.PV + " and the new claim " + v.NewPVC + " cannot take the volume",
+		Remediation: "pass --map-pvc " + v.OldPVC + "=" + v.OldPVC + " if the new chart can use that name, or delete the kept claim after the uninstall yourself"}}
+}
+
+// claimsLeft notes, per StatefulSet, the claims helm uninstall leaves and the migration
+// deletes.
+func (pl *planner) claimsLeft(leftBy map[string][]string) {
 	for _, sts := range names(leftBy) {
-		p.Findings = append(p.Findings, Finding{Check: CheckSTSClaimsLeft, Subject: "StatefulSet/" + in.Namespace + "/" + sts,
+		pl.p.Findings = append(pl.p.Findings, Finding{Check: CheckSTSClaimsLeft, Severity: finding.Info, Subject: pl.subject("StatefulSet", sts),
 			Message: "helm uninstall does not delete the claims of this StatefulSet's volumeClaimTemplates (they are not in the stored manifest): " +
 				"the migration deletes " + strings.Join(leftBy[sts], ", ") + " itself, by uid, once the StatefulSet is gone and their volumes are Retain"})
 	}
+}
 
-	oldSec, newSec := credentials(oldObjs["Secret"]), credentials(newObjs["Secret"])
+// secrets pairs the credentials Secrets and reads each old one's type and keys (never
+// its data).
+func (pl *planner) secrets(ctx context.Context) error {
+	in := pl.in
+	oldSec, newSec := credentials(pl.oldObjs["Secret"]), credentials(pl.newObjs["Secret"])
 	secPairs, unmappedSec, _ := pair(names(oldSec), names(newSec), in.Old.Name, in.NewRelease, in.MapSecret)
 	for _, n := range unmappedSec {
-		p.Findings = append(p.Findings, Finding{Check: CheckSecretUnmapped, Subject: "Secret/" + in.Namespace + "/" + n,
+		pl.p.Findings = append(pl.p.Findings, Finding{Check: CheckSecretUnmapped, Severity: finding.Info, Subject: pl.subject("Secret", n),
 			Message:     "no Secret of the new chart takes this Secret's data: it is in the backup but not restored",
 			Remediation: "pass --map-secret " + n + "=NEW-NAME to restore it under the name the new chart reads"})
 	}
 	for _, pr := range secPairs {
-		s := Secret{Old: pr[0], New: pr[1], Kept: kept("Secret", pr[0]) && pr[0] == pr[1]}
-		live, err := kube.CoreV1().Secrets(in.Namespace).Get(ctx, pr[0], metav1.GetOptions{})
+		s := Secret{Old: pr[0], New: pr[1], Kept: pl.kept("Secret", pr[0]) && pr[0] == pr[1]}
+		live, err := pl.kube.CoreV1().Secrets(in.Namespace).Get(ctx, pr[0], metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, fmt.Errorf("Secret %s/%s of the old release is not on the cluster: there is nothing to carry over (pass --map-secret with another name, or restore it first)", in.Namespace, pr[0])
+			return &MissingSecretError{Namespace: in.Namespace, Name: pr[0]}
 		case err != nil:
-			return nil, fmt.Errorf("Secret %s/%s: %w", in.Namespace, pr[0], err)
+			return fmt.Errorf("Secret %s/%s: %w", in.Namespace, pr[0], err)
 		}
 		s.Type = string(live.Type)
-		for k := range live.Data {
-			s.Keys = append(s.Keys, k)
-		}
-		slices.Sort(s.Keys)
-		p.Secrets = append(p.Secrets, s)
+		s.Keys = slices.Sorted(maps.Keys(live.Data))
+		pl.p.Secrets = append(pl.p.Secrets, s)
 	}
-
-	p.Findings = append(p.Findings, in.Preflight.Findings...)
-	p.Safe = len(p.Blocking()) == 0
-	p.Steps = steps(p)
-	return p, nil
+	return nil
 }
 
 func orEmpty(s []string) []string {
@@ -439,13 +510,13 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 	live, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, v.OldPVC, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Blocking: true,
+		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Severity: finding.Blocking,
 			Message: "the old release's claim is not on the cluster: there is no volume to carry over", Remediation: "restore the claim, or drop it with --map-pvc"}}, nil
 	case err != nil:
 		return v, nil, fmt.Errorf("%s: %w", subject, err)
 	}
 	if live.Status.Phase != corev1.ClaimBound || live.Spec.VolumeName == "" {
-		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Blocking: true,
+		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Severity: finding.Blocking,
 			Message: fmt.Sprintf("the claim is %s, not Bound: there is no volume to carry over", live.Status.Phase), Remediation: "wait until it is Bound"}}, nil
 	}
 	pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, live.Spec.VolumeName, metav1.GetOptions{})
@@ -459,12 +530,12 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 
 	var fs []Finding
 	if v.ReclaimPolicy != string(corev1.PersistentVolumeReclaimRetain) {
-		fs = append(fs, Finding{Check: CheckNotRetain, Subject: "PersistentVolume/" + v.PV,
+		fs = append(fs, Finding{Check: CheckNotRetain, Severity: finding.Info, Subject: "PersistentVolume/" + v.PV,
 			Message:     "reclaimPolicy is " + v.ReclaimPolicy + ": the uninstall would delete the data",
 			Remediation: "execute patches it to Retain first, after confirmation"})
 	}
 	if newPVC.Spec.StorageClassName != nil && v.NewClass != v.StorageClass {
-		fs = append(fs, Finding{Check: CheckStorageClass, Subject: subject, Blocking: true,
+		fs = append(fs, Finding{Check: CheckStorageClass, Subject: subject, Severity: finding.Blocking,
 			Message:     fmt.Sprintf("the new claim %s asks for storageClassName %q, the volume %s has %q: it would not bind", v.NewPVC, v.NewClass, v.PV, v.StorageClass),
 			Remediation: "set the new chart's storage class to " + v.StorageClass + " in its values"})
 	}
@@ -476,16 +547,16 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 	switch c := req.Cmp(capacity); {
 	case req.IsZero():
 	case c > 0:
-		fs = append(fs, Finding{Check: CheckSizeTooLarge, Subject: subject, Blocking: true,
+		fs = append(fs, Finding{Check: CheckSizeTooLarge, Subject: subject, Severity: finding.Blocking,
 			Message:     fmt.Sprintf("the new claim %s requests %s, more than the volume's %s: it would not bind", v.NewPVC, v.NewSize, v.Capacity),
 			Remediation: "set the new chart's size to " + v.Capacity + " in its values"})
 	case c < 0:
-		fs = append(fs, Finding{Check: CheckSizeSmaller, Subject: subject,
+		fs = append(fs, Finding{Check: CheckSizeSmaller, Severity: finding.Info, Subject: subject,
 			Message: fmt.Sprintf("the new claim %s requests %s; the volume holds %s and keeps it", v.NewPVC, v.NewSize, v.Capacity)})
 	}
 	for _, m := range newPVC.Spec.AccessModes {
 		if !slices.Contains(pv.Spec.AccessModes, m) {
-			fs = append(fs, Finding{Check: CheckAccessModes, Subject: subject, Blocking: true,
+			fs = append(fs, Finding{Check: CheckAccessModes, Subject: subject, Severity: finding.Blocking,
 				Message:     fmt.Sprintf("the new claim %s asks for access mode %s, which the volume %s does not offer", v.NewPVC, m, v.PV),
 				Remediation: "set the new chart's access modes to the volume's in its values"})
 		}

@@ -1,6 +1,7 @@
 package chartmigrate
 
 import (
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -30,7 +31,16 @@ func FromUninstall(rep *uninstall.Report) Preflight {
 	}
 	for _, f := range rep.Findings {
 		pf.Findings = append(pf.Findings, Finding{Check: "uninstall/" + f.Check, Subject: f.Subject, Message: f.Message,
-			Remediation: f.Remediation, Blocking: !handled[f.Check]})
+			Remediation: f.Remediation, Severity: preflightSeverity(handled[f.Check])})
 	}
 	return pf
+}
+
+// preflightSeverity: a pre-flight finding the migration takes care of itself is a note;
+// any other blocks.
+func preflightSeverity(handled bool) finding.Severity {
+	if handled {
+		return finding.Info
+	}
+	return finding.Blocking
 }

@@ -81,3 +81,32 @@ func describe(err error) string {
 	}
 	return err.Error()
 }
+
+// StorageSwitchError says a target would switch a live CRD's storage version (a reverse
+// migration, or the storage switch of a bridge) and Options.AllowStorageSwitch did not
+// allow it.
+type StorageSwitchError struct {
+	CRD, From, To string
+}
+
+func (e *StorageSwitchError) Error() string {
+	return fmt.Sprintf("%s needs its storage version switched from %s to %s (a reverse migration), which changes the live CRD and was not allowed", e.CRD, e.From, e.To)
+}
+
+// PatchForbiddenError says RBAC denies patching the custom resources of a CRD: every
+// object would fail the same way, so the run stops.
+type PatchForbiddenError struct {
+	CRD, Resource string
+	Err           error
+}
+
+func (e *PatchForbiddenError) Error() string {
+	return fmt.Sprintf("not allowed to patch %s: grant the patch verb on %s: %v", e.Resource, e.Resource, e.Err)
+}
+
+func (e *PatchForbiddenError) Unwrap() error { return e.Err }
+
+// CRDNotFoundError says a CRD to grant or migrate is not on the cluster.
+type CRDNotFoundError struct{ Name string }
+
+func (e *CRDNotFoundError) Error() string { return "CRD " + e.Name + " not found" }

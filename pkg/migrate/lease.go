@@ -21,7 +21,7 @@ type LeaseHeldError struct {
 }
 
 func (e *LeaseHeldError) Error() string {
-	return fmt.Sprintf("%s is being migrated by %s (Lease %s/%s, held until %s): wait for it with --wait, or check that run",
+	return fmt.Sprintf("%s is being migrated by %s (Lease %s/%s, held until %s): wait for that run (Options.Wait) or check it",
 		e.CRD, e.Holder, e.Namespace, e.Lease, e.Until.Format(time.RFC3339))
 }
 

@@ -30,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/endpoints/discovery"
 	clientdiscovery "k8s.io/client-go/discovery"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
@@ -95,6 +94,9 @@ type Options struct {
 	QPS float64
 	// Progress, when set, is called after every page.
 	Progress func(Progress)
+	// Restarting, when set, is called by Run before it starts a CRD over (attempt counts
+	// from 1), with the result that asked for the restart.
+	Restarting func(res *Result, attempt int)
 	// Continue resumes an earlier run from the LIST continue token it reported in
 	// Progress.Continue. The caller vouches that every object before the token was
 	// migrated without failures at the same storage version (the run prunes
@@ -153,8 +155,11 @@ type Result struct {
 	// applied meanwhile: new generation or storage version, or a stored version gained),
 	// or the API server had not yet switched its encoding: storedVersions is untouched,
 	// and a run from the first object is expected to finish.
-	Restart bool   `json:"restart,omitempty"`
-	Message string `json:"message,omitempty"`
+	Restart bool `json:"restart,omitempty"`
+	// Forbidden says RBAC denied patching the custom resources (PatchForbiddenError):
+	// the caller must be granted the patch verb before a run can finish.
+	Forbidden bool   `json:"forbidden,omitempty"`
+	Message   string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
@@ -219,7 +224,7 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 	crd, err := m.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, t.Name, metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("CRD %s not found: check the name with `kubectl get crd`", t.Name)
+			return nil, &CRDNotFoundError{Name: t.Name}
 		}
 		return nil, fmt.Errorf("read CRD %s: %w", t.Name, err)
 	}
@@ -228,25 +233,39 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 	res.StoredVersionsAfter = res.StoredVersionsBefore
 	defer func() { res.DurationSeconds = time.Since(start).Seconds() }()
 
-	switchTo := ""
-	if t.StorageVersion != "" && t.StorageVersion != res.StorageVersion {
-		switchTo = t.StorageVersion
-		if !crdversions.Serves(crd, switchTo) {
-			return nil, fmt.Errorf("cannot switch the storage version of %s to %s: the live CRD does not serve it", t.Name, switchTo)
-		}
-		if !o.AllowStorageSwitch && !o.DryRun {
-			return nil, fmt.Errorf("switching the storage version of %s from %s to %s changes the live CRD: confirm with --allow-storage-switch", t.Name, res.StorageVersion, switchTo)
-		}
+	switchTo, err := storageSwitch(crd, t, o, res.StorageVersion)
+	if err != nil {
+		return nil, err
 	}
-	if switchTo == "" && !NeedsMigration(crd) {
+	switch {
+	case switchTo == "" && !NeedsMigration(crd):
 		res.Status = AlreadyMigrated
 		res.Message = "storedVersions already equals [" + res.StorageVersion + "]"
 		return res, nil
-	}
-	if o.DryRun {
+	case o.DryRun:
 		return m.dryRun(ctx, crd, switchTo, o, res)
 	}
+	return m.locked(ctx, t, o, res, switchTo, start)
+}
 
+// storageSwitch is the storage version a target switches to first ("" for none), if the
+// live CRD serves it and the options allow it.
+func storageSwitch(crd *apiextv1.CustomResourceDefinition, t Target, o Options, current string) (string, error) {
+	if t.StorageVersion == "" || t.StorageVersion == current {
+		return "", nil
+	}
+	if !crdversions.Serves(crd, t.StorageVersion) {
+		return "", fmt.Errorf("cannot switch the storage version of %s to %s: the live CRD does not serve it", t.Name, t.StorageVersion)
+	}
+	if !o.AllowStorageSwitch && !o.DryRun {
+		return "", &StorageSwitchError{CRD: t.Name, From: current, To: t.StorageVersion}
+	}
+	return t.StorageVersion, nil
+}
+
+// locked runs the migration under the CRD's Lease, recording where it stopped in the
+// Lease when it stops cleanly part-way.
+func (m *Migrator) locked(ctx context.Context, t Target, o Options, res *Result, switchTo string, start time.Time) (*Result, error) {
 	l := &lease{client: m.leases.Leases(o.LeaseNamespace), name: leaseName(t.Name), holder: o.Holder,
 		duration: o.LeaseDuration, crd: t.Name, ns: o.LeaseNamespace}
 	saved, err := l.acquire(ctx, o.Wait)
@@ -261,7 +280,8 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 
 	// Another run may have finished while this one waited for the Lease: decide again
 	// from the CRD as it is now.
-	if crd, err = m.crds.ApiextensionsV1().CustomResourceDefinitions().Get(runCtx, t.Name, metav1.GetOptions{}); err != nil {
+	crd, err := m.crds.ApiextensionsV1().CustomResourceDefinitions().Get(runCtx, t.Name, metav1.GetOptions{})
+	if err != nil {
 		return nil, fmt.Errorf("read CRD %s: %w", t.Name, err)
 	}
 	if switchTo == "" && !NeedsMigration(crd) {
@@ -272,19 +292,9 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 	if switchTo == crdversions.StorageVersion(crd) {
 		switchTo = ""
 	}
-
-	if switchTo != "" {
-		if crd, err = m.switchStorage(runCtx, crd, switchTo); err != nil {
-			res.Status, res.Message = Incomplete, err.Error()
-			return res, nil
-		}
-		res.StorageSwitchedFrom, res.StorageVersion = res.StorageVersion, switchTo
+	if crd = m.ready(runCtx, crd, res, switchTo); crd == nil {
+		return res, nil // the reason is in the Result: an incomplete run, not a failure to start
 	}
-	if err := m.waitServedStorage(runCtx, crd); err != nil {
-		res.Status, res.Message, res.Restart = Incomplete, err.Error(), runCtx.Err() == nil
-		return res, nil
-	}
-
 	if o.Continue == "" && !o.NoResume && saved != nil && switchTo == "" &&
 		saved.StorageVersion == crdversions.StorageVersion(crd) && saved.CRDUID == string(crd.UID) {
 		// The last run stopped cleanly at this storage version: every object before its
@@ -292,10 +302,38 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 		o.Continue = saved.Continue
 		res.Resumed = true
 	}
+	stoppedAt = m.pass(runCtx, crd, o, res, start)
+	return res, nil
+}
+
+// ready switches the storage version when asked and waits until the API server encodes
+// at the storage version. It returns the CRD as it is then, or nil after recording in
+// res why the run is incomplete.
+func (m *Migrator) ready(ctx context.Context, crd *apiextv1.CustomResourceDefinition, res *Result, switchTo string) *apiextv1.CustomResourceDefinition {
+	if switchTo != "" {
+		switched, err := m.switchStorage(ctx, crd, switchTo)
+		if err != nil {
+			res.Status, res.Message = Incomplete, err.Error()
+			return nil
+		}
+		crd = switched
+		res.StorageSwitchedFrom, res.StorageVersion = res.StorageVersion, switchTo
+	}
+	if err := m.waitServedStorage(ctx, crd); err != nil {
+		res.Status, res.Message, res.Restart = Incomplete, err.Error(), ctx.Err() == nil
+		return nil
+	}
+	return crd
+}
+
+// pass re-persists every object and prunes storedVersions when all succeeded; it returns
+// where a clean, interrupted pass stopped (nil otherwise).
+func (m *Migrator) pass(ctx context.Context, crd *apiextv1.CustomResourceDefinition, o Options, res *Result, start time.Time) *resumePoint {
 	w := &worker{m: m, crd: crd, o: o, res: res, start: start,
 		gvr: schema.GroupVersionResource{Group: crd.Spec.Group, Version: crdversions.ServedVersion(crd), Resource: crd.Spec.Names.Plural}}
-	complete := w.run(runCtx)
+	complete := w.run(ctx)
 	res.FailedCount = w.failedCount.Load()
+	var stoppedAt *resumePoint
 	if !complete && res.FailedCount == 0 && w.cleanContinue != "" {
 		stoppedAt = &resumePoint{Continue: w.cleanContinue, StorageVersion: crdversions.StorageVersion(crd), CRDUID: string(crd.UID)}
 	}
@@ -304,22 +342,23 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 		res.Status = Incomplete
 		// Cut short by the deadline, a cancellation or a lost Lease, rather than by an
 		// error that another attempt would meet again (RBAC, a LIST that keeps failing).
-		res.Interrupted = runCtx.Err() != nil
+		res.Interrupted = ctx.Err() != nil
+		res.Forbidden = errors.As(w.stopErr, new(*PatchForbiddenError))
 		if res.Message == "" {
-			res.Message = stopReason(runCtx, w.stopErr)
+			res.Message = stopReason(ctx, w.stopErr)
 		}
 	case res.FailedCount > 0:
 		res.Status = Incomplete
 		res.Message = fmt.Sprintf("%d objects could not be migrated: storedVersions untouched; fix them and run again", res.FailedCount)
 	default:
-		if err := m.prune(runCtx, crd, res); err != nil {
+		if err := m.prune(ctx, crd, res); err != nil {
 			var changed *crdChangedError
 			res.Status, res.Message, res.Restart = Incomplete, err.Error(), errors.As(err, &changed)
-			return res, nil
+			return stoppedAt
 		}
 		res.Status = Migrated
 	}
-	return res, nil
+	return stoppedAt
 }
 
 func stopReason(ctx context.Context, stopErr error) string {
@@ -380,7 +419,7 @@ func (m *Migrator) switchStorage(ctx context.Context, crd *apiextv1.CustomResour
 // asynchronously, and a migration that starts too early would re-persist at the old one.
 func (m *Migrator) waitServedStorage(ctx context.Context, crd *apiextv1.CustomResourceDefinition) error {
 	storage := crdversions.StorageVersion(crd)
-	want := discovery.StorageVersionHash(crd.Spec.Group, storage, crd.Spec.Names.Kind)
+	want := storageVersionHash(crd.Spec.Group, storage, crd.Spec.Names.Kind)
 	gv := schema.GroupVersion{Group: crd.Spec.Group, Version: crdversions.ServedVersion(crd)}.String()
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		list, err := m.discovery.ServerResourcesForGroupVersion(gv)
@@ -585,8 +624,7 @@ func (w *worker) rewrite(ctx context.Context, item *metav1.PartialObjectMetadata
 	case ctx.Err() != nil:
 		return nil // stopping: not this object's fault
 	case isRBACForbidden(err):
-		return fmt.Errorf("not allowed to patch %s: grant the patch verb on %s (see `upgradeguard rbac --crd %s`): %w",
-			w.gvr.GroupResource(), w.gvr.GroupResource(), w.crd.Name, err)
+		return &PatchForbiddenError{CRD: w.crd.Name, Resource: w.gvr.GroupResource().String(), Err: err}
 	default:
 		w.fail(item, err)
 		return nil

@@ -335,8 +335,8 @@ func TestConcurrentRunsExclude(t *testing.T) {
 		t.Fatalf("first run: %v %+v", err, res)
 	}
 	var held *migrate.LeaseHeldError
-	if !errors.As(secondErr, &held) || held.Holder != "first" || !strings.Contains(secondErr.Error(), "--wait") {
-		t.Errorf("second run: %v, want a LeaseHeldError naming the first run and --wait", secondErr)
+	if !errors.As(secondErr, &held) || held.Holder != "first" || !strings.Contains(secondErr.Error(), "held until") {
+		t.Errorf("second run: %v, want a LeaseHeldError naming the first run and its Lease", secondErr)
 	}
 	wg.Wait()
 	if waited == nil || waited.Status != migrate.AlreadyMigrated {
@@ -408,7 +408,7 @@ func TestReverseMigrationUnblocksRollback(t *testing.T) {
 	}
 
 	m := newMigrator(t, cp.Config)
-	if _, err := m.Migrate(e.ctx, migrate.Target{Name: revs, StorageVersion: "v1alpha1"}, opts()); err == nil || !strings.Contains(err.Error(), "--allow-storage-switch") {
+	if _, err := m.Migrate(e.ctx, migrate.Target{Name: revs, StorageVersion: "v1alpha1"}, opts()); !errors.As(err, new(*migrate.StorageSwitchError)) {
 		t.Fatalf("storage switch without confirmation: %v", err)
 	}
 	o := opts()

@@ -11,8 +11,21 @@ import (
 // Permissions are the least privileges a migration of some CRDs needs: a ClusterRole for
 // the CRDs and their objects, and a Role for the Leases in the lease namespace.
 type Permissions struct {
-	ClusterRole *rbacv1.ClusterRole
-	Role        *rbacv1.Role
+	ClusterRole *rbacv1.ClusterRole `json:"clusterRole"`
+	Role        *rbacv1.Role        `json:"role"`
+}
+
+// RBACFor is RBAC for the CRDs named, looked up in live (the cluster's CRDs by name).
+func RBACFor(name, leaseNamespace string, names []string, live map[string]*apiextv1.CustomResourceDefinition, storageSwitch bool) (Permissions, error) {
+	crds := make([]*apiextv1.CustomResourceDefinition, 0, len(names))
+	for _, n := range names {
+		c, ok := live[n]
+		if !ok {
+			return Permissions{}, &CRDNotFoundError{Name: n}
+		}
+		crds = append(crds, c)
+	}
+	return RBAC(name, leaseNamespace, crds, storageSwitch), nil
 }
 
 // RBAC returns the minimal permissions to migrate the given CRDs. With storageSwitch, the

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
+	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
 
 // FieldManager is the field manager of the dry runs. It must own no field of any object,
@@ -106,11 +107,39 @@ func (r *Report) Clean() bool { return !r.Mixed && len(r.Drifted) == 0 }
 type Options struct {
 	// Namespace is the release namespace, for namespaced objects that name none.
 	Namespace string
+	// Redact lists more strings to keep out of the report and its errors. The values of
+	// both revisions and the data of the Secrets they render are always kept out: the API
+	// server echoes the values it rejects.
+	Redact []string
 }
 
 // Run compares the objects of failed and previous with the live cluster. previous may be
 // nil (a failed install): then every object is "added".
 func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, failed, previous *release.Release, o Options) (*Report, error) {
+	red := redactor(failed, previous, o.Redact)
+	rep, err := run(ctx, dyn, mapper, failed, previous, o)
+	if err != nil {
+		return nil, red.Error(err)
+	}
+	for i := range rep.Objects {
+		rep.Objects[i].Error = red.String(rep.Objects[i].Error)
+	}
+	return rep, nil
+}
+
+// redactor hides the values of both revisions, the data of their Secrets and extra.
+func redactor(failed, previous *release.Release, extra []string) *redact.Redactor {
+	red := redact.New(extra...)
+	for _, r := range []*release.Release{failed, previous} {
+		if r != nil {
+			red.AddValues(r.Config)
+			red.AddManifest(r.Manifest)
+		}
+	}
+	return red
+}
+
+func run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, failed, previous *release.Release, o Options) (*Report, error) {
 	rep := &Report{Release: failed.Name, Namespace: o.Namespace, FailedRevision: failed.Version,
 		Objects: []Object{}, Landed: []string{}, NotLanded: []string{}, Drifted: []string{}}
 	if failed.Info != nil {
@@ -417,4 +446,19 @@ func orRoot(p string) string {
 		return "."
 	}
 	return p
+}
+
+// PairReader reads a release's failed revision (revision, or the last one when 0) and the
+// revision before it from Helm storage; helmrelease.Reader is one.
+type PairReader interface {
+	FailedPair(ctx context.Context, name string, revision int) (failed, previous *release.Release, err error)
+}
+
+// RunRelease reads release name's failed revision and the one before it, then Run.
+func RunRelease(ctx context.Context, releases PairReader, dyn dynamic.Interface, mapper meta.RESTMapper, name string, revision int, o Options) (*Report, error) {
+	failed, previous, err := releases.FailedPair(ctx, name, revision)
+	if err != nil {
+		return nil, err
+	}
+	return Run(ctx, dyn, mapper, failed, previous, o)
 }

@@ -1,10 +1,13 @@
 package releasediff_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -193,5 +196,54 @@ func TestDiffMatchesListsByName(t *testing.T) {
 	want := []string{`.spec.args[1]`, `.spec.containers[name="a"].image`, `.spec.extra`}
 	if diff := cmp.Diff(want, releasediff.Diff(a, b)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestAPIServerErrorsAreRedacted: the API server echoes the values it rejects. A failed
+// revision whose labels carry a release value and a Secret's data gets a 422 from the
+// dry run; the report keeps the error and neither value.
+func TestAPIServerErrorsAreRedacted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	cp := testenv.ForTest(t)
+	ctx := t.Context()
+	const ns, valueSentinel, secretSentinel = "redact", "value sentinel 7f3a!!", "secret sentinel 9c2e!!"
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	manifest := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  labels:\n    app: \"" + valueSentinel + "\"\n---\n" +
+		"apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  labels:\n    app: \"" + secretSentinel + "\"\nstringData:\n  token: \"" + secretSentinel + "\"\n"
+	failed := &release.Release{Name: "leaky", Namespace: ns, Version: 2, Manifest: manifest, Config: map[string]any{"label": valueSentinel}}
+
+	dyn := dynamic.NewForConfigOrDie(cp.Config)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(cp.Config)))
+	rep, err := releasediff.Run(ctx, dyn, mapper, failed, nil, releasediff.Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Objects) != 2 {
+		t.Fatalf("objects %+v, want the ConfigMap and the Secret", rep.Objects)
+	}
+	for _, o := range rep.Objects {
+		if o.Verdict != releasediff.Unknown || !strings.Contains(o.Error, "Invalid value") || !strings.Contains(o.Error, "[redacted]") {
+			t.Errorf("%s: verdict %s error %q, want the API server's rejection with the value redacted", o.Object, o.Verdict, o.Error)
+		}
+	}
+	for _, s := range []string{valueSentinel, secretSentinel} {
+		if strings.Contains(string(data), s) {
+			t.Errorf("the report shows %q:\n%s", s, data)
+		}
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 )
 
 // Options say where the migrations and the targetVersion live.
@@ -61,10 +63,19 @@ const (
 
 // Finding is one misaligned slot.
 type Finding struct {
-	Kind    Kind              `json:"kind"`
-	Slot    int               `json:"slot"`
-	Hashes  map[string]string `json:"hashes"` // ref -> hash, "" when missing
-	Message string            `json:"message"`
+	// Finding is the shared shape: Check is the Kind, Subject "slot N", Severity danger
+	// (a cluster on the upgrade path skips or repeats a migration).
+	finding.Finding
+	Slot   int               `json:"slot"`
+	Hashes map[string]string `json:"hashes"` // ref -> hash, "" when missing
+}
+
+// Kind is the finding's kind (its Check).
+func (f Finding) Kind() Kind { return Kind(f.Check) }
+
+func newFinding(kind Kind, slot int, hashes map[string]string, msg string) Finding {
+	return Finding{Finding: finding.Finding{Check: string(kind), Subject: "slot " + strconv.Itoa(slot), Severity: finding.Danger, Message: msg},
+		Slot: slot, Hashes: hashes}
 }
 
 // Report is the result of a check.
@@ -74,14 +85,18 @@ type Report struct {
 	Findings     []Finding `json:"findings"`
 }
 
+// ErrTooFewRefs says a check was asked for fewer than two refs: there is nothing to
+// compare.
+var ErrTooFewRefs = errors.New("at least two refs are needed to compare")
+
 // Check reads every ref and compares their slots.
 func Check(ctx context.Context, o Options) (*Report, error) {
 	if len(o.Refs) < 2 {
-		return nil, errors.New("pass at least two --ref to compare")
+		return nil, ErrTooFewRefs
 	}
-	repo, err := git.PlainOpenWithOptions(o.Repo, &git.PlainOpenOptions{DetectDotGit: true})
+	repo, err := OpenRepository(o.Repo)
 	if err != nil {
-		return nil, fmt.Errorf("open git repository %s: %w", o.Repo, err)
+		return nil, err
 	}
 	rep := &Report{Findings: []Finding{}}
 	for _, ref := range o.Refs {
@@ -106,6 +121,24 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
+// OpenRepository opens the repository at path in any of the shapes CI and hooks use: the
+// top or a folder of a work tree, a bare repository (git clone --bare), a mirror (git clone
+// --mirror) or a linked worktree (git worktree add), whose objects and refs live in the main
+// repository's common directory.
+func OpenRepository(path string) (*git.Repository, error) {
+	// As given first: a bare repository or a mirror has no .git, and looking upwards from
+	// it would never find one (or would find an unrelated work tree around it).
+	repo, err := git.PlainOpenWithOptions(path, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	if errors.Is(err, git.ErrRepositoryNotExists) {
+		// A folder inside a work tree: find the .git above it.
+		repo, err = git.PlainOpenWithOptions(path, &git.PlainOpenOptions{DetectDotGit: true, EnableDotGitCommonDir: true})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open git repository %s (a work tree, a bare clone, a mirror or a linked worktree): %w", path, err)
+	}
+	return repo, nil
+}
+
 func compare(refs []Ref, slot int, equivalent map[int][]string) (Finding, bool) {
 	hashes := map[string]string{}
 	distinct := map[string]bool{}
@@ -123,17 +156,16 @@ func compare(refs []Ref, slot int, equivalent map[int][]string) (Finding, bool) 
 		if len(distinct) == 0 {
 			return Finding{}, false // a slot no ref has (numbering starts later): fine
 		}
-		return Finding{Kind: Missing, Slot: slot, Hashes: hashes,
-			Message: fmt.Sprintf("slot %d exists on %s only; every ref runs it (below targetVersion %d on all): add the same migration to the others", slot, present(refs, slot), lowest(refs))}, true
+		return newFinding(Missing, slot, hashes, fmt.Sprintf("slot %d exists on %s only; every ref runs it (below targetVersion %d on all): add the same migration to the others", slot, present(refs, slot), lowest(refs))), true
 	}
 	if len(distinct) == 1 || allEquivalent(distinct, equivalent[slot]) {
 		return Finding{}, false
 	}
-	f := Finding{Kind: Diverged, Slot: slot, Hashes: hashes}
+	f := newFinding(Diverged, slot, hashes, "")
 	older := refs[0]
 	for _, r := range refs[1:] {
 		if r.Slots[slot] != older.Slots[slot] && older.TargetVersion == slot+1 && r.TargetVersion > older.TargetVersion {
-			f.Kind = Claimed
+			f.Check = string(Claimed)
 			f.Message = fmt.Sprintf("%s raised targetVersion to %d, claiming slot %d, which %s uses for a different migration: a cluster that takes the next %s patch is stamped %d, and on upgrading to %s never runs %s's migration %d. Fix: copy %s's migration %d, made idempotent, to slot %d on %s and raise its targetVersion to %d; or declare the two equivalent",
 				older.Ref, older.TargetVersion, slot, r.Ref, older.Ref, older.TargetVersion, r.Ref, r.Ref, slot, r.Ref, slot, r.TargetVersion, r.Ref, r.TargetVersion+1)
 			return f, true

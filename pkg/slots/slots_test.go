@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,7 +70,7 @@ func TestPatchThenMinorDivergence(t *testing.T) {
 		t.Fatalf("findings %+v, want one", rep.Findings)
 	}
 	f := rep.Findings[0]
-	if f.Kind != slots.Claimed || f.Slot != 45 || !strings.Contains(f.Message, "slot 54") || !strings.Contains(f.Message, "targetVersion to 55") {
+	if f.Kind() != slots.Claimed || f.Slot != 45 || !strings.Contains(f.Message, "slot 54") || !strings.Contains(f.Message, "targetVersion to 55") {
 		t.Errorf("finding %+v", f)
 	}
 }
@@ -102,7 +103,7 @@ func TestEquivalentPortsAndCleanHistory(t *testing.T) {
 	// the same branch is still reported, and only it.
 	g.Commit("edit an old migration", map[string]string{migDir + "/30": migration(30, "migration 30, edited on 1.5")})
 	rep, err = slots.Check(t.Context(), o)
-	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Slot != 30 || rep.Findings[0].Kind != slots.Diverged {
+	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Slot != 30 || rep.Findings[0].Kind() != slots.Diverged {
 		t.Errorf("undeclared divergence next to a declared one: %v %+v, want one diverged finding for slot 30", err, rep.Findings)
 	}
 
@@ -119,7 +120,7 @@ func TestMissingSlot(t *testing.T) {
 	g.Branch("release-1.5-broken", base)
 	g.Commit("lost a migration", map[string]string{fmt.Sprintf("%s/%d", migDir, 20): ""})
 	rep, err := slots.Check(t.Context(), opts(g, "release-1.5-broken", "release-1.6"))
-	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Kind != slots.Missing || rep.Findings[0].Slot != 20 {
+	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Kind() != slots.Missing || rep.Findings[0].Slot != 20 {
 		t.Errorf("%v %+v", err, rep)
 	}
 }
@@ -130,7 +131,7 @@ func TestBadInput(t *testing.T) {
 		o       slots.Options
 		mention string
 	}{
-		{opts(g, "release-1.5"), "at least two"},
+		{opts(g, "release-1.5"), "at least two refs"},
 		{opts(g, "release-1.5", "release-9.9"), "git fetch"},
 		{func() slots.Options {
 			o := opts(g, "release-1.5", "release-1.6")
@@ -143,5 +144,54 @@ func TestBadInput(t *testing.T) {
 		if _, err := slots.Check(t.Context(), tc.o); err == nil || !strings.Contains(err.Error(), tc.mention) {
 			t.Errorf("error %v, want one mentioning %q", err, tc.mention)
 		}
+	}
+}
+
+// gitCLI runs the real git binary: the repository shapes below are made the way CI caches,
+// server-side hooks and developers make them.
+func gitCLI(t *testing.T, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestRepositoryShapes opens the same history as a work tree, a folder inside it, a bare
+// clone, a mirror and a linked worktree: each finds the one claimed slot.
+func TestRepositoryShapes(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("the git binary is needed to make bare clones, mirrors and linked worktrees")
+	}
+	g, _ := cozystack(t)
+	tmp := t.TempDir()
+	bare, mirror, linked := filepath.Join(tmp, "bare.git"), filepath.Join(tmp, "mirror.git"), filepath.Join(tmp, "linked")
+	gitCLI(t, "clone", "--quiet", "--bare", g.Dir, bare)
+	gitCLI(t, "clone", "--quiet", "--mirror", g.Dir, mirror)
+	gitCLI(t, "-C", g.Dir, "worktree", "add", "--quiet", "--detach", linked, "release-1.5")
+
+	for _, tc := range []struct{ name, repo string }{
+		{"work tree", g.Dir},
+		{"folder inside a work tree", filepath.Join(g.Dir, migDir)},
+		{"bare clone", bare},
+		{"mirror", mirror},
+		{"linked worktree", linked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := opts(g, "release-1.5", "release-1.6")
+			o.Repo = tc.repo
+			rep, err := slots.Check(t.Context(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Findings) != 1 || rep.Findings[0].Kind() != slots.Claimed || rep.Findings[0].Slot != 45 {
+				t.Errorf("findings %+v, want slot 45 claimed", rep.Findings)
+			}
+		})
+	}
+
+	if _, err := slots.Check(t.Context(), slots.Options{Repo: tmp, Refs: []string{"a", "b"}, Dir: migDir}); err == nil || !strings.Contains(err.Error(), "bare clone") {
+		t.Errorf("a folder that is no repository: %v, want an error naming the shapes tried", err)
 	}
 }

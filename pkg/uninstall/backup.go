@@ -243,13 +243,21 @@ func writeFile(dir, rel string, data []byte) error {
 	return nil
 }
 
+// IncompleteBackupError says a directory holds no complete backup: Backup writes the
+// index last, so without it the backup did not finish.
+type IncompleteBackupError struct{ Dir string }
+
+func (e *IncompleteBackupError) Error() string {
+	return fmt.Sprintf("%s holds no complete backup (no %s)", e.Dir, IndexFile)
+}
+
 // ReadBackup loads the index of a backup Backup wrote, so a later step (a restore, or a
 // migration resuming after a failure) works from the same files. A directory without
 // index.json is not a complete backup.
 func ReadBackup(dir string) (*BackupResult, error) {
 	data, err := os.ReadFile(filepath.Join(dir, IndexFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s holds no complete backup (no %s): take one with `upgradeguard release uninstall-check NAME -n NS --backup %s`", dir, IndexFile, dir)
+		return nil, &IncompleteBackupError{Dir: dir}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read backup index: %w", err)

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
+
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 )
 
 // listPage bounds every LIST: big namespaces are read in pages.
@@ -36,7 +38,7 @@ type podRef struct {
 }
 
 func (in *inspector) find(check, subject, msg, remediation string) {
-	in.rep.Findings = append(in.rep.Findings, Finding{Check: check, Subject: subject, Message: msg, Remediation: remediation})
+	in.rep.Findings = append(in.rep.Findings, Finding{Check: check, Subject: subject, Severity: finding.Danger, Message: msg, Remediation: remediation})
 }
 
 // details looks behind the objects the uninstall deletes: volumes, credentials and

@@ -1,5 +1,7 @@
 package uninstall
 
+import "github.com/upgradeguard/upgradeguard/pkg/finding"
+
 // Action is what `helm uninstall` does to one object of the stored manifest.
 type Action string
 
@@ -116,13 +118,7 @@ type StorageInfo struct {
 }
 
 // Finding is one trap, with the action that avoids it.
-type Finding struct {
-	// Check is the ID of the check that found it (see Checks).
-	Check       string `json:"check"`
-	Subject     string `json:"subject"`
-	Message     string `json:"message"`
-	Remediation string `json:"remediation"`
-}
+type Finding = finding.Finding
 
 // CheckInfo names a check and says why it exists.
 type CheckInfo struct {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
@@ -275,7 +276,7 @@ func notDeployed(rep *Report, l *loaded, objs []manifestObject, mapper meta.REST
 		}
 	}
 	rep.Findings = append(rep.Findings, Finding{
-		Check: CheckNotDeployed, Subject: fmt.Sprintf("release/%s/%s", rep.Namespace, rep.Release), Message: msg,
+		Check: CheckNotDeployed, Subject: fmt.Sprintf("release/%s/%s", rep.Namespace, rep.Release), Severity: finding.Danger, Message: msg,
 		Remediation: "review the delete list below (it is the failed revision's); to uninstall from a known state, first roll back (`helm rollback " + rep.Release + " -n " + rep.Namespace + "`) or repair the upgrade, then re-run this check",
 	})
 	return nil

@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"errors"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+	"github.com/upgradeguard/upgradeguard/pkg/slots"
+	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
+)
+
+// The commands whose errors are classified here, by the name a user types.
+const (
+	cmdCheck          = "check"
+	cmdApplyCheck     = "release apply-check"
+	cmdRollbackCheck  = "release rollback-check"
+	cmdMigrate        = "migrate"
+	cmdRBAC           = "rbac"
+	cmdAudit          = "audit"
+	cmdUninstallCheck = "release uninstall-check"
+	cmdDiffFailed     = "release diff-failed"
+	cmdReleaseMigrate = "release migrate"
+)
+
+// rbacNeeds is, per command, the permissions it needs: the advice for a Forbidden or
+// Unauthorized error names that command's verbs, not another's.
+var rbacNeeds = map[string]string{
+	cmdCheck: "upgradeguard check needs get/list on customresourcedefinitions.apiextensions.k8s.io, list on the custom resources it counts, " +
+		"and get/list on the release's Secrets (or ConfigMaps); see docs/operator-guide.md#rbac",
+	cmdApplyCheck: "apply-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of the release and the chart, " +
+		"patch on them (its server-side dry runs are authorized as writes; nothing is written), and what `upgradeguard check` needs",
+	cmdRollbackCheck: "rollback-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of both revisions, " +
+		"patch on them (its server-side dry runs are authorized as writes; nothing is written), and what `upgradeguard check` needs",
+	cmdMigrate: "upgradeguard migrate needs get/list on customresourcedefinitions.apiextensions.k8s.io, update on customresourcedefinitions/status " +
+		"(and update on the CRDs themselves for a storage switch), list and patch on the custom resources it migrates, and create/get/update on " +
+		"Leases in --lease-namespace; `upgradeguard rbac --crd NAME` prints exactly that role",
+	cmdRBAC: "upgradeguard rbac needs get on customresourcedefinitions.apiextensions.k8s.io (with --chart or --rollback also what " +
+		"`upgradeguard check` needs: get/list on the release's Secrets or ConfigMaps)",
+	cmdAudit: "upgradeguard audit needs list on helmreleases.helm.toolkit.fluxcd.io, on the Helm release Secrets (or ConfigMaps), " +
+		"on storagemigrationpolicies.upgradeguard.io, customresourcedefinitions and leases; see docs/cli.md#audit",
+	cmdUninstallCheck: "uninstall-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of the release, and list " +
+		"on pods, Jobs, PersistentVolumes and, for a Namespace or CRD the release deletes, on what they hold",
+	cmdDiffFailed: "diff-failed needs get/list on the release's Secrets (or ConfigMaps), get on every object of both revisions, and patch " +
+		"on them (its server-side dry runs are authorized as writes; nothing is written)",
+	cmdReleaseMigrate: "release migrate needs what helm uninstall and helm install of the two charts need, plus get/list/patch on " +
+		"PersistentVolumes and create/delete on PersistentVolumeClaims and Secrets in the namespace",
+}
+
+// classifyAs turns a library error met by command into an exit-2 error that says what to
+// do: the library's errors are neutral, and the flag or permission advice is added here.
+func classifyAs(command string, err error, conn *connection) error {
+	var nf *helmrelease.NotFoundError
+	var exists *uninstall.ExistingBackupError
+	var held *migrate.LeaseHeldError
+	if a := advice(command, err); a != "" {
+		return couldNot("%w%s", err, a)
+	}
+	if errors.As(err, &nf) || errors.As(err, &exists) || errors.As(err, &held) {
+		return couldNot("%w", err)
+	}
+	return couldNot("%w (API server %s)", err, conn.host)
+}
+
+// classifyErr is classifyAs that keeps nil.
+func classifyErr(command string, err error, conn *connection) error {
+	if err == nil {
+		return nil
+	}
+	return classifyAs(command, err, conn)
+}
+
+// advice is what to do about err, in command's flags and verbs: "" when there is nothing
+// to add.
+func advice(command string, err error) string {
+	var (
+		held     *migrate.LeaseHeldError
+		sw       *migrate.StorageSwitchError
+		confirm  *chartmigrate.ConfirmationError
+		mismatch *chartmigrate.RecordMismatchError
+		secret   *chartmigrate.MissingSecretError
+		nf       *helmrelease.NotFoundError
+	)
+	switch {
+	case errors.As(err, &nf) && nf.Revision == 0 && nf.Driver == helmrelease.DriverSecret:
+		return "; pass --helm-driver configmap if it was installed with HELM_DRIVER=configmap"
+	case errors.As(err, new(*helmrelease.NotFailedError)):
+		return ": pass --revision N to compare a given revision with the one before it"
+	case errors.As(err, new(*helmrelease.RevisionError)):
+		return " (--revision and --to-revision take a revision from `helm history`)"
+	case errors.Is(err, slots.ErrTooFewRefs):
+		return ": pass --ref at least twice, oldest release line first"
+	case errors.As(err, &held) && command == cmdMigrate:
+		return ": wait for it with --wait"
+	case errors.As(err, new(*migrate.CRDNotFoundError)):
+		return ": check the name with `kubectl get crd`"
+	case errors.As(err, &sw):
+		return ": confirm with --allow-storage-switch"
+	case errors.As(err, &confirm):
+		return ": pass --yes to agree"
+	case errors.As(err, &mismatch):
+		return ": use another --backup-dir"
+	case errors.As(err, new(*uninstall.IncompleteBackupError)):
+		return ": take one with `upgradeguard release uninstall-check NAME -n NS --backup DIR`"
+	case errors.As(err, &secret):
+		return ": pass --map-secret OLD=NEW with another name, or restore it first"
+	case errors.Is(err, chartmigrate.ErrBlocked):
+		return ": fix them, or pass --override-blocking if you have read them and accept them"
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		return "\n" + rbacNeeds[command]
+	}
+	return ""
+}
