@@ -74,7 +74,7 @@ Exit codes: 0 safe, 1 findings, 2 could not run (the message says what to do).`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	kube.AddFlags(root.PersistentFlags())
-	root.AddCommand(newCheckCmd(streams, kube), newMigrateCmd(streams, kube), newRBACCmd(streams, kube), newSlotsCmd(streams), newReleaseCmd(streams, kube), newVersionCmd(streams),
+	root.AddCommand(newCheckCmd(streams, kube), newPlanCmd(streams, kube), newMigrateCmd(streams, kube), newRBACCmd(streams, kube), newSlotsCmd(streams), newReleaseCmd(streams, kube), newVersionCmd(streams),
 		newControllerCmd(streams, kube))
 	root.AddCommand(newAuditCmd(streams, kube))
 	return root
