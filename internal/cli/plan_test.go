@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -220,5 +221,202 @@ func TestPlanSyntheticWalk(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cs.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), gadgets, metav1.DeleteOptions{})
 	})
-	_ = predict.OK
+}
+
+// cleanCRDs deletes the CRDs of a group that another test's release may own, before
+// and after a test that installs them under its own release.
+func cleanCRDs(t *testing.T, group string) {
+	t.Helper()
+	other := func(c *apiextv1.CustomResourceDefinition) bool { return !strings.HasSuffix(c.Spec.Group, group) }
+	if err := cp.DeleteCRDs(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.DeleteCRDs(context.Background(), other) })
+}
+
+// fluxSeries packages flux2-like charts 2.12.0 to 2.18.2 into dir: source-controller
+// CRDs v1.2.0 (2.12), v1.3.0 (2.13), v1.4.0 buckets (2.14), v1.6.0 (2.16), then the
+// real flux2 2.17.2 CRDs and the real flux2 2.18.2 chart.
+func fluxSeries(t *testing.T, dir string) {
+	t.Helper()
+	src := func(tag string, kinds ...string) []string {
+		var out []string
+		for _, k := range kinds {
+			out = append(out, "crds/flux-source-controller/"+tag+"/source.toolkit.fluxcd.io_"+k+".yaml")
+		}
+		return out
+	}
+	series := map[string][]string{
+		"2.12.0": src("v1.2.0", "buckets", "helmcharts", "helmrepositories"),
+		"2.13.0": src("v1.3.0", "buckets", "helmcharts", "helmrepositories"),
+		"2.14.0": append(src("v1.4.0", "buckets"), src("v1.3.0", "helmcharts", "helmrepositories")...),
+		"2.16.0": src("v1.6.0", "buckets", "gitrepositories", "helmcharts", "helmrepositories", "ocirepositories"),
+		"2.17.2": {"charts/flux2-2.17.2/rendered/crds.yaml"},
+	}
+	for v, files := range series {
+		if _, err := testenv.Package(fixtureChart(t, "flux2", v, files...), dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := testenv.Package(filepath.Join(fixturesDir(t), "charts/flux2-2.18.2"), dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPlanFluxFromOCI: flux2 2.12 -> 2.18 with HelmRepositories stored at v1beta2, the
+// chart versions read from an OCI registry's tags. First the way back: on 2.17.2, a
+// rollback to 2.12 is reachable after a reverse migration and keep annotations, and the
+// real helm rollback succeeds after them. Then the way forward: 2.18.2 is reached
+// through 2.17.2 and a migration, walked with the real helm CLI. Last, the rollback to
+// 2.12 that plan calls unreachable really fails when forced.
+func TestPlanFluxFromOCI(t *testing.T) {
+	needCluster(t)
+	cleanCRDs(t, "fluxcd.io")
+	pkgs := t.TempDir()
+	fluxSeries(t, pkgs)
+	host, stop := testenv.ServeOCI()
+	defer stop()
+	tgzs, _ := filepath.Glob(filepath.Join(pkgs, "*.tgz"))
+	var ref string
+	for _, tgz := range tgzs {
+		r, err := testenv.PushOCI(tgz, host, "charts")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref = r
+	}
+	const ns = "plan-flux"
+	chart := []string{"--chart", ref, "--plain-http"}
+	mustHelm(t, nil, "install", "fluxplan", ref, "--version", "2.12.0", "--plain-http", "-n", ns, "--create-namespace")
+	t.Cleanup(func() { _, _ = helm(t, nil, "uninstall", "fluxplan", "-n", ns) })
+	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), helmrepos); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
+		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
+		Kind: "HelmRepository", Namespaces: []string{ns}, PerNS: 2,
+		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mustHelm(t, nil, "upgrade", "fluxplan", ref, "--version", "2.17.2", "--plain-http", "-n", ns)
+
+	// The way back from 2.17.2: reachable after steps, carried out.
+	p := planOf(t, cli.ExitFindings, append([]string{"--release", "fluxplan", "-n", ns, "--version", "2.18.2", "--rollback"}, chart...)...)
+	if len(p.Rollbacks) != 1 || p.Rollbacks[0].Revision != 1 || p.Rollbacks[0].Reach != plan.ReachableAfterSteps {
+		t.Fatalf("rollbacks %+v, want revision 1 reachable after steps", p.Rollbacks)
+	}
+	steps := p.Rollbacks[0].Steps
+	if !strings.HasPrefix(steps[len(steps)-1], "helm rollback fluxplan 1 -n "+ns) || !slices.ContainsFunc(steps, func(s string) bool { return strings.Contains(s, "migrate --rollback") }) {
+		t.Fatalf("rollback steps %q, want a reverse migration then helm rollback", steps)
+	}
+	for _, s := range steps {
+		runCommand(t, s)
+	}
+
+	// The way forward from 2.12.0 (revision 3), objects at v1beta2.
+	if r := ug(t, append([]string{"check", "--release", "fluxplan", "-n", ns, "--version", "2.18.2"}, chart...)...); r.code != cli.ExitFindings {
+		t.Fatalf("direct check 2.12 -> 2.18.2: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	p = planOf(t, cli.ExitFindings, append([]string{"--release", "fluxplan", "-n", ns, "--version", "2.18.2", "--upgrade-keeps-rollback"}, chart...)...)
+	var kinds []string
+	for _, s := range p.Steps {
+		kinds = append(kinds, string(s.Kind)+" "+s.ChartVersion)
+	}
+	if diff := cmp.Diff([]string{"upgrade 2.17.2", "migrate ", "upgrade 2.18.2"}, kinds); diff != "" {
+		t.Fatalf("steps (-want +got):\n%s", diff)
+	}
+	if !slices.Equal(p.Steps[1].CRDs, []string{buckets, charts, helmrepos}) || p.Steps[1].Objects != 2 {
+		t.Errorf("migration of %v rewriting %d objects, want the three source CRDs and 2 objects", p.Steps[1].CRDs, p.Steps[1].Objects)
+	}
+	if p.KeepsRollback == nil || p.KeepsRollback.Reach != plan.Unreachable {
+		t.Errorf("keeps rollback %+v, want unreachable: 2.18.2 drops v1beta2 for good", p.KeepsRollback)
+	}
+	walk(t, p)
+
+	// The way back to 2.12 is now unreachable, and the real rollback fails.
+	p = planOf(t, cli.ExitSafe, append([]string{"--release", "fluxplan", "-n", ns, "--version", "2.18.2", "--rollback"}, chart...)...)
+	forced := 0
+	for _, rb := range p.Rollbacks {
+		if rb.ChartVersion != "2.12.0" {
+			continue
+		}
+		forced++
+		if rb.Reach != plan.Unreachable || len(rb.Why) == 0 {
+			t.Errorf("revision %d (2.12.0): %s %q, want unreachable with a reason", rb.Revision, rb.Reach, rb.Why)
+		}
+		out, err := helm(t, nil, "rollback", "fluxplan", fmt.Sprint(rb.Revision), "-n", ns)
+		if err == nil || !strings.Contains(out, `"v1": missing from spec.versions`) {
+			t.Errorf("forced rollback to unreachable revision %d: err %v\n%s", rb.Revision, err, out)
+		}
+	}
+	if forced == 0 {
+		t.Errorf("no revision at 2.12.0 among the rollback targets: %+v", p.Rollbacks)
+	}
+}
+
+// kyvernoSeries packages kyverno-like charts whose templates hold the real kyverno CRDs
+// of 1.10 (chart 3.0.0), 1.11 (3.1.0), 1.12 (3.2.8) and 1.13 (3.3.7).
+func kyvernoSeries(t *testing.T, dir string) {
+	t.Helper()
+	for chart, app := range map[string]string{"3.0.0": "v1.10.7", "3.1.0": "v1.11.4", "3.2.8": "v1.12.6", "3.3.7": "v1.13.4"} {
+		var files []string
+		for _, k := range []string{"admissionreports", "cleanuppolicies", "policyexceptions", "updaterequests"} {
+			if k == "admissionreports" && app == "v1.13.4" {
+				continue // 1.13 deleted the kyverno.io AdmissionReport CRD
+			}
+			files = append(files, "crds/kyverno/"+app+"/kyverno.io_"+k+".yaml")
+		}
+		if _, err := testenv.Package(fixtureChart(t, "kyverno", chart, files...), dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPlanKyvernoFromRepository: kyverno 1.10 -> 1.13 (kyverno#12633) with
+// PolicyExceptions stored at v2alpha1, the versions read from an HTTP repository's
+// index. 1.13 drops v2alpha1 and the AdmissionReport CRD: the plan goes through 1.12,
+// migrates, keeps AdmissionReport, and every step succeeds with the real helm CLI.
+func TestPlanKyvernoFromRepository(t *testing.T) {
+	needCluster(t)
+	cleanCRDs(t, "kyverno.io")
+	pkgs := t.TempDir()
+	kyvernoSeries(t, pkgs)
+	url, stop, err := testenv.ServeRepo(pkgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	const ns = "plan-kyverno"
+	mustHelm(t, nil, "install", "kyverno", "kyverno", "--repo", url, "--version", "3.0.0", "-n", ns, "--create-namespace")
+	t.Cleanup(func() { _, _ = helm(t, nil, "uninstall", "kyverno", "-n", ns) })
+	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), "policyexceptions.kyverno.io"); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
+		GVR:  schema.GroupVersionResource{Group: "kyverno.io", Version: "v2alpha1", Resource: "policyexceptions"},
+		Kind: "PolicyException", Namespaces: []string{ns}, PerNS: 2,
+		Spec: map[string]any{"exceptions": []any{}, "match": map[string]any{}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p := planOf(t, cli.ExitFindings, "--release", "kyverno", "-n", ns, "--chart", "kyverno", "--repo", url, "--latest")
+	var kinds []string
+	for _, s := range p.Steps {
+		kinds = append(kinds, string(s.Kind)+" "+s.ChartVersion)
+	}
+	if diff := cmp.Diff([]string{"upgrade 3.2.8", "keep ", "migrate ", "upgrade 3.3.7"}, kinds); diff != "" {
+		t.Fatalf("steps (-want +got):\n%s", diff)
+	}
+	if p.Latest == nil || p.Latest.DirectlySafe != "3.2.8" {
+		t.Errorf("latest %+v, want 3.2.8 directly safe", p.Latest)
+	}
+	blocked := false
+	for _, b := range p.Latest.Blocked {
+		blocked = blocked || (b.Version == "3.3.7" && b.CRD == "policyexceptions.kyverno.io" && b.Verdict == string(predict.Bridge))
+	}
+	if !blocked {
+		t.Errorf("latest does not say that policyexceptions blocks 3.3.7: %+v", p.Latest.Blocked)
+	}
+	walk(t, p)
 }
