@@ -420,3 +420,47 @@ func TestPlanKyvernoFromRepository(t *testing.T) {
 	}
 	walk(t, p)
 }
+
+// TestPlanStorageSwitch: the live CRD stores at v1alpha1 and serves v1beta1; the only
+// newer chart keeps v1beta1 alone. Without --allow-storage-switch there is no path: exit
+// 2 naming the CRD and the version. With it, the plan switches storage to v1beta1
+// first, and both steps succeed on the real API server with the real helm CLI.
+func TestPlanStorageSwitch(t *testing.T) {
+	needCluster(t)
+	dir := t.TempDir()
+	const crd = "switches.plan.example.com"
+	one, err := testenv.WriteChart(filepath.Join(dir, "1"), "switch", "1.0.0", map[string]string{"templates/crd.yaml": syntheticCRD("switches", "Switch", "v1alpha1*", "v1beta1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := testenv.WriteChart(filepath.Join(dir, "2"), "switch", "2.0.0", map[string]string{"templates/crd.yaml": syntheticCRD("switches", "Switch", "v1beta1*")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgz, err := testenv.Package(two, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "plan-switch"
+	mustHelm(t, nil, "install", "sw", one, "-n", ns, "--create-namespace")
+	t.Cleanup(func() { _, _ = helm(t, nil, "uninstall", "sw", "-n", ns) })
+	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), crd); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
+		GVR:  schema.GroupVersionResource{Group: "plan.example.com", Version: "v1alpha1", Resource: "switches"},
+		Kind: "Switch", Namespaces: []string{ns}, PerNS: 2, Spec: map[string]any{"on": true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	r := ug(t, "plan", "--release", "sw", "-n", ns, one, tgz)
+	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, crd) || !strings.Contains(r.stderr, "2.0.0") || !strings.Contains(r.stdout, "NO PATH") {
+		t.Fatalf("plan without --allow-storage-switch: exit %d, want 2 naming %s and 2.0.0\n%s%s", r.code, crd, r.stdout, r.stderr)
+	}
+	p := planOf(t, cli.ExitFindings, "--release", "sw", "-n", ns, "--allow-storage-switch", one, tgz)
+	if len(p.Steps) != 2 || p.Steps[0].Kind != plan.StorageSwitch || p.Steps[0].Objects != 2 || p.Steps[1].ChartVersion != "2.0.0" {
+		t.Fatalf("steps %+v, want a storage switch of 2 objects then the upgrade to 2.0.0", p.Steps)
+	}
+	walk(t, p)
+}
