@@ -220,7 +220,7 @@ func Run(ctx context.Context, req Request) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Release: req.Release, Namespace: req.Namespace, From: r.start.version, Steps: []Step{}}
+	p := &Plan{Release: req.Release, Namespace: req.Namespace, Chart: r.chart, From: r.start.version, Steps: []Step{}}
 	defer func() { p.ChartLoads = r.loads.n }()
 	if p.Target, err = r.target(); err != nil {
 		return p, err
