@@ -54,7 +54,9 @@ func (s *source) CRDs(_ context.Context, v string) ([]chartcrds.CRD, error) {
 }
 
 // cluster is a fake live cluster with one CRD and its object count.
-type cluster struct{ live *apiextv1.CustomResourceDefinition }
+type cluster struct {
+	live *apiextv1.CustomResourceDefinition
+}
 
 func (c cluster) CRDs(context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
 	if c.live == nil {
