@@ -5,6 +5,7 @@
 //	go run ./hack/bench check     # check of the flux2 chart, and object counting
 //	go run ./hack/bench migrate   # migrate throughput and memory against a raw patch loop
 //	go run ./hack/bench gate      # latency the HelmRelease admission gate adds to an update
+//	go run ./hack/bench plan      # plan over a repository of 100 chart versions, chart loads counted
 package main
 
 import (
@@ -47,17 +48,22 @@ func run() error {
 		if err := benchMigrate(ctx, *n, *concurrency, *cases); err != nil {
 			return err
 		}
-		return benchGate(ctx, *rounds, *gateCache)
+		if err := benchGate(ctx, *rounds, *gateCache); err != nil {
+			return err
+		}
+		return benchPlan(ctx, min(*rounds, 5))
 	case "check":
 		return benchCheck(ctx, *rounds, *objects)
 	case "migrate":
 		return benchMigrate(ctx, *n, *concurrency, *cases)
 	case "gate":
 		return benchGate(ctx, *rounds, *gateCache)
+	case "plan":
+		return benchPlan(ctx, min(*rounds, 5))
 	case "raw":
 		return rawLoop(ctx, flag.Args()[1:])
 	default:
-		return fmt.Errorf("unknown mode %q: use check, migrate, gate or all", mode)
+		return fmt.Errorf("unknown mode %q: use check, migrate, gate, plan or all", mode)
 	}
 }
 

@@ -174,6 +174,12 @@ func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Reque
 		src.ReleaseName, src.Namespace = o.release, conn.namespace
 	}
 	src.KubeVersion, src.IsUpgrade, src.Version = conn.serverVersion, true, ""
+	// One cache for this run: the repository index is read once and each chart version
+	// downloaded once, however many times the search meets it.
+	src.Cache = chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 256, MaxIndexes: 4})
+	if src.Username != "" && src.CredentialsID == "" {
+		src.CredentialsID = "credentials of this run"
+	}
 	history := &chartsource.History{Options: src, Local: o.local}
 	req.Versions = history
 	reader, err := helmrelease.NewReader(conn.clientset, req.Namespace, o.helmDriver)
