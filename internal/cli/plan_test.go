@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -400,6 +401,10 @@ func TestPlanKyvernoFromRepository(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	one := planOf(t, cli.ExitSafe, "--release", "kyverno", "-n", ns, "--chart", "kyverno", "--repo", url, "--version", "3.2.8")
+	if len(one.Steps) != 1 || one.Steps[0].ChartVersion != "3.2.8" {
+		t.Errorf("plan to 3.2.8: %+v, want one upgrade step", one.Steps)
+	}
 	p := planOf(t, cli.ExitFindings, "--release", "kyverno", "-n", ns, "--chart", "kyverno", "--repo", url, "--latest")
 	var kinds []string
 	for _, s := range p.Steps {
@@ -454,6 +459,21 @@ func TestPlanStorageSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	const sentinel = "s3cr3t-plan-sentinel"
+	values := filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(values, []byte("token: "+sentinel+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"text", "json"} {
+		r := ug(t, "plan", "--release", "sw", "-n", ns, "--allow-storage-switch", "--rollback", "--set", "password="+sentinel, "-f", values, "-o", o, one, tgz)
+		if strings.Contains(r.stdout+r.stderr, sentinel) {
+			t.Errorf("plan -o %s printed a value:\n%s%s", o, r.stdout, r.stderr)
+		}
+		if r.code != cli.ExitFindings || !strings.Contains(r.stdout, "-f "+values) {
+			t.Errorf("plan -o %s: exit %d, want 1 and the values file named in the upgrade command\n%s%s", o, r.code, r.stdout, r.stderr)
+		}
+	}
+
 	r := ug(t, "plan", "--release", "sw", "-n", ns, one, tgz)
 	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, crd) || !strings.Contains(r.stderr, "2.0.0") || !strings.Contains(r.stdout, "NO PATH") {
 		t.Fatalf("plan without --allow-storage-switch: exit %d, want 2 naming %s and 2.0.0\n%s%s", r.code, crd, r.stdout, r.stderr)
@@ -463,4 +483,26 @@ func TestPlanStorageSwitch(t *testing.T) {
 		t.Fatalf("steps %+v, want a storage switch of 2 objects then the upgrade to 2.0.0", p.Steps)
 	}
 	walk(t, p)
+}
+
+func TestPlanFlagErrorsExit2(t *testing.T) {
+	cases := []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"plan", "--chart", "x"}, "--release"},
+		{[]string{"plan", "--release", "r"}, "--chart REF"},
+		{[]string{"plan", "--release", "r", "--chart", "x", "./local"}, "not both"},
+		{[]string{"plan", "--release", "r", "--chart", "x", "--latest", "--version", "1.0.0"}, "do not go together"},
+		{[]string{"plan", "--helmrelease", "flux", "--latest"}, "NAMESPACE/NAME"},
+		{[]string{"plan", "--helmrelease", "a/b", "--release", "r"}, "drop --release"},
+		{[]string{"plan", "--release", "r", "--chart", "x", "-o", "yaml"}, "-o json"},
+		{[]string{"plan", "--release", "r", "--chart", "x", "--to-revision", "2"}, "--rollback lists every revision"},
+	}
+	for _, tc := range cases {
+		r := run(t, tc.args...)
+		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, tc.mention) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, r.code, r.stderr, tc.mention)
+		}
+	}
 }
