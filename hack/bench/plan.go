@@ -144,6 +144,20 @@ func benchPlan(ctx context.Context, rounds int) error {
 	if err != nil {
 		return err
 	}
+	var direct *plan.Plan
+	oneStep, err := measure("plan 1.0.0 -> 1.47.0 (one step), cache per plan", rounds, func() error {
+		o := opts
+		o.Cache = chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 128})
+		direct, err = plan.Run(ctx, plan.Request{Cluster: cluster, Releases: reader, Release: "widgets", Namespace: "bench",
+			Versions: &chartsource.History{Options: o}, Target: "1.47.0"})
+		if err == nil && len(direct.Steps) != 1 {
+			err = fmt.Errorf("plan of %d steps, want 1", len(direct.Steps))
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	var path []string
 	for _, s := range p.Steps {
 		path = append(path, strings.TrimSpace(string(s.Kind)+" "+s.ChartVersion))
@@ -151,10 +165,11 @@ func benchPlan(ctx context.Context, rounds int) error {
 	fmt.Printf("\nplan: %s; %d chart loads of %d versions considered; newest directly safe %s\n",
 		strings.Join(path, ", "), p.ChartLoads, p.VersionsConsidered, p.Latest.DirectlySafe)
 	fmt.Printf("\n%-52s %12s %10s %10s %14s\n", "case", "median", "vs index", "vs 1 load", "alloc/round")
-	for _, r := range []result{index, load, planned, cached} {
+	for _, r := range []result{index, load, planned, cached, oneStep} {
 		fmt.Printf("%-52s %12s %9.1fx %9.1fx %11d KiB\n", r.name, r.median.Round(time.Microsecond),
 			float64(r.median)/float64(index.median), float64(r.median)/float64(load.median), r.allocs/1024)
 	}
+	fmt.Printf("one-step plan: %d chart load(s)\n", direct.ChartLoads)
 	fmt.Printf("\nplan per chart load: %s (%d loads). %d rounds, median.\n", (planned.median / time.Duration(max(p.ChartLoads, 1))).Round(time.Microsecond), p.ChartLoads, rounds)
 	return nil
 }

@@ -501,6 +501,17 @@ func (r *runner) search(ctx context.Context, p *Plan) (*state, error) {
 		limit = 5000
 	}
 	p.VersionsConsidered = len(r.candidates(r.start.version, p.Target))
+	// A direct upgrade, with whatever steps it needs before it, is one chart upgrade: no
+	// other path can be cheaper, so no other version needs loading.
+	steps, next, blockers, err := r.edge(ctx, r.start, p.Target)
+	if err != nil {
+		return nil, err
+	}
+	if next != nil {
+		p.Reachable, p.Steps = true, steps
+		return next, nil
+	}
+	p.Blocking = blockers
 	q := &queue{{s: r.start}}
 	seen := map[string]bool{}
 	seq := 0
@@ -522,16 +533,13 @@ func (r *runner) search(ctx context.Context, p *Plan) (*state, error) {
 		}
 		seen[k] = true
 		for _, v := range r.candidates(n.s.version, p.Target) {
-			steps, next, blockers, err := r.edge(ctx, n.s, v)
+			steps, next, _, err := r.edge(ctx, n.s, v)
 			var le *LoadError
 			if errors.As(err, &le) && v != p.Target {
 				continue // a version that does not load is no stepping stone
 			}
 			if err != nil {
 				return nil, err
-			}
-			if n.s == r.start && v == p.Target && blockers != nil {
-				p.Blocking = blockers
 			}
 			if next == nil {
 				continue

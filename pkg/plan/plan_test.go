@@ -180,3 +180,19 @@ func TestRunBadTarget(t *testing.T) {
 		t.Errorf("err %v, want ErrNoVersions", err)
 	}
 }
+
+// TestRunDirectLoadsOnlyTarget: when a direct upgrade works (with a migration before
+// it), no other version is loaded.
+func TestRunDirectLoadsOnlyTarget(t *testing.T) {
+	src := &source{charts: map[string][]string{"2.0.0": {"v1alpha1", "v1beta1*"}, "3.0.0": {"v1beta1*"}, "4.0.0": {"v1beta1*", "v1"}}}
+	p, err := Run(t.Context(), Request{Cluster: cluster{crd([]string{"v1alpha1", "v1beta1"}, "v1alpha1", "v1beta1*")}, Versions: src, Target: "4.0.0", Release: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"migrate", "upgrade 4.0.0"}, steps(p)); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"4.0.0"}, src.loads); diff != "" {
+		t.Errorf("loads (-want +got):\n%s", diff)
+	}
+}
