@@ -80,7 +80,7 @@ steps exists, 2 no path (the message names the blocking CRD and version) or coul
 	f := cmd.Flags()
 	o.addPredictFlags(f)
 	f.Lookup("rollback").Usage = "also list every revision of the release as a rollback target: reachable now, after named steps, or unreachable"
-	f.Lookup("version").Usage = "target chart version (default: the newest stable one)"
+	f.Lookup("version").Usage = "target chart version or semver range (default: the newest stable one)"
 	_ = f.MarkHidden("to-revision")
 	f.BoolVar(&o.latest, "latest", false, "target the newest version, and name the newest one that is safe in one step now and what blocks each newer one")
 	f.BoolVar(&o.allowSwitch, "allow-storage-switch", false, "let the plan switch a live storage version to one both sides serve (a reverse migration step)")

@@ -324,7 +324,17 @@ func (r *runner) target() (string, error) {
 	}
 	t, err := semver.NewVersion(r.req.Target)
 	if err != nil {
-		return "", fmt.Errorf("target version %q is not a semantic version: %w", r.req.Target, err)
+		// A range, as helm takes: the highest version it matches.
+		c, cerr := semver.NewConstraint(r.req.Target)
+		if cerr != nil {
+			return "", fmt.Errorf("target version %q is neither a version nor a semver range: %w", r.req.Target, cerr)
+		}
+		for _, v := range r.versions {
+			if c.Check(v) {
+				return v.Original(), nil
+			}
+		}
+		return "", fmt.Errorf("the chart source offers no version in %s (newest: %s)", r.req.Target, r.versions[0].Original())
 	}
 	for _, v := range r.versions {
 		if v.Equal(t) {

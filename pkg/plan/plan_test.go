@@ -176,6 +176,10 @@ func TestRunBadTarget(t *testing.T) {
 	if _, err := Run(t.Context(), Request{Cluster: cluster{}, Versions: src, Target: "9.9.9"}); err == nil || !strings.Contains(err.Error(), "does not offer version 9.9.9") {
 		t.Errorf("err %v", err)
 	}
+	p, err := Run(t.Context(), Request{Cluster: cluster{}, Versions: &source{charts: map[string][]string{"2.0.0": {"v1*"}, "2.1.0": {"v1*"}, "3.0.0": {"v1*"}}}, Target: "~2"})
+	if err != nil || p.Target != "2.1.0" {
+		t.Errorf("range ~2: target %q, err %v; want 2.1.0", p.Target, err)
+	}
 	if _, err := Run(t.Context(), Request{Cluster: cluster{}, Versions: &source{}}); !errors.Is(err, ErrNoVersions) {
 		t.Errorf("err %v, want ErrNoVersions", err)
 	}
