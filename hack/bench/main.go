@@ -6,6 +6,7 @@
 //	go run ./hack/bench migrate   # migrate throughput and memory against a raw patch loop
 //	go run ./hack/bench gate      # latency the HelmRelease admission gate adds to an update
 //	go run ./hack/bench binary    # binary size and the start-up RSS of version, against kubectl
+//	go run ./hack/bench plan      # plan over a repository of 100 chart versions, chart loads counted
 package main
 
 import (
@@ -63,6 +64,9 @@ func run() error {
 		if err := benchGate(ctx, *rounds, *gateCache); err != nil {
 			return err
 		}
+		if err := benchPlan(ctx, min(*rounds, 5)); err != nil {
+			return err
+		}
 		return benchBinary(*rounds, *ug, nil)
 	case "binary":
 		return benchBinary(*rounds, *ug, flag.Args()[1:])
@@ -72,10 +76,12 @@ func run() error {
 		return benchMigrate(ctx, *n, *concurrency, *cases)
 	case "gate":
 		return benchGate(ctx, *rounds, *gateCache)
+	case "plan":
+		return benchPlan(ctx, min(*rounds, 5))
 	case "raw":
 		return rawLoop(ctx, flag.Args()[1:])
 	default:
-		return fmt.Errorf("unknown mode %q: use check, migrate, gate, binary or all", mode)
+		return fmt.Errorf("unknown mode %q: use check, migrate, gate, plan, binary or all", mode)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 // The commands whose errors are classified here, by the name a user types.
 const (
 	cmdCheck          = "check"
+	cmdPlan           = "plan"
 	cmdApplyCheck     = "release apply-check"
 	cmdRollbackCheck  = "release rollback-check"
 	cmdMigrate        = "migrate"
@@ -30,6 +31,8 @@ const (
 var rbacNeeds = map[string]string{
 	cmdCheck: "upgradeguard check needs get/list on customresourcedefinitions.apiextensions.k8s.io, list on the custom resources it counts, " +
 		"and get/list on the release's Secrets (or ConfigMaps); see docs/operator-guide.md#rbac",
+	cmdPlan: "upgradeguard plan needs what `upgradeguard check` needs (get/list on customresourcedefinitions, list on the custom resources " +
+		"it counts, get/list on the release's Secrets or ConfigMaps), and get on the HelmRelease and its source with --helmrelease",
 	cmdApplyCheck: "apply-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of the release and the chart, " +
 		"patch on them (its server-side dry runs are authorized as writes; nothing is written), and what `upgradeguard check` needs",
 	cmdRollbackCheck: "rollback-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of both revisions, " +

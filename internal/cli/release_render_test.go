@@ -6,8 +6,8 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 

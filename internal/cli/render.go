@@ -161,5 +161,3 @@ func incoming(vs []crdversions.Version) string {
 	return strings.Join(parts, " ")
 }
 
-// writeJSON is every command's -o json (output.WriteJSON).
-func writeJSON(w io.Writer, v any) error { return output.WriteJSON(w, v) }

@@ -106,7 +106,8 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	}
 	name := MigrationName(hr.Namespace, hr.Name)
 	sms := &storageMigrations{g: g, hr: hr, name: name, live: res.LiveCRDs, dryRun: dryRun}
-	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, ObservedGeneration: hr.Generation})
+	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, ObservedGeneration: hr.Generation,
+		PlanCommand: fmt.Sprintf("upgradeguard plan --helmrelease %s/%s --version %s", hr.Namespace, hr.Name, rep.ChartVersion)})
 	if err != nil {
 		return g.errored(hr, subjectHR, change, err)
 	}
@@ -124,6 +125,9 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no automatic migration fixes it. %s. Next steps%s: %s; then re-apply the change (Flux retries on its next reconcile)",
 			what, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), target, steps)
+		if gd.Plan != "" {
+			d.message += ". The whole safe path: " + gd.Plan
+		}
 		setMessages(d.conditions, d.message, "", "")
 	case gd.Migration.State == gate.MigrationNotAllowed:
 		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/Masterminds/semver/v3"
 	"helm.sh/helm/v4/pkg/cli"
@@ -98,17 +99,42 @@ func (o Options) index(settings *cli.EnvSettings, url string) (*repo.IndexFile, 
 	return repo.LoadIndexFile(path)
 }
 
-// History is the stepping-stone search's view of a chart source (check.History): the
-// versions it publishes, newest first, and the CRDs each one brings, rendered with the
-// same options (values, release, Kubernetes version) as the incoming chart. With
-// Options.Cache set, the repository index is the one the cache already keeps.
+// History is the chart versions a source offers (check.History): the versions it
+// publishes, newest first, and the CRDs each one brings, rendered with the same options
+// (values, release, Kubernetes version) as the incoming chart. With Options.Cache set,
+// the repository index is the one the cache already keeps. The stepping-stone search of
+// check and the planner of package plan both read it.
 type History struct {
 	// Options load the incoming chart; Version is replaced by each version tried.
 	Options Options
+	// Local, when set, are chart directories or .tgz files that stand for the source:
+	// their versions are the ones offered, and each version loads from its own path.
+	Local []string
+
+	mu    sync.Mutex
+	paths map[string]string // version -> local path
 }
 
 // Versions lists the versions of the source as strings, newest first.
 func (h *History) Versions(ctx context.Context) ([]string, error) {
+	if len(h.Local) > 0 {
+		paths, err := h.local()
+		if err != nil {
+			return nil, err
+		}
+		var vs []*semver.Version
+		for v := range paths {
+			if sv, err := semver.NewVersion(v); err == nil {
+				vs = append(vs, sv)
+			}
+		}
+		slices.SortFunc(vs, func(a, b *semver.Version) int { return b.Compare(a) })
+		out := make([]string, 0, len(vs))
+		for _, v := range vs {
+			out = append(out, v.Original())
+		}
+		return out, ctx.Err()
+	}
 	vs, err := Versions(ctx, h.Options)
 	if err != nil {
 		return nil, err
@@ -120,10 +146,54 @@ func (h *History) Versions(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// Ref is the chart reference that installs version: its local path for Local charts,
+// otherwise Options.Ref.
+func (h *History) Ref(version string) string {
+	if len(h.Local) > 0 {
+		if paths, err := h.local(); err == nil && paths[version] != "" {
+			return paths[version]
+		}
+	}
+	return h.Options.Ref
+}
+
+// local reads the version of every Local chart once.
+func (h *History) local() (map[string]string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.paths != nil {
+		return h.paths, nil
+	}
+	paths := map[string]string{}
+	for _, p := range h.Local {
+		ch, err := loadChart(p, p)
+		if err != nil {
+			return nil, err
+		}
+		v := ch.Metadata.Version
+		if prev, ok := paths[v]; ok {
+			return nil, &LoadError{Ref: p, Step: "load", Err: fmt.Errorf("version %s is also given by %s: give each version once", v, prev)}
+		}
+		paths[v] = p
+	}
+	h.paths = paths
+	return paths, nil
+}
+
 // CRDs loads one version and returns the CRDs it brings.
 func (h *History) CRDs(ctx context.Context, version string) ([]chartcrds.CRD, error) {
 	o := h.Options
 	o.Version = version
+	if len(h.Local) > 0 {
+		paths, err := h.local()
+		if err != nil {
+			return nil, err
+		}
+		if paths[version] == "" {
+			return nil, &LoadError{Ref: version, Step: "locate", Err: fmt.Errorf("no local chart has version %s", version)}
+		}
+		o.Ref, o.Version, o.RepoURL = paths[version], "", ""
+	}
 	ch, err := Load(ctx, o)
 	if err != nil {
 		return nil, err

@@ -76,6 +76,10 @@ type Options struct {
 	Current []chartcrds.CRD
 	// ObservedGeneration is copied into the conditions.
 	ObservedGeneration int64
+	// PlanCommand is the command that computes the whole safe path, for a decision
+	// blocked by a bridge (the HelmRelease gate: upgradeguard plan --helmrelease NS/NAME).
+	// Empty: one is written from the report (upgradeguard plan --release ...).
+	PlanCommand string
 	// BeforeMigrate, when set, is called once with the conditions of a migration that is
 	// about to start (Required True, InProgress True), before Decide spends its budget on
 	// it, so that the caller can publish them on its resource first: customers then see
@@ -100,6 +104,9 @@ type Decision struct {
 	Why []string
 	// Migration is where the migration stands, when one was asked for.
 	Migration *Progress
+	// Plan is, when a bridge blocks the upgrade, the command that computes the whole
+	// safe path (stepping stones and the migrations between them).
+	Plan string
 }
 
 // NextSteps are the report's next steps: the commands to run, in order, stepping stones
@@ -156,6 +163,7 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 			d.ToMigrate = append(d.ToMigrate, c.Name)
 		case predict.Bridge:
 			d.Reason, why = ReasonBridgeRequired, WhyBridge
+			d.Plan = planCommand(rep, o)
 		case predict.Delete:
 			d.Reason, why = ReasonCRDDeletion, WhyDelete
 		}
@@ -168,11 +176,35 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 	}
 	if len(d.Unfixable) > 0 {
 		d.Outcome, d.Message = Blocked, "the upgrade cannot be made safe automatically: "+strings.Join(d.Unfixable, "; ")
+		if d.Plan != "" {
+			d.Message += "; the safe path: " + d.Plan
+		}
 		d.conditions(o, metav1.ConditionTrue, ReasonIdle, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)
 		d.Conditions[1].Message = "no automatic migration applies"
 		return d, nil
 	}
 	return d.migrate(ctx, o)
+}
+
+// planCommand is the plan command a bridge denial names.
+func planCommand(rep *check.Report, o Options) string {
+	if o.PlanCommand != "" {
+		return o.PlanCommand
+	}
+	cmd := "upgradeguard plan"
+	if rep.Release != "" {
+		cmd += " --release " + rep.Release
+	}
+	if rep.Namespace != "" {
+		cmd += " -n " + rep.Namespace
+	}
+	if rep.Chart != "" {
+		cmd += " --chart " + rep.Chart
+	}
+	if rep.ChartVersion != "" {
+		cmd += " --version " + rep.ChartVersion
+	}
+	return cmd
 }
 
 // Required is the StorageMigrationRequired message of a decision that migrates.

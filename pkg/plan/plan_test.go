@@ -1,0 +1,202 @@
+package plan
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// crd builds widgets.example.com with versions; "v1*" is storage, "v1-" is not served.
+func crd(stored []string, versions ...string) *apiextv1.CustomResourceDefinition {
+	c := &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"}}
+	for _, v := range versions {
+		ver := apiextv1.CustomResourceDefinitionVersion{Name: v, Served: true}
+		switch v[len(v)-1] {
+		case '*':
+			ver.Name, ver.Storage = v[:len(v)-1], true
+		case '-':
+			ver.Name, ver.Served = v[:len(v)-1], false
+		}
+		c.Spec.Versions = append(c.Spec.Versions, ver)
+	}
+	c.Status.StoredVersions = stored
+	return c
+}
+
+// source is a fake chart source: version -> the widgets CRD it brings.
+type source struct {
+	charts map[string][]string
+	loads  []string
+}
+
+func (s *source) Versions(context.Context) ([]string, error) {
+	var out []string
+	for v := range s.charts {
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (s *source) CRDs(_ context.Context, v string) ([]chartcrds.CRD, error) {
+	s.loads = append(s.loads, v)
+	if s.charts[v] == nil {
+		return nil, errors.New("broken chart")
+	}
+	return []chartcrds.CRD{{CRD: crd(nil, s.charts[v]...), Source: predict.Templates}}, nil
+}
+
+// cluster is a fake live cluster with one CRD and its object count.
+type cluster struct {
+	live *apiextv1.CustomResourceDefinition
+}
+
+func (c cluster) CRDs(context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
+	if c.live == nil {
+		return map[string]*apiextv1.CustomResourceDefinition{}, nil
+	}
+	return map[string]*apiextv1.CustomResourceDefinition{c.live.Name: c.live}, nil
+}
+
+func (c cluster) CountObjects(context.Context, *apiextv1.CustomResourceDefinition) (int64, error) {
+	return 7, nil
+}
+
+func steps(p *Plan) []string {
+	out := []string{}
+	for _, s := range p.Steps {
+		out = append(out, strings.TrimSpace(string(s.Kind)+" "+s.ChartVersion))
+	}
+	return out
+}
+
+func TestRun(t *testing.T) {
+	series := map[string][]string{
+		"1.0.0": {"v1alpha1*"},
+		"2.0.0": {"v1alpha1", "v1beta1*"},
+		"3.0.0": {"v1beta1*"},
+		"4.0.0": {"v1beta1", "v1*"},
+		"5.0.0": {"v1*"},
+	}
+	cases := []struct {
+		name   string
+		live   *apiextv1.CustomResourceDefinition
+		target string
+		allow  bool
+		want   []string
+		noPath bool
+	}{
+		{"one safe upgrade", crd([]string{"v1alpha1"}, "v1alpha1*"), "2.0.0", false, []string{"upgrade 2.0.0"}, false},
+		{"migrate then upgrade", crd([]string{"v1alpha1", "v1beta1"}, "v1alpha1", "v1beta1*"), "3.0.0", false, []string{"migrate", "upgrade 3.0.0"}, false},
+		{"the highest stepping stone", crd([]string{"v1alpha1"}, "v1alpha1*"), "5.0.0", false,
+			[]string{"upgrade 2.0.0", "migrate", "upgrade 4.0.0", "migrate", "upgrade 5.0.0"}, false},
+		{"no version serves the live storage", crd([]string{"v2"}, "v2*", "v1"), "5.0.0", false, nil, true},
+		{"a switch where allowed", crd([]string{"v1beta1"}, "v1alpha1", "v1beta1*", "v1"), "5.0.0", true, []string{"storage-switch", "upgrade 5.0.0"}, false},
+		{"a first install", nil, "3.0.0", false, []string{"upgrade 3.0.0"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &source{charts: series}
+			target := tc.target
+			p, err := Run(t.Context(), Request{Cluster: cluster{tc.live}, Versions: src, Target: target, AllowStorageSwitch: tc.allow, Release: "r"})
+			var np *NoPathError
+			if tc.noPath {
+				if !errors.As(err, &np) || p.Reachable || len(np.Blocking) == 0 || np.Blocking[0].CRD != "widgets.example.com" {
+					t.Fatalf("want a NoPathError naming widgets, got %v (plan %+v)", err, p)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, steps(p)); diff != "" {
+				t.Errorf("steps (-want +got):\n%s", diff)
+			}
+			if p.ChartLoads != len(src.loads) {
+				t.Errorf("ChartLoads %d, loads %d", p.ChartLoads, len(src.loads))
+			}
+			seen := map[string]bool{}
+			for _, v := range src.loads {
+				if seen[v] {
+					t.Errorf("version %s loaded twice", v)
+				}
+				seen[v] = true
+			}
+		})
+	}
+}
+
+// TestRunPredictsStoredVersions: after each step the predicted storedVersions follow the
+// API server's rule (a new storage version is appended; a migration prunes to it).
+func TestRunPredictsStoredVersions(t *testing.T) {
+	src := &source{charts: map[string][]string{"2.0.0": {"v1alpha1", "v1beta1*"}, "3.0.0": {"v1beta1*"}}}
+	p, err := Run(t.Context(), Request{Cluster: cluster{crd([]string{"v1alpha1"}, "v1alpha1*")}, Versions: src, Target: "3.0.0", Release: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	for _, s := range p.Steps {
+		got = append(got, s.After[0].StoredVersions)
+	}
+	want := [][]string{{"v1alpha1", "v1beta1"}, {"v1beta1"}, {"v1beta1"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("stored versions after each step (-want +got):\n%s", diff)
+	}
+	if p.Steps[1].Objects != 7 {
+		t.Errorf("migration rewrites %d objects, want 7", p.Steps[1].Objects)
+	}
+}
+
+// TestLatest: the newest directly safe version, and what blocks each newer one.
+func TestLatest(t *testing.T) {
+	src := &source{charts: map[string][]string{"2.0.0": {"v1alpha1", "v1beta1*"}, "3.0.0": {"v1beta1*"}, "4.0.0": {"v1*"}}}
+	p, err := Run(t.Context(), Request{Cluster: cluster{crd([]string{"v1alpha1"}, "v1alpha1*")}, Versions: src, Latest: true, Release: "r"})
+	var np *NoPathError
+	if !errors.As(err, &np) {
+		t.Fatalf("want no path to 4.0.0 (nothing serves v1beta1 and v1), got %v", err)
+	}
+	var blocked []string
+	for _, b := range p.Latest.Blocked {
+		blocked = append(blocked, b.Version+" "+b.Verdict)
+	}
+	if p.Latest.DirectlySafe != "2.0.0" || p.Latest.Newest != "4.0.0" || !cmp.Equal(blocked, []string{"4.0.0 bridge", "3.0.0 bridge"}) {
+		t.Errorf("latest %+v", p.Latest)
+	}
+}
+
+func TestRunBadTarget(t *testing.T) {
+	src := &source{charts: map[string][]string{"2.0.0": {"v1*"}}}
+	if _, err := Run(t.Context(), Request{Cluster: cluster{}, Versions: src, Target: "9.9.9"}); err == nil || !strings.Contains(err.Error(), "does not offer version 9.9.9") {
+		t.Errorf("err %v", err)
+	}
+	p, err := Run(t.Context(), Request{Cluster: cluster{}, Versions: &source{charts: map[string][]string{"2.0.0": {"v1*"}, "2.1.0": {"v1*"}, "3.0.0": {"v1*"}}}, Target: "~2"})
+	if err != nil || p.Target != "2.1.0" {
+		t.Errorf("range ~2: target %q, err %v; want 2.1.0", p.Target, err)
+	}
+	if _, err := Run(t.Context(), Request{Cluster: cluster{}, Versions: &source{}}); !errors.Is(err, ErrNoVersions) {
+		t.Errorf("err %v, want ErrNoVersions", err)
+	}
+}
+
+// TestRunDirectLoadsOnlyTarget: when a direct upgrade works (with a migration before
+// it), no other version is loaded.
+func TestRunDirectLoadsOnlyTarget(t *testing.T) {
+	src := &source{charts: map[string][]string{"2.0.0": {"v1alpha1", "v1beta1*"}, "3.0.0": {"v1beta1*"}, "4.0.0": {"v1beta1*", "v1"}}}
+	p, err := Run(t.Context(), Request{Cluster: cluster{crd([]string{"v1alpha1", "v1beta1"}, "v1alpha1", "v1beta1*")}, Versions: src, Target: "4.0.0", Release: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"migrate", "upgrade 4.0.0"}, steps(p)); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"4.0.0"}, src.loads); diff != "" {
+		t.Errorf("loads (-want +got):\n%s", diff)
+	}
+}
