@@ -53,7 +53,8 @@ unit: ## Run only the tests that need no control plane
 	go test -count=1 -short ./...
 
 .PHONY: demo
-demo: testbin build ## Reproduce the Flux storage-version incident on an embedded control plane and predict it
+demo: build ## Reproduce the Flux storage-version incident on an embedded control plane and predict it
+	./hack/testbin.sh --demo
 	go run ./hack/demo
 
 .PHONY: bench

@@ -20,8 +20,12 @@ ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.1
 HELM3_VERSION=v3.22.0
 
+# --demo builds only what `make demo` runs (kube-apiserver, etcd, Helm 4): a newcomer's
+# first demo does not wait for the binaries only the tests need.
+demo=false
 for arg in "$@"; do
   case "$arg" in
+    --demo) demo=true ;;
     --with-kcm | --with-kubectl) ;; # always built now
     *) echo "testbin: unknown argument $arg" >&2; exit 2 ;;
   esac
@@ -57,8 +61,10 @@ build_kube() { # NAME
 }
 
 build_kube kube-apiserver
-build_kube kube-controller-manager
-build_kube kubectl
+if ! $demo; then
+  build_kube kube-controller-manager
+  build_kube kubectl
+fi
 
 if need etcd "$ETCD_VERSION"; then
   echo "testbin: building etcd $ETCD_VERSION"
@@ -72,6 +78,11 @@ if need helm "$HELM_VERSION"; then
     -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
     -o "$bin/helm" helm.sh/helm/v4/cmd/helm)
   stamp helm "$HELM_VERSION"
+fi
+
+if $demo; then
+  echo "testbin: ready for the demo: kube-apiserver $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION in bin/ (make testbin builds the rest)"
+  exit 0
 fi
 
 if need helm3 "$HELM3_VERSION"; then

@@ -34,6 +34,9 @@ func (c crdLists) RoundTrip(r *http.Request) (*http.Response, error) {
 // has synced (no full LIST per decision), and a change the API server made a moment ago
 // is seen at once, whether or not the informer has caught up.
 func TestClustersFromMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
 	const name = "widgets.fresh.example.io"
