@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	helmcli "helm.sh/helm/v4/pkg/cli"
 	"helm.sh/helm/v4/pkg/getter"
+	release "helm.sh/helm/v4/pkg/release/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 
@@ -120,21 +121,30 @@ type applyCheckReport struct {
 	command []string
 }
 
-func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+// open validates the flags, connects and reads the release's history.
+func (o *applyCheckOptions) open(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connection, *helmrelease.Reader, []*release.Release, error) {
 	if err := o.validate(); err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	conn, err := connect(ctx, kube)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
 	if err != nil {
-		return couldNot("%w", err)
+		return nil, nil, nil, couldNot("%w", err)
 	}
 	history, err := reader.History(ctx, o.release)
 	if err != nil {
-		return classifyAs(o.command(), err, conn)
+		return nil, nil, nil, classifyAs(o.command(), err, conn)
+	}
+	return conn, reader, history, nil
+}
+
+func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	conn, reader, history, err := o.open(ctx, kube)
+	if err != nil {
+		return err
 	}
 	current, err := reader.Current(ctx, o.release)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
-	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 )
 
 func newRollbackCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -55,20 +54,9 @@ Secret data never appear in the output. Exit codes: 0 safe, 1 findings, 2 could 
 }
 
 func (o *applyCheckOptions) runRollback(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	if err := o.validate(); err != nil {
-		return err
-	}
-	conn, err := connect(ctx, kube)
+	conn, _, history, err := o.open(ctx, kube)
 	if err != nil {
 		return err
-	}
-	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
-	if err != nil {
-		return couldNot("%w", err)
-	}
-	history, err := reader.History(ctx, o.release)
-	if err != nil {
-		return classifyAs(o.command(), err, conn)
 	}
 	rc := applycheck.ReleaseCheck{Release: o.release, Namespace: conn.namespace, History: history, Operation: applycheck.OpRollback,
 		ToRevision: o.toRevision, Flags: o.flags, FieldManager: o.fieldManager}

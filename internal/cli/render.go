@@ -160,4 +160,3 @@ func incoming(vs []crdversions.Version) string {
 	}
 	return strings.Join(parts, " ")
 }
-

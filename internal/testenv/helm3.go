@@ -10,16 +10,7 @@ import (
 // Helm3 returns a command running the real Helm 3 CLI (bin/helm3, v3.22.0) against the
 // control plane, with the same isolated Helm home as Helm. Releases it installs have no
 // apply_method in their record, as for every Helm 3 user: Helm 4 upgrades them client-side.
-func (cp *ControlPlane) Helm3(args ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(cp.Bin, "helm3"), append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
-	home := filepath.Join(cp.dir, "helm")
-	cmd.Env = append(os.Environ(),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-	)
-	return cmd
-}
+func (cp *ControlPlane) Helm3(args ...string) *exec.Cmd { return cp.helmCLI("helm3", args) }
 
 // NeedHelm3 fails the test when bin/helm3 is missing: `make testbin` builds it.
 func (cp *ControlPlane) NeedHelm3(t testing.TB) {

@@ -212,8 +212,11 @@ func (cp *ControlPlane) writeKubeconfig() error {
 
 // Helm returns a command running the real Helm CLI against this control plane, with its
 // own cache and config so that it never touches the user's.
-func (cp *ControlPlane) Helm(args ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(cp.Bin, "helm"), append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+func (cp *ControlPlane) Helm(args ...string) *exec.Cmd { return cp.helmCLI("helm", args) }
+
+// helmCLI runs bin/NAME (a Helm CLI) with the control plane's kubeconfig and Helm home.
+func (cp *ControlPlane) helmCLI(name string, args []string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(cp.Bin, name), append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
 	home := filepath.Join(cp.dir, "helm")
 	cmd.Env = append(os.Environ(),
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),

@@ -80,25 +80,8 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	}
 
 	rep := res.Report
-	d := decision{operation: res.Operation, chart: res.Chart + "@" + res.Version}
-	what := fmt.Sprintf("%s of release %s/%s to chart %s %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.Version)
-	if res.CurrentVersion != "" {
-		what = fmt.Sprintf("%s of release %s/%s from chart %s %s to %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.CurrentVersion, res.Version)
-	}
-	if valuesOnly {
-		what = fmt.Sprintf("values change of release %s/%s (chart %s %s)", res.StorageNamespace, res.Release, res.Chart, res.Version)
-	}
-	if len(hr.Spec.ValuesFrom) > 0 {
-		what += " (rendered with values from " + fluxrelease.ValuesSources(hr) + ")"
-	}
-	if len(res.RemediationRisk) > 0 {
-		d.warnings = append(d.warnings, fmt.Sprintf("if this upgrade fails after applying its CRDs, helm-controller's rollback remediation would be rejected on %s (the older chart lacks the new storage version); consider spec.upgrade.remediation.retries: 0 for this upgrade, and a reverse migration (upgradeguard migrate --rollback) before any rollback",
-			strings.Join(res.RemediationRisk, ", ")))
-	}
-	if len(res.UninstallRisk) > 0 {
-		d.warnings = append(d.warnings, fmt.Sprintf("if this upgrade fails, helm-controller's uninstall remediation (spec.upgrade.remediation.strategy: uninstall) deletes %s and every object of their types; annotate them helm.sh/resource-policy=keep in the chart, or use the rollback strategy",
-			strings.Join(res.UninstallRisk, ", ")))
-	}
+	d := decision{operation: res.Operation, chart: res.Chart + "@" + res.Version, warnings: remediationWarnings(res)}
+	what := describeChange(hr, res, valuesOnly)
 
 	target := ""
 	if res.Remote {
@@ -158,6 +141,35 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 		setMessages(d.conditions, required(gd), d.message, "")
 	}
 	return d
+}
+
+// describeChange says what the update does to the release, for the messages.
+func describeChange(hr *helmv2.HelmRelease, res *fluxrelease.Result, valuesOnly bool) string {
+	what := fmt.Sprintf("%s of release %s/%s to chart %s %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.Version)
+	if res.CurrentVersion != "" {
+		what = fmt.Sprintf("%s of release %s/%s from chart %s %s to %s", opName(res.Operation), res.StorageNamespace, res.Release, res.Chart, res.CurrentVersion, res.Version)
+	}
+	if valuesOnly {
+		what = fmt.Sprintf("values change of release %s/%s (chart %s %s)", res.StorageNamespace, res.Release, res.Chart, res.Version)
+	}
+	if len(hr.Spec.ValuesFrom) > 0 {
+		what += " (rendered with values from " + fluxrelease.ValuesSources(hr) + ")"
+	}
+	return what
+}
+
+// remediationWarnings are the risks of helm-controller's remediation if the upgrade fails.
+func remediationWarnings(res *fluxrelease.Result) []string {
+	var warnings []string
+	if len(res.RemediationRisk) > 0 {
+		warnings = append(warnings, fmt.Sprintf("if this upgrade fails after applying its CRDs, helm-controller's rollback remediation would be rejected on %s (the older chart lacks the new storage version); consider spec.upgrade.remediation.retries: 0 for this upgrade, and a reverse migration (upgradeguard migrate --rollback) before any rollback",
+			strings.Join(res.RemediationRisk, ", ")))
+	}
+	if len(res.UninstallRisk) > 0 {
+		warnings = append(warnings, fmt.Sprintf("if this upgrade fails, helm-controller's uninstall remediation (spec.upgrade.remediation.strategy: uninstall) deletes %s and every object of their types; annotate them helm.sh/resource-policy=keep in the chart, or use the rollback strategy",
+			strings.Join(res.UninstallRisk, ", ")))
+	}
+	return warnings
 }
 
 // required is the admission wording of the StorageMigrationRequired message.

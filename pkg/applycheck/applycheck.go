@@ -270,141 +270,209 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 	if o.ClientSide {
 		method = MethodCSA
 	}
-	rep := &Report{HelmVersions: HelmVersions, Operation: u.Operation, Method: method, FieldManager: o.FieldManager, Force: o.Force, Objects: []Object{}, Failing: []string{},
+	r := &run{dyn: dyn, u: u, o: o, red: newRedactor(o.Redact), createErr: o.FlagError, createdNS: map[string]bool{}}
+	r.rep = &Report{HelmVersions: HelmVersions, Operation: u.Operation, Method: method, FieldManager: o.FieldManager, Force: o.Force, Objects: []Object{}, Failing: []string{},
 		Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: orEmpty(u.PreUpgradeHooks), PostUpgradeHooks: orEmpty(u.PostUpgradeHooks),
 		Record: Record{Previous: u.Current, PreviousStatus: u.CurrentStatus}}
-	red := newRedactor(o.Redact)
 	if u.Operation == OpUpgrade && strings.HasPrefix(u.LastStatus, "pending-") {
-		return refuse(rep, "another operation (install/upgrade/rollback) is in progress"), nil
+		return refuse(r.rep, "another operation (install/upgrade/rollback) is in progress"), nil
 	}
+	if refused := r.build(mapper); refused {
+		return r.rep, nil
+	}
+	refused, err := r.checkOwnership(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if refused {
+		return r.rep, nil
+	}
+	if err := r.apply(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.deletes(ctx); err != nil {
+		return nil, err
+	}
+	return r.finish(), nil
+}
 
-	// Helm builds both manifests first: a kind the cluster does not serve stops it.
+// run is one prediction in progress: Helm's upgrade loop, phase by phase.
+type run struct {
+	dyn                 dynamic.Interface
+	u                   Upgrade
+	o                   Options
+	red                 redactor
+	rep                 *Report
+	current, target     []item
+	createErr           string // a flag error stops Helm before the first object
+	updateErrs, delErrs []string
+	createdNS           map[string]bool
+}
+
+// build builds both manifests first, as Helm does: a kind the cluster does not serve
+// stops it. It reports whether the operation is refused.
+func (r *run) build(mapper meta.RESTMapper) bool {
+	rep, u := r.rep, r.u
 	current, cerrs := build(mapper, u.CurrentManifest, u.Namespace)
 	target, terrs := build(mapper, u.TargetManifest, u.Namespace)
 	for _, t := range target {
 		stamp(t.obj, u.Release, u.Namespace)
 	}
-	if len(cerrs)+len(terrs) > 0 {
-		for _, e := range append(cerrs, terrs...) {
-			rep.Objects = append(rep.Objects, Object{Object: e.subject, Step: Apply, Outcome: NotServed, Error: red.clean(e.err.Error())})
-			rep.Failing = append(rep.Failing, e.subject)
-		}
-		which := "new release manifest"
-		if len(cerrs) > 0 {
-			which = "current release manifest"
-		}
-		return refuse(rep, fmt.Sprintf("unable to build kubernetes objects from %s: %s", which, rep.Objects[0].Error)), nil
+	r.current, r.target = current, target
+	if len(cerrs)+len(terrs) == 0 {
+		return false
 	}
+	for _, e := range append(cerrs, terrs...) {
+		rep.Objects = append(rep.Objects, Object{Object: e.subject, Step: Apply, Outcome: NotServed, Error: r.red.clean(e.err.Error())})
+		rep.Failing = append(rep.Failing, e.subject)
+	}
+	which := "new release manifest"
+	if len(cerrs) > 0 {
+		which = "current release manifest"
+	}
+	refuse(rep, fmt.Sprintf("unable to build kubernetes objects from %s: %s", which, rep.Objects[0].Error))
+	return true
+}
 
-	// New objects that exist must already belong to this release.
+// checkOwnership requires new objects that exist to belong to this release already. It
+// reports whether the operation is refused.
+func (r *run) checkOwnership(ctx context.Context) (bool, error) {
+	rep, u := r.rep, r.u
 	inCurrent := map[string]bool{}
-	for _, c := range current {
+	for _, c := range r.current {
 		inCurrent[objectKey(c)] = true
 	}
-	for _, t := range target {
+	for _, t := range r.target {
 		if inCurrent[objectKey(t)] || u.Operation == OpRollback { // a rollback takes ownership without asking
 			continue
 		}
-		live, err := resourceFor(dyn, t).Get(ctx, t.obj.GetName(), metav1.GetOptions{})
+		live, err := resourceFor(r.dyn, t).Get(ctx, t.obj.GetName(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: read: %w", t.subject, err)
+			return false, fmt.Errorf("%s: read: %w", t.subject, err)
 		}
-		if msg := ownership(live, u.Release, u.Namespace); msg != "" && !o.TakeOwnership {
+		if msg := ownership(live, u.Release, u.Namespace); msg != "" && !r.o.TakeOwnership {
 			rep.Objects = append(rep.Objects, Object{Object: t.subject, Step: Create, Outcome: CannotImport,
 				Error: fmt.Sprintf("%s exists and cannot be imported into the current release: %s", resourceString(t), msg)})
 			rep.Failing = append(rep.Failing, t.subject)
-			return refuse(rep, "unable to continue with update: "+rep.Objects[len(rep.Objects)-1].Error), nil
+			refuse(rep, "unable to continue with update: "+rep.Objects[len(rep.Objects)-1].Error)
+			return true, nil
 		}
-		current = append(current, t) // adopted: Helm updates it, and may delete it later
+		r.current = append(r.current, t) // adopted: Helm updates it, and may delete it later
 	}
+	return false, nil
+}
 
-	var updateErrs []string
-	createErr := o.FlagError // a flag error stops Helm before the first object
-	createdNS := map[string]bool{}
-	for _, t := range target {
-		var res Object
-		var err error
-		if o.ClientSide {
-			res, err = predictClientSide(ctx, dyn, t, originalOf(current, t), o, createdNS)
-		} else {
-			res, err = predictApply(ctx, dyn, t, o, createdNS)
-		}
+// apply predicts each object of the target in Helm's order.
+func (r *run) apply(ctx context.Context) error {
+	for _, t := range r.target {
+		res, err := r.predict(ctx, t)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		res.Error = red.clean(res.Error)
-		for i := range res.Conflicts {
-			res.Conflicts[i].Field = red.clean(res.Conflicts[i].Field)
-		}
-		if u.Operation == OpRollback {
-			res.NotReverted = unreverted(res.NotReverted, originalOf(current, t), t)
-		} else {
-			res.NotReverted = nil
-		}
-		for i := range res.NotReverted {
-			res.NotReverted[i].Field = red.clean(res.NotReverted[i].Field)
-		}
-		for i := range res.TakenOver {
-			res.TakenOver[i] = red.clean(res.TakenOver[i])
-		}
-		for i := range res.Overwrites {
-			res.Overwrites[i].Field = red.clean(res.Overwrites[i].Field)
-		}
-		switch {
-		case createErr != "":
-			res.DryRun, res.Outcome = res.Outcome, NotReached
-			res.Conflicts, res.Error, res.NotReverted, res.TakenOver, res.Overwrites = nil, "", nil, nil, nil
-			if o.FlagError != "" {
-				res.Note = "Helm stops at the flag error before it applies anything"
-			}
-			if res.DryRun != Unchanged {
-				rep.NotLanded = append(rep.NotLanded, res.Object)
-			}
-		case res.Outcome == Conflict || res.Outcome == Failed:
-			rep.Failing = append(rep.Failing, res.Object)
-			rep.NotLanded = append(rep.NotLanded, res.Object)
-			if res.Step == Create {
-				createErr = "failed to create resource: " + res.Error
-			} else {
-				updateErrs = append(updateErrs, res.Error)
-			}
-		case res.Outcome == Updated || res.Outcome == Created:
-			rep.Landed = append(rep.Landed, res.Object)
-			if res.Outcome == Created && t.obj.GetKind() == "Namespace" && t.mapping.Resource.Group == "" {
-				createdNS[t.obj.GetName()] = true
-			}
-		}
-		rep.Objects = append(rep.Objects, res)
+		r.record(t, res)
 	}
+	return nil
+}
 
-	failed := createErr != "" || len(updateErrs) > 0
-	var deleteErrs []string
-	for _, c := range current {
-		if slices.ContainsFunc(target, func(t item) bool { return sameObject(t, c) }) {
+// predict asks the API server what applying t does, redacted.
+func (r *run) predict(ctx context.Context, t item) (Object, error) {
+	var res Object
+	var err error
+	if r.o.ClientSide {
+		res, err = predictClientSide(ctx, r.dyn, t, originalOf(r.current, t), r.o, r.createdNS)
+	} else {
+		res, err = predictApply(ctx, r.dyn, t, r.o, r.createdNS)
+	}
+	if err != nil {
+		return Object{}, err
+	}
+	res.Error = r.red.clean(res.Error)
+	for i := range res.Conflicts {
+		res.Conflicts[i].Field = r.red.clean(res.Conflicts[i].Field)
+	}
+	if r.u.Operation == OpRollback {
+		res.NotReverted = unreverted(res.NotReverted, originalOf(r.current, t), t)
+	} else {
+		res.NotReverted = nil
+	}
+	for i := range res.NotReverted {
+		res.NotReverted[i].Field = r.red.clean(res.NotReverted[i].Field)
+	}
+	for i := range res.TakenOver {
+		res.TakenOver[i] = r.red.clean(res.TakenOver[i])
+	}
+	for i := range res.Overwrites {
+		res.Overwrites[i].Field = r.red.clean(res.Overwrites[i].Field)
+	}
+	return res, nil
+}
+
+// record adds one applied object's outcome: after a create error Helm applies nothing more.
+func (r *run) record(t item, res Object) {
+	rep := r.rep
+	switch {
+	case r.createErr != "":
+		res.DryRun, res.Outcome = res.Outcome, NotReached
+		res.Conflicts, res.Error, res.NotReverted, res.TakenOver, res.Overwrites = nil, "", nil, nil, nil
+		if r.o.FlagError != "" {
+			res.Note = "Helm stops at the flag error before it applies anything"
+		}
+		if res.DryRun != Unchanged {
+			rep.NotLanded = append(rep.NotLanded, res.Object)
+		}
+	case res.Outcome == Conflict || res.Outcome == Failed:
+		rep.Failing = append(rep.Failing, res.Object)
+		rep.NotLanded = append(rep.NotLanded, res.Object)
+		if res.Step == Create {
+			r.createErr = "failed to create resource: " + res.Error
+		} else {
+			r.updateErrs = append(r.updateErrs, res.Error)
+		}
+	case res.Outcome == Updated || res.Outcome == Created:
+		rep.Landed = append(rep.Landed, res.Object)
+		if res.Outcome == Created && t.obj.GetKind() == "Namespace" && t.mapping.Resource.Group == "" {
+			r.createdNS[t.obj.GetName()] = true
+		}
+	}
+	rep.Objects = append(rep.Objects, res)
+}
+
+// deletes predicts the deletes of objects the target no longer renders.
+func (r *run) deletes(ctx context.Context) error {
+	rep := r.rep
+	failed := r.createErr != "" || len(r.updateErrs) > 0
+	for _, c := range r.current {
+		if slices.ContainsFunc(r.target, func(t item) bool { return sameObject(t, c) }) {
 			continue
 		}
 		rep.dropped = append(rep.dropped, c.obj)
-		res, err := predictDelete(ctx, dyn, c, failed)
+		res, err := predictDelete(ctx, r.dyn, c, failed)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		res.Error = red.clean(res.Error)
+		res.Error = r.red.clean(res.Error)
 		switch res.Outcome {
 		case NotDeleted:
 			rep.NotLanded = append(rep.NotLanded, res.Object)
 		case Failed:
 			rep.Failing = append(rep.Failing, res.Object)
 			rep.NotLanded = append(rep.NotLanded, res.Object)
-			deleteErrs = append(deleteErrs, res.Error)
+			r.delErrs = append(r.delErrs, res.Error)
 		case Deleted:
 			rep.Landed = append(rep.Landed, res.Object)
 		}
 		rep.Objects = append(rep.Objects, res)
 	}
+	return nil
+}
 
+// finish writes the result and the release record Helm leaves.
+func (r *run) finish() *Report {
+	rep, u := r.rep, r.u
+	createErr, updateErrs, deleteErrs := r.createErr, r.updateErrs, r.delErrs
 	switch {
 	case createErr != "":
 		rep.Error = createErr
@@ -418,7 +486,7 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		rep.Safe, rep.Result = true, Succeeds
 		rep.Record.Status, rep.Record.PreviousStatus = "deployed", "superseded"
 		rep.Landed, rep.NotLanded = []string{}, []string{}
-		return rep, nil
+		return rep
 	}
 	rep.Result = Fails
 	rep.Record.Status = "failed"
@@ -428,7 +496,7 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 		rep.Record.Description = fmt.Sprintf("Rollback %q failed: %s", u.Release, rep.Error)
 		rep.Record.PreviousStatus = "superseded"
 	}
-	return rep, nil
+	return rep
 }
 
 func refuse(rep *Report, msg string) *Report {

@@ -47,22 +47,9 @@ func Prune(ctx context.Context, c *Clients, o PruneOptions) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("release %s: dropped objects: %w", o.Release, err)
 	}
-	in := &inspector{c: c, rep: rep, release: o.Release, namespace: o.Namespace, listed: map[string]bool{}, pods: map[string][]podRef{}}
-	for _, obj := range objs {
-		in.listed[obj.subject()] = true
-	}
-	for _, mo := range objs {
-		res, err := in.decidePrune(ctx, mo, o.Operation)
-		if err != nil {
-			return nil, err
-		}
-		rep.Objects = append(rep.Objects, res)
-	}
-	if err := in.details(ctx); err != nil {
-		return nil, err
-	}
-	rep.Safe = len(rep.Findings) == 0
-	return rep, nil
+	return inspect(ctx, c, rep, o.Release, o.Namespace, objs, func(in *inspector, mo manifestObject) (Object, error) {
+		return in.decidePrune(ctx, mo, o.Operation)
+	})
 }
 
 // decidePrune applies Helm's rules for an upgrade's delete to one dropped object.

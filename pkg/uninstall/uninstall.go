@@ -234,12 +234,21 @@ func Check(ctx context.Context, c *Clients, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	in := &inspector{c: c, rep: rep, release: o.Release, namespace: o.Namespace, listed: map[string]bool{}, pods: map[string][]podRef{}}
+	return inspect(ctx, c, rep, o.Release, o.Namespace, objs, func(in *inspector, obj manifestObject) (Object, error) {
+		return in.decide(ctx, obj)
+	})
+}
+
+// inspect decides what happens to each object the operation deletes, looks behind them
+// (volumes, credentials, cascades) and completes the report.
+func inspect(ctx context.Context, c *Clients, rep *Report, release, namespace string, objs []manifestObject,
+	decide func(*inspector, manifestObject) (Object, error)) (*Report, error) {
+	in := &inspector{c: c, rep: rep, release: release, namespace: namespace, listed: map[string]bool{}, pods: map[string][]podRef{}}
 	for _, obj := range objs {
 		in.listed[obj.subject()] = true
 	}
 	for _, obj := range objs {
-		res, err := in.decide(ctx, obj)
+		res, err := decide(in, obj)
 		if err != nil {
 			return nil, err
 		}
