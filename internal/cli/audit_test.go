@@ -19,16 +19,17 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
+	"github.com/upgradeguard/upgradeguard/test/scenario"
 )
 
 // TestAuditCommand runs `upgradeguard audit` on a control plane of its own holding only
-// the audit scenario (testenv.AuditScenario), so that -A sees exactly those releases, and
+// the audit scenario (scenario.Audit), so that -A sees exactly those releases, and
 // compares the text and JSON output with the golden files in testdata/.
 func TestAuditCommand(t *testing.T) {
 	needCluster(t)
 	own := testenv.ForTest(t)
 	charts := t.TempDir()
-	if err := own.AuditScenario(t.Context(), charts); err != nil {
+	if err := scenario.Audit(t.Context(), own, charts); err != nil {
 		t.Fatal(err)
 	}
 	ugOwn := func(args ...string) result {

@@ -26,6 +26,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/test/scenario"
 )
 
 var cp *testenv.ControlPlane
@@ -65,7 +66,7 @@ var (
 	scenarioErr  error
 )
 
-func scenario(t *testing.T) {
+func installScenario(t *testing.T) {
 	t.Helper()
 	needCluster(t)
 	scenarioOnce.Do(func() {
@@ -75,7 +76,7 @@ func scenario(t *testing.T) {
 			return
 		}
 		defer func() { _ = os.RemoveAll(dir) }()
-		scenarioErr = cp.AuditScenario(context.WithoutCancel(t.Context()), dir)
+		scenarioErr = scenario.Audit(context.WithoutCancel(t.Context()), cp, dir)
 	})
 	if scenarioErr != nil {
 		t.Fatal(scenarioErr)
@@ -114,7 +115,7 @@ func codes(r audit.Release) []string {
 }
 
 func TestAuditUpstreamHooks(t *testing.T) {
-	scenario(t)
+	installScenario(t)
 	rep := run(t, "")
 	got := bySubject(rep)
 	type want struct {
@@ -282,7 +283,7 @@ func startController(t *testing.T, ns string) (stop func()) {
 }
 
 func TestAuditCountsUpgradeguard(t *testing.T) {
-	scenario(t)
+	installScenario(t)
 	installAPI(t)
 	ctx := t.Context()
 

@@ -38,7 +38,7 @@ const sentinel = "SENTINEL-5eca7e"
 // releases run a flux2 2.18.3 chart (the version with the flux-migrate hook, switched by
 // crds.migration.enabled), each under a HelmRelease whose valuesFrom decides the switch.
 func TestAuditValuesFrom(t *testing.T) {
-	scenario(t) // the HelmRelease CRD
+	installScenario(t) // the HelmRelease CRD
 	ctx := t.Context()
 	ns := "valuesfrom"
 	cs := kubernetes.NewForConfigOrDie(cp.Config)

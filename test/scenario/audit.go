@@ -1,4 +1,6 @@
-package testenv
+// Package scenario holds the multi-release scenarios that several test packages share:
+// content of the tests, kept apart from internal/testenv, which only runs the control plane.
+package scenario
 
 import (
 	"context"
@@ -11,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
 
-// AuditScenario installs, with the real Helm CLI, the releases the coverage-audit tests
+// Audit installs, with the real Helm CLI, the releases the coverage-audit tests
 // judge, from the fixture charts and values:
 //
 //	flux-a/flux2-default       flux2 2.18.3, default values (crds.migration.enabled=false)
@@ -36,8 +40,8 @@ import (
 // Helm stores the rendered hooks all the same. The Flux HelmRelease CRD comes with the
 // flux2 chart; no helm-controller runs, so the HelmReleases are paired with Helm releases
 // of the names helm-controller would use.
-func (cp *ControlPlane) AuditScenario(ctx context.Context, dir string) error {
-	fx, err := Fixtures()
+func Audit(ctx context.Context, cp *testenv.ControlPlane, dir string) error {
+	fx, err := testenv.Fixtures()
 	if err != nil {
 		return err
 	}
@@ -47,10 +51,10 @@ func (cp *ControlPlane) AuditScenario(ctx context.Context, dir string) error {
 			return err
 		}
 	}
-	if err := cp.installScenario(sc); err != nil {
+	if err := installAudit(cp, sc); err != nil {
 		return err
 	}
-	return cp.scenarioHelmReleases(ctx)
+	return auditHelmReleases(ctx, cp)
 }
 
 // scenarioCharts writes the scenario's charts from the fixtures.
@@ -135,7 +139,7 @@ func (sc *scenarioCharts) velero() error {
 		return err
 	}
 	var err error
-	sc.veleroDir, err = WriteChart(sc.dir, "velero", "11.0.0", files)
+	sc.veleroDir, err = testenv.WriteChart(sc.dir, "velero", "11.0.0", files)
 	return err
 }
 
@@ -149,19 +153,19 @@ func (sc *scenarioCharts) kro() error {
 		return err
 	}
 	var err error
-	sc.kroDir, err = WriteChart(sc.dir, "kro", "0.9.3", files)
+	sc.kroDir, err = testenv.WriteChart(sc.dir, "kro", "0.9.3", files)
 	return err
 }
 
 func (sc *scenarioCharts) plain() error {
 	var err error
-	sc.pl, err = WriteChart(sc.dir, "plain", "1.0.0", map[string]string{
+	sc.pl, err = testenv.WriteChart(sc.dir, "plain", "1.0.0", map[string]string{
 		"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\ndata:\n  a: b\n",
 	})
 	return err
 }
 
-func (cp *ControlPlane) installScenario(sc *scenarioCharts) error {
+func installAudit(cp *testenv.ControlPlane, sc *scenarioCharts) error {
 	installs := [][]string{
 		{"flux2-default", sc.flux, "-n", "flux-a"},
 		{"flux2-migrate", sc.flux, "-n", "flux-b", "--take-ownership", "--set", "crds.migration.enabled=true"},
@@ -181,7 +185,7 @@ func (cp *ControlPlane) installScenario(sc *scenarioCharts) error {
 }
 
 // scenarioHelmReleases are the Flux HelmReleases of flux2-hooks-off and kro.
-func (cp *ControlPlane) scenarioHelmReleases(ctx context.Context) error {
+func auditHelmReleases(ctx context.Context, cp *testenv.ControlPlane) error {
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		return err
