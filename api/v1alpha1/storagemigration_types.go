@@ -47,8 +47,8 @@ type SecretKeyReference struct {
 	// Name of the Secret.
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
-	// Key holding the kubeconfig. Flux's keys "value" and then "value.yaml" are tried when
-	// empty.
+	// Key holding the kubeconfig. When empty, Flux's keys "value" and then "value.yaml",
+	// then a plain "kubeconfig", are tried.
 	// +optional
 	Key string `json:"key,omitempty"`
 }

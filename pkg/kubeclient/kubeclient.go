@@ -57,8 +57,8 @@ func New(cfg *rest.Config) (*Clients, error) {
 }
 
 // KubeconfigKeys are the Secret keys a kubeconfig is looked up under when a reference
-// names none, as Flux does.
-var KubeconfigKeys = []string{"value", "value.yaml"}
+// names none: Flux's (value, value.yaml; Cluster API uses value too), then a plain kubeconfig key.
+var KubeconfigKeys = []string{"value", "value.yaml", "kubeconfig"}
 
 // ConfigFromSecret reads the kubeconfig in a Secret: under key, or under the first of
 // KubeconfigKeys present when key is empty. Errors name the Secret and key, never data.
