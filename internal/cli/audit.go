@@ -7,9 +7,11 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -26,6 +28,9 @@ type auditOptions struct {
 	registry      string
 	helmDriver    string
 	output        string
+	fleet         string
+	fleetKey      string
+	fleetTimeout  time.Duration
 }
 
 func newAuditCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -50,7 +55,18 @@ keys are shown; no other release value, and no Secret data, is printed.
 
 The last line is the coverage: protected releases / releases that ship CRDs. A release is
 protected when both its upgrade and its rollback are. Exit codes: 0 every release that
-ships CRDs is protected, 1 some are not, 2 could not run.`,
+ships CRDs is protected, 1 some are not, 2 could not run.
+
+With --fleet SELECTOR, audit reads the kubeconfig Secrets that the label selector picks in
+the namespace (-n, else the kubeconfig's) of the platform cluster, in the layouts a
+StorageMigrationPolicy's spec.targets reads (Flux value or value.yaml, Cluster API
+<cluster>-kubeconfig, a plain kubeconfig key), and reports for each target cluster: CRDs
+with pending storedVersions, releases that ship CRDs and are protected neither by an
+upstream hook nor by upgradeguard (the platform's controller and the proactive policies
+whose spec.targets select the cluster), and the cluster's last StorageMigration. Every
+cluster is audited at once, each within --fleet-timeout; one that cannot be reached is
+reported as such. Exit codes: 0 no cluster needs action, 1 some do (including one that
+could not be audited), 2 the platform cluster could not be read.`,
 		Example: `  # Every namespace
   upgradeguard audit -A
 
@@ -58,7 +74,10 @@ ships CRDs is protected, 1 some are not, 2 could not run.`,
   upgradeguard audit -n flux-system -o json
 
   # With your own chart entries added to the built-in registry (see docs/registry.md)
-  upgradeguard audit -A --registry platform-charts.yaml`,
+  upgradeguard audit -A --registry platform-charts.yaml
+
+  # Every target cluster whose kubeconfig Secret in fleet-system is labelled fleet=prod
+  upgradeguard audit --fleet fleet=prod -n fleet-system -A -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context(), streams, kube)
@@ -69,6 +88,9 @@ ships CRDs is protected, 1 some are not, 2 could not run.`,
 	f.StringVar(&o.registry, "registry", "", "chart registry file that extends the built-in one; an entry replaces the built-in entry of the same name")
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.fleet, "fleet", "", "audit the target clusters whose kubeconfig Secrets (in the -n namespace) match this label selector")
+	f.StringVar(&o.fleetKey, "fleet-key", "", "Secret key holding the kubeconfig (default: value, value.yaml, then kubeconfig)")
+	f.DurationVar(&o.fleetTimeout, "fleet-timeout", time.Minute, "time allowed to audit one target cluster")
 	return cmd
 }
 
@@ -83,6 +105,9 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	conn, err := connect(ctx, kube)
 	if err != nil {
 		return err
+	}
+	if o.fleet != "" {
+		return o.runFleet(ctx, streams, conn, reg)
 	}
 	clients, err := kubeclient.New(conn.config)
 	if err != nil {
@@ -120,6 +145,81 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	if rep.Unprotected() {
 		return &ExitError{Code: ExitFindings}
 	}
+	return nil
+}
+
+func (o *auditOptions) runFleet(ctx context.Context, streams Streams, conn *connection, reg *registry.Registry) error {
+	sel, err := labels.Parse(o.fleet)
+	if err != nil {
+		return couldNot("--fleet %q is not a label selector: %v (for example --fleet fleet=prod)", o.fleet, err)
+	}
+	dyn, err := dynamic.NewForConfig(conn.config)
+	if err != nil {
+		return couldNot("build client: %v", err)
+	}
+	fo := audit.FleetOptions{Namespace: conn.namespace, Selector: sel, Key: o.fleetKey, Timeout: o.fleetTimeout, HelmDriver: o.helmDriver,
+		Audit: audit.Options{Namespace: conn.namespace, Registry: reg}}
+	if o.allNamespaces {
+		fo.Audit.Namespace = ""
+	}
+	rep, err := audit.RunFleet(ctx, audit.Platform{Clientset: conn.clientset, Dynamic: dyn, Leases: conn.clientset.CoordinationV1()}, fo)
+	if err != nil {
+		if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			return couldNot("%v\nupgradeguard audit --fleet needs list on Secrets in %s, and on leases and storagemigrationpolicies.upgradeguard.io and storagemigrations.upgradeguard.io; see docs/cli.md#audit", err, conn.namespace)
+		}
+		return classify(err, conn)
+	}
+	if err := renderFleetAudit(streams.Out, o.output, rep); err != nil {
+		return couldNot("write output: %v", err)
+	}
+	if rep.NeedsAction > 0 {
+		return &ExitError{Code: ExitFindings}
+	}
+	return nil
+}
+
+func renderFleetAudit(w io.Writer, format string, rep *audit.FleetReport) error {
+	if format == "json" {
+		return writeJSON(w, rep)
+	}
+	fmt.Fprintf(w, "Fleet audit: %d cluster(s) from the kubeconfig Secrets in %s matching %q.\n", len(rep.Clusters), rep.Namespace, rep.Selector)
+	for _, c := range rep.Clusters {
+		fmt.Fprintf(w, "\n%s (Secret %s)\n", c.Name, c.Secret)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		if c.Error != "" {
+			fmt.Fprintf(tw, "  error\t%s\n", c.Error)
+		} else {
+			if len(c.PendingCRDs) == 0 {
+				fmt.Fprintf(tw, "  pending CRDs\tnone\n")
+			}
+			for _, p := range c.PendingCRDs {
+				fmt.Fprintf(tw, "  pending CRD\t%s: storedVersions %v, storage version %s\n", p.Name, p.StoredVersions, p.StorageVersion)
+			}
+			if len(c.Unprotected) == 0 {
+				fmt.Fprintf(tw, "  unprotected\tnone (coverage %s)\n", c.Coverage)
+			} else {
+				fmt.Fprintf(tw, "  unprotected\t%s (coverage %s)\n", strings.Join(c.Unprotected, ", "), c.Coverage)
+			}
+		}
+		if m := c.LastMigration; m != nil {
+			line := fmt.Sprintf("%s %s at %s", m.Name, m.Phase, m.Time.UTC().Format(time.RFC3339))
+			if m.Message != "" {
+				line += ": " + m.Message
+			}
+			fmt.Fprintf(tw, "  last migration\t%s\n", line)
+		} else {
+			fmt.Fprintf(tw, "  last migration\tnone\n")
+		}
+		action := "no"
+		if c.NeedsAction {
+			action = "YES"
+		}
+		fmt.Fprintf(tw, "  needs action\t%s\n", action)
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\n%d of %d cluster(s) need action.\n", rep.NeedsAction, len(rep.Clusters))
 	return nil
 }
 

@@ -41,9 +41,9 @@ import (
 
 const (
 	// LabelCluster names the target cluster of a StorageMigration a policy's targets made.
-	LabelCluster = "upgradeguard.io/cluster"
+	LabelCluster = v1alpha1.LabelCluster
 	// LabelCAPICluster is the label Cluster API puts on a <cluster>-kubeconfig Secret.
-	LabelCAPICluster = "cluster.x-k8s.io/cluster-name"
+	LabelCAPICluster = kubeclient.LabelCAPICluster
 )
 
 // FleetOptions tune the fleet reconciler.
@@ -179,7 +179,7 @@ func (r *FleetReconciler) desired(ctx context.Context, p *v1alpha1.StorageMigrat
 	out := make([]*fleetTarget, 0, len(secrets.Items))
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		t := &fleetTarget{r: r, policy: p.Name, namespace: s.Namespace, secret: s.Name, cluster: ClusterName(s)}
+		t := &fleetTarget{r: r, policy: p.Name, namespace: s.Namespace, secret: s.Name, cluster: kubeclient.ClusterName(s)}
 		key, data := kubeconfigData(s, p.Spec.Targets.Key)
 		t.key = key
 		sum := sha256.Sum256(data)
@@ -195,18 +195,6 @@ func (r *FleetReconciler) desired(ctx context.Context, p *v1alpha1.StorageMigrat
 		out = append(out, t)
 	}
 	return out, nil
-}
-
-// ClusterName is the cluster a kubeconfig Secret stands for: Cluster API's cluster name
-// (its label, or the name of a <cluster>-kubeconfig Secret), else the Secret's name.
-func ClusterName(s *corev1.Secret) string {
-	if c := s.Labels[LabelCAPICluster]; c != "" {
-		return c
-	}
-	if c, ok := strings.CutSuffix(s.Name, "-kubeconfig"); ok && c != "" {
-		return c
-	}
-	return s.Name
 }
 
 func keysFor(key string) []string {

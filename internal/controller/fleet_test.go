@@ -1,7 +1,9 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -17,9 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/audit"
 )
 
 // fluxIncident puts a cluster in the Flux incident's state: n HelmRepositories stored at
@@ -129,6 +133,16 @@ func TestFleetProactive(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.c.Delete(context.WithoutCancel(e.ctx), p) })
+	// Before the controller runs, audit --fleet sees every target's pending CRD.
+	rep, code := fleetAudit(t)
+	if code != 1 || len(rep.Clusters) != 5 || rep.NeedsAction != 5 {
+		t.Fatalf("audit --fleet before the controller: exit %d, %+v; want exit 1 and five clusters needing action", code, rep)
+	}
+	for _, c := range rep.Clusters {
+		if c.Error != "" || len(c.PendingCRDs) != 1 || c.PendingCRDs[0].Name != helmrepos || c.LastMigration != nil {
+			t.Errorf("audit --fleet, cluster %s: %+v; want %s pending and no migration yet", c.Name, c, helmrepos)
+		}
+	}
 	succeededC1 := testutil.ToFloat64(metrics.Migrations.WithLabelValues("c1", metrics.ResultSucceeded))
 
 	startController(t, "ug-fleet", controller.Options{MaxConcurrentMigrations: 5, SaveEvery: 100 * time.Millisecond,
@@ -250,5 +264,46 @@ func TestFleetProactive(t *testing.T) {
 	waitFor(t, 10*time.Second, "four running targets", func() (bool, error) {
 		return testutil.ToFloat64(metrics.FleetTargets.WithLabelValues(v1alpha1.ClusterReady)) == 4, nil
 	})
+
+	// audit --fleet covers the four remaining targets: nothing pending, each with its
+	// migration's outcome; nothing needs action.
+	rep, code = fleetAudit(t)
+	if code != 0 || len(rep.Clusters) != 4 || rep.NeedsAction != 0 {
+		t.Fatalf("audit --fleet at the end: exit %d, %+v; want exit 0 and four clusters", code, rep)
+	}
+	for _, c := range rep.Clusters {
+		if c.Error != "" || len(c.PendingCRDs) != 0 || c.LastMigration == nil || c.LastMigration.Phase != v1alpha1.PhaseSucceeded ||
+			c.LastMigration.Name != controller.FleetName(c.Name, helmrepos) {
+			t.Errorf("audit --fleet, cluster %s: %+v; want nothing pending and its migration Succeeded", c.Name, c)
+		}
+	}
+	// A target that cannot be reached needs action, and the others are still reported.
+	if err := f.Clusters[3].StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	rep, code = fleetAudit(t, "--fleet-timeout=5s")
+	if code != 1 || len(rep.Clusters) != 4 || rep.NeedsAction != 1 {
+		t.Fatalf("audit --fleet with c3 down: exit %d, %+v; want exit 1, four clusters, one needing action", code, rep)
+	}
+	for _, c := range rep.Clusters {
+		if (c.Name == "c3") != (c.Error != "") {
+			t.Errorf("audit --fleet with c3 down, cluster %s: error %q", c.Name, c.Error)
+		}
+	}
+	if err := f.Clusters[3].StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
 }
 
+// fleetAudit runs `upgradeguard audit --fleet` on the platform cluster.
+func fleetAudit(t *testing.T, args ...string) (*audit.FleetReport, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := cli.Execute(t.Context(), append([]string{"audit", "--fleet", "fleet.example.com/managed=true", "-n", "fleet", "-A", "-o", "json",
+		"--kubeconfig", cp.Kubeconfig}, args...), cli.Streams{Out: &out, ErrOut: &errOut})
+	rep := &audit.FleetReport{}
+	if err := json.Unmarshal(out.Bytes(), rep); err != nil {
+		t.Fatalf("audit --fleet: exit %d, output %q, stderr %q: %v", code, out.String(), errOut.String(), err)
+	}
+	return rep, code
+}
