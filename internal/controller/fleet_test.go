@@ -55,9 +55,10 @@ func storedVersionsOn(ctx context.Context, cp *testenv.ControlPlane) ([]string, 
 	return crd.Status.StoredVersions, nil
 }
 
-func clusterStatus(ctx context.Context, c client.Client, policy, cluster string) (*v1alpha1.ClusterStatus, error) {
+// clusterStatus is the entry of policy "fleet" for cluster, or nil.
+func clusterStatus(ctx context.Context, c client.Client, cluster string) (*v1alpha1.ClusterStatus, error) {
 	p := &v1alpha1.StorageMigrationPolicy{}
-	if err := c.Get(ctx, client.ObjectKey{Name: policy}, p); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Name: "fleet"}, p); err != nil {
 		return nil, err
 	}
 	for i := range p.Status.Clusters {
@@ -159,7 +160,7 @@ func TestFleetProactive(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, "c2 reported Unreachable", func() (bool, error) {
-		st, err := clusterStatus(e.ctx, e.c, "fleet", "c2")
+		st, err := clusterStatus(e.ctx, e.c, "c2")
 		return st != nil && st.State == v1alpha1.ClusterUnreachable && st.Reason != "", err
 	})
 	for _, i := range []int{0, 1, 3, 4} {
@@ -168,7 +169,7 @@ func TestFleetProactive(t *testing.T) {
 			return slices.Equal(got, []string{"v1"}), err
 		})
 	}
-	if st, err := clusterStatus(e.ctx, e.c, "fleet", "c2"); err != nil || st == nil || st.State != v1alpha1.ClusterUnreachable {
+	if st, err := clusterStatus(e.ctx, e.c, "c2"); err != nil || st == nil || st.State != v1alpha1.ClusterUnreachable {
 		t.Fatalf("c2 while its API server is down: %+v, %v; want Unreachable", st, err)
 	}
 	pol := &v1alpha1.StorageMigrationPolicy{}
@@ -215,7 +216,7 @@ func TestFleetProactive(t *testing.T) {
 	}
 
 	// Rotation: c0's Secret now holds credentials that may not read CRDs, then good ones.
-	before, err := clusterStatus(e.ctx, e.c, "fleet", "c0")
+	before, err := clusterStatus(e.ctx, e.c, "c0")
 	if err != nil || before == nil {
 		t.Fatal(before, err)
 	}
@@ -240,7 +241,7 @@ func TestFleetProactive(t *testing.T) {
 	}
 	rotate(weak)
 	waitFor(t, 30*time.Second, "c0 Forbidden with the rotated credentials", func() (bool, error) {
-		st, err := clusterStatus(e.ctx, e.c, "fleet", "c0")
+		st, err := clusterStatus(e.ctx, e.c, "c0")
 		return st != nil && st.State == v1alpha1.ClusterForbidden && st.KubeconfigHash != before.KubeconfigHash, err
 	})
 	good, err := f.Clusters[0].UserKubeconfig("rotated-admin", "system:masters")
@@ -249,7 +250,7 @@ func TestFleetProactive(t *testing.T) {
 	}
 	rotate(good)
 	waitFor(t, 30*time.Second, "c0 Ready with the next rotation", func() (bool, error) {
-		st, err := clusterStatus(e.ctx, e.c, "fleet", "c0")
+		st, err := clusterStatus(e.ctx, e.c, "c0")
 		return st != nil && st.State == v1alpha1.ClusterReady && st.KubeconfigHash != before.KubeconfigHash, err
 	})
 
@@ -258,7 +259,7 @@ func TestFleetProactive(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "c4 dropped", func() (bool, error) {
-		st, err := clusterStatus(e.ctx, e.c, "fleet", "c4")
+		st, err := clusterStatus(e.ctx, e.c, "c4")
 		return st == nil && err == nil, err
 	})
 	waitFor(t, 10*time.Second, "four running targets", func() (bool, error) {
