@@ -37,6 +37,11 @@ type StorageMigrationPolicySpec struct {
 	// +optional
 	Deadline *metav1.Duration `json:"deadline,omitempty"`
 
+	// Mode of the migrations this policy creates (see StorageMigrationSpec.Mode).
+	// +kubebuilder:validation:Enum=Remote;Job
+	// +optional
+	Mode MigrationMode `json:"mode,omitempty"`
+
 	// Targets puts remote clusters under the policy too: every kubeconfig Secret the
 	// selector matches is a target cluster, whose CRDs are watched and migrated the same
 	// way as the local cluster's (proactive mode per cluster). Unset: the local cluster

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -86,6 +87,8 @@ Health probes (on --health-probe-bind-address): /healthz and /readyz.`,
 	f.BoolVar(&gate.AllowOnError, "gate-allow-on-error", false, "admit a chart change the gate could not check (repository down, target unreachable) with a warning, instead of denying it")
 	f.BoolVar(&gate.GateValuesChanges, "gate-values-changes", false, "also decide HelmRelease updates that change only spec.values or spec.valuesFrom (a value can switch a chart's CRDs on or off); the webhook configuration must send them too (chart value webhook.gateValuesChanges)")
 	f.IntVar(&o.MaxConcurrentMigrations, "max-concurrent-migrations", 1, "StorageMigrations run at once")
+	f.StringVar(&o.JobImage, "job-image", os.Getenv("UPGRADEGUARD_JOB_IMAGE"), "image of Job-mode migrations (runs `upgradeguard migrate` on the target cluster; default $UPGRADEGUARD_JOB_IMAGE)")
+	f.StringVar(&o.JobNamespace, "job-namespace", controller.DefaultJobNamespace, "namespace of Job-mode migrations on their target cluster")
 	f.BoolVar(&jsonLogs, "log-json", false, "log JSON lines")
 	f.BoolVar(&debug, "debug", false, "log at debug level")
 	return cmd

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
@@ -29,6 +31,7 @@ type migrateOptions struct {
 	burst       int
 	opts        migrate.Options
 	output      string
+	resultCM    string
 }
 
 func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -89,6 +92,7 @@ a re-run finishes the job), 2 could not run.`,
 	f.BoolVar(&o.opts.SkipManagedFields, "skip-managed-fields", false, "do not clean managedFields entries that name unserved versions")
 	f.BoolVar(&o.opts.DryRun, "dry-run", false, "report what would be migrated, with object counts and an estimated duration; write nothing")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.resultCM, "result-configmap", "", "also write the JSON result into this ConfigMap (key result.json) in --lease-namespace: how a Job-mode migration reports to the controller")
 	return cmd
 }
 
@@ -154,6 +158,16 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 	}
 	if err := renderMigrate(streams.Out, o.output, results, blocked); err != nil {
 		return couldNot("write output: %v", err)
+	}
+	if o.resultCM != "" {
+		var buf bytes.Buffer
+		if err := renderMigrate(&buf, "json", results, blocked); err != nil {
+			return couldNot("write the result: %v", err)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: o.resultCM, Namespace: o.opts.LeaseNamespace}, Data: map[string]string{"result.json": buf.String()}}
+		if _, err := conn.clientset.CoreV1().ConfigMaps(o.opts.LeaseNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return couldNot("write the result into ConfigMap %s/%s: %w", o.opts.LeaseNamespace, o.resultCM, err)
+		}
 	}
 	for _, r := range results {
 		if r.Status == migrate.Incomplete {

@@ -50,6 +50,10 @@ type Options struct {
 	MigrationLeaseDuration time.Duration
 	// SaveEvery bounds how often a running migration saves its place (default 2s).
 	SaveEvery time.Duration
+	// JobImage is the image of Job-mode migrations (the chart's image); JobNamespace is
+	// where they run on the target (default upgradeguard-migrate).
+	JobImage     string
+	JobNamespace string
 	// Fleet tunes how the target clusters of policies' spec.targets are probed.
 	Fleet FleetOptions
 	// SkipNameValidation allows more than one manager in a process (tests, embedding).
@@ -112,7 +116,10 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	sm := &StorageMigrationReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Recorder: mgr.GetEventRecorder("upgradeguard"),
 		LeaseNamespace: o.MigrationLeaseNamespace, Holder: fmt.Sprintf("upgradeguard-controller/%s/%d", host, time.Now().UnixNano()),
-		LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery,
+		LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery, JobImage: o.JobImage, JobNamespace: o.JobNamespace,
+	}
+	if sm.JobNamespace == "" {
+		sm.JobNamespace = DefaultJobNamespace
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.StorageMigration{}).Named("storagemigration").
 		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: o.MaxConcurrentMigrations,

@@ -64,6 +64,10 @@ type StorageMigrationReconciler struct {
 	// SaveEvery bounds how often progress is written to status while a CRD migrates
 	// (every page at most).
 	SaveEvery time.Duration
+	// JobImage is the image of Job-mode migrations (it runs `upgradeguard migrate`).
+	JobImage string
+	// JobNamespace is where Job-mode migrations run on their target cluster.
+	JobNamespace string
 }
 
 // Reconcile runs (or resumes) one StorageMigration to the end, one CRD after another.
@@ -100,6 +104,9 @@ func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	cfg, err := r.target(ctx, sm)
 	if err != nil {
 		return r.fail(ctx, sm, "", err.Error())
+	}
+	if sm.Spec.Mode == v1alpha1.ModeJob {
+		return r.runJob(ctx, sm, cfg)
 	}
 	m, err := migrate.New(rateLimit(cfg, sm.Spec.Rate))
 	if err != nil {
