@@ -33,9 +33,9 @@ every selected CRD whose status.storedVersions holds more than its storage versi
 stale storedVersions never accumulate. With --enable-webhook it serves the admission gate
 for Flux HelmReleases.
 
-Metrics (on --metrics-bind-address, /metrics): upgradeguard_migrations_total{result},
-upgradeguard_objects_rewritten_total{crd}, upgradeguard_migration_duration_seconds,
-upgradeguard_pending_migrations, upgradeguard_gate_decisions_total{outcome}.
+Metrics (on --metrics-bind-address, /metrics): upgradeguard_migrations_total{cluster,result},
+upgradeguard_objects_rewritten_total{cluster,crd}, upgradeguard_migration_duration_seconds,
+upgradeguard_pending_migrations, upgradeguard_fleet_targets{state}, upgradeguard_gate_decisions_total{outcome}.
 Health probes (on --health-probe-bind-address): /healthz and /readyz.`,
 		Example: `  # Out of cluster, against the current kubeconfig context, without the webhook:
   upgradeguard controller --enable-webhook=false --leader-election-namespace upgradeguard-system`,

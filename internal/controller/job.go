@@ -94,7 +94,7 @@ func (r *StorageMigrationReconciler) runJob(ctx context.Context, sm *v1alpha1.St
 	return ctrl.Result{RequeueAfter: jobPoll}, r.saveStatus(ctx, sm)
 }
 
-// JobObjects are what a Job-mode migration creates on the target: its namespace, a
+// JobObjectSet is what a Job-mode migration creates on the target: its namespace, a
 // ServiceAccount, the ClusterRole and Role of `upgradeguard rbac` for exactly these CRDs
 // (plus creating its result ConfigMap) with their bindings, and the Job.
 type JobObjectSet struct {
