@@ -5,6 +5,7 @@
 //	go run ./hack/bench check     # check of the flux2 chart, and object counting
 //	go run ./hack/bench migrate   # migrate throughput and memory against a raw patch loop
 //	go run ./hack/bench gate      # latency the HelmRelease admission gate adds to an update
+//	go run ./hack/bench fleet     # one controller keeping 10 target clusters migrated
 package main
 
 import (
@@ -29,6 +30,8 @@ func run() error {
 	concurrency := flag.Int("concurrency", 4, "migrate: patch concurrency for the raw loop and migrate --qps 0")
 	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
 	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d (c runs at the default 100 QPS: slow for large -n)")
+	targets := flag.Int("targets", 10, "fleet: target clusters")
+	fleetObjects := flag.Int("fleet-objects", 2000, "fleet: stale HelmRepositories per target")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process gate and clients; not the API server) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -54,10 +57,12 @@ func run() error {
 		return benchMigrate(ctx, *n, *concurrency, *cases)
 	case "gate":
 		return benchGate(ctx, *rounds, *gateCache)
+	case "fleet":
+		return benchFleet(ctx, *targets, *fleetObjects)
 	case "raw":
 		return rawLoop(ctx, flag.Args()[1:])
 	default:
-		return fmt.Errorf("unknown mode %q: use check, migrate, gate or all", mode)
+		return fmt.Errorf("unknown mode %q: use check, migrate, gate, fleet or all", mode)
 	}
 }
 
