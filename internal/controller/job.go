@@ -72,6 +72,16 @@ func (r *StorageMigrationReconciler) runJob(ctx context.Context, sm *v1alpha1.St
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, fmt.Errorf("read the result of Job %s/%s: %w", ns, name, err)
 	}
+	// Follow the Job: one that failed for good (its pods' retries spent) without writing a
+	// result fails the StorageMigration, and stays on the target for its logs.
+	if job, err := cs.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		for _, c := range job.Status.Conditions {
+			if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+				return r.fail(ctx, sm, "", fmt.Sprintf("the migration Job %s/%s failed without a result (%s: %s): see kubectl -n %s logs job/%s on the target",
+					ns, name, c.Reason, c.Message, ns, name))
+			}
+		}
+	}
 	c, err := kubeclient.New(cfg)
 	if err != nil {
 		return r.fail(ctx, sm, "", err.Error())
