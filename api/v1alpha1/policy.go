@@ -34,3 +34,7 @@ func (p *StorageMigrationPolicy) IsProactive() bool {
 func (p *StorageMigrationPolicy) AutoMigrates() bool {
 	return p.Spec.AutoMigrate == nil || *p.Spec.AutoMigrate
 }
+
+// LabelCluster names the target cluster of a StorageMigration that a policy's
+// spec.targets made.
+const LabelCluster = "upgradeguard.io/cluster"

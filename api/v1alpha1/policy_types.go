@@ -36,6 +36,33 @@ type StorageMigrationPolicySpec struct {
 	// Deadline of one attempt at one CRD, for the migrations this policy creates.
 	// +optional
 	Deadline *metav1.Duration `json:"deadline,omitempty"`
+
+	// Mode of the migrations this policy creates (see StorageMigrationSpec.Mode).
+	// +kubebuilder:validation:Enum=Remote;Job
+	// +optional
+	Mode MigrationMode `json:"mode,omitempty"`
+
+	// Targets puts remote clusters under the policy too: every kubeconfig Secret the
+	// selector matches is a target cluster, whose CRDs are watched and migrated the same
+	// way as the local cluster's (proactive mode per cluster). Unset: the local cluster
+	// only.
+	// +optional
+	Targets *FleetTargets `json:"targets,omitempty"`
+}
+
+// FleetTargets selects target clusters by their kubeconfig Secrets. The layouts in use
+// are read as they are: Flux's kubeConfig Secrets (key value or value.yaml), Cluster
+// API's <cluster>-kubeconfig Secrets (key value) and a plain kubeconfig key.
+type FleetTargets struct {
+	// Namespace holding the kubeconfig Secrets.
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// Selector picks the Secrets by label.
+	Selector metav1.LabelSelector `json:"selector"`
+	// Key holding the kubeconfig. When empty, value, value.yaml and kubeconfig are tried
+	// in that order.
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // StorageMigrationPolicyStatus is what the controller last saw.
@@ -55,6 +82,53 @@ type StorageMigrationPolicyStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Clusters is the state of each target cluster (spec.targets).
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Clusters []ClusterStatus `json:"clusters,omitempty"`
+}
+
+// Target cluster states (ClusterStatus.State).
+const (
+	// ClusterReady: the cluster answers and its CRDs are watched.
+	ClusterReady = "Ready"
+	// ClusterUnreachable: the API server does not answer (down, slow, a bad address).
+	ClusterUnreachable = "Unreachable"
+	// ClusterForbidden: the API server refuses the kubeconfig's credentials, or they may
+	// not read CRDs.
+	ClusterForbidden = "Forbidden"
+	// ClusterInvalid: the Secret holds no usable kubeconfig.
+	ClusterInvalid = "Invalid"
+)
+
+// ClusterStatus is one target cluster as the controller last saw it.
+type ClusterStatus struct {
+	// Name of the cluster: the Cluster API cluster name for a <cluster>-kubeconfig
+	// Secret, else the Secret's name.
+	Name string `json:"name"`
+	// Secret holding its kubeconfig, in spec.targets.namespace.
+	Secret string `json:"secret"`
+	// KubeconfigHash identifies the kubeconfig in use (the first 12 hex digits of its
+	// SHA-256), so a rotation shows.
+	// +optional
+	KubeconfigHash string `json:"kubeconfigHash,omitempty"`
+	// State is Ready, Unreachable, Forbidden or Invalid.
+	// +kubebuilder:validation:Enum=Ready;Unreachable;Forbidden;Invalid
+	State string `json:"state"`
+	// Reason says why, for a state other than Ready.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// EligibleCRDs is how many of its CRDs the policy selects.
+	// +optional
+	EligibleCRDs int32 `json:"eligibleCRDs,omitempty"`
+	// PendingCRDs are selected CRDs with stored versions other than their storage version.
+	// +listType=set
+	// +optional
+	PendingCRDs []string `json:"pendingCRDs,omitempty"`
+	// LastTransitionTime is when State last changed.
+	// +optional
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
 }
 
 // StorageMigrationPolicy puts CRDs under the controller's care: with Proactive on, every

@@ -47,8 +47,8 @@ type SecretKeyReference struct {
 	// Name of the Secret.
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
-	// Key holding the kubeconfig. Flux's keys "value" and then "value.yaml" are tried when
-	// empty.
+	// Key holding the kubeconfig. When empty, Flux's keys "value" and then "value.yaml",
+	// then a plain "kubeconfig", are tried.
 	// +optional
 	Key string `json:"key,omitempty"`
 }
@@ -95,7 +95,24 @@ type StorageMigrationSpec struct {
 	// in the next attempt. Defaults to 10m.
 	// +optional
 	Deadline *metav1.Duration `json:"deadline,omitempty"`
+
+	// Mode is where the migration runs. Remote (the default): the controller migrates
+	// through the target's API server. Job: the controller creates on the target a
+	// ServiceAccount with the least privileges for exactly these CRDs and a Job running
+	// `upgradeguard migrate`, follows it through the result it writes, and cleans up.
+	// +kubebuilder:validation:Enum=Remote;Job
+	// +optional
+	Mode MigrationMode `json:"mode,omitempty"`
 }
+
+// MigrationMode is where a migration runs.
+type MigrationMode string
+
+// Migration modes.
+const (
+	ModeRemote MigrationMode = "Remote"
+	ModeJob    MigrationMode = "Job"
+)
 
 // ResourceProgress is the state of one CRD's migration. Its counts are those of
 // `upgradeguard migrate -o json`.
@@ -163,6 +180,9 @@ type StorageMigrationStatus struct {
 	// CompletionTime is when it succeeded or failed.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Job is the target cluster's Job (namespace/name) running the migration in Job mode.
+	// +optional
+	Job string `json:"job,omitempty"`
 }
 
 // StorageMigration re-persists every object of some CRDs at their storage version and

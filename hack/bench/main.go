@@ -7,6 +7,7 @@
 //	go run ./hack/bench gate      # latency the HelmRelease admission gate adds to an update
 //	go run ./hack/bench binary    # binary size and the start-up RSS of version, against kubectl
 //	go run ./hack/bench plan      # plan over a repository of 100 chart versions, chart loads counted
+//	go run ./hack/bench fleet     # one controller keeping 10 target clusters migrated
 package main
 
 import (
@@ -35,6 +36,8 @@ func run() error {
 	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
 	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d (c runs at the default 100 QPS: slow for large -n)")
 	ug := flag.String("ug", "", "migrate and binary: the upgradeguard binary to measure (default bin/upgradeguard)")
+	targets := flag.Int("targets", 10, "fleet: target clusters")
+	fleetObjects := flag.Int("fleet-objects", 2000, "fleet: stale HelmRepositories per target")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process gate and clients; not the API server) to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -78,10 +81,12 @@ func run() error {
 		return benchGate(ctx, *rounds, *gateCache)
 	case "plan":
 		return benchPlan(ctx, min(*rounds, 5))
+	case "fleet":
+		return benchFleet(ctx, *targets, *fleetObjects)
 	case "raw":
 		return rawLoop(ctx, flag.Args()[1:])
 	default:
-		return fmt.Errorf("unknown mode %q: use check, migrate, gate, plan, binary or all", mode)
+		return fmt.Errorf("unknown mode %q: use check, migrate, gate, plan, binary, fleet or all", mode)
 	}
 }
 

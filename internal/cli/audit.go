@@ -7,9 +7,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
@@ -22,6 +24,9 @@ type auditOptions struct {
 	registry      string
 	helmDriver    string
 	output        string
+	fleet         string
+	fleetKey      string
+	fleetTimeout  time.Duration
 }
 
 func newAuditCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -37,6 +42,9 @@ func (o *auditOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.registry, "registry", "", "chart registry file that extends the built-in one; an entry replaces the built-in entry of the same name")
 	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
 	output.AddFlag(f, &o.output)
+	f.StringVar(&o.fleet, "fleet", "", "audit the target clusters whose kubeconfig Secrets (in the -n namespace) match this label selector")
+	f.StringVar(&o.fleetKey, "fleet-key", "", "Secret key holding the kubeconfig (default: value, value.yaml, then kubeconfig)")
+	f.DurationVar(&o.fleetTimeout, "fleet-timeout", time.Minute, "time allowed to audit one target cluster")
 }
 
 func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
@@ -47,6 +55,9 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	conn, err := connect(ctx, kube)
 	if err != nil {
 		return err
+	}
+	if o.fleet != "" {
+		return o.runFleet(ctx, streams, conn, reg)
 	}
 	src, err := audit.NewSources(conn.config, o.helmDriver)
 	if err != nil {
@@ -61,6 +72,81 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 		return classifyAs(cmdAudit, err, conn)
 	}
 	return finish(streams, o.output, rep, func(w io.Writer) error { return renderAudit(w, rep) }, rep.Unprotected())
+}
+
+func (o *auditOptions) runFleet(ctx context.Context, streams Streams, conn *connection, reg *registry.Registry) error {
+	sel, err := labels.Parse(o.fleet)
+	if err != nil {
+		return couldNot("--fleet %q is not a label selector: %w (for example --fleet fleet=prod)", o.fleet, err)
+	}
+	platform, err := audit.NewPlatform(conn.config)
+	if err != nil {
+		return couldNot("%w", err)
+	}
+	fo := audit.FleetOptions{Namespace: conn.namespace, Selector: sel, Key: o.fleetKey, Timeout: o.fleetTimeout, HelmDriver: o.helmDriver,
+		Audit: audit.Options{Namespace: conn.namespace, Registry: reg}}
+	if o.allNamespaces {
+		fo.Audit.Namespace = ""
+	}
+	rep, err := audit.RunFleet(ctx, platform, fo)
+	if err != nil {
+		return classifyAs(cmdAuditFleet, err, conn)
+	}
+	return finish(streams, o.output, rep, func(w io.Writer) error { return renderFleetAudit(w, rep) }, rep.NeedsAction > 0)
+}
+
+func renderFleetAudit(w io.Writer, rep *audit.FleetReport) error {
+	fmt.Fprintf(w, "Fleet audit: %d cluster(s) from the kubeconfig Secrets in %s matching %q.\n", len(rep.Clusters), rep.Namespace, rep.Selector)
+	for _, c := range rep.Clusters {
+		fmt.Fprintf(w, "\n%s (Secret %s)\n", c.Name, c.Secret)
+		t := output.NewTable(w)
+		fleetCluster(t, c)
+		if err := t.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\n%d of %d cluster(s) need action.\n", rep.NeedsAction, len(rep.Clusters))
+	return nil
+}
+
+// fleetCluster is one target cluster's block.
+func fleetCluster(t *output.Table, c audit.ClusterReport) {
+	if c.Error != "" {
+		t.Row("  error", c.Error)
+	} else {
+		fleetFindings(t, c)
+	}
+	t.Row("  last migration", lastMigration(c.LastMigration))
+	action := "no"
+	if c.NeedsAction {
+		action = "YES"
+	}
+	t.Row("  needs action", action)
+}
+
+func fleetFindings(t *output.Table, c audit.ClusterReport) {
+	if len(c.PendingCRDs) == 0 {
+		t.Row("  pending CRDs", "none")
+	}
+	for _, p := range c.PendingCRDs {
+		t.Row("  pending CRD", fmt.Sprintf("%s: storedVersions %v, storage version %s", p.Name, p.StoredVersions, p.StorageVersion))
+	}
+	unprotected := "none"
+	if len(c.Unprotected) > 0 {
+		unprotected = strings.Join(c.Unprotected, ", ")
+	}
+	t.Row("  unprotected", fmt.Sprintf("%s (coverage %s)", unprotected, c.Coverage))
+}
+
+func lastMigration(m *audit.MigrationOutcome) string {
+	if m == nil {
+		return "none"
+	}
+	line := fmt.Sprintf("%s %s at %s", m.Name, m.Phase, m.Time.UTC().Format(time.RFC3339))
+	if m.Message != "" {
+		line += ": " + m.Message
+	}
+	return line
 }
 
 func renderAudit(w io.Writer, rep *audit.Report) error {
@@ -186,7 +272,18 @@ keys are shown; no other release value, and no Secret data, is printed.
 
 The last line is the coverage: protected releases / releases that ship CRDs. A release is
 protected when both its upgrade and its rollback are. Exit codes: 0 every release that
-ships CRDs is protected, 1 some are not, 2 could not run.`
+ships CRDs is protected, 1 some are not, 2 could not run.
+
+With --fleet SELECTOR, audit reads the kubeconfig Secrets that the label selector picks in
+the namespace (-n, else the kubeconfig's) of the platform cluster, in the layouts a
+StorageMigrationPolicy's spec.targets reads (Flux value or value.yaml, Cluster API
+<cluster>-kubeconfig, a plain kubeconfig key), and reports for each target cluster: CRDs
+with pending storedVersions, releases that ship CRDs and are protected neither by an
+upstream hook nor by upgradeguard (the platform's controller and the proactive policies
+whose spec.targets select the cluster), and the cluster's last StorageMigration. Every
+cluster is audited at once, each within --fleet-timeout; one that cannot be reached is
+reported as such. Exit codes: 0 no cluster needs action, 1 some do (including one that
+could not be audited), 2 the platform cluster could not be read.`
 
 const auditExample = `  # Every namespace
   upgradeguard audit -A
@@ -195,4 +292,7 @@ const auditExample = `  # Every namespace
   upgradeguard audit -n flux-system -o json
 
   # With your own chart entries added to the built-in registry (see docs/registry.md)
-  upgradeguard audit -A --registry platform-charts.yaml`
+  upgradeguard audit -A --registry platform-charts.yaml
+
+  # Every target cluster whose kubeconfig Secret in fleet-system is labelled fleet=prod
+  upgradeguard audit --fleet fleet=prod -n fleet-system -A -o json`

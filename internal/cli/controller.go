@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -44,6 +45,8 @@ func (o *controllerOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&m.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key for the webhook (reloaded when they change)")
 	f.StringVar(&m.MigrationLeaseNamespace, "migration-lease-namespace", "", "namespace of the per-CRD migration Leases shared with 'upgradeguard migrate' (default: the leader-election namespace)")
 	f.IntVar(&m.MaxConcurrentMigrations, "max-concurrent-migrations", 1, "StorageMigrations run at once")
+	f.StringVar(&m.JobImage, "job-image", os.Getenv("UPGRADEGUARD_JOB_IMAGE"), "image of Job-mode migrations (runs `upgradeguard migrate` on the target cluster; default $UPGRADEGUARD_JOB_IMAGE)")
+	f.StringVar(&m.JobNamespace, "job-namespace", controller.DefaultJobNamespace, "namespace of Job-mode migrations on their target cluster")
 	f.BoolVar(&o.jsonLogs, "log-json", false, "log JSON lines")
 	f.BoolVar(&o.debug, "debug", false, "log at debug level")
 	o.addGateFlags(f)
@@ -105,9 +108,9 @@ every selected CRD whose status.storedVersions holds more than its storage versi
 stale storedVersions never accumulate. With --enable-webhook it serves the admission gate
 for Flux HelmReleases.
 
-Metrics (on --metrics-bind-address, /metrics): upgradeguard_migrations_total{result},
-upgradeguard_objects_rewritten_total{crd}, upgradeguard_migration_duration_seconds,
-upgradeguard_pending_migrations, upgradeguard_gate_decisions_total{outcome}.
+Metrics (on --metrics-bind-address, /metrics): upgradeguard_migrations_total{cluster,result},
+upgradeguard_objects_rewritten_total{cluster,crd}, upgradeguard_migration_duration_seconds,
+upgradeguard_pending_migrations, upgradeguard_fleet_targets{state}, upgradeguard_gate_decisions_total{outcome}.
 Health probes (on --health-probe-bind-address): /healthz and /readyz.`
 
 const controllerExample = `  # Out of cluster, against the current kubeconfig context, without the webhook:

@@ -21,6 +21,7 @@ const (
 	cmdMigrate        = "migrate"
 	cmdRBAC           = "rbac"
 	cmdAudit          = "audit"
+	cmdAuditFleet     = "audit --fleet"
 	cmdUninstallCheck = "release uninstall-check"
 	cmdDiffFailed     = "release diff-failed"
 	cmdReleaseMigrate = "release migrate"
@@ -44,6 +45,8 @@ var rbacNeeds = map[string]string{
 		"`upgradeguard check` needs: get/list on the release's Secrets or ConfigMaps)",
 	cmdAudit: "upgradeguard audit needs list on helmreleases.helm.toolkit.fluxcd.io, on the Helm release Secrets (or ConfigMaps), " +
 		"on storagemigrationpolicies.upgradeguard.io, customresourcedefinitions and leases; see docs/cli.md#audit",
+	cmdAuditFleet: "upgradeguard audit --fleet needs list on Secrets in the -n namespace of the platform cluster, and on leases, " +
+		"storagemigrationpolicies.upgradeguard.io and storagemigrations.upgradeguard.io; on each target what `upgradeguard audit` needs",
 	cmdUninstallCheck: "uninstall-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of the release, and list " +
 		"on pods, Jobs, PersistentVolumes and, for a Namespace or CRD the release deletes, on what they hold",
 	cmdDiffFailed: "diff-failed needs get/list on the release's Secrets (or ConfigMaps), get on every object of both revisions, and patch " +

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
@@ -25,6 +28,7 @@ type migrateOptions struct {
 	qps         float32
 	burst       int
 	opts        migrate.Options
+	resultCM    string
 }
 
 func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -43,6 +47,7 @@ func (o *migrateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.storage, "storage-version", "", "switch the live storage version to this one first (one --crd only; needs --allow-storage-switch)")
 	f.BoolVar(&o.opts.AllowStorageSwitch, "allow-storage-switch", false, "confirm that migrate may change a live CRD's storage version (reverse migrations)")
 	output.AddFlag(f, &o.predictOpts.output)
+	f.StringVar(&o.resultCM, "result-configmap", "", "also write the JSON result into this ConfigMap (key result.json) in --lease-namespace: how a Job-mode migration reports to the controller")
 	o.addRunFlags(f)
 }
 
@@ -90,7 +95,28 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 		return classifyAs(cmdMigrate, err, conn)
 	}
 	out := &migrateOutput{CRDs: results, Blocked: blocked}
+	if err := o.writeResult(ctx, conn, out); err != nil {
+		return err
+	}
 	return finish(streams, o.predictOpts.output, out, out.text, migrate.AnyIncomplete(results) || len(blocked) > 0)
+}
+
+// writeResult writes the JSON result into --result-configmap, when set: how a Job-mode
+// migration tells the controller its outcome.
+func (o *migrateOptions) writeResult(ctx context.Context, conn *connection, out *migrateOutput) error {
+	if o.resultCM == "" {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := output.WriteJSON(&buf, out); err != nil {
+		return couldNot("write the result: %w", err)
+	}
+	ns := o.opts.LeaseNamespace
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: o.resultCM, Namespace: ns}, Data: map[string]string{"result.json": buf.String()}}
+	if _, err := conn.clientset.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		return couldNot("write the result into ConfigMap %s/%s: %w", ns, o.resultCM, err)
+	}
+	return nil
 }
 
 // count is how many of set are true.

@@ -160,8 +160,8 @@ func TestProactiveAfterStorageSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	proactivePolicy(t, e, "source.toolkit.fluxcd.io")
-	succeeded := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.ResultSucceeded))
-	rewritten := testutil.ToFloat64(metrics.ObjectsRewritten.WithLabelValues(helmrepos))
+	succeeded := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.LocalCluster, metrics.ResultSucceeded))
+	rewritten := testutil.ToFloat64(metrics.ObjectsRewritten.WithLabelValues(metrics.LocalCluster, helmrepos))
 	startController(t, "ug-proactive", controller.Options{})
 
 	// The storage switch: flux2 2.17.2 stores HelmRepositories at v1.
@@ -191,10 +191,10 @@ func TestProactiveAfterStorageSwitch(t *testing.T) {
 			t.Errorf("condition %s = %s, want %s", c.typ, got, c.want)
 		}
 	}
-	if got := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.ResultSucceeded)) - succeeded; got < 1 {
+	if got := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.LocalCluster, metrics.ResultSucceeded)) - succeeded; got < 1 {
 		t.Errorf("upgradeguard_migrations_total{result=succeeded} grew by %v, want >= 1", got)
 	}
-	if got := testutil.ToFloat64(metrics.ObjectsRewritten.WithLabelValues(helmrepos)) - rewritten; got != 25 {
+	if got := testutil.ToFloat64(metrics.ObjectsRewritten.WithLabelValues(metrics.LocalCluster, helmrepos)) - rewritten; got != 25 {
 		t.Errorf("upgradeguard_objects_rewritten_total{crd=%s} grew by %v, want 25", helmrepos, got)
 	}
 	waitFor(t, 10*time.Second, "the Migrated event", func() (bool, error) {
@@ -403,7 +403,7 @@ func TestResumeAfterRestart(t *testing.T) {
 func TestRestartWhenCRDChanges(t *testing.T) {
 	const n = 60
 	e := storedAtV1beta2(t, n)
-	restarted := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.ResultRestarted))
+	restarted := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.LocalCluster, metrics.ResultRestarted))
 	sm := &v1alpha1.StorageMigration{ObjectMeta: metav1.ObjectMeta{Name: "restart"},
 		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{helmrepos}, Rate: v1alpha1.RateSettings{QPS: 10, Burst: 1, PageSize: 10, Concurrency: 1}}}
 	if err := e.c.Create(e.ctx, sm); err != nil {
@@ -432,7 +432,7 @@ func TestRestartWhenCRDChanges(t *testing.T) {
 	if got := helmreposStoredVersions(t, e); !slices.Equal(got, []string{"v1"}) {
 		t.Errorf("storedVersions %v, want [v1]", got)
 	}
-	if got := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.ResultRestarted)) - restarted; got != 1 {
+	if got := testutil.ToFloat64(metrics.Migrations.WithLabelValues(metrics.LocalCluster, metrics.ResultRestarted)) - restarted; got != 1 {
 		t.Errorf("upgradeguard_migrations_total{result=restarted} grew by %v, want 1", got)
 	}
 	waitFor(t, 10*time.Second, "the MigrationRestarted event", func() (bool, error) {

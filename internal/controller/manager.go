@@ -12,15 +12,18 @@ import (
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	_ "github.com/upgradeguard/upgradeguard/internal/metrics" // registers the metrics
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 )
 
 // LeaderElectionID is the name of the controller's leader-election Lease. `audit` looks
@@ -47,6 +50,12 @@ type Options struct {
 	MigrationLeaseDuration time.Duration
 	// SaveEvery bounds how often a running migration saves its place (default 2s).
 	SaveEvery time.Duration
+	// JobImage is the image of Job-mode migrations (the chart's image); JobNamespace is
+	// where they run on the target (default upgradeguard-migrate).
+	JobImage     string
+	JobNamespace string
+	// Fleet tunes how the target clusters of policies' spec.targets are probed.
+	Fleet FleetOptions
 	// SkipNameValidation allows more than one manager in a process (tests, embedding).
 	SkipNameValidation bool
 }
@@ -107,13 +116,24 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	sm := &StorageMigrationReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Recorder: mgr.GetEventRecorder("upgradeguard"),
 		LeaseNamespace: o.MigrationLeaseNamespace, Holder: fmt.Sprintf("upgradeguard-controller/%s/%d", host, time.Now().UnixNano()),
-		LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery,
+		LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery, JobImage: o.JobImage, JobNamespace: o.JobNamespace,
+	}
+	if sm.JobNamespace == "" {
+		sm.JobNamespace = DefaultJobNamespace
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.StorageMigration{}).Named("storagemigration").
-		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: o.MaxConcurrentMigrations}).Complete(sm); err != nil {
+		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: o.MaxConcurrentMigrations,
+			// A migration whose target cluster is away retries within a minute of its return.
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, time.Minute)}).Complete(sm); err != nil {
 		return nil, err
 	}
 	if err := (&ProactiveReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	fleet := &FleetReconciler{Client: mgr.GetClient(), Options: o.Fleet,
+		// Its own Clusters, large enough never to evict a target a policy selects.
+		Clusters: check.NewClusters(check.ClustersOptions{MaxTargets: 4096})}
+	if err := fleet.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	if err := (&PolicyStatusReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {

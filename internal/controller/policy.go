@@ -55,7 +55,7 @@ func (r *ProactiveReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&apiextv1.CustomResourceDefinition{}).
 		Watches(&v1alpha1.StorageMigrationPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allCRDs)).
 		Watches(&v1alpha1.StorageMigration{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if crd := o.GetAnnotations()[AnnotationCRD]; crd != "" {
+			if crd := o.GetAnnotations()[AnnotationCRD]; crd != "" && o.GetLabels()[LabelCluster] == "" {
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: crd}}}
 			}
 			return nil
@@ -90,9 +90,22 @@ func (r *ProactiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if !migrate.NeedsMigration(crd) || !established(crd) {
 		return ctrl.Result{}, nil
 	}
-	name := ProactiveName(crd.Name)
+	created, err := ensureMigration(ctx, r.Client, ProactiveName(crd.Name), crd, policy, nil, nil)
+	if err != nil || !created {
+		return ctrl.Result{}, err
+	}
+	log.FromContext(ctx).Info("proactive migration created", "crd", crd.Name, "storedVersions", crd.Status.StoredVersions, "policy", policy.Name)
+	return ctrl.Result{}, nil
+}
+
+// ensureMigration makes sure a StorageMigration named name is migrating crd (of the
+// cluster kubeConfig points at, the local one when nil) for policy: it creates one, or
+// replaces one that succeeded earlier (a later storage switch) or failed before the CRD
+// last changed. It reports whether it created one.
+func ensureMigration(ctx context.Context, c client.Client, name string, crd *apiextv1.CustomResourceDefinition,
+	policy *v1alpha1.StorageMigrationPolicy, labels map[string]string, kubeConfig *v1alpha1.KubeConfigReference) (bool, error) {
 	existing := &v1alpha1.StorageMigration{}
-	err = r.Client.Get(ctx, client.ObjectKey{Name: name}, existing)
+	err := c.Get(ctx, client.ObjectKey{Name: name}, existing)
 	generation := strconv.FormatInt(crd.Generation, 10)
 	switch {
 	case err == nil && (existing.Status.Phase == v1alpha1.PhaseSucceeded ||
@@ -100,29 +113,33 @@ func (r *ProactiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		// An earlier migration finished, and the CRD needs another (a later storage
 		// switch); or it failed, and the CRD has changed since (an upgrade that may
 		// have fixed the cause): replace it.
-		if err := r.Client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, err
+		if err := c.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); client.IgnoreNotFound(err) != nil {
+			return false, err
 		}
 	case err == nil:
 		// Pending or running; a failed one waits for an operator or a change to the CRD
 		// (docs/operator-guide.md).
-		return ctrl.Result{}, nil
+		return false, nil
 	case !apierrors.IsNotFound(err):
-		return ctrl.Result{}, err
+		return false, err
+	}
+	l := map[string]string{LabelPolicy: policy.Name, LabelProactive: "true"}
+	for k, v := range labels {
+		l[k] = v
 	}
 	sm := &v1alpha1.StorageMigration{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
-			Labels:      map[string]string{LabelPolicy: policy.Name, LabelProactive: "true"},
+			Labels:      l,
 			Annotations: map[string]string{AnnotationCRD: crd.Name, AnnotationCRDGeneration: generation},
 		},
-		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{crd.Name}, Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline},
+		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{crd.Name}, KubeConfig: kubeConfig, Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline,
+			Mode: policy.Spec.Mode},
 	}
-	if err := r.Client.Create(ctx, sm); err != nil && !apierrors.IsAlreadyExists(err) {
-		return ctrl.Result{}, fmt.Errorf("create StorageMigration %s for %s: %w", name, crd.Name, err)
+	if err := c.Create(ctx, sm); err != nil && !apierrors.IsAlreadyExists(err) {
+		return false, fmt.Errorf("create StorageMigration %s for %s: %w", name, crd.Name, err)
 	}
-	log.FromContext(ctx).Info("proactive migration created", "crd", crd.Name, "storedVersions", crd.Status.StoredVersions, "policy", policy.Name)
-	return ctrl.Result{}, nil
+	return true, nil
 }
 
 // policyFor is the first proactive policy (by name) that selects crd, or nil.
@@ -134,7 +151,8 @@ func (r *ProactiveReconciler) policyFor(ctx context.Context, crd *apiextv1.Custo
 	slices.SortFunc(list.Items, func(a, b v1alpha1.StorageMigrationPolicy) int { return strings.Compare(a.Name, b.Name) })
 	for i := range list.Items {
 		p := &list.Items[i]
-		if !p.IsProactive() {
+		if !p.IsProactive() || p.Spec.Targets != nil {
+			// A policy with targets looks after those clusters (FleetReconciler).
 			continue
 		}
 		ok, err := p.Selects(crd)
@@ -204,8 +222,13 @@ func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Client.List(ctx, &crds); err != nil {
 		return ctrl.Result{}, err
 	}
-	st := v1alpha1.StorageMigrationPolicyStatus{ObservedGeneration: p.Generation, Conditions: p.Status.Conditions, PendingCRDs: []string{}}
+	// status.clusters belongs to the fleet reconciler.
+	st := v1alpha1.StorageMigrationPolicyStatus{ObservedGeneration: p.Generation, Conditions: p.Status.Conditions, PendingCRDs: []string{}, Clusters: p.Status.Clusters}
 	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Selected", ObservedGeneration: p.Generation}
+	if p.Spec.Targets != nil {
+		fleetSummary(p, &st, &ready)
+		crds.Items = nil
+	}
 	for i := range crds.Items {
 		ok, err := p.Selects(&crds.Items[i])
 		if err != nil {
@@ -220,7 +243,7 @@ func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			st.PendingCRDs = append(st.PendingCRDs, crds.Items[i].Name)
 		}
 	}
-	if ready.Status == metav1.ConditionTrue {
+	if ready.Status == metav1.ConditionTrue && p.Spec.Targets == nil {
 		ready.Message = fmt.Sprintf("%d CRDs selected, %d with stale storedVersions", st.EligibleCRDs, len(st.PendingCRDs))
 	}
 	meta.SetStatusCondition(&st.Conditions, ready)
@@ -228,6 +251,9 @@ func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if equality.Semantic.DeepEqual(p.Status, st) {
 		return ctrl.Result{}, nil
 	}
+	// A merge patch of the fields this reconciler owns: status.clusters is written by the
+	// fleet reconciler at the same time.
+	base := p.DeepCopy()
 	p.Status = st
-	return ctrl.Result{}, r.Client.Status().Update(ctx, p)
+	return ctrl.Result{}, r.Client.Status().Patch(ctx, p, client.MergeFrom(base))
 }

@@ -8,13 +8,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -61,6 +65,10 @@ type StorageMigrationReconciler struct {
 	// SaveEvery bounds how often progress is written to status while a CRD migrates
 	// (every page at most).
 	SaveEvery time.Duration
+	// JobImage is the image of Job-mode migrations (it runs `upgradeguard migrate`).
+	JobImage string
+	// JobNamespace is where Job-mode migrations run on their target cluster.
+	JobNamespace string
 }
 
 // Reconcile runs (or resumes) one StorageMigration to the end, one CRD after another.
@@ -97,6 +105,9 @@ func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	cfg, err := r.target(ctx, sm)
 	if err != nil {
 		return r.fail(ctx, sm, "", err.Error())
+	}
+	if sm.Spec.Mode == v1alpha1.ModeJob {
+		return r.runJob(ctx, sm, cfg)
 	}
 	m, err := migrate.New(rateLimit(cfg, sm.Spec.Rate))
 	if err != nil {
@@ -141,19 +152,11 @@ func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	return ctrl.Result{}, r.saveStatus(ctx, sm)
 }
 
-// migrateOne runs one attempt at one CRD and records it in rp. It returns a requeue delay
-// when the attempt could not start yet (a Lease held by another run).
-func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha1.StorageMigration, rp *v1alpha1.ResourceProgress,
-	m *migrate.Migrator, c *kubeclient.Clients) (*migrate.Result, time.Duration, error) {
-	logger := log.FromContext(ctx).WithValues("crd", rp.Name)
-	live, err := c.CRDs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, rp.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		rp.Phase, rp.Message = v1alpha1.PhaseFailed, fmt.Sprintf("CRD %s not found on the target cluster: fix spec.resources", rp.Name)
-		return &migrate.Result{}, 0, nil
-	case err != nil:
-		return nil, 0, fmt.Errorf("read CRD %s: %w", rp.Name, err)
-	}
+// startAttempt marks rp running for a new attempt at the live CRD and returns the run's
+// options, resuming from rp's saved place when the storage version is unchanged, with the
+// counts the attempt starts from.
+func (r *StorageMigrationReconciler) startAttempt(ctx context.Context, sm *v1alpha1.StorageMigration, rp *v1alpha1.ResourceProgress,
+	live *apiextv1.CustomResourceDefinition) (migrate.Options, v1alpha1.ResourceProgress) {
 	storage := crdversions.StorageVersion(live)
 	base := *rp
 	o := migrate.Options{
@@ -165,7 +168,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	}
 	if rp.Continue != "" && rp.StorageVersion == storage {
 		o.Continue = rp.Continue
-		logger.Info("resuming from the saved continue token", "done", rp.Objects)
+		log.FromContext(ctx).Info("resuming from the saved continue token", "crd", rp.Name, "done", rp.Objects)
 	} else if rp.Continue != "" {
 		// The storage version changed since the place was saved: objects before it may be
 		// stored at the old one, so start over.
@@ -177,6 +180,25 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	}
 	rp.StorageVersion, rp.Phase = storage, v1alpha1.PhaseRunning
 	rp.Attempts++
+	return o, base
+}
+
+// migrateOne runs one attempt at one CRD and records it in rp. It returns a requeue delay
+// when the attempt could not start yet (a Lease held by another run).
+func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha1.StorageMigration, rp *v1alpha1.ResourceProgress,
+	m *migrate.Migrator, c *kubeclient.Clients) (*migrate.Result, time.Duration, error) {
+	logger := log.FromContext(ctx).WithValues("crd", rp.Name)
+	cluster := metrics.ClusterLabel(ClusterOf(sm))
+	live, err := c.CRDs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, rp.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		rp.Phase, rp.Message = v1alpha1.PhaseFailed, fmt.Sprintf("CRD %s not found on the target cluster: fix spec.resources", rp.Name)
+		return &migrate.Result{}, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("read CRD %s: %w", rp.Name, err)
+	}
+	storage := crdversions.StorageVersion(live)
+	o, base := r.startAttempt(ctx, sm, rp, live)
 	// atToken are this attempt's counts at the last page boundary, where rp.Continue
 	// points: an attempt that stops part-way saves these, so that the objects after the
 	// token, which the next attempt lists again, are not counted twice.
@@ -209,9 +231,17 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 		return nil, r.LeaseDuration, r.saveStatus(ctx, sm)
 	case err != nil && ctx.Err() != nil:
 		return nil, 0, r.saveStatus(context.WithoutCancel(ctx), sm)
+	case err != nil && Unreachable(err):
+		// The target went away mid-run (down, restarting, a network cut): keep the place
+		// and try again with this StorageMigration's own backoff; other targets go on.
+		rp.Phase, rp.Message = v1alpha1.PhaseRunning, "target cluster unreachable, retrying: "+err.Error()
+		if serr := r.saveStatus(ctx, sm); serr != nil {
+			logger.Error(serr, "saving progress")
+		}
+		return nil, 0, fmt.Errorf("migrate %s: %w", rp.Name, err)
 	case err != nil:
 		rp.Phase, rp.Message = v1alpha1.PhaseFailed, err.Error()
-		metrics.Migrations.WithLabelValues(metrics.ResultFailed).Inc()
+		metrics.Migrations.WithLabelValues(cluster, metrics.ResultFailed).Inc()
 		return &migrate.Result{}, 0, nil
 	}
 	count(migrate.Progress{Done: res.Objects, Rewritten: res.Rewritten, AlreadyCurrent: res.AlreadyCurrent, Deleted: res.Deleted, Failed: res.FailedCount})
@@ -221,28 +251,37 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	if partial {
 		count(atToken)
 	}
-	metrics.ObjectsRewritten.WithLabelValues(rp.Name).Add(float64(max(rp.Rewritten-base.Rewritten, 0)))
+	metrics.ObjectsRewritten.WithLabelValues(cluster, rp.Name).Add(float64(max(rp.Rewritten-base.Rewritten, 0)))
 	switch {
 	case res.Restart && ctx.Err() == nil:
 		// A chart upgrade changed the CRD during the attempt: the next one starts over.
 		*rp = v1alpha1.ResourceProgress{Name: rp.Name, Phase: v1alpha1.PhaseRunning, Attempts: rp.Attempts,
 			StoredVersionsBefore: rp.StoredVersionsBefore, Message: res.Message}
-		metrics.Migrations.WithLabelValues(metrics.ResultRestarted).Inc()
+		metrics.Migrations.WithLabelValues(cluster, metrics.ResultRestarted).Inc()
 		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventRestarted, action(rp.Name), "%s: %s; starting over", rp.Name, res.Message)
 	case res.Status == migrate.Migrated || res.Status == migrate.AlreadyMigrated:
 		rp.Phase, rp.Continue, rp.CompletionTime = v1alpha1.PhaseSucceeded, "", ptrTime(metav1.Now())
-		metrics.Migrations.WithLabelValues(metrics.ResultSucceeded).Inc()
+		metrics.Migrations.WithLabelValues(cluster, metrics.ResultSucceeded).Inc()
 		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventMigrated, action(rp.Name),
 			"%s: %d objects, %d rewritten at %s; storedVersions %v -> %v", rp.Name, rp.Objects, rp.Rewritten, storage, rp.StoredVersionsBefore, rp.StoredVersionsAfter)
+	case !partial && unreachableNow(ctx, c, rp.Name):
+		// The target stopped answering during the attempt: what failed is the cluster,
+		// not the objects. Keep the clean place and retry with backoff.
+		count(atToken)
+		rp.Message = "target cluster unreachable, retrying: " + res.Message
+		if serr := r.saveStatus(ctx, sm); serr != nil {
+			logger.Error(serr, "saving progress")
+		}
+		return nil, 0, fmt.Errorf("migrate %s: the target cluster stopped answering: %s", rp.Name, res.Message)
 	case !partial:
 		rp.Phase = v1alpha1.PhaseFailed
-		metrics.Migrations.WithLabelValues(metrics.ResultFailed).Inc()
+		metrics.Migrations.WithLabelValues(cluster, metrics.ResultFailed).Inc()
 	case ctx.Err() != nil:
 		// The controller is stopping: the place is saved, the next leader resumes.
 		return nil, 0, r.saveStatus(context.WithoutCancel(ctx), sm)
 	default:
 		// The deadline ended the attempt with every object so far migrated: resume.
-		metrics.Migrations.WithLabelValues(metrics.ResultPartial).Inc()
+		metrics.Migrations.WithLabelValues(cluster, metrics.ResultPartial).Inc()
 		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventPartial, action(rp.Name),
 			"%s: %d objects so far; %s", rp.Name, rp.Objects, res.Message)
 	}
@@ -276,7 +315,57 @@ func (r *StorageMigrationReconciler) target(ctx context.Context, sm *v1alpha1.St
 	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
 		return nil, fmt.Errorf("read kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
-	return kubeclient.ConfigFromSecret(secret, ref.Key)
+	cfg, err := kubeclient.ConfigFromSecret(secret, ref.Key)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		// A remote target that stops answering fails the request instead of holding a
+		// worker that other targets' migrations need.
+		cfg.Timeout = RemoteTimeout
+	}
+	return cfg, nil
+}
+
+// unreachableNow asks the target for the CRD once more, to tell an attempt cut short by
+// the cluster going away from one its objects failed.
+func unreachableNow(ctx context.Context, c *kubeclient.Clients, crd string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := c.CRDs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd, metav1.GetOptions{})
+	return Unreachable(err)
+}
+
+// RemoteTimeout bounds each request to a remote target cluster whose kubeconfig sets no
+// timeout.
+const RemoteTimeout = time.Minute
+
+// ClusterOf names the target cluster of a StorageMigration for metrics and logs: its
+// upgradeguard.io/cluster label (set on the migrations of a policy's targets), else the
+// kubeConfig Secret's name, else metrics.LocalCluster.
+func ClusterOf(sm *v1alpha1.StorageMigration) string {
+	if c := sm.Labels[LabelCluster]; c != "" {
+		return c
+	}
+	if sm.Spec.KubeConfig != nil {
+		return sm.Spec.KubeConfig.SecretRef.Name
+	}
+	return metrics.LocalCluster
+}
+
+// Unreachable reports whether err says the API server could not be reached or did not
+// answer (as opposed to an answer refusing the request).
+func Unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err)
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || utilnet.IsConnectionRefused(err) || utilnet.IsConnectionReset(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // syncResources makes status.resources follow spec.resources, keeping saved progress.

@@ -3,6 +3,8 @@
 package metrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -19,14 +21,14 @@ var (
 	// Migrations counts CRD migrations by result.
 	Migrations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "upgradeguard_migrations_total",
-		Help: "Storage-version migrations of one CRD, by result (succeeded, failed, partial).",
-	}, []string{"result"})
+		Help: "Storage-version migrations of one CRD, by target cluster and result (succeeded, failed, partial, restarted).",
+	}, []string{"cluster", "result"})
 
 	// ObjectsRewritten counts objects re-persisted at the storage version, by CRD.
 	ObjectsRewritten = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "upgradeguard_objects_rewritten_total",
-		Help: "Objects re-persisted at their CRD's storage version, by CRD.",
-	}, []string{"crd"})
+		Help: "Objects re-persisted at their CRD's storage version, by target cluster and CRD.",
+	}, []string{"cluster", "crd"})
 
 	// MigrationDuration observes how long one attempt at one CRD took.
 	MigrationDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -41,6 +43,13 @@ var (
 		Help: "StorageMigrations that are pending or running.",
 	})
 
+	// FleetTargets is the number of target clusters of policies' spec.targets, by state
+	// (Ready, Unreachable, Forbidden, Invalid).
+	FleetTargets = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "upgradeguard_fleet_targets",
+		Help: "Target clusters selected by StorageMigrationPolicies' spec.targets, by state.",
+	}, []string{"state"})
+
 	// GateDecisions counts the admission gate's decisions by outcome (admitted, migrating,
 	// blocked, error).
 	GateDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -50,5 +59,36 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, GateDecisions)
+	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, FleetTargets, GateDecisions)
+}
+
+// MaxClusterLabels bounds the values of the cluster label: the first this many target
+// clusters keep their name, later ones share the value "other", so a large fleet cannot
+// grow the series without bound.
+const MaxClusterLabels = 100
+
+// LocalCluster is the cluster label of the cluster the controller runs in.
+const LocalCluster = ""
+
+var clusterLabels = struct {
+	sync.Mutex
+	seen map[string]bool
+}{seen: map[string]bool{}}
+
+// ClusterLabel is the cluster label value for a target cluster's name (see
+// MaxClusterLabels).
+func ClusterLabel(name string) string {
+	if name == LocalCluster {
+		return name
+	}
+	clusterLabels.Lock()
+	defer clusterLabels.Unlock()
+	if clusterLabels.seen[name] {
+		return name
+	}
+	if len(clusterLabels.seen) >= MaxClusterLabels {
+		return "other"
+	}
+	clusterLabels.seen[name] = true
+	return name
 }

@@ -87,6 +87,17 @@ type Options struct {
 	Registry *registry.Registry
 	// Now is the clock for the Lease check (time.Now when nil).
 	Now func() time.Time
+	// Guard, when set, is the controller and the proactive policies that look after this
+	// cluster from elsewhere (a fleet's platform cluster), used instead of reading the
+	// audited cluster's own Lease and policies.
+	Guard *Guard
+}
+
+// Guard is who looks after a cluster from outside it.
+type Guard struct {
+	Controller Controller
+	// Policies are proactive policies (spec.targets selects the cluster).
+	Policies []*v1alpha1.StorageMigrationPolicy
 }
 
 var (
@@ -126,14 +137,18 @@ func Run(ctx context.Context, src Sources, o Options) (*Report, error) {
 	}
 
 	j := &judge{reg: o.Registry}
-	if j.controller, err = controllerStatus(ctx, src.Leases, o.Now()); err != nil {
-		return nil, err
+	var policies []*v1alpha1.StorageMigrationPolicy
+	if o.Guard != nil {
+		j.controller, policies = o.Guard.Controller, o.Guard.Policies
+	} else {
+		if j.controller, err = controllerStatus(ctx, src.Leases, o.Now()); err != nil {
+			return nil, err
+		}
+		if policies, err = listPolicies(ctx, src.Dynamic); err != nil {
+			return nil, err
+		}
 	}
 	rep.Controller = j.controller
-	policies, err := listPolicies(ctx, src.Dynamic)
-	if err != nil {
-		return nil, err
-	}
 	for _, p := range policies {
 		if p.IsProactive() {
 			j.policies = append(j.policies, p)

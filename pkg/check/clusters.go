@@ -79,6 +79,7 @@ type cachedTarget struct {
 	synced    func() bool
 	waitSync  func(ctx context.Context) bool
 	cancel    context.CancelFunc
+	informer  toolscache.SharedIndexInformer
 }
 
 // NewClusters builds a Clusters; Start it before use.
@@ -162,6 +163,44 @@ func (c *Clusters) Get(ctx context.Context, key string, cfg *rest.Config, local 
 	return &out, nil
 }
 
+// Remove drops the target named key and stops its informer (a target whose kubeconfig
+// Secret was deleted or rotated).
+func (c *Clusters) Remove(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.targets.Remove(key)
+}
+
+// Len is how many targets Clusters keeps (each with its informer).
+func (c *Clusters) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.targets.Len()
+}
+
+// OnCRDChange calls fn after every change the informer of the target named key sees
+// (CRDs added, changed or deleted, and its first sync), until remove is called or the
+// target is dropped. fn must not block. The target must have been built by Get first,
+// after Start.
+func (c *Clusters) OnCRDChange(key string, fn func()) (remove func(), err error) {
+	c.mu.Lock()
+	v, ok := c.targets.Get(key)
+	c.mu.Unlock()
+	if !ok || v.(*cachedTarget).informer == nil {
+		return nil, fmt.Errorf("no CRD informer for target %s: call Get after Start first", key)
+	}
+	inf := v.(*cachedTarget).informer
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { fn() },
+		UpdateFunc: func(any, any) { fn() },
+		DeleteFunc: func(any) { fn() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch the CRDs of target %s: %w", key, err)
+	}
+	return func() { _ = inf.RemoveEventHandler(reg) }, nil
+}
+
 func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 	// The clients live across decisions, and so does their rate limiter: client-go's
 	// default (5 requests per second) would throttle a burst of decisions that each make
@@ -216,7 +255,7 @@ func (c *Clusters) inform(t *cachedTarget, cfg *rest.Config) error {
 	inf := toolscache.NewSharedIndexInformer(lw, &apiextv1.CustomResourceDefinition{}, 0, toolscache.Indexers{})
 	ctx, cancel := context.WithCancel(c.ctx)
 	go inf.RunWithContext(ctx)
-	t.reader = &storeReader{store: inf.GetStore()}
+	t.reader, t.informer = &storeReader{store: inf.GetStore()}, inf
 	t.synced, t.cancel = inf.HasSynced, cancel
 	t.waitSync = func(ctx context.Context) bool { return toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) }
 	return nil

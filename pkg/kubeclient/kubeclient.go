@@ -57,8 +57,8 @@ func New(cfg *rest.Config) (*Clients, error) {
 }
 
 // KubeconfigKeys are the Secret keys a kubeconfig is looked up under when a reference
-// names none, as Flux does.
-var KubeconfigKeys = []string{"value", "value.yaml"}
+// names none: Flux's (value, value.yaml; Cluster API uses value too), then a plain kubeconfig key.
+var KubeconfigKeys = []string{"value", "value.yaml", "kubeconfig"}
 
 // ConfigFromSecret reads the kubeconfig in a Secret: under key, or under the first of
 // KubeconfigKeys present when key is empty. Errors name the Secret and key, never data.
@@ -77,4 +77,19 @@ func ConfigFromSecret(s *corev1.Secret, key string) (*rest.Config, error) {
 		}
 	}
 	return nil, fmt.Errorf("kubeconfig Secret %s/%s has none of the keys %s: name the key in the reference", s.Namespace, s.Name, strings.Join(keys, ", "))
+}
+
+// LabelCAPICluster is the label Cluster API puts on a <cluster>-kubeconfig Secret.
+const LabelCAPICluster = "cluster.x-k8s.io/cluster-name"
+
+// ClusterName is the cluster a kubeconfig Secret stands for: Cluster API's cluster name
+// (its label, or the name of a <cluster>-kubeconfig Secret), else the Secret's name.
+func ClusterName(s *corev1.Secret) string {
+	if c := s.Labels[LabelCAPICluster]; c != "" {
+		return c
+	}
+	if c, ok := strings.CutSuffix(s.Name, "-kubeconfig"); ok && c != "" {
+		return c
+	}
+	return s.Name
 }

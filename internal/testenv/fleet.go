@@ -1,0 +1,125 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Fleet is K control planes sharing one etcd: each kube-apiserver has its own
+// --etcd-prefix (/c0, /c1, ...), port and certificates, so each is a separate cluster
+// (objects created through one are not served by another), at the cost of one etcd.
+type Fleet struct {
+	// Clusters are the control planes, in order. Each supports what a ControlPlane from
+	// Start does (users, kubeconfigs, StopAPIServer/StartAPIServer) except the
+	// controller manager and webhooks.
+	Clusters []*ControlPlane
+
+	etcd *envtest.Etcd
+	dir  string
+}
+
+// StartFleet starts k kube-apiservers on one etcd. The binaries come from BinDir.
+func StartFleet(k int) (*Fleet, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "upgradeguard-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{dir: dir, etcd: &envtest.Etcd{
+		Path: filepath.Join(bin, "etcd"), DataDir: filepath.Join(dir, "etcd"), StartTimeout: 2 * time.Minute, StopTimeout: time.Minute,
+	}}
+	if err := f.etcd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("start the fleet's etcd from %s: %w", bin, err)
+	}
+	f.Clusters = make([]*ControlPlane, k)
+	var mu sync.Mutex
+	var g errgroup.Group
+	for i := range k {
+		g.Go(func() error {
+			cp, err := f.startAPIServer(bin, i)
+			mu.Lock()
+			f.Clusters[i] = cp
+			mu.Unlock()
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, errors.Join(err, f.Stop())
+	}
+	return f, nil
+}
+
+func (f *Fleet) startAPIServer(bin string, i int) (*ControlPlane, error) {
+	dir := filepath.Join(f.dir, fmt.Sprintf("c%d", i))
+	api := &envtest.APIServer{
+		Path:         filepath.Join(bin, "kube-apiserver"),
+		CertDir:      filepath.Join(dir, "apiserver"),
+		EtcdURL:      f.etcd.URL,
+		StartTimeout: 2 * time.Minute,
+		StopTimeout:  time.Minute,
+	}
+	if err := os.MkdirAll(api.CertDir, 0o700); err != nil {
+		return nil, err
+	}
+	api.Configure().Set("etcd-prefix", fmt.Sprintf("/c%d", i))
+	if err := api.Start(); err != nil {
+		return nil, fmt.Errorf("start kube-apiserver %d of the fleet: %w", i, err)
+	}
+	env := &envtest.Environment{ControlPlane: envtest.ControlPlane{APIServer: api}}
+	cp := &ControlPlane{Bin: bin, env: env, dir: dir}
+	admin, err := cp.AddUser("admin", "system:masters")
+	if err != nil {
+		_ = api.Stop()
+		return nil, err
+	}
+	admin.WarningHandler = rest.NoWarnings{}
+	cp.Config = admin
+	if err := cp.writeKubeconfig(); err != nil {
+		_ = api.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+// Stop stops every kube-apiserver, then etcd, and removes their files.
+func (f *Fleet) Stop() error {
+	var err error
+	for _, cp := range f.Clusters {
+		if cp != nil {
+			err = errors.Join(err, cp.env.ControlPlane.APIServer.Stop())
+		}
+	}
+	err = errors.Join(err, f.etcd.Stop(), os.RemoveAll(f.dir))
+	return err
+}
+
+// FleetForTest starts a fleet of k control planes for one test and stops it at cleanup.
+func FleetForTest(t testing.TB, k int) *Fleet {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	f, err := StartFleet(k)
+	if err != nil {
+		t.Fatalf("fleet of %d control planes: %v", k, err)
+	}
+	t.Cleanup(func() {
+		if err := f.Stop(); err != nil {
+			t.Errorf("stop the fleet: %v", err)
+		}
+	})
+	return f
+}
