@@ -229,6 +229,8 @@ func contractFlags() *pflag.FlagSet {
 	fs.String("webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "")
 	fs.String("migration-lease-namespace", "", "")
 	fs.Bool("gate-values-changes", false, "")
+	fs.String("job-image", "", "")
+	fs.String("job-namespace", "", "")
 	fs.String("kubeconfig", "", "")
 	return fs
 }
