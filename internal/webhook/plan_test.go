@@ -3,16 +3,11 @@ package webhook_test
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	sourcev1 "github.com/fluxcd/source-controller/api/v1"
-
 	"github.com/upgradeguard/upgradeguard/internal/cli"
-	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 )
 
@@ -26,35 +21,7 @@ func TestBridgeDenialNamesPlan(t *testing.T) {
 	skipShort(t)
 	ctx := t.Context()
 	const ns, release = "planhr", "planhr"
-	fx, err := testenv.Fixtures()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for _, v := range []string{"1.10.2", "1.11.1", "1.12.2", "1.13.0", "2.0.0"} {
-		data, err := os.ReadFile(filepath.Join(fx, "crds/crossplane/v"+v+"/apiextensions.crossplane.io_compositionrevisions.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		src, err := testenv.WriteChart(filepath.Join(dir, "src", v), "planhr", v,
-			map[string]string{"templates/crd.yaml": strings.ReplaceAll(string(data), "apiextensions.crossplane.io", "planhr.example.io")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := testenv.Package(src, filepath.Join(dir, "repo")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	url, stop, err := testenv.ServeRepo(filepath.Join(dir, "repo"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if out, err := s.cp.Helm("install", release, "planhr", "--repo", url, "--version", "1.10.2", "-n", ns, "--create-namespace").CombinedOutput(); err != nil {
-		t.Fatalf("helm install: %v: %s", err, out)
-	}
-	helmRepo(t, ns, "charts", sourcev1.HelmRepositorySpec{URL: url})
-	helmRelease(t, ns, release, "planhr", "1.10.2", "charts")
+	steppingStoneRelease(t, ns, release)
 
 	const planCmd = "upgradeguard plan --helmrelease planhr/planhr --version 2.0.0"
 	mustDeny(t, setVersion(ctx, s.c, ns, release, "2.0.0"), "The whole safe path: "+planCmd)
