@@ -15,7 +15,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -234,17 +233,7 @@ func (r *StorageMigrationReconciler) jobDone(ctx context.Context, sm *v1alpha1.S
 	if err := cleanup(ctx, cs, cm.Namespace, cm.Name); err != nil {
 		return ctrl.Result{}, err
 	}
-	now := metav1.Now()
-	st := &sm.Status
-	st.Phase, st.CompletionTime = v1alpha1.PhaseSucceeded, &now
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, "Completed", "the migration Job finished", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, "Migrated", "the migration Job migrated every CRD and pruned its storedVersions", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionFalse, "Migrated", "", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationRequired, metav1.ConditionFalse, "Migrated", "storedVersions hold only the storage version", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, "Migrated", "", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionFalse, "Migrated", "", sm))
-	r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventSucceeded, "Migrate", "the migration Job migrated %v", sm.Spec.Resources)
-	return ctrl.Result{}, r.saveStatus(ctx, sm)
+	return r.succeed(ctx, sm, "the migration Job finished", "the migration Job migrated every CRD and pruned its storedVersions", "the migration Job migrated %v")
 }
 
 func cleanup(ctx context.Context, cs kubernetes.Interface, ns, name string) error {

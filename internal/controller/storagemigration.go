@@ -140,15 +140,22 @@ func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
 		}
 	}
+	return r.succeed(ctx, sm, "every CRD is migrated", "every CRD is migrated and its storedVersions pruned", "migrated %v")
+}
+
+// succeed marks sm Succeeded with its conditions and event: running says why it stopped,
+// done what succeeded, and event (with the resources as its one verb) the event's note.
+func (r *StorageMigrationReconciler) succeed(ctx context.Context, sm *v1alpha1.StorageMigration, running, done, event string) (ctrl.Result, error) {
 	now := metav1.Now()
+	st := &sm.Status
 	st.Phase, st.CompletionTime = v1alpha1.PhaseSucceeded, &now
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, "Completed", "every CRD is migrated", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, "Migrated", "every CRD is migrated and its storedVersions pruned", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, "Completed", running, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, "Migrated", done, sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionFalse, "Migrated", "", sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationRequired, metav1.ConditionFalse, "Migrated", "storedVersions hold only the storage version", sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, "Migrated", "", sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionFalse, "Migrated", "", sm))
-	r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventSucceeded, "Migrate", "migrated %v", sm.Spec.Resources)
+	r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventSucceeded, "Migrate", event, sm.Spec.Resources)
 	return ctrl.Result{}, r.saveStatus(ctx, sm)
 }
 
