@@ -44,9 +44,20 @@ $(BIN)/validate-krew-manifest: hack/tools/krew/go.mod
 testbin: ## Build the real control plane and Helm CLI into bin/ (skips what is current)
 	./hack/testbin.sh
 
+# CI runs everything on the default Kubernetes minor (1.37), and the packages whose answers
+# depend most on the API server's version again on the oldest one we test.
+KUBE_CI := 1.32
+KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/...
+
 .PHONY: test
-test: testbin ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd and Helm)
+test: testbin ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd, Helm and Flux), then check, migrate and the gate on Kubernetes 1.32
 	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	UPGRADEGUARD_KUBE_VERSION=$(KUBE_CI) go test -count=1 -timeout $(TEST_TIMEOUT) $(KUBE_CI_PACKAGES)
+
+.PHONY: test-matrix
+test-matrix: ## Run every control-plane test package on Kubernetes 1.32, 1.34, 1.36 and 1.37 and print a pass/fail table
+	./hack/testbin.sh --kube all
+	./hack/test-matrix.sh
 
 .PHONY: unit
 unit: ## Run only the tests that need no control plane

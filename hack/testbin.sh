@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# testbin.sh builds the real control plane and Helm CLI that tests and the demo run against:
-#   bin/kube-apiserver, bin/kube-controller-manager, bin/kubectl, bin/etcd, bin/helm (Helm 4)
-#   and bin/helm3 (Helm 3: releases installed the way Helm 3 users did, then upgraded by Helm 4).
-#   kcm is built because the release-safety tests need PV binding, garbage collection and
-#   namespace cleanup; kubectl because tests reproduce operators' `kubectl patch` with the
-#   real client. --with-kcm and --with-kubectl are accepted for older callers.
-# Each binary is built from the Go module proxy through the pinned tools modules under
-# hack/tools, and skipped when bin/ already holds it at the pinned version. Builds land in
-# the Go build cache, so a machine (or CI) that keeps the cache rebuilds in seconds.
+# testbin.sh builds the real binaries that tests and the demo run against, from the Go
+# module proxy, and skips each one that bin/ already holds at its pinned version:
+#   bin/kube/1.NN/  kube-apiserver, kube-controller-manager, kubectl and the etcd that
+#                   Kubernetes 1.NN was released with, one directory per minor, side by side;
+#   bin/helm        Helm 4, and bin/helm3, Helm 3 (releases installed the way Helm 3 users did);
+#   bin/flux/       Flux's source-controller and helm-controller, run outside the cluster.
+# Each is built through a pinned tools module under hack/tools (hack/kube-tools.sh writes the
+# one for a new Kubernetes version). Builds land in the Go build cache, so a machine (or CI)
+# that keeps the cache rebuilds in seconds.
+#
+# Usage: hack/testbin.sh [--demo] [--kube MINORS] [--no-flux]
+#   (no flags)     what `make test` needs: the default minor ($KUBE_DEFAULT), the minor CI also
+#                  runs check, migrate and the gate on ($KUBE_CI), Helm 4 and 3, and Flux.
+#   --demo         only what `make demo` runs: kube-apiserver and etcd of the default minor, and
+#                  Helm 4. A newcomer's first demo waits for nothing else.
+#   --kube MINORS  the control planes of these minors (comma-separated, or "all") instead of
+#                  the default ones; `make test-matrix` uses --kube all.
+#   --flux-only    only Flux's controllers (make demo-flux).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,82 +24,95 @@ bin="$root/bin"
 stamps="$bin/.stamps"
 mkdir -p "$bin" "$stamps"
 
-KUBE_VERSION=v1.36.3
-ETCD_VERSION=v3.6.16
+# The Kubernetes minors we test, each at the newest patch the module proxy serves.
+declare -A KUBE=([1.32]=v1.32.13 [1.34]=v1.34.4 [1.36]=v1.36.3 [1.37]=v1.37.2)
+KUBE_ALL="1.32 1.34 1.36 1.37"
+KUBE_DEFAULT=1.37
+KUBE_CI=1.32
 HELM_VERSION=v4.3.1
 HELM3_VERSION=v3.22.0
+HELM_CONTROLLER_VERSION=v1.6.2
+SOURCE_CONTROLLER_VERSION=v1.9.1
 
-# --demo builds only what `make demo` runs (kube-apiserver, etcd, Helm 4): a newcomer's
-# first demo does not wait for the binaries only the tests need.
-demo=false
-for arg in "$@"; do
-  case "$arg" in
-    --demo) demo=true ;;
-    --with-kcm | --with-kubectl) ;; # always built now
-    *) echo "testbin: unknown argument $arg" >&2; exit 2 ;;
+demo=false flux=true helm=true minors="$KUBE_DEFAULT $KUBE_CI"
+while (($#)); do
+  case "$1" in
+    --demo) demo=true; flux=false; minors=$KUBE_DEFAULT ;;
+    --kube)
+      [[ $# -ge 2 ]] || { echo "testbin: --kube needs a list of minors, for example --kube 1.32,1.37" >&2; exit 2; }
+      minors=${2//,/ }; [[ $minors == all ]] && minors=$KUBE_ALL; shift ;;
+    --no-flux) flux=false ;;
+    --flux-only) minors="" helm=false ;;
+    --with-kcm | --with-kubectl) ;; # always built now; accepted for older callers
+    *) echo "testbin: unknown argument $1 (see the usage at the top of hack/testbin.sh)" >&2; exit 2 ;;
   esac
+  shift
+done
+for m in $minors; do
+  [[ -n ${KUBE[$m]:-} ]] || { echo "testbin: Kubernetes $m is not one of the tested minors ($KUBE_ALL)" >&2; exit 2; }
 done
 
-# need NAME VERSION: true when bin/NAME is missing or was built at another version.
+# stampfile PATH: the stamp recording PATH's version (bin/kube/1.37/etcd -> .stamps/kube_1.37_etcd).
+stampfile() {
+  local name=${1#"$bin"/}
+  echo "$stamps/${name//\//_}"
+}
+
+# need PATH VERSION: true when PATH is missing or was built at another version.
 need() {
-  [[ -x "$bin/$1" && -f "$stamps/$1-$2" ]] && return 1
+  [[ -x "$1" && -f "$(stampfile "$1")-$2" ]] && return 1
   return 0
 }
 
 stamp() {
-  rm -f "$stamps/$1-"*
-  touch "$stamps/$1-$2"
+  local s
+  s=$(stampfile "$1")
+  rm -f "$s-"*
+  touch "$s-$2"
 }
 
-kube_ldflags() {
-  local v=${KUBE_VERSION#v} major minor
+# build OUT VERSION MODULE_DIR LDFLAGS PACKAGE
+build() {
+  local out=$1 version=$2 dir=$3 ldflags=$4 pkg=$5
+  need "$out" "$version" || return 0
+  echo "testbin: building ${out#"$root"/} $version"
+  mkdir -p "$(dirname "$out")"
+  (cd "$dir" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$out.tmp" "$pkg")
+  mv "$out.tmp" "$out"
+  stamp "$out" "$version"
+}
+
+kube_ldflags() { # VERSION
+  local v=${1#v} major minor
   major=${v%%.*}; minor=${v#*.}; minor=${minor%%.*}
-  echo "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
+  echo "-s -w -X k8s.io/component-base/version.gitVersion=$1 \
 -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor \
 -X k8s.io/component-base/version.gitTreeState=clean"
 }
 
-build_kube() { # NAME
-  local name=$1
-  if need "$name" "$KUBE_VERSION"; then
-    echo "testbin: building $name $KUBE_VERSION (first build takes about 5 minutes on 2 cores)"
-    (cd "$root/hack/tools/kube-apiserver" && \
-      CGO_ENABLED=0 go build -ldflags "$(kube_ldflags)" -o "$bin/$name" "k8s.io/kubernetes/cmd/$name")
-    stamp "$name" "$KUBE_VERSION"
+for m in $minors; do
+  version=${KUBE[$m]} tools="$root/hack/tools/kube-$m" dest="$bin/kube/$m"
+  etcd=$(sed -n 's|^require go.etcd.io/etcd/server/v3 \(v[0-9.]*\)$|\1|p' "$tools/etcd/go.mod")
+  build "$dest/etcd" "$etcd" "$tools/etcd" "-s -w" .
+  names="kube-apiserver kube-controller-manager kubectl"
+  $demo && names=kube-apiserver
+  for name in $names; do
+    build "$dest/$name" "$version" "$tools" "$(kube_ldflags "$version")" "k8s.io/kubernetes/cmd/$name"
+  done
+done
+
+if $helm; then
+  build "$bin/helm" "$HELM_VERSION" "$root/hack/tools/helm" \
+    "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" helm.sh/helm/v4/cmd/helm
+  if ! $demo; then
+    build "$bin/helm3" "$HELM3_VERSION" "$root/hack/tools/helm3" \
+      "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM3_VERSION" helm.sh/helm/v3/cmd/helm
   fi
-}
-
-build_kube kube-apiserver
-if ! $demo; then
-  build_kube kube-controller-manager
-  build_kube kubectl
 fi
 
-if need etcd "$ETCD_VERSION"; then
-  echo "testbin: building etcd $ETCD_VERSION"
-  (cd "$root/hack/tools/etcd" && CGO_ENABLED=0 go build -ldflags "-s -w" -o "$bin/etcd" .)
-  stamp etcd "$ETCD_VERSION"
+if $flux; then
+  build "$bin/flux/helm-controller" "$HELM_CONTROLLER_VERSION" "$root/hack/tools/helm-controller" "-s -w" github.com/fluxcd/helm-controller
+  build "$bin/flux/source-controller" "$SOURCE_CONTROLLER_VERSION" "$root/hack/tools/source-controller" "-s -w" github.com/fluxcd/source-controller
 fi
 
-if need helm "$HELM_VERSION"; then
-  echo "testbin: building helm $HELM_VERSION"
-  (cd "$root/hack/tools/helm" && CGO_ENABLED=0 go build \
-    -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
-    -o "$bin/helm" helm.sh/helm/v4/cmd/helm)
-  stamp helm "$HELM_VERSION"
-fi
-
-if $demo; then
-  echo "testbin: ready for the demo: kube-apiserver $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION in bin/ (make testbin builds the rest)"
-  exit 0
-fi
-
-if need helm3 "$HELM3_VERSION"; then
-  echo "testbin: building helm3 $HELM3_VERSION"
-  (cd "$root/hack/tools/helm3" && CGO_ENABLED=0 go build \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM3_VERSION" \
-    -o "$bin/helm3" helm.sh/helm/v3/cmd/helm)
-  stamp helm3 "$HELM3_VERSION"
-fi
-
-echo "testbin: ready: kube-apiserver, kube-controller-manager and kubectl $KUBE_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION, helm3 $HELM3_VERSION in bin/"
+echo "testbin: ready in bin/:${minors:+ Kubernetes ${minors// /, } (bin/kube/MINOR),}$($helm && echo " Helm $HELM_VERSION")$($helm && ! $demo && echo ", Helm 3 $HELM3_VERSION")$($flux && echo ", Flux source-controller $SOURCE_CONTROLLER_VERSION and helm-controller $HELM_CONTROLLER_VERSION")"

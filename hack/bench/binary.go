@@ -26,7 +26,11 @@ func benchBinary(rounds int, ug string, extra []string) error {
 		}
 		cases = append(cases, [2]string{name, path})
 	}
-	cases = append(cases, [2]string{"kubectl", filepath.Join(root, "bin", "kubectl")}, [2]string{"helm", filepath.Join(root, "bin", "helm")})
+	_, kubeBin, err := testenv.KubeBinDir()
+	if err != nil {
+		return err
+	}
+	cases = append(cases, [2]string{"kubectl", filepath.Join(kubeBin, "kubectl")}, [2]string{"helm", filepath.Join(root, "bin", "helm")})
 	fmt.Printf("%-28s %10s %14s %10s\n", "binary", "size", "version RSS", "vs kubectl")
 	var kubectl float64
 	rows := make([][3]any, 0, len(cases))

@@ -44,10 +44,6 @@ type procResult struct {
 // defaults, (d) the runbook's kubectl annotate --all --overwrite, (e) re-runs on the
 // migrated set. Each runs as its own process so its peak RSS can be read.
 func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return err
-	}
 	cp, err := testenv.Start()
 	if err != nil {
 		return err
@@ -84,7 +80,7 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 		return err
 	}
 	ug := ugBinary
-	kubectl := filepath.Join(root, "bin", "kubectl")
+	kubectl := filepath.Join(cp.KubeBin, "kubectl")
 	kc := []string{"--kubeconfig", cp.Kubeconfig}
 	c := strconv.Itoa(concurrency)
 

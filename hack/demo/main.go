@@ -40,7 +40,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	step("Start an embedded control plane: kube-apiserver v1.36 and etcd, built from source by `make testbin`.")
+	step("Start an embedded control plane: kube-apiserver " + testenv.DefaultMinor + " and etcd, built from source by `make testbin`.")
 	cp, err := testenv.Start()
 	if err != nil {
 		return err

@@ -201,7 +201,7 @@ func TestPlugins(t *testing.T) {
 		path := filepath.Join(krewRoot, "bin") + string(os.PathListSeparator) + cp.Bin + string(os.PathListSeparator) + os.Getenv("PATH")
 		kubectl := func(want int, env []string, args ...string) string {
 			t.Helper()
-			cmd := exec.CommandContext(t.Context(), filepath.Join(cp.Bin, "kubectl"), args...)
+			cmd := exec.CommandContext(t.Context(), filepath.Join(cp.KubeBin, "kubectl"), args...)
 			cmd.Env = append(os.Environ(), "PATH="+path, "KUBECONFIG=/nonexistent")
 			cmd.Env = append(cmd.Env, env...)
 			out, err := cmd.CombinedOutput()

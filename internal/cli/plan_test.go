@@ -54,7 +54,7 @@ func runCommand(t *testing.T, command string) {
 			t.Fatalf("%s: exit %d\n%s%s", command, r.code, r.stdout, r.stderr)
 		}
 	case "kubectl":
-		out, err := exec.Command(filepath.Join(cp.Bin, "kubectl"), append([]string{"--kubeconfig", cp.Kubeconfig}, args[1:]...)...).CombinedOutput()
+		out, err := exec.Command(filepath.Join(cp.KubeBin, "kubectl"), append([]string{"--kubeconfig", cp.Kubeconfig}, args[1:]...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", command, err, out)
 		}

@@ -33,23 +33,27 @@ func StartFleet(k int) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
+	minor, kubeBin, err := KubeBinDir()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "upgradeguard-fleet-")
 	if err != nil {
 		return nil, err
 	}
 	f := &Fleet{dir: dir, etcd: &envtest.Etcd{
-		Path: filepath.Join(bin, "etcd"), DataDir: filepath.Join(dir, "etcd"), StartTimeout: 2 * time.Minute, StopTimeout: time.Minute,
+		Path: filepath.Join(kubeBin, "etcd"), DataDir: filepath.Join(dir, "etcd"), StartTimeout: 2 * time.Minute, StopTimeout: time.Minute,
 	}}
 	if err := f.etcd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start the fleet's etcd from %s: %w", bin, err)
+		return nil, fmt.Errorf("start the fleet's etcd from %s: %w", kubeBin, err)
 	}
 	f.Clusters = make([]*ControlPlane, k)
 	var mu sync.Mutex
 	var g errgroup.Group
 	for i := range k {
 		g.Go(func() error {
-			cp, err := f.startAPIServer(bin, i)
+			cp, err := f.startAPIServer(bin, kubeBin, minor, i)
 			mu.Lock()
 			f.Clusters[i] = cp
 			mu.Unlock()
@@ -62,10 +66,10 @@ func StartFleet(k int) (*Fleet, error) {
 	return f, nil
 }
 
-func (f *Fleet) startAPIServer(bin string, i int) (*ControlPlane, error) {
+func (f *Fleet) startAPIServer(bin, kubeBin string, minor, i int) (*ControlPlane, error) {
 	dir := filepath.Join(f.dir, fmt.Sprintf("c%d", i))
 	api := &envtest.APIServer{
-		Path:         filepath.Join(bin, "kube-apiserver"),
+		Path:         filepath.Join(kubeBin, "kube-apiserver"),
 		CertDir:      filepath.Join(dir, "apiserver"),
 		EtcdURL:      f.etcd.URL,
 		StartTimeout: 2 * time.Minute,
@@ -79,7 +83,7 @@ func (f *Fleet) startAPIServer(bin string, i int) (*ControlPlane, error) {
 		return nil, fmt.Errorf("start kube-apiserver %d of the fleet: %w", i, err)
 	}
 	env := &envtest.Environment{ControlPlane: envtest.ControlPlane{APIServer: api}}
-	cp := &ControlPlane{Bin: bin, env: env, dir: dir}
+	cp := &ControlPlane{Bin: bin, KubeBin: kubeBin, Minor: minor, env: env, dir: dir}
 	admin, err := cp.AddUser("admin", "system:masters")
 	if err != nil {
 		_ = api.Stop()

@@ -48,17 +48,17 @@ type controllerManager struct {
 	log     string
 }
 
-// StartControllerManager runs the real kube-controller-manager (bin/kube-controller-manager,
-// built by `./hack/testbin.sh --with-kcm`) against this control plane with the given
+// StartControllerManager runs the real kube-controller-manager (bin/kube/MINOR, built by
+// `make testbin`) against this control plane with the given
 // controllers, or DefaultControllers when none are given. It returns once the
 // controller manager reports healthy; Stop stops it with the control plane.
 func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 	if cp.kcm != nil {
 		return errors.New("kube-controller-manager is already running on this control plane")
 	}
-	bin := filepath.Join(cp.Bin, "kube-controller-manager")
+	bin := filepath.Join(cp.KubeBin, "kube-controller-manager")
 	if _, err := os.Stat(bin); err != nil {
-		return fmt.Errorf("%s is missing: run `./hack/testbin.sh --with-kcm` (or `make testbin`) first", bin)
+		return fmt.Errorf("%s is missing: run `make testbin` first", bin)
 	}
 	if len(controllers) == 0 {
 		controllers = DefaultControllers

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +28,14 @@ type ControlPlane struct {
 	// Kubeconfig is the path of a kubeconfig file for the same admin user, for the Helm
 	// CLI and upgradeguard.
 	Kubeconfig string
-	// Bin is the directory holding kube-apiserver, etcd and helm.
+	// Bin is bin/ at the repository root: helm, helm3 and flux/.
 	Bin string
+	// KubeBin holds this control plane's kube-apiserver, kube-controller-manager, kubectl
+	// and etcd: bin/kube/MINOR for the minor KubeMinor names.
+	KubeBin string
+	// Minor is the Kubernetes minor version running (32 for 1.32), for tests that assert a
+	// version's own behaviour.
+	Minor int
 	// AuditLog is the API server's audit log (JSON lines) when started with Audit.
 	AuditLog string
 	// Webhooks is envtest's webhook installation when started with Options.Webhooks:
@@ -70,8 +78,8 @@ type Options struct {
 	Controllers []string
 }
 
-// Start starts a control plane. The binaries come from bin/ at the repository root, or
-// from $UPGRADEGUARD_TESTBIN when set.
+// Start starts a control plane of the Kubernetes minor KubeMinor names. The binaries come
+// from bin/ at the repository root, or from $UPGRADEGUARD_TESTBIN when set.
 func Start(opts ...Options) (*ControlPlane, error) {
 	var o Options
 	if len(opts) > 0 {
@@ -81,16 +89,20 @@ func Start(opts ...Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	minor, kubeBin, err := KubeBinDir()
+	if err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "upgradeguard-cp-")
 	if err != nil {
 		return nil, err
 	}
 	env := &envtest.Environment{
-		BinaryAssetsDirectory:    bin,
+		BinaryAssetsDirectory:    kubeBin,
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	cp := &ControlPlane{Bin: bin, env: env, dir: dir}
+	cp := &ControlPlane{Bin: bin, KubeBin: kubeBin, Minor: minor, env: env, dir: dir}
 	// A fixed certificate directory keeps the serving certificate across RestartAPIServer.
 	api := env.ControlPlane.GetAPIServer()
 	api.CertDir = filepath.Join(dir, "apiserver")
@@ -128,7 +140,7 @@ func Start(opts ...Options) (*ControlPlane, error) {
 	cfg, err := env.Start()
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start control plane from %s: %w", bin, err)
+		return nil, fmt.Errorf("start control plane from %s: %w", kubeBin, err)
 	}
 	cfg.WarningHandler = rest.NoWarnings{}
 	cp.Config = cfg
@@ -226,21 +238,66 @@ func (cp *ControlPlane) helmCLI(name string, args []string) *exec.Cmd {
 	return cmd
 }
 
-// BinDir finds the directory with the control-plane binaries.
+// DefaultMinor is the Kubernetes minor the tests and the demo run on unless
+// $UPGRADEGUARD_KUBE_VERSION names another (the newest we test).
+const DefaultMinor = "1.37"
+
+// Minors are the Kubernetes minors `make testbin --kube all` builds and `make test-matrix`
+// runs.
+var Minors = []string{"1.32", "1.34", "1.36", "1.37"}
+
+// KubeMinor is the Kubernetes minor to run: $UPGRADEGUARD_KUBE_VERSION ("1.32", or "v1.32.13"
+// reduced to its minor), else DefaultMinor.
+func KubeMinor() (string, error) {
+	v := strings.TrimPrefix(os.Getenv("UPGRADEGUARD_KUBE_VERSION"), "v")
+	if v == "" {
+		return DefaultMinor, nil
+	}
+	if parts := strings.Split(v, "."); len(parts) >= 2 {
+		v = parts[0] + "." + parts[1]
+	}
+	if !slices.Contains(Minors, v) {
+		return "", fmt.Errorf("UPGRADEGUARD_KUBE_VERSION=%s is not a tested Kubernetes minor: use one of %s", os.Getenv("UPGRADEGUARD_KUBE_VERSION"), strings.Join(Minors, ", "))
+	}
+	return v, nil
+}
+
+// BinDir finds bin/ (Helm, Flux, and the control planes under kube/).
 func BinDir() (string, error) {
 	if d := os.Getenv("UPGRADEGUARD_TESTBIN"); d != "" {
-		return d, checkBins(d)
+		return d, checkBins(d, "helm")
 	}
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	d := filepath.Join(root, "bin")
-	return d, checkBins(d)
+	return d, checkBins(d, "helm")
 }
 
-func checkBins(dir string) error {
-	for _, b := range []string{"kube-apiserver", "etcd", "helm", "kubectl"} {
+// KubeBinDir finds the control plane of KubeMinor: its minor number and bin/kube/MINOR.
+func KubeBinDir() (int, string, error) {
+	v, err := KubeMinor()
+	if err != nil {
+		return 0, "", err
+	}
+	bin, err := BinDir()
+	if err != nil {
+		return 0, "", err
+	}
+	minor, _ := strconv.Atoi(strings.TrimPrefix(v, "1."))
+	d := filepath.Join(bin, "kube", v)
+	if err := checkBins(d, "kube-apiserver", "etcd"); err != nil {
+		if v != DefaultMinor {
+			return 0, "", fmt.Errorf("%w (for Kubernetes %s: ./hack/testbin.sh --kube %s)", err, v, v)
+		}
+		return 0, "", err
+	}
+	return minor, d, nil
+}
+
+func checkBins(dir string, names ...string) error {
+	for _, b := range names {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return fmt.Errorf("%s/%s is missing: run `make testbin` first", dir, b)
 		}

@@ -215,7 +215,7 @@ func TestConflictInTheMiddleMatchesHelm(t *testing.T) {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
 	// The real kubectl patch, as an operator resizing by hand does.
-	kubectl := exec.CommandContext(ctx, filepath.Join(c.cp.Bin, "kubectl"), "--kubeconfig", c.cp.Kubeconfig, "-n", ns, "patch", "deployment", "jobs-manager",
+	kubectl := exec.CommandContext(ctx, filepath.Join(c.cp.KubeBin, "kubectl"), "--kubeconfig", c.cp.Kubeconfig, "-n", ns, "patch", "deployment", "jobs-manager",
 		"-p", `{"spec":{"template":{"spec":{"containers":[{"name":"api","resources":{"limits":{"cpu":"1500m"}}}]}}}}`)
 	if out, err := kubectl.CombinedOutput(); err != nil {
 		t.Fatalf("kubectl patch: %v\n%s", err, out)

@@ -160,7 +160,7 @@ func (c cluster) guardB(t *testing.T, ns string) {
 
 func kubectlPatch(t *testing.T, c cluster, ns string, args ...string) {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), filepath.Join(c.cp.Bin, "kubectl"), append([]string{"--kubeconfig", c.cp.Kubeconfig, "-n", ns, "patch"}, args...)...)
+	cmd := exec.CommandContext(t.Context(), filepath.Join(c.cp.KubeBin, "kubectl"), append([]string{"--kubeconfig", c.cp.Kubeconfig, "-n", ns, "patch"}, args...)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kubectl patch: %v\n%s", err, out)
 	}
@@ -470,7 +470,7 @@ func TestUpgradePrunesObjectAnotherReleaseTookOver(t *testing.T) {
 		}
 	}
 	kubectl := func(args ...string) {
-		cmd := exec.CommandContext(ctx, filepath.Join(c.cp.Bin, "kubectl"), append([]string{"--kubeconfig", c.cp.Kubeconfig, "-n", ns}, args...)...)
+		cmd := exec.CommandContext(ctx, filepath.Join(c.cp.KubeBin, "kubectl"), append([]string{"--kubeconfig", c.cp.Kubeconfig, "-n", ns}, args...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 		}
