@@ -16,10 +16,10 @@ import (
 )
 
 func TestControllerManagerMissingBinary(t *testing.T) {
-	cp := &testenv.ControlPlane{Bin: t.TempDir()}
+	cp := &testenv.ControlPlane{KubeBin: t.TempDir()}
 	err := cp.StartControllerManager()
-	if err == nil || !strings.Contains(err.Error(), "./hack/testbin.sh --with-kcm") {
-		t.Fatalf("error = %v, want one that says to run ./hack/testbin.sh --with-kcm", err)
+	if err == nil || !strings.Contains(err.Error(), "run `make testbin` first") {
+		t.Fatalf("error = %v, want one that says to run make testbin", err)
 	}
 }
 
