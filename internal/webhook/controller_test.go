@@ -13,7 +13,7 @@ import (
 
 // waitMigration waits until the controller's StorageMigration reconciler has run the
 // StorageMigration to Succeeded, and fails on Failed.
-func waitMigration(t *testing.T, name string) {
+func waitMigration(t *testing.T, name string) *v1alpha1.StorageMigration {
 	t.Helper()
 	var sm v1alpha1.StorageMigration
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -28,4 +28,5 @@ func waitMigration(t *testing.T, name string) {
 	if err != nil {
 		t.Fatalf("StorageMigration %s did not succeed: %v (status %+v)", name, err, sm.Status)
 	}
+	return &sm
 }

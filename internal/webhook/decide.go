@@ -87,8 +87,8 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	if res.Remote {
 		target = fmt.Sprintf(" (against the cluster of the kubeConfig Secret %s/%s)", hr.Namespace, hr.Spec.KubeConfig.SecretRef.Name)
 	}
-	name := MigrationName(hr.Namespace, hr.Name)
-	sms := &storageMigrations{g: g, hr: hr, name: name, live: res.LiveCRDs, dryRun: dryRun}
+	sms := hrMigrations(g, hr, res.LiveCRDs, dryRun)
+	name := sms.name
 	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, ObservedGeneration: hr.Generation,
 		PlanCommand: fmt.Sprintf("upgradeguard plan --helmrelease %s/%s --version %s", hr.Namespace, hr.Name, rep.ChartVersion)})
 	if err != nil {
@@ -186,11 +186,31 @@ func setMessages(c []metav1.Condition, required, inProgress, failed string) {
 // storageMigrations is the gate's Migrator for HelmReleases: a StorageMigration the
 // controller runs, when a StorageMigrationPolicy with autoMigrate selects every CRD.
 type storageMigrations struct {
-	g      *Gate
-	hr     *helmv2.HelmRelease
-	name   string
+	g    *Gate
+	name string
+	// labels name what the StorageMigration holds (a HelmRelease or a Helm release);
+	// kubeConfig is the target, nil for the local cluster.
+	labels     map[string]string
+	kubeConfig *v1alpha1.KubeConfigReference
+	// holds says what is held until the migration completes, and why (the annotation
+	// AnnotationHolds on the StorageMigration).
+	holds  string
 	live   map[string]*apiextv1.CustomResourceDefinition
 	dryRun bool
+}
+
+// AnnotationHolds on a StorageMigration the gate created says what it holds and why:
+// the release or HelmRelease whose upgrade waits for it, and what happens next.
+const AnnotationHolds = "upgradeguard.io/holds"
+
+// hrMigrations is the Migrator for a HelmRelease's chart change.
+func hrMigrations(g *Gate, hr *helmv2.HelmRelease, live map[string]*apiextv1.CustomResourceDefinition, dryRun bool) *storageMigrations {
+	m := &storageMigrations{g: g, name: MigrationName(hr.Namespace, hr.Name), live: live, dryRun: dryRun,
+		labels: map[string]string{LabelHelmReleaseNamespace: hr.Namespace, LabelHelmReleaseName: truncateLabel(hr.Name)}}
+	if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil {
+		m.kubeConfig = &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: hr.Namespace, Name: kc.SecretRef.Name, Key: kc.SecretRef.Key}}
+	}
+	return m
 }
 
 func (m *storageMigrations) Migrate(ctx context.Context, crds []string) (*gate.Progress, error) {
@@ -202,7 +222,7 @@ func (m *storageMigrations) Migrate(ctx context.Context, crds []string) (*gate.P
 		return &gate.Progress{State: gate.MigrationNotAllowed, NotAllowed: unselected,
 			Message: "no StorageMigrationPolicy with autoMigrate selects " + strings.Join(unselected, ", ")}, nil
 	}
-	sm, created, err := m.g.ensureMigration(ctx, m.hr, m.name, crds, policy, m.dryRun)
+	sm, created, err := m.g.ensureMigration(ctx, m, crds, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +297,16 @@ func (g *Gate) policyFor(ctx context.Context, live map[string]*apiextv1.CustomRe
 // MigrationName is the StorageMigration the gate creates for a HelmRelease:
 // hr-<namespace>-<name>, shortened with a hash when it is not a valid name.
 func MigrationName(namespace, name string) string {
-	n := "hr-" + namespace + "-" + name
+	return migrationName("hr-", namespace, name)
+}
+
+// migrationName is prefix<namespace>-<name>, shortened with a hash when it is not a
+// valid name.
+func migrationName(prefix, namespace, name string) string {
+	n := prefix + name
+	if namespace != "" {
+		n = prefix + namespace + "-" + name
+	}
 	if len(n) <= validation.DNS1123SubdomainMaxLength && len(validation.IsDNS1123Subdomain(n)) == 0 {
 		return n
 	}
@@ -303,8 +332,9 @@ func (g *Gate) getMigration(ctx context.Context, name string) (*v1alpha1.Storage
 // ensureMigration returns the HelmRelease's StorageMigration, creating it when there is
 // none, or replacing it when it succeeded earlier and a new migration is needed. A
 // running or failed one is returned as it is.
-func (g *Gate) ensureMigration(ctx context.Context, hr *helmv2.HelmRelease, name string, crds []string,
-	policy *v1alpha1.StorageMigrationPolicy, dryRun bool) (*v1alpha1.StorageMigration, bool, error) {
+func (g *Gate) ensureMigration(ctx context.Context, m *storageMigrations, crds []string,
+	policy *v1alpha1.StorageMigrationPolicy) (*v1alpha1.StorageMigration, bool, error) {
+	name, dryRun := m.name, m.dryRun
 	sm, err := g.getMigration(ctx, name)
 	if err != nil {
 		return nil, false, err
@@ -324,13 +354,12 @@ func (g *Gate) ensureMigration(ctx context.Context, hr *helmv2.HelmRelease, name
 		}
 	}
 	want := &v1alpha1.StorageMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			LabelHelmReleaseNamespace: hr.Namespace, LabelHelmReleaseName: truncateLabel(hr.Name),
-		}},
-		Spec: v1alpha1.StorageMigrationSpec{Resources: slices.Sorted(slices.Values(crds)), Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: m.labels},
+		Spec: v1alpha1.StorageMigrationSpec{Resources: slices.Sorted(slices.Values(crds)), Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline,
+			KubeConfig: m.kubeConfig},
 	}
-	if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil {
-		want.Spec.KubeConfig = &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: hr.Namespace, Name: kc.SecretRef.Name, Key: kc.SecretRef.Key}}
+	if m.holds != "" {
+		want.Annotations = map[string]string{AnnotationHolds: truncate(m.holds, 4000)}
 	}
 	if err := g.writer.Create(ctx, want); err != nil {
 		if apierrors.IsAlreadyExists(err) {

@@ -76,6 +76,10 @@ type Options struct {
 	// chart changes are decided. The webhook configuration must send such updates too
 	// (the chart's webhook.gateValuesChanges does both).
 	GateValuesChanges bool
+	// RecordTimeout bounds one decision of the release-record and CRD gates. Keep it
+	// below their webhooks' timeoutSeconds (10 in the shipped manifest): they fail open,
+	// and a Helm client waits for them. Default 8s.
+	RecordTimeout time.Duration
 	// Clock is the clock of the index TTL, for tests. Default: the real clock.
 	Clock clock.PassiveClock
 	// LocalCRDs reads the local cluster's CRDs from memory: Setup passes the manager's
@@ -116,6 +120,8 @@ func Setup(mgr manager.Manager, o Options) error {
 		}
 	}
 	mgr.GetWebhookServer().Register(Path, &ctrlwebhook.Admission{Handler: g})
+	mgr.GetWebhookServer().Register(ReleasePath, &ctrlwebhook.Admission{Handler: &releaseGate{g: g}})
+	mgr.GetWebhookServer().Register(CRDPath, &ctrlwebhook.Admission{Handler: &crdGate{g: g}})
 	return nil
 }
 
@@ -138,6 +144,9 @@ type Gate struct {
 func New(reader client.Reader, writer client.Client, local *rest.Config, recorder events.EventRecorder, o Options) (*Gate, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 25 * time.Second
+	}
+	if o.RecordTimeout <= 0 {
+		o.RecordTimeout = 8 * time.Second
 	}
 	if o.HelmCacheDir == "" {
 		o.HelmCacheDir = filepath.Join(os.TempDir(), "upgradeguard-helm")

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/Masterminds/semver/v3"
+	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/utils/lru"
@@ -41,6 +43,14 @@ type Sources struct {
 	// ReleaseOptional predicts an upgrade of a release with no revision yet as a first
 	// install, instead of failing with *helmrelease.NotFoundError.
 	ReleaseOptional bool
+
+	// Record is a release revision about to be stored: the record every Helm client
+	// (the CLI, helm-controller, Terraform, SDK operators) writes with status
+	// pending-install, pending-upgrade or pending-rollback before it applies anything of
+	// the revision. Its chart and manifest are the incoming side; a pending-rollback is
+	// predicted as a rollback from the release's last revision, the others as an upgrade
+	// from the deployed one (read through Releases). Chart and Rollback are ignored.
+	Record *release.Release
 
 	// Rollback predicts a rollback to ToRevision (0: the previous revision, as helm
 	// rollback) instead of an upgrade to Chart.
@@ -91,7 +101,11 @@ func Predict(ctx context.Context, s Sources) (*Prediction, error) {
 	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Release: s.Release, Namespace: s.Namespace, Current: s.Current,
 		NoObjectCounts: s.NoObjectCounts}
 	p := &Prediction{}
-	if s.Rollback {
+	if s.Record != nil {
+		if err := s.record(ctx, &req, p); err != nil {
+			return nil, err
+		}
+	} else if s.Rollback {
 		if err := s.rollback(ctx, &req, p); err != nil {
 			return nil, err
 		}
@@ -123,6 +137,44 @@ func (s Sources) rollback(ctx context.Context, req *Request, p *Prediction) erro
 		return fmt.Errorf("revision %d of release %s: %w", target.Version, s.Release, err)
 	}
 	return s.current(current, req, p)
+}
+
+func (s Sources) record(ctx context.Context, req *Request, p *Prediction) error {
+	rec := s.Record
+	var current *release.Release
+	if s.Releases != nil {
+		h, err := s.Releases.History(ctx, s.Release)
+		var nf *helmrelease.NotFoundError
+		if err != nil && !errors.As(err, &nf) {
+			return err
+		}
+		// The record is not stored yet; a retried create may find it already there.
+		h = slices.DeleteFunc(h, func(r *release.Release) bool { return r.Version >= rec.Version })
+		if rec.Info != nil && rec.Info.Status == common.StatusPendingRollback {
+			if len(h) > 0 {
+				current = h[len(h)-1]
+			}
+			req.Operation, req.ToRevision = predict.Rollback, helmrelease.RollbackTarget(rec)
+		} else {
+			current = helmrelease.Deployed(h)
+		}
+	}
+	if current != nil {
+		if err := s.current(current, req, p); err != nil {
+			return err
+		}
+	}
+	if rec.Chart != nil && rec.Chart.Metadata != nil {
+		req.Chart, req.ChartVersion = rec.Chart.Metadata.Name, rec.Chart.Metadata.Version
+	}
+	var err error
+	if req.Incoming, err = chartcrds.All(rec.Chart, rec.Manifest); err != nil {
+		return fmt.Errorf("revision %d of release %s: %w", rec.Version, s.Release, err)
+	}
+	if req.Operation != predict.Rollback {
+		req.History = s.SteppingStones
+	}
+	return nil
 }
 
 func (s Sources) upgrade(ctx context.Context, req *Request, p *Prediction) error {

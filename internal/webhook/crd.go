@@ -1,0 +1,126 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// CRDPath is where the webhook server serves the CRD gate: a MUTATING webhook on
+// CustomResourceDefinition UPDATEs that never patches. Its matchConditions send it only
+// an update that drops from spec.versions a version still listed in the live
+// status.storedVersions, which the API server's own validation rejects after mutating
+// admission (and so before any validating webhook could see it). The gate denies it
+// with the reason and starts the migration that lets the client's retry succeed: it only
+// ever denies what the API server would reject anyway.
+//
+// This is how Flux helm-controller's upgrade.crds Create and CreateReplace are gated:
+// they apply the chart's crds/ before the release record is written.
+const CRDPath = "/mutate-apiextensions-crd-storedversions"
+
+// crdGate is the admission.Handler of CRDPath.
+type crdGate struct{ g *Gate }
+
+// Dropped are the versions of old's status.storedVersions that updated no longer lists
+// in spec.versions: the API server rejects such an update.
+func Dropped(old, updated *apiextv1.CustomResourceDefinition) []string {
+	var out []string
+	for _, v := range old.Status.StoredVersions {
+		if !slices.ContainsFunc(updated.Spec.Versions, func(x apiextv1.CustomResourceDefinitionVersion) bool { return x.Name == v }) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Handle decides one CRD UPDATE. It never patches.
+func (c *crdGate) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Update || req.SubResource != "" {
+		return admission.Allowed("")
+	}
+	var old, crd apiextv1.CustomResourceDefinition
+	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the old CustomResourceDefinition: %w", err))
+	}
+	if err := json.Unmarshal(req.Object.Raw, &crd); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the CustomResourceDefinition: %w", err))
+	}
+	dropped := Dropped(&old, &crd)
+	if len(dropped) == 0 {
+		return admission.Allowed("")
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	ctx, cancel := context.WithTimeout(ctx, c.g.opts.RecordTimeout)
+	defer cancel()
+	d := c.decide(ctx, &crd, dropped, dryRun)
+	metrics.GateDecisions.WithLabelValues(d.outcome).Inc()
+	log.FromContext(ctx).Info("CRD update decision", "crd", crd.Name, "dropped", dropped, "outcome", d.outcome, "storageMigration", d.migration)
+	if d.allowed {
+		// An admitted update is left to the API server's own validation.
+		return admission.Allowed("").WithWarnings(d.warnings...)
+	}
+	return admission.Denied(d.message)
+}
+
+// crdOwner is the HelmRelease (helm-controller's origin labels) or the Helm release
+// (Helm's meta.helm.sh annotations) that applies the CRD; else the CRD itself.
+func crdOwner(crd *apiextv1.CustomResourceDefinition) owner {
+	o := owner{hrNamespace: crd.Labels[LabelFluxNamespace], hrName: crd.Labels[LabelFluxName]}
+	if o.hrName == "" || o.hrNamespace == "" {
+		o.hrNamespace, o.hrName = "", ""
+	}
+	o.namespace, o.release = crd.Annotations["meta.helm.sh/release-namespace"], crd.Annotations["meta.helm.sh/release-name"]
+	if o.release == "" {
+		o.namespace, o.release = "", crd.Name
+	}
+	return o
+}
+
+func (c *crdGate) decide(ctx context.Context, crd *apiextv1.CustomResourceDefinition, dropped []string, dryRun bool) decision {
+	g := c.g
+	o := crdOwner(crd)
+	p, err := runWithin(ctx, func(ctx context.Context) (*check.Prediction, error) {
+		tgt, err := g.localTarget(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// The incoming CRD as the update applies it; the one prediction engine decides.
+		return check.Predict(ctx, check.Sources{Cluster: tgt.Cluster, NoObjectCounts: true,
+			Chart: func(context.Context, bool) (*check.Chart, error) {
+				return &check.Chart{Name: "CustomResourceDefinition", CRDs: []chartcrds.CRD{{CRD: crd, Source: predict.Templates}}}, nil
+			}})
+	})
+	if err != nil {
+		return g.recordErrored("update of CustomResourceDefinition "+crd.Name, err)
+	}
+	what := fmt.Sprintf("update of CustomResourceDefinition %s, which drops %s from spec.versions while status.storedVersions still lists it (the API server rejects it)",
+		crd.Name, strings.Join(dropped, ", "))
+	if o.flux() {
+		what += fmt.Sprintf(", applied for HelmRelease %s/%s", o.hrNamespace, o.hrName)
+	}
+	sms := o.migrations(g, p.Live, dryRun, "")
+	d := g.judged(ctx, p.Report, sms, what, o)
+	d.operation, d.chart = predict.Upgrade, crd.Name
+	if d.allowed {
+		// The live CRD no longer lists the dropped versions (a migration just pruned
+		// them): the API server decides.
+		return d
+	}
+	if !dryRun && o.flux() {
+		g.recordOnHelmRelease(ctx, o, d)
+	}
+	return d
+}

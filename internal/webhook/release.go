@@ -1,0 +1,289 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/gate"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// ReleasePath is where the webhook server serves the release-record gate: a validating
+// webhook on the CREATE of Helm release record Secrets (sh.helm.release.v1.NAME.vN) with
+// status pending-install, pending-upgrade or pending-rollback. Every Helm client writes
+// that record before it applies anything of the revision, so a denial leaves the
+// cluster and the release history as they were.
+const ReleasePath = "/validate-helm-release-record"
+
+// Labels on a StorageMigration the release-record gate creates for a release that no
+// Flux HelmRelease manages (the Helm CLI, Terraform, an SDK operator).
+const (
+	LabelReleaseNamespace = "upgradeguard.io/release-namespace"
+	LabelReleaseName      = "upgradeguard.io/release-name"
+)
+
+// Labels helm-controller puts on every object it applies (templates and crds/), naming
+// the HelmRelease: the release-record and CRD gates find the HelmRelease through them.
+const (
+	LabelFluxName      = "helm.toolkit.fluxcd.io/name"
+	LabelFluxNamespace = "helm.toolkit.fluxcd.io/namespace"
+)
+
+// Event reasons of the release-record and CRD gates on a HelmRelease.
+const (
+	ReasonReleaseHeld     = "UpgradeHeld"
+	ReasonReleaseBlocked  = "UpgradeBlocked"
+	ReasonReleaseAdmitted = "UpgradeAdmitted"
+)
+
+// releaseGate is the admission.Handler of ReleasePath.
+type releaseGate struct{ g *Gate }
+
+// Handle decides one release record CREATE.
+func (r *releaseGate) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("only the creation of a release record is gated")
+	}
+	var sec corev1.Secret
+	if err := json.Unmarshal(req.Object.Raw, &sec); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the Secret: %w", err))
+	}
+	if sec.Namespace == "" {
+		sec.Namespace = req.Namespace
+	}
+	if sec.Labels[helmrelease.LabelOwner] != helmrelease.OwnerHelm || !helmrelease.Pending(sec.Labels[helmrelease.LabelStatus]) ||
+		sec.Type != helmrelease.SecretType {
+		return admission.Allowed("not a pending Helm release record")
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	ctx, cancel := context.WithTimeout(ctx, r.g.opts.RecordTimeout)
+	defer cancel()
+	d := r.decide(ctx, &sec, dryRun)
+	metrics.GateDecisions.WithLabelValues(d.outcome).Inc()
+	log.FromContext(ctx).Info("release record decision", "release", sec.Namespace+"/"+sec.Labels[helmrelease.LabelName],
+		"revision", sec.Labels[helmrelease.LabelVersion], "outcome", d.outcome, "storageMigration", d.migration)
+	if d.allowed {
+		return admission.Allowed(d.message).WithWarnings(d.warnings...)
+	}
+	return admission.Denied(d.message).WithWarnings(d.warnings...)
+}
+
+// owner is what a held release or CRD belongs to: a Flux HelmRelease, or a Helm release
+// of another client.
+type owner struct {
+	hrNamespace, hrName string // a HelmRelease, when helm-controller manages it
+	namespace, release  string // the Helm release; namespace "" for a CRD no release applies
+}
+
+func (o owner) flux() bool { return o.hrName != "" }
+
+// migrations is the Migrator for what o holds: the HelmRelease's own StorageMigration
+// (the same one its chart-change gate creates), else one per Helm release.
+func (o owner) migrations(g *Gate, live map[string]*apiextv1.CustomResourceDefinition, dryRun bool, holds string) *storageMigrations {
+	m := &storageMigrations{g: g, live: live, dryRun: dryRun, holds: holds}
+	if o.flux() {
+		m.name = MigrationName(o.hrNamespace, o.hrName)
+		m.labels = map[string]string{LabelHelmReleaseNamespace: o.hrNamespace, LabelHelmReleaseName: truncateLabel(o.hrName)}
+		return m
+	}
+	if o.namespace == "" {
+		// A CRD that no Helm release applies: its own migration.
+		m.name = migrationName("crd-", "", o.release)
+		return m
+	}
+	m.name = migrationName("release-", o.namespace, o.release)
+	m.labels = map[string]string{LabelReleaseNamespace: o.namespace, LabelReleaseName: truncateLabel(o.release)}
+	return m
+}
+
+// fluxOwner reads helm-controller's origin labels from the first object of a rendered
+// manifest that carries them.
+func fluxOwner(manifest string) (namespace, name string) {
+	for _, doc := range releaseutil.SplitManifests(manifest) {
+		var obj struct {
+			Metadata struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		}
+		if yaml.Unmarshal([]byte(doc), &obj) != nil {
+			continue
+		}
+		if n, ns := obj.Metadata.Labels[LabelFluxName], obj.Metadata.Labels[LabelFluxNamespace]; n != "" && ns != "" {
+			return ns, n
+		}
+	}
+	return "", ""
+}
+
+func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun bool) decision {
+	g := r.g
+	rel, err := helmrelease.DecodeSecret(sec)
+	if err != nil {
+		return g.recordErrored("release record "+sec.Namespace+"/"+sec.Name, err)
+	}
+	o := owner{namespace: sec.Namespace, release: rel.Name}
+	o.hrNamespace, o.hrName = fluxOwner(rel.Manifest)
+
+	p, err := runWithin(ctx, func(ctx context.Context) (*check.Prediction, error) {
+		tgt, err := g.localTarget(ctx)
+		if err != nil {
+			return nil, err
+		}
+		reader, err := helmrelease.NewReader(tgt.Clientset, sec.Namespace, helmrelease.DriverSecret)
+		if err != nil {
+			return nil, err
+		}
+		return check.Predict(ctx, check.Sources{Cluster: tgt.Cluster, Releases: reader, Release: rel.Name, Namespace: sec.Namespace,
+			Record: rel, NoObjectCounts: true})
+	})
+	if err != nil {
+		return g.recordErrored(fmt.Sprintf("revision %d of release %s/%s", rel.Version, sec.Namespace, rel.Name), err)
+	}
+	what := describeRecord(rel, p)
+	sms := o.migrations(g, p.Live, dryRun, "")
+	d := g.judged(ctx, p.Report, sms, what, o)
+	d.operation, d.chart = p.Report.Operation, chartOf(rel)
+	if !dryRun && o.flux() {
+		g.recordOnHelmRelease(ctx, o, d)
+	}
+	return d
+}
+
+// judged runs the one gate engine (gate.Judge) on a prediction and words its decision
+// for the release-record and CRD gates: what names the held change, retry says how it
+// is retried.
+func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrations, what string, o owner) decision {
+	retry, again := retryAdvice(o), "then run the helm command again"
+	if o.flux() {
+		again = fmt.Sprintf("then let helm-controller retry (flux reconcile helmrelease %s -n %s --reset)", o.hrName, o.hrNamespace)
+	} else if o.namespace == "" {
+		retry, again = "retry the update when it has succeeded", "then retry the update"
+	}
+	sms.holds = fmt.Sprintf("holds the %s until the stored versions are migrated; %s", what, retry)
+	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms})
+	if err != nil {
+		return g.recordErrored(what, err)
+	}
+	d := decision{conditions: gd.Conditions}
+	steps := strings.Join(gd.NextSteps(), "; then ")
+	switch {
+	case gd.Outcome == gate.Proceed:
+		d.outcome, d.allowed, d.reason = OutcomeAdmitted, true, ReasonReleaseAdmitted
+		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD it brings is accepted by the API server", what)
+	case len(gd.Unfixable) > 0:
+		d.outcome, d.reason = OutcomeBlocked, ReasonReleaseBlocked
+		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no automatic migration fixes it. %s. Next steps: %s; %s",
+			what, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), steps, again)
+		if gd.Plan != "" {
+			d.message += ". The whole safe path: " + gd.Plan
+		}
+	case gd.Migration.State == gate.MigrationNotAllowed:
+		d.outcome, d.reason = OutcomeBlocked, ReasonReleaseBlocked
+		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run: %s; %s. Or create a StorageMigrationPolicy with autoMigrate: true that selects them",
+			what, required(gd), strings.Join(gd.Migration.NotAllowed, ", "), steps, again)
+	case gd.Migration.State == gate.MigrationFailed:
+		d.migration = sms.name
+		d.outcome, d.reason = OutcomeBlocked, "StorageMigrationFailed"
+		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the next attempt starts a new one, or run: %s",
+			what, required(gd), sms.name, gd.Migration.Message, sms.name, steps)
+	default:
+		d.migration, d.created = sms.name, gd.Migration.Created
+		d.outcome, d.reason = OutcomeMigrating, ReasonReleaseHeld
+		d.message = fmt.Sprintf("upgradeguard is holding the %s before anything was applied: %s. StorageMigration %s migrates them (kubectl get storagemigration %s); %s",
+			what, required(gd), sms.name, sms.name, retry)
+	}
+	return d
+}
+
+// retryAdvice says how a held change is retried.
+func retryAdvice(o owner) string {
+	if o.flux() {
+		return fmt.Sprintf("when it has succeeded, upgradeguard asks helm-controller to retry HelmRelease %s/%s at once (reconcile.fluxcd.io/resetAt)", o.hrNamespace, o.hrName)
+	}
+	return "run the same helm command again when it has succeeded"
+}
+
+// describeRecord names the change a release record starts.
+func describeRecord(rel *release.Release, p *check.Prediction) string {
+	op := "upgrade"
+	switch {
+	case p.Report.Operation == predict.Rollback:
+		op = "rollback"
+	case p.Report.FromRevision == 0:
+		op = "install"
+	}
+	what := fmt.Sprintf("%s of release %s/%s to revision %d (chart %s)", op, rel.Namespace, rel.Name, rel.Version, chartOf(rel))
+	if p.Report.Operation == predict.Rollback && p.Report.ToRevision > 0 {
+		what = fmt.Sprintf("rollback of release %s/%s to revision %d (chart %s, as revision %d)", rel.Namespace, rel.Name, p.Report.ToRevision, chartOf(rel), rel.Version)
+	}
+	if p.CurrentChartVersion != "" {
+		what += " from chart version " + p.CurrentChartVersion
+	}
+	return what
+}
+
+func chartOf(rel *release.Release) string {
+	if rel.Chart == nil || rel.Chart.Metadata == nil {
+		return "unknown"
+	}
+	return rel.Chart.Metadata.Name + "@" + rel.Chart.Metadata.Version
+}
+
+// recordErrored admits a change the gate could not decide, with a warning: these
+// webhooks fail open (failurePolicy Ignore), and so does their own error.
+func (g *Gate) recordErrored(subject string, err error) decision {
+	msg := fmt.Sprintf("upgradeguard could not check the %s and admits it unchecked: %v", subject, err)
+	return decision{outcome: OutcomeError, allowed: true, message: msg, warnings: []string{msg}, reason: "GateError", noState: true}
+}
+
+// localTarget is the local cluster, kept between decisions when the gate keeps targets.
+func (g *Gate) localTarget(ctx context.Context) (*check.Target, error) {
+	if g.clusters != nil {
+		return g.clusters.Get(ctx, check.Key(g.local.Host), g.local, true)
+	}
+	kc, err := check.NewKubeCluster(g.local)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(g.local)
+	if err != nil {
+		return nil, err
+	}
+	return &check.Target{Cluster: kc, Clientset: cs, Config: g.local}, nil
+}
+
+// recordOnHelmRelease puts a release-record or CRD decision where Flux users look: an
+// event on the HelmRelease and the gate annotation. An admitted decision is recorded only
+// when it changes what the annotation said.
+func (g *Gate) recordOnHelmRelease(ctx context.Context, o owner, d decision) {
+	var hr helmv2.HelmRelease
+	if err := g.reader.Get(ctx, client.ObjectKey{Namespace: o.hrNamespace, Name: o.hrName}, &hr); err != nil {
+		if !apierrors.IsNotFound(err) {
+			log.FromContext(ctx).Error(err, "read the HelmRelease of a held release", "helmRelease", o.hrNamespace+"/"+o.hrName)
+		}
+		return
+	}
+	if d.outcome == OutcomeAdmitted && ParseState(&hr).Decision == OutcomeAdmitted {
+		return
+	}
+	g.record(&hr, d)
+}
