@@ -116,3 +116,47 @@ func PushOCI(tgz, host, path string) (string, error) {
 }
 
 func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// ChartRepo is a loopback HTTP chart repository whose contents can change while it
+// serves: Add packages a chart into it and rewrites index.yaml, as a chart publisher's
+// release does, so a Flux HelmRepository sees the new version on its next reconcile.
+type ChartRepo struct {
+	// URL is the repository's base URL.
+	URL string
+	dir string
+	srv *httptest.Server
+}
+
+// NewChartRepo serves an empty chart repository from dir. Close stops it.
+func NewChartRepo(dir string) (*ChartRepo, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	r := &ChartRepo{URL: srv.URL, dir: dir, srv: srv}
+	if err := r.reindex(); err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Add packages the chart directory into the repository and rewrites its index.
+func (r *ChartRepo) Add(chartDir string) error {
+	if _, err := Package(chartDir, r.dir); err != nil {
+		return fmt.Errorf("package %s: %w", chartDir, err)
+	}
+	return r.reindex()
+}
+
+func (r *ChartRepo) reindex() error {
+	idx, err := repo.IndexDirectory(r.dir, r.URL)
+	if err != nil {
+		return err
+	}
+	idx.SortEntries()
+	return idx.WriteFile(filepath.Join(r.dir, "index.yaml"), 0o644)
+}
+
+// Close stops serving.
+func (r *ChartRepo) Close() { r.srv.Close() }
