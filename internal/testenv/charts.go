@@ -160,3 +160,27 @@ func (r *ChartRepo) reindex() error {
 
 // Close stops serving.
 func (r *ChartRepo) Close() { r.srv.Close() }
+
+// PushOCITag pushes a packaged chart to host/path/NAME:tag, where tag need not be the
+// chart's version (a channel tag such as "stable" that a publisher moves from one version
+// to the next), and returns the chart's oci:// URL.
+func PushOCITag(tgz, host, path, tag string) (string, error) {
+	data, err := os.ReadFile(tgz)
+	if err != nil {
+		return "", err
+	}
+	ch, err := loader.LoadArchive(strings.NewReader(string(data)))
+	if err != nil {
+		return "", err
+	}
+	c := ch.(*chart.Chart)
+	rc, err := registry.NewClient(registry.ClientOptPlainHTTP(), registry.ClientOptWriter(io.Discard))
+	if err != nil {
+		return "", err
+	}
+	ref := fmt.Sprintf("%s/%s/%s:%s", host, path, c.Name(), tag)
+	if _, err := rc.Push(data, ref, registry.PushOptStrictMode(false)); err != nil {
+		return "", fmt.Errorf("push %s: %w", ref, err)
+	}
+	return "oci://" + host + "/" + path + "/" + c.Name(), nil
+}
