@@ -38,3 +38,11 @@ func (p *StorageMigrationPolicy) AutoMigrates() bool {
 // LabelCluster names the target cluster of a StorageMigration that a policy's
 // spec.targets made.
 const LabelCluster = "upgradeguard.io/cluster"
+
+// Labels on a StorageMigration that the admission gates create for a Flux HelmRelease:
+// the controller asks helm-controller to retry that HelmRelease at once when the
+// migration succeeds (reconcile.fluxcd.io/requestedAt and resetAt).
+const (
+	LabelHelmReleaseNamespace = "upgradeguard.io/helmrelease-namespace"
+	LabelHelmReleaseName      = "upgradeguard.io/helmrelease-name"
+)

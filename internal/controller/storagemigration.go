@@ -18,6 +18,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -156,7 +158,53 @@ func (r *StorageMigrationReconciler) succeed(ctx context.Context, sm *v1alpha1.S
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, "Migrated", "", sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionFalse, "Migrated", "", sm))
 	r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventSucceeded, "Migrate", event, sm.Spec.Resources)
-	return ctrl.Result{}, r.saveStatus(ctx, sm)
+	if err := r.saveStatus(ctx, sm); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.retryHelmRelease(ctx, sm)
+	return ctrl.Result{}, nil
+}
+
+// Flux's annotations: a new requestedAt makes helm-controller reconcile at once, and a
+// resetAt equal to it resets the failure counters of a release whose upgrade failed and
+// exhausted its retries (helm-controller v1.x, internal/action/reset.go
+// MustResetFailures; `flux reconcile helmrelease --reset` sets the same pair).
+const (
+	annotationFluxRequestedAt = "reconcile.fluxcd.io/requestedAt"
+	annotationFluxResetAt     = "reconcile.fluxcd.io/resetAt"
+)
+
+// EventRetryRequested is the event on a StorageMigration after which helm-controller
+// was asked to retry the HelmRelease it held.
+const EventRetryRequested = "HelmReleaseRetryRequested"
+
+// retryHelmRelease asks helm-controller to retry, at once and with its failure counters
+// reset, the HelmRelease whose upgrade an admission gate held until this migration
+// succeeded (the labels name it; the HelmRelease is on this cluster whatever the
+// migration's target). helm-controller's upgrade was denied before it applied anything,
+// and without this it would wait for its next interval, or forever once its retries are
+// exhausted. A missing HelmRelease, or no Flux at all, is not an error.
+func (r *StorageMigrationReconciler) retryHelmRelease(ctx context.Context, sm *v1alpha1.StorageMigration) {
+	ns, name := sm.Labels[v1alpha1.LabelHelmReleaseNamespace], sm.Labels[v1alpha1.LabelHelmReleaseName]
+	if ns == "" || name == "" {
+		return
+	}
+	token := time.Now().UTC().Format(time.RFC3339Nano)
+	hr := &unstructured.Unstructured{}
+	hr.SetAPIVersion("helm.toolkit.fluxcd.io/v2")
+	hr.SetKind("HelmRelease")
+	hr.SetNamespace(ns)
+	hr.SetName(name)
+	body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, annotationFluxRequestedAt, token, annotationFluxResetAt, token)
+	err := r.Client.Patch(ctx, hr, client.RawPatch(types.MergePatchType, []byte(body)))
+	switch {
+	case err == nil:
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventRetryRequested, "Migrate",
+			"asked helm-controller to retry HelmRelease %s/%s now (reconcile.fluxcd.io/requestedAt and resetAt %s)", ns, name, token)
+	case apierrors.IsNotFound(err), meta.IsNoMatchError(err):
+	default:
+		log.FromContext(ctx).Error(err, "ask helm-controller to retry the HelmRelease", "helmRelease", ns+"/"+name)
+	}
 }
 
 // startAttempt marks rp running for a new attempt at the live CRD and returns the run's

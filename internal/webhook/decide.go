@@ -24,8 +24,8 @@ import (
 
 // Labels on a StorageMigration the gate creates, naming its HelmRelease.
 const (
-	LabelHelmReleaseNamespace = "upgradeguard.io/helmrelease-namespace"
-	LabelHelmReleaseName      = "upgradeguard.io/helmrelease-name"
+	LabelHelmReleaseNamespace = v1alpha1.LabelHelmReleaseNamespace
+	LabelHelmReleaseName      = v1alpha1.LabelHelmReleaseName
 )
 
 // Condition reasons the gate adds to pkg/gate's.

@@ -493,7 +493,8 @@ func (s *Scenario) setHelmRelease(change func(*helmv2.HelmRelease)) func(context
 }
 
 // cleanup deletes the HelmRelease (helm-controller uninstalls it) and the kyverno CRDs,
-// keeping Flux's own, so that the next scenario starts clean.
+// keeping every other (Flux's own, upgradeguard's when it runs), so that the next
+// scenario starts clean.
 func (s *Scenario) cleanup(t testing.TB) {
 	ctx := context.WithoutCancel(t.Context())
 	hr := &helmv2.HelmRelease{}
@@ -511,7 +512,7 @@ func (s *Scenario) cleanup(t testing.TB) {
 	if s.Source != nil {
 		_ = s.Flux.Client.Delete(ctx, s.Source)
 	}
-	if err := s.CP.DeleteCRDs(ctx, testenv.IsFluxCRD); err != nil {
+	if err := s.CP.DeleteCRDs(ctx, func(crd *apiextv1.CustomResourceDefinition) bool { return crd.Spec.Group != "kyverno.io" }); err != nil {
 		t.Errorf("delete the kyverno CRDs after %s: %v", s.Name, err)
 	}
 }

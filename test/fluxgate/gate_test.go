@@ -1,0 +1,283 @@
+// Package fluxgate_test runs the fluxtest scenarios (the kyverno 1.12 -> 1.13 storage
+// boundary, on every path by which helm-controller upgrades a release) with upgradeguard
+// running: the controller's manager with the HelmRelease gate, the release-record gate
+// and the CRD gate on a real webhook server, the canonical webhook configuration
+// (config/webhook) installed on the API server, and a StorageMigrationPolicy with
+// autoMigrate for kyverno.io. Each case ends upgraded (Ready=True at the new chart,
+// objects readable, storedVersions pruned), or held at the current revision with the
+// reason on the HelmRelease.
+package fluxgate_test
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	"github.com/fluxcd/pkg/apis/meta"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/controller"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/webhook"
+	"github.com/upgradeguard/upgradeguard/test/fluxtest"
+)
+
+var (
+	env fluxtest.Env
+	ug  client.Client // reads upgradeguard's objects
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
+	stop, err := setup()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+		if stop != nil {
+			stop()
+		}
+		return 2
+	}
+	code := m.Run()
+	if code != 0 && env.Flux != nil {
+		fmt.Fprintln(os.Stderr, env.Flux.LogTail(80))
+	}
+	stop()
+	return code
+}
+
+func setup() (func(), error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	cp, err := testenv.Start(testenv.Options{Webhooks: &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook")}}})
+	if err != nil {
+		return nil, err
+	}
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+		_ = cp.Stop()
+	}
+	ctx := context.Background()
+	if err := testenv.ApplyUpgradeguardCRDs(ctx, cp.Config); err != nil {
+		return stop, err
+	}
+	f, err := cp.StartFluxControllers(ctx)
+	if err != nil {
+		return stop, err
+	}
+	stops = append(stops, func() { _ = f.Stop() })
+	env = fluxtest.Env{CP: cp, Flux: f}
+	scheme := testenv.FluxScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return stop, err
+	}
+	if ug, err = client.New(cp.Config, client.Options{Scheme: scheme}); err != nil {
+		return stop, err
+	}
+
+	wh := cp.Webhooks
+	mgr, err := controller.NewManager(cp.Config, controller.Options{
+		LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0",
+		EnableWebhook: true, WebhookPort: wh.LocalServingPort, WebhookCertDir: wh.LocalServingCertDir,
+	})
+	if err != nil {
+		return stop, err
+	}
+	dir, err := os.MkdirTemp("", "upgradeguard-fluxgate-")
+	if err != nil {
+		return stop, err
+	}
+	stops = append(stops, func() { _ = os.RemoveAll(dir) })
+	if err := webhook.Setup(mgr, webhook.Options{Timeout: 20 * time.Second, HelmCacheDir: filepath.Join(dir, "helm")}); err != nil {
+		return stop, err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	stops = append(stops, func() { cancel(); <-done })
+
+	// Gate only: proactive mode would migrate before any upgrade needs it.
+	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "kyverno"},
+		Spec: v1alpha1.StorageMigrationPolicySpec{Groups: []string{"kyverno.io"}, Proactive: ptr.To(false)}}
+	if err := ug.Create(ctx, policy); err != nil {
+		return stop, err
+	}
+	return stop, waitServing(net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort)))
+}
+
+func waitServing(addr string) error {
+	return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of our own loopback server
+		if err != nil {
+			return false, nil
+		}
+		return true, conn.Close()
+	})
+}
+
+func needCluster(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the control plane and Flux")
+	}
+}
+
+// waitUpgraded waits until helm-controller reports Ready=True at chart version To.
+func waitUpgraded(t *testing.T, s *fluxtest.Scenario) *helmv2.HelmRelease {
+	t.Helper()
+	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
+		l := hr.Status.History.Latest()
+		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.ChartVersion == fluxtest.To
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(40))
+	}
+	return hr
+}
+
+// assertUpgraded checks what a held-then-upgraded release must look like: To deployed
+// with no failed revision on the way (nothing of To was applied before the migration),
+// the breaking CRDs at To's spec with v2alpha1 pruned from storedVersions, every object
+// readable, and To's ordinary objects applied.
+func assertUpgraded(t *testing.T, s *fluxtest.Scenario, before int) {
+	t.Helper()
+	var statuses []string
+	for _, r := range s.History(t) {
+		if r.Revision > before {
+			statuses = append(statuses, fmt.Sprintf("%s %s", r.Status, r.Chart))
+		}
+	}
+	if want := []string{"deployed kyverno-" + fluxtest.To}; !slices.Equal(statuses, want) {
+		t.Errorf("revisions after %d = %v, want %v (a denied upgrade stores no revision)", before, statuses, want)
+	}
+	crds := s.CRDs(t)
+	for _, name := range fluxtest.BreakingCRDs {
+		if st := crds[name]; slices.Contains(st.StoredVersions, "v2alpha1") || slices.Contains(st.Versions, "v2alpha1") {
+			t.Errorf("%s after the upgrade: %+v, want v2alpha1 gone from spec.versions and storedVersions", name, st)
+		}
+	}
+	if errs := s.ReadObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable after the upgrade: %v", errs)
+	}
+	if v := s.ChartVersionInCluster(t); v != fluxtest.To {
+		t.Errorf("ConfigMap version = %s, want %s", v, fluxtest.To)
+	}
+}
+
+// migration waits for the HelmRelease's StorageMigration to succeed and returns it.
+func migration(t *testing.T, s *fluxtest.Scenario) *v1alpha1.StorageMigration {
+	t.Helper()
+	name := webhook.MigrationName(s.HelmRelease.Namespace, s.HelmRelease.Name)
+	var sm v1alpha1.StorageMigration
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := ug.Get(ctx, client.ObjectKey{Name: name}, &sm); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return sm.Status.Phase == v1alpha1.PhaseSucceeded, nil
+	})
+	if err != nil {
+		t.Fatalf("StorageMigration %s did not succeed: %v (%+v)", name, err, sm.Status)
+	}
+	slices.Sort(sm.Spec.Resources)
+	if !slices.Equal(sm.Spec.Resources, fluxtest.BreakingCRDs) {
+		t.Errorf("StorageMigration %s resources = %v, want %v", name, sm.Spec.Resources, fluxtest.BreakingCRDs)
+	}
+	return &sm
+}
+
+// heldOnHelmRelease checks the gate state the release-record or CRD gate left on the
+// HelmRelease: the annotation names the StorageMigration and the reason.
+func heldOnHelmRelease(t *testing.T, s *fluxtest.Scenario, want ...string) {
+	t.Helper()
+	hr := s.HelmReleaseNow(t)
+	st := webhook.ParseState(hr)
+	for _, w := range want {
+		if !strings.Contains(st.Message, w) {
+			t.Errorf("gate annotation message lacks %q: %+v", w, st)
+		}
+	}
+	if st.StorageMigration != webhook.MigrationName(s.HelmRelease.Namespace, s.HelmRelease.Name) && st.Decision != webhook.OutcomeAdmitted {
+		t.Errorf("gate annotation names StorageMigration %q", st.StorageMigration)
+	}
+}
+
+// retried checks that the controller asked helm-controller to retry at once.
+func retried(t *testing.T, s *fluxtest.Scenario) {
+	t.Helper()
+	ann := s.HelmReleaseNow(t).Annotations
+	if ann["reconcile.fluxcd.io/resetAt"] == "" || ann["reconcile.fluxcd.io/resetAt"] != ann[meta.ReconcileRequestAnnotation] {
+		t.Errorf("HelmRelease annotations = %v, want reconcile.fluxcd.io/requestedAt and resetAt set to the same token", ann)
+	}
+}
+
+func readyMessage(hr *helmv2.HelmRelease) string {
+	if c := apimeta.FindStatusCondition(hr.Status.Conditions, meta.ReadyCondition); c != nil {
+		return c.Message
+	}
+	return ""
+}
+
+// waitHeldMessage waits until helm-controller's Ready condition carries the gate's
+// denial (helm-controller reports the failed upgrade with the API server's answer).
+func waitHeldMessage(t *testing.T, s *fluxtest.Scenario, want string) string {
+	t.Helper()
+	var msgs []string
+	_, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 3*time.Minute, func(hr *helmv2.HelmRelease) bool {
+		m := readyMessage(hr)
+		if len(msgs) == 0 || msgs[len(msgs)-1] != m {
+			msgs = append(msgs, m)
+		}
+		return strings.Contains(m, want)
+	})
+	if err != nil {
+		t.Fatalf("no Ready message with %q; messages seen:\n%s", want, strings.Join(msgs, "\n"))
+	}
+	return msgs[len(msgs)-1]
+}
+
+// TestSemverRangeHeldMigratedUpgraded: the repository gains the breaking chart version
+// while the HelmRelease (version "3.x") is unchanged. helm-controller's upgrade is denied
+// at its release record before anything is applied, the StorageMigration runs, the
+// controller asks helm-controller to retry, and the release ends Ready=True at To.
+func TestSemverRangeHeldMigratedUpgraded(t *testing.T) {
+	needCluster(t)
+	s := fluxtest.SemverRange(t, env, "semver-range", fluxtest.Options{})
+	before := s.ReleaseRevision
+	if err := s.Trigger(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sm := migration(t, s)
+	if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], "upgrade of release semver-range/semver-range") {
+		t.Errorf("StorageMigration holds annotation = %q", sm.Annotations[webhook.AnnotationHolds])
+	}
+	hr := waitUpgraded(t, s)
+	t.Logf("Ready: %s", readyMessage(hr))
+	assertUpgraded(t, s, before)
+	retried(t, s)
+	heldOnHelmRelease(t, s)
+}
