@@ -110,6 +110,16 @@ func (c *cluster) applyAll(t *testing.T, m *manifests, ns string) {
 				}
 			})
 		}
+		if o.GetKind() == "MutatingWebhookConfiguration" {
+			// The CRD gate sees CRD updates cluster-wide: remove it too.
+			name := o.GetName()
+			t.Cleanup(func() {
+				err := c.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					t.Errorf("delete MutatingWebhookConfiguration %s: %v", name, err)
+				}
+			})
+		}
 		if err := c.apply(ctx, o); err != nil {
 			t.Errorf("apply %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
 		}

@@ -368,8 +368,18 @@ func TestRenderDefaults(t *testing.T) {
 	// The webhook: the contract's path, behind the Service's 443, failing closed by
 	// default, only for chart changes, never in its own namespace.
 	vwc := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", full)
-	if len(vwc.Webhooks) != 1 {
-		t.Fatalf("%d webhooks, want 1", len(vwc.Webhooks))
+	if len(vwc.Webhooks) != 2 {
+		t.Fatalf("%d webhooks, want 2 (the HelmRelease gate, the release-record gate)", len(vwc.Webhooks))
+	}
+	// The release-record and CRD gates fail open, whatever the HelmRelease gate does.
+	if rec := vwc.Webhooks[1]; rec.Name != "release.upgradeguard.io" || *rec.FailurePolicy != admissionregistrationv1.Ignore ||
+		rec.ObjectSelector == nil || rec.ObjectSelector.MatchLabels["owner"] != "helm" || len(rec.MatchConditions) != 1 {
+		t.Errorf("release-record webhook %+v", rec)
+	}
+	mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, m, "MutatingWebhookConfiguration", full)
+	if len(mwc.Webhooks) != 1 || *mwc.Webhooks[0].FailurePolicy != admissionregistrationv1.Ignore ||
+		*mwc.Webhooks[0].ReinvocationPolicy != admissionregistrationv1.NeverReinvocationPolicy || len(mwc.Webhooks[0].MatchConditions) != 1 {
+		t.Errorf("CRD gate %+v", mwc.Webhooks)
 	}
 	wh := vwc.Webhooks[0]
 	if *wh.FailurePolicy != admissionregistrationv1.Fail {
@@ -492,8 +502,11 @@ func TestRenderVariants(t *testing.T) {
 		if _, ok := vwc.Annotations["cert-manager.io/inject-ca-from"]; ok {
 			t.Error("inject-ca-from set without cert-manager")
 		}
-		if !bytes.Equal(vwc.Webhooks[0].ClientConfig.CABundle, sec.Data["ca.crt"]) {
-			t.Error("caBundle is not the Secret's ca.crt")
+		mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, m, "MutatingWebhookConfiguration", "ug-upgradeguard")
+		for _, b := range [][]byte{vwc.Webhooks[0].ClientConfig.CABundle, vwc.Webhooks[1].ClientConfig.CABundle, mwc.Webhooks[0].ClientConfig.CABundle} {
+			if !bytes.Equal(b, sec.Data["ca.crt"]) {
+				t.Error("a caBundle is not the Secret's ca.crt")
+			}
 		}
 		verifyServing(t, sec, "ug-upgradeguard.ops.svc")
 	})
@@ -540,7 +553,7 @@ func TestRenderVariants(t *testing.T) {
 	})
 	t.Run("webhook off", func(t *testing.T) {
 		m := render(t, "ug", "ops", "webhook.enabled=false", "metrics.enabled=false", "policy.create=false")
-		for _, k := range []string{"ValidatingWebhookConfiguration", "Certificate", "Issuer", "Secret", "Service", "StorageMigrationPolicy"} {
+		for _, k := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "Certificate", "Issuer", "Secret", "Service", "StorageMigrationPolicy"} {
 			if m.has(k) {
 				t.Errorf("%s rendered with the webhook and metrics off", k)
 			}
@@ -548,6 +561,15 @@ func TestRenderVariants(t *testing.T) {
 		_, fs := controllerArgs(t, typed[appsv1.Deployment](t, m, "Deployment", "ug-upgradeguard"))
 		if flag(t, fs, "enable-webhook") != "false" || flag(t, fs, "metrics-bind-address") != "0" {
 			t.Errorf("--enable-webhook=%s --metrics-bind-address=%s", flag(t, fs, "enable-webhook"), flag(t, fs, "metrics-bind-address"))
+		}
+	})
+	t.Run("release-record and CRD gates off", func(t *testing.T) {
+		m := render(t, "ug", "ops", "webhook.releaseRecords.enabled=false", "webhook.crdGate.enabled=false")
+		if m.has("MutatingWebhookConfiguration") {
+			t.Error("MutatingWebhookConfiguration rendered with webhook.crdGate.enabled=false")
+		}
+		if vwc := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "ug-upgradeguard"); len(vwc.Webhooks) != 1 {
+			t.Errorf("%d webhooks with webhook.releaseRecords.enabled=false, want 1", len(vwc.Webhooks))
 		}
 	})
 	t.Run("lease namespaces", func(t *testing.T) {
@@ -583,38 +605,72 @@ func verifyServing(t *testing.T, sec *corev1.Secret, dnsName string) {
 	}
 }
 
-// TestRenderWebhookMirrorsCanonical: the chart's webhook agrees with the canonical
-// configuration in config/webhook/manifests.yaml on everything but names and certificates.
+// TestRenderWebhookMirrorsCanonical: the chart's webhooks (the HelmRelease gate and the
+// release-record gate in the ValidatingWebhookConfiguration, the CRD gate in the
+// MutatingWebhookConfiguration) agree with the canonical configuration in
+// config/webhook/manifests.yaml on everything but names and certificates.
 func TestRenderWebhookMirrorsCanonical(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "config", "webhook", "manifests.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	docs := strings.Split(string(data), "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("config/webhook/manifests.yaml holds %d documents, want 2", len(docs))
+	}
 	var canonical admissionregistrationv1.ValidatingWebhookConfiguration
-	if err := yaml.Unmarshal(data, &canonical); err != nil {
+	if err := yaml.Unmarshal([]byte(docs[0]), &canonical); err != nil {
+		t.Fatal(err)
+	}
+	var canonicalCRD admissionregistrationv1.MutatingWebhookConfiguration
+	if err := yaml.Unmarshal([]byte(docs[1]), &canonicalCRD); err != nil {
 		t.Fatal(err)
 	}
 	m := render(t, "upgradeguard", "upgradeguard-system", "fullnameOverride=upgradeguard")
-	got := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "upgradeguard").Webhooks[0]
-	want := canonical.Webhooks[0]
-	for _, c := range []struct {
-		field     string
-		got, want any
-	}{
-		{"name", got.Name, want.Name},
-		{"rules", got.Rules, want.Rules},
-		{"matchPolicy", got.MatchPolicy, want.MatchPolicy},
-		{"failurePolicy", got.FailurePolicy, want.FailurePolicy},
-		{"sideEffects", got.SideEffects, want.SideEffects},
-		{"timeoutSeconds", got.TimeoutSeconds, want.TimeoutSeconds},
-		{"objectSelector", got.ObjectSelector, want.ObjectSelector},
-		{"namespaceSelector", got.NamespaceSelector, want.NamespaceSelector},
-		{"path", got.ClientConfig.Service.Path, want.ClientConfig.Service.Path},
-		{"service", got.ClientConfig.Service.Name + "/" + got.ClientConfig.Service.Namespace, want.ClientConfig.Service.Name + "/" + want.ClientConfig.Service.Namespace},
-		{"matchConditions", len(got.MatchConditions), len(want.MatchConditions)},
-	} {
-		if !equalJSON(t, c.got, c.want) {
-			t.Errorf("%s: chart %+v, canonical %+v", c.field, c.got, c.want)
+	rendered := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "upgradeguard")
+	renderedCRD := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, m, "MutatingWebhookConfiguration", "upgradeguard")
+	if len(rendered.Webhooks) != len(canonical.Webhooks) || len(renderedCRD.Webhooks) != len(canonicalCRD.Webhooks) {
+		t.Fatalf("chart renders %d+%d webhooks, canonical has %d+%d", len(rendered.Webhooks), len(renderedCRD.Webhooks), len(canonical.Webhooks), len(canonicalCRD.Webhooks))
+	}
+	type pair struct{ got, want admissionregistrationv1.ValidatingWebhook }
+	pairs := []pair{}
+	for i := range canonical.Webhooks {
+		pairs = append(pairs, pair{rendered.Webhooks[i], canonical.Webhooks[i]})
+	}
+	// The CRD gate's fields, compared the same way (reinvocationPolicy below).
+	asValidating := func(w admissionregistrationv1.MutatingWebhook) admissionregistrationv1.ValidatingWebhook {
+		return admissionregistrationv1.ValidatingWebhook{Name: w.Name, ClientConfig: w.ClientConfig, Rules: w.Rules, FailurePolicy: w.FailurePolicy,
+			MatchPolicy: w.MatchPolicy, NamespaceSelector: w.NamespaceSelector, ObjectSelector: w.ObjectSelector, SideEffects: w.SideEffects,
+			TimeoutSeconds: w.TimeoutSeconds, MatchConditions: w.MatchConditions}
+	}
+	pairs = append(pairs, pair{asValidating(renderedCRD.Webhooks[0]), asValidating(canonicalCRD.Webhooks[0])})
+	if !equalJSON(t, renderedCRD.Webhooks[0].ReinvocationPolicy, canonicalCRD.Webhooks[0].ReinvocationPolicy) {
+		t.Errorf("reinvocationPolicy: chart %v, canonical %v", renderedCRD.Webhooks[0].ReinvocationPolicy, canonicalCRD.Webhooks[0].ReinvocationPolicy)
+	}
+	for _, p := range pairs {
+		got, want := p.got, p.want
+		for _, c := range []struct {
+			field     string
+			got, want any
+		}{
+			{"name", got.Name, want.Name},
+			{"rules", got.Rules, want.Rules},
+			{"matchPolicy", got.MatchPolicy, want.MatchPolicy},
+			{"failurePolicy", got.FailurePolicy, want.FailurePolicy},
+			{"sideEffects", got.SideEffects, want.SideEffects},
+			{"timeoutSeconds", got.TimeoutSeconds, want.TimeoutSeconds},
+			{"objectSelector", got.ObjectSelector, want.ObjectSelector},
+			{"namespaceSelector", got.NamespaceSelector, want.NamespaceSelector},
+			{"path", got.ClientConfig.Service.Path, want.ClientConfig.Service.Path},
+			{"service", got.ClientConfig.Service.Name + "/" + got.ClientConfig.Service.Namespace, want.ClientConfig.Service.Name + "/" + want.ClientConfig.Service.Namespace},
+			{"matchConditions", len(got.MatchConditions), len(want.MatchConditions)},
+		} {
+			if !equalJSON(t, c.got, c.want) {
+				t.Errorf("%s %s: chart %+v, canonical %+v", want.Name, c.field, c.got, c.want)
+			}
+		}
+		if want.Name != "helmrelease.upgradeguard.io" && !equalJSON(t, got.MatchConditions, want.MatchConditions) {
+			t.Errorf("%s matchConditions: chart %+v, canonical %+v", want.Name, got.MatchConditions, want.MatchConditions)
 		}
 	}
 }
