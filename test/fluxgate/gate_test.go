@@ -281,3 +281,139 @@ func TestSemverRangeHeldMigratedUpgraded(t *testing.T) {
 	retried(t, s)
 	heldOnHelmRelease(t, s)
 }
+
+// recordHeld runs a scenario whose trigger reaches helm-controller without any chart
+// change of the HelmRelease (a source that moves, or a values change): helm-controller's
+// upgrade is denied at its release record, the StorageMigration runs, the controller asks
+// helm-controller to retry, and the release ends Ready=True at To with nothing failed on
+// the way.
+func recordHeld(t *testing.T, s *fluxtest.Scenario) {
+	t.Helper()
+	before := s.ReleaseRevision
+	if err := s.Trigger(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	sm := migration(t, s)
+	if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], fmt.Sprintf("upgrade of release %s/%s", s.Name, s.Name)) {
+		t.Errorf("StorageMigration holds annotation = %q", sm.Annotations[webhook.AnnotationHolds])
+	}
+	hr := waitUpgraded(t, s)
+	t.Logf("Ready: %s", readyMessage(hr))
+	assertUpgraded(t, s, before)
+	retried(t, s)
+}
+
+func TestOCISemverHeldMigratedUpgraded(t *testing.T) {
+	needCluster(t)
+	recordHeld(t, fluxtest.OCISemver(t, env, "oci-semver", fluxtest.Options{}))
+}
+
+func TestOCIMovedTagHeldMigratedUpgraded(t *testing.T) {
+	needCluster(t)
+	recordHeld(t, fluxtest.OCIMovedTag(t, env, "oci-tag", fluxtest.Options{}))
+}
+
+// TestValuesSwitchHeldMigratedUpgraded: a values change turns the chart's CRDs on, and
+// they would drop v2alpha1; the HelmRelease gate does not decide values changes (by
+// default), the release-record gate holds helm-controller's upgrade.
+func TestValuesSwitchHeldMigratedUpgraded(t *testing.T) {
+	needCluster(t)
+	s := fluxtest.ValuesSwitch(t, env, "values-switch", fluxtest.Options{})
+	before := s.ReleaseRevision
+	if err := s.Trigger(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	migration(t, s)
+	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.Name, s.Name, 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
+		l := hr.Status.History.Latest()
+		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.Version > before
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(40))
+	}
+	t.Logf("Ready: %s", readyMessage(hr))
+	assertUpgraded(t, s, before)
+	retried(t, s)
+}
+
+// TestVersionBumpHeldMigratedUpgraded: a pinned version bump is a chart change of the
+// HelmRelease: the HelmRelease gate denies it and starts the migration; GitOps re-applies
+// it, and helm-controller upgrades.
+func TestVersionBumpHeldMigratedUpgraded(t *testing.T) {
+	needCluster(t)
+	s := fluxtest.VersionBump(t, env, "version-bump", fluxtest.Options{})
+	before := s.ReleaseRevision
+	err := s.Trigger(t.Context())
+	if err == nil || !strings.Contains(err.Error(), `admission webhook "helmrelease.upgradeguard.io" denied the request: upgradeguard is holding the upgrade`) {
+		t.Fatalf("the version bump: %v, want the HelmRelease gate's hold", err)
+	}
+	migration(t, s)
+	if err := s.Trigger(t.Context()); err != nil {
+		t.Fatalf("the re-applied version bump: %v", err)
+	}
+	waitUpgraded(t, s)
+	assertUpgraded(t, s, before)
+}
+
+// TestRemediationRollbackNotNeeded: with upgrade.remediation.strategy rollback, the
+// upgrade across the boundary is held and migrated first, so it never fails and
+// helm-controller never rolls back.
+func TestRemediationRollbackNotNeeded(t *testing.T) {
+	needCluster(t)
+	s := fluxtest.RemediationRollback(t, env, "remediation", fluxtest.Options{})
+	before := s.ReleaseRevision
+	if err := s.Trigger(t.Context()); err == nil {
+		t.Fatal("the version bump was admitted; want it held")
+	}
+	migration(t, s)
+	if err := s.Trigger(t.Context()); err != nil {
+		t.Fatalf("the re-applied version bump: %v", err)
+	}
+	hr := waitUpgraded(t, s)
+	assertUpgraded(t, s, before)
+	if hr.Status.UpgradeFailures != 0 || hr.Status.Failures != 0 {
+		t.Errorf("failures %d, upgrade failures %d; want none", hr.Status.Failures, hr.Status.UpgradeFailures)
+	}
+}
+
+// TestCRDsCreateHeldByCRDGate: with upgrade.crds Create, helm-controller server-side
+// applies the chart's crds/ (a forced upsert) before its release record. The HelmRelease
+// gate does not predict crds/ for Create; the CRD gate denies the update that drops
+// v2alpha1, starts the migration, and helm-controller's retry succeeds.
+func TestCRDsCreateHeldByCRDGate(t *testing.T) {
+	needCluster(t)
+	s := fluxtest.CRDsPolicy(t, env, "crds-create", helmv2.Create, fluxtest.Options{})
+	before := s.ReleaseRevision
+	if err := s.Trigger(t.Context()); err != nil {
+		t.Fatalf("the version bump: %v", err)
+	}
+	msg := waitHeldMessage(t, s, `admission webhook "crd.upgradeguard.io" denied the request`)
+	t.Logf("held: %s", msg)
+	migration(t, s)
+	waitUpgraded(t, s)
+	assertUpgradedCRDsDir(t, s, before)
+	retried(t, s)
+}
+
+// TestCRDsCreateReplaceHeldByHelmReleaseGate: with upgrade.crds CreateReplace, the
+// HelmRelease gate predicts crds/ and holds the version bump itself.
+func TestCRDsCreateReplaceHeldByHelmReleaseGate(t *testing.T) {
+	needCluster(t)
+	s := fluxtest.CRDsPolicy(t, env, "crds-create-replace", helmv2.CreateReplace, fluxtest.Options{})
+	before := s.ReleaseRevision
+	if err := s.Trigger(t.Context()); err == nil {
+		t.Fatal("the version bump was admitted; want it held")
+	}
+	migration(t, s)
+	if err := s.Trigger(t.Context()); err != nil {
+		t.Fatalf("the re-applied version bump: %v", err)
+	}
+	waitUpgraded(t, s)
+	assertUpgradedCRDsDir(t, s, before)
+}
+
+// assertUpgradedCRDsDir is assertUpgraded for a chart whose CRDs are in crds/.
+func assertUpgradedCRDsDir(t *testing.T, s *fluxtest.Scenario, before int) {
+	t.Helper()
+	assertUpgraded(t, s, before)
+}
