@@ -632,7 +632,9 @@ func TestRenderWebhookMirrorsCanonical(t *testing.T) {
 	if len(rendered.Webhooks) != len(canonical.Webhooks) || len(renderedCRD.Webhooks) != len(canonicalCRD.Webhooks) {
 		t.Fatalf("chart renders %d+%d webhooks, canonical has %d+%d", len(rendered.Webhooks), len(renderedCRD.Webhooks), len(canonical.Webhooks), len(canonicalCRD.Webhooks))
 	}
-	type pair struct{ got, want admissionregistrationv1.ValidatingWebhook }
+	type pair struct {
+		got, want admissionregistrationv1.ValidatingWebhook
+	}
 	pairs := []pair{}
 	for i := range canonical.Webhooks {
 		pairs = append(pairs, pair{rendered.Webhooks[i], canonical.Webhooks[i]})

@@ -40,16 +40,16 @@ func Pending(status string) bool {
 // values: callers must not print it.
 func DecodeSecret(s *corev1.Secret) (*release.Release, error) {
 	if s.Type != SecretType {
-		return nil, fmt.Errorf("Secret %s/%s is of type %q, not a Helm release record (%s)", s.Namespace, s.Name, s.Type, SecretType)
+		return nil, fmt.Errorf("release record %s/%s is a Secret of type %q, not a Helm release record (%s)", s.Namespace, s.Name, s.Type, SecretType)
 	}
 	d := driver.NewSecrets(&oneSecret{s: s})
 	ri, err := d.Get(s.Name)
 	if err != nil {
-		return nil, fmt.Errorf("Secret %s/%s: decode the Helm release record: %w", s.Namespace, s.Name, err)
+		return nil, fmt.Errorf("release record %s/%s: decode it with the Helm Secret driver: %w", s.Namespace, s.Name, err)
 	}
 	rel, ok := ri.(*release.Release)
 	if !ok {
-		return nil, fmt.Errorf("Secret %s/%s: unsupported release format %T", s.Namespace, s.Name, ri)
+		return nil, fmt.Errorf("release record %s/%s: unsupported release format %T", s.Namespace, s.Name, ri)
 	}
 	if rel.Namespace == "" {
 		rel.Namespace = s.Namespace
