@@ -24,8 +24,10 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"github.com/fluxcd/pkg/apis/meta"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -261,25 +263,11 @@ func waitHeldMessage(t *testing.T, s *fluxtest.Scenario, want string) string {
 }
 
 // TestSemverRangeHeldMigratedUpgraded: the repository gains the breaking chart version
-// while the HelmRelease (version "3.x") is unchanged. helm-controller's upgrade is denied
-// at its release record before anything is applied, the StorageMigration runs, the
-// controller asks helm-controller to retry, and the release ends Ready=True at To.
+// while the HelmRelease (version "3.x") is unchanged; helm-controller upgrades by itself.
+// See recordHeld.
 func TestSemverRangeHeldMigratedUpgraded(t *testing.T) {
 	needCluster(t)
-	s := fluxtest.SemverRange(t, env, "semver-range", fluxtest.Options{})
-	before := s.ReleaseRevision
-	if err := s.Trigger(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	sm := migration(t, s)
-	if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], "upgrade of release semver-range/semver-range") {
-		t.Errorf("StorageMigration holds annotation = %q", sm.Annotations[webhook.AnnotationHolds])
-	}
-	hr := waitUpgraded(t, s)
-	t.Logf("Ready: %s", readyMessage(hr))
-	assertUpgraded(t, s, before)
-	retried(t, s)
-	heldOnHelmRelease(t, s)
+	recordHeld(t, fluxtest.SemverRange(t, env, "semver-range", fluxtest.Options{}))
 }
 
 // recordHeld runs a scenario whose trigger reaches helm-controller without any chart
@@ -287,12 +275,20 @@ func TestSemverRangeHeldMigratedUpgraded(t *testing.T) {
 // upgrade is denied at its release record, the StorageMigration runs, the controller asks
 // helm-controller to retry, and the release ends Ready=True at To with nothing failed on
 // the way.
+//
+// The kyverno To chart no longer renders admissionreports.kyverno.io, which From renders:
+// Helm would delete that CRD and its objects, and no migration fixes that. So the record
+// gate first holds the upgrade with that reason, visible on the HelmRelease (the gate
+// annotation and helm-controller's Ready message), and stores nothing. The operator does
+// what the message says (keep the CRD, then `flux reconcile helmrelease --reset`); the next
+// attempt is held for the migration only.
 func recordHeld(t *testing.T, s *fluxtest.Scenario) {
 	t.Helper()
 	before := s.ReleaseRevision
 	if err := s.Trigger(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	blockedOnDeletion(t, s, `admission webhook "release.upgradeguard.io" denied the request`, before)
 	sm := migration(t, s)
 	if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], fmt.Sprintf("upgrade of release %s/%s", s.Name, s.Name)) {
 		t.Errorf("StorageMigration holds annotation = %q", sm.Annotations[webhook.AnnotationHolds])
@@ -410,6 +406,49 @@ func TestCRDsCreateReplaceHeldByHelmReleaseGate(t *testing.T) {
 	}
 	waitUpgraded(t, s)
 	assertUpgradedCRDsDir(t, s, before)
+}
+
+// blockedOnDeletion waits until the gate, answering helm-controller, has refused the
+// upgrade because Helm would delete admissionreports.kyverno.io: helm-controller's Ready
+// message carries the denial (from the gate named by denial), the gate annotation on the
+// HelmRelease says blocked with the reason, and no revision was stored. It then does what
+// the message says: keep the CRD, and ask helm-controller to retry with its failure
+// counters reset (what `flux reconcile helmrelease --reset` does).
+func blockedOnDeletion(t *testing.T, s *fluxtest.Scenario, denial string, before int) {
+	t.Helper()
+	const reason = "admissionreports.kyverno.io: no longer rendered by the upgrade target: Helm deletes the CRD and every object of its type"
+	msg := waitHeldMessage(t, s, reason)
+	t.Logf("helm-controller Ready message while blocked: %s", msg)
+	if !strings.Contains(msg, denial) || !strings.Contains(msg, "kubectl annotate crd admissionreports.kyverno.io helm.sh/resource-policy=keep") {
+		t.Errorf("Ready message %q lacks the denial or its next step", msg)
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		st := webhook.ParseState(s.HelmReleaseNow(t))
+		return st.Decision == webhook.OutcomeBlocked && strings.Contains(st.Message, reason), nil
+	})
+	if err != nil {
+		t.Errorf("the gate annotation does not say blocked with the reason: %+v", webhook.ParseState(s.HelmReleaseNow(t)))
+	}
+	for _, r := range s.History(t) {
+		if r.Revision > before {
+			t.Errorf("revision %d (%s %s) stored while the upgrade was refused", r.Revision, r.Status, r.Chart)
+		}
+	}
+	crd := &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "admissionreports.kyverno.io"}}
+	keep := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"helm.sh/resource-policy":"keep"}}}`))
+	if err := s.Flux.Client.Patch(t.Context(), crd, keep); err != nil {
+		t.Fatalf("annotate CRD admissionreports.kyverno.io: %v", err)
+	}
+	token := time.Now().UTC().Format(time.RFC3339Nano)
+	hr := s.HelmReleaseNow(t)
+	if err := s.Flux.Update(t.Context(), hr, func() {
+		if hr.Annotations == nil {
+			hr.Annotations = map[string]string{}
+		}
+		hr.Annotations[meta.ReconcileRequestAnnotation], hr.Annotations["reconcile.fluxcd.io/resetAt"] = token, token
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // assertUpgradedCRDsDir is assertUpgraded for a chart whose CRDs are in crds/.
