@@ -455,7 +455,7 @@ func (s *Scenario) step(t testing.TB, change func(context.Context) error) {
 		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.Version > before
 	})
 	if err != nil {
-		t.Fatalf("%v\n%s", err, s.Flux.LogTail(30))
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
 	}
 	s.ReleaseRevision = hr.Status.History.Latest().Version
 }
@@ -478,7 +478,7 @@ func (s *Scenario) waitDeployed(t testing.TB, version string) {
 		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && testenv.ChartSemver(l.ChartVersion) == version
 	})
 	if err != nil {
-		t.Fatalf("%v\n%s", err, s.Flux.LogTail(30))
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
 	}
 	s.ReleaseRevision = hr.Status.History.Latest().Version
 }
@@ -625,7 +625,20 @@ func (s *Scenario) WaitCondition(t testing.TB, typ string, status metav1.Conditi
 		return c != nil && c.Status == status && strings.Contains(c.Message, want)
 	})
 	if err != nil {
-		t.Fatalf("%v\n%s", err, s.Flux.LogTail(30))
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
+	}
+	return hr
+}
+
+// WaitFailures waits until the HelmRelease has failed at least n times in a row
+// (status.failures) with Ready=False, and returns the release.
+func (s *Scenario) WaitFailures(t testing.TB, n int64) *helmv2.HelmRelease {
+	t.Helper()
+	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 3*time.Minute, func(hr *helmv2.HelmRelease) bool {
+		return hr.Status.Failures >= n && apimeta.IsStatusConditionFalse(hr.Status.Conditions, meta.ReadyCondition)
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
 	}
 	return hr
 }
