@@ -395,6 +395,13 @@ func conditionsString(conds []metav1.Condition) string {
 	return strings.Join(parts, "; ")
 }
 
+// ChartSemver drops the build metadata helm-controller appends to a chart version pulled
+// through an OCIRepository ("3.2.8+7b81b0d6f1ec" -> "3.2.8").
+func ChartSemver(v string) string {
+	v, _, _ = strings.Cut(v, "+")
+	return v
+}
+
 // process is a controller binary run for a test, with its log in a file.
 type process struct {
 	name string

@@ -138,7 +138,7 @@ type Options struct {
 	Mutate func(*helmv2.HelmRelease)
 }
 
-// VersionBump: a HelmRelease pinned to From whose spec.chart.spec.version is bumped to To
+// VersionBump sets up a HelmRelease pinned to From whose spec.chart.spec.version is bumped to To
 // (what a Git commit does). Trigger updates the HelmRelease.
 func VersionBump(t testing.TB, env Env, name string, opts Options) *Scenario {
 	t.Helper()
@@ -151,7 +151,7 @@ func VersionBump(t testing.TB, env Env, name string, opts Options) *Scenario {
 	return s
 }
 
-// SemverRange: a HelmRelease with `version: "3.x"` that never changes. The repository
+// SemverRange sets up a HelmRelease with `version: "3.x"` that never changes. The repository
 // starts with Old, gains From (upgraded to, successfully), and Trigger publishes To and
 // asks source-controller to fetch the index (what the HelmRepository's interval does).
 func SemverRange(t testing.TB, env Env, name string, opts Options) *Scenario {
@@ -165,7 +165,7 @@ func SemverRange(t testing.TB, env Env, name string, opts Options) *Scenario {
 	return s
 }
 
-// OCISemver: a HelmRelease whose chartRef is an OCIRepository with `semver: "3.x"`. The
+// OCISemver sets up a HelmRelease whose chartRef is an OCIRepository with `semver: "3.x"`. The
 // registry gains From, then Trigger pushes To and asks source-controller to look.
 func OCISemver(t testing.TB, env Env, name string, opts Options) *Scenario {
 	t.Helper()
@@ -181,7 +181,7 @@ func OCISemver(t testing.TB, env Env, name string, opts Options) *Scenario {
 	return s
 }
 
-// OCIMovedTag: the OCIRepository follows the tag "stable", which the publisher moves from
+// OCIMovedTag sets up an OCIRepository that follows the tag "stable", which the publisher moves from
 // one chart version to the next. Trigger moves it to To.
 func OCIMovedTag(t testing.TB, env Env, name string, opts Options) *Scenario {
 	t.Helper()
@@ -245,7 +245,7 @@ func CRDsPolicy(t testing.TB, env Env, name string, policy helmv2.CRDsPolicy, op
 	return s
 }
 
-// ValuesSwitch: a chart whose CRDs are behind the value crds.install and kept when turned
+// ValuesSwitch sets up a chart whose CRDs are behind the value crds.install and kept when turned
 // off. The release installed Old with CRDs on, went to From, turned CRDs off (they stay,
 // kept), and moved to To with CRDs still off, which succeeds. Trigger turns them on again:
 // To's CRDs now render and meet the live ones.
@@ -455,7 +455,7 @@ func (s *Scenario) step(t testing.TB, change func(context.Context) error) {
 		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.Version > before
 	})
 	if err != nil {
-		t.Fatalf("%v\n%s", err, s.Flux.LogTail(30))
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
 	}
 	s.ReleaseRevision = hr.Status.History.Latest().Version
 }
@@ -475,10 +475,10 @@ func (s *Scenario) waitDeployed(t testing.TB, version string) {
 	t.Helper()
 	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 3*time.Minute, func(hr *helmv2.HelmRelease) bool {
 		l := hr.Status.History.Latest()
-		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.ChartVersion == version
+		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && testenv.ChartSemver(l.ChartVersion) == version
 	})
 	if err != nil {
-		t.Fatalf("%v\n%s", err, s.Flux.LogTail(30))
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
 	}
 	s.ReleaseRevision = hr.Status.History.Latest().Version
 }
@@ -590,7 +590,7 @@ func (s *Scenario) ChartVersionInCluster(t testing.TB) string {
 	if err := s.Flux.Client.Get(t.Context(), types.NamespacedName{Namespace: s.Name, Name: VersionConfigMap}, cm); err != nil {
 		t.Fatal(err)
 	}
-	return cm.Data["version"]
+	return testenv.ChartSemver(cm.Data["version"])
 }
 
 // ReadObjects reads every scenario object at its CRD's storage version and returns the
@@ -626,7 +626,20 @@ func (s *Scenario) WaitCondition(t testing.TB, typ string, status metav1.Conditi
 		return c != nil && c.Status == status && strings.Contains(c.Message, want)
 	})
 	if err != nil {
-		t.Fatalf("%v\n%s", err, s.Flux.LogTail(30))
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
+	}
+	return hr
+}
+
+// WaitFailures waits until the HelmRelease has failed at least n times in a row
+// (status.failures) with Ready=False, and returns the release.
+func (s *Scenario) WaitFailures(t testing.TB, n int64) *helmv2.HelmRelease {
+	t.Helper()
+	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 3*time.Minute, func(hr *helmv2.HelmRelease) bool {
+		return hr.Status.Failures >= n && apimeta.IsStatusConditionFalse(hr.Status.Conditions, meta.ReadyCondition)
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
 	}
 	return hr
 }
