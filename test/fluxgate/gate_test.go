@@ -154,7 +154,7 @@ func waitUpgraded(t *testing.T, s *fluxtest.Scenario) *helmv2.HelmRelease {
 	t.Helper()
 	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
 		l := hr.Status.History.Latest()
-		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.ChartVersion == fluxtest.To
+		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && testenv.ChartSemver(l.ChartVersion) == fluxtest.To
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, s.Flux.LogTail(40))
@@ -171,7 +171,9 @@ func assertUpgraded(t *testing.T, s *fluxtest.Scenario, before int) {
 	var statuses []string
 	for _, r := range s.History(t) {
 		if r.Revision > before {
-			statuses = append(statuses, fmt.Sprintf("%s %s", r.Status, r.Chart))
+			// An OCI chart's version carries its digest (3.3.7+abc...).
+			chart, _, _ := strings.Cut(r.Chart, "+")
+			statuses = append(statuses, fmt.Sprintf("%s %s", r.Status, chart))
 		}
 	}
 	if want := []string{"deployed kyverno-" + fluxtest.To}; !slices.Equal(statuses, want) {
