@@ -23,6 +23,7 @@ import (
 	"time"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	"github.com/go-logr/logr"
 	"github.com/fluxcd/pkg/apis/meta"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
@@ -69,6 +71,7 @@ func run(m *testing.M) int {
 }
 
 func setup() (func(), error) {
+	ctrllog.SetLogger(logr.Discard()) // the tests read the API, not the manager's logs
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return nil, err
