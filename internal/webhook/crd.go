@@ -111,7 +111,7 @@ func (c *crdGate) decide(ctx context.Context, crd *apiextv1.CustomResourceDefini
 	if o.flux() {
 		what += fmt.Sprintf(", applied for HelmRelease %s/%s", o.hrNamespace, o.hrName)
 	}
-	sms := o.migrations(g, p.Live, dryRun, "")
+	sms := o.migrations(g, p.Live, dryRun)
 	d := g.judged(ctx, p.Report, sms, what, o)
 	d.operation, d.chart = predict.Upgrade, crd.Name
 	if d.allowed {

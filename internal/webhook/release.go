@@ -98,8 +98,8 @@ func (o owner) flux() bool { return o.hrName != "" }
 
 // migrations is the Migrator for what o holds: the HelmRelease's own StorageMigration
 // (the same one its chart-change gate creates), else one per Helm release.
-func (o owner) migrations(g *Gate, live map[string]*apiextv1.CustomResourceDefinition, dryRun bool, holds string) *storageMigrations {
-	m := &storageMigrations{g: g, live: live, dryRun: dryRun, holds: holds}
+func (o owner) migrations(g *Gate, live map[string]*apiextv1.CustomResourceDefinition, dryRun bool) *storageMigrations {
+	m := &storageMigrations{g: g, live: live, dryRun: dryRun}
 	if o.flux() {
 		m.name = MigrationName(o.hrNamespace, o.hrName)
 		m.labels = map[string]string{LabelHelmReleaseNamespace: o.hrNamespace, LabelHelmReleaseName: truncateLabel(o.hrName)}
@@ -159,7 +159,7 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 		return g.recordErrored(fmt.Sprintf("revision %d of release %s/%s", rel.Version, sec.Namespace, rel.Name), err)
 	}
 	what := describeRecord(rel, p)
-	sms := o.migrations(g, p.Live, dryRun, "")
+	sms := o.migrations(g, p.Live, dryRun)
 	d := g.judged(ctx, p.Report, sms, what, o)
 	d.operation, d.chart = p.Report.Operation, chartOf(rel)
 	if !dryRun && o.flux() {

@@ -12,6 +12,13 @@
 // upgradeguard.io/gate, patched asynchronously after the response; that patch does not
 // change the chart, so the webhook's matchConditions keep it (and helm-controller's own
 // metadata and finalizer updates) away from the webhook.
+//
+// The same server holds the paths that never update a HelmRelease (see
+// docs/design/2026-12-01-every-path.md): the release-record gate (ReleasePath), on the
+// pending release record Secret every Helm client writes before it applies anything, and
+// the CRD gate (CRDPath), a mutating webhook that never patches, on CRD updates the API
+// server would reject on status.storedVersions. Both decide with the same engine
+// (check.Predict, gate.Judge) and fail open.
 package webhook
 
 import (
