@@ -25,11 +25,13 @@ import (
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/go-logr/logr"
+	eventsv1 "k8s.io/api/events/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -224,19 +226,31 @@ func migrationOf(t *testing.T, s *fluxtest.Scenario) *v1alpha1.StorageMigration 
 	return &sm
 }
 
-// heldOnHelmRelease checks the gate state the release-record or CRD gate left on the
-// HelmRelease: the annotation names the StorageMigration and the reason.
-func heldOnHelmRelease(t *testing.T, s *fluxtest.Scenario, want ...string) {
+// recordedOnHelmRelease checks what the gate left on the HelmRelease across a hold: an
+// event for each reason (the note is the gate's message), and the gate annotation, which
+// says admitted once the upgrade went through.
+func recordedOnHelmRelease(t *testing.T, s *fluxtest.Scenario, reasons ...string) {
 	t.Helper()
-	hr := s.HelmReleaseNow(t)
-	st := webhook.ParseState(hr)
-	for _, w := range want {
-		if !strings.Contains(st.Message, w) {
-			t.Errorf("gate annotation message lacks %q: %+v", w, st)
+	cs := kubernetes.NewForConfigOrDie(s.CP.Config)
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if webhook.ParseState(s.HelmReleaseNow(t)).Decision != webhook.OutcomeAdmitted {
+			return false, nil
 		}
-	}
-	if st.StorageMigration != webhook.MigrationName(s.HelmRelease.Namespace, s.HelmRelease.Name) && st.Decision != webhook.OutcomeAdmitted {
-		t.Errorf("gate annotation names StorageMigration %q", st.StorageMigration)
+		evs, err := cs.EventsV1().Events(s.Name).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, r := range reasons {
+			if !slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
+				return e.Regarding.Kind == helmv2.HelmReleaseKind && e.Regarding.Name == s.Name && e.Reason == r && strings.Contains(e.Note, "upgradeguard")
+			}) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("the HelmRelease lacks the gate's events %v or its admitted annotation (%+v): %v", reasons, webhook.ParseState(s.HelmReleaseNow(t)), err)
 	}
 }
 
@@ -309,6 +323,7 @@ func recordHeld(t *testing.T, s *fluxtest.Scenario) {
 	t.Logf("Ready: %s", readyMessage(hr))
 	assertUpgraded(t, s, before)
 	retried(t, s)
+	recordedOnHelmRelease(t, s, webhook.ReasonReleaseBlocked, webhook.ReasonReleaseHeld, webhook.ReasonReleaseAdmitted)
 }
 
 func TestOCISemverHeldMigratedUpgraded(t *testing.T) {
@@ -416,7 +431,7 @@ func TestCRDsCreateHeldByCRDGate(t *testing.T) {
 	// migration meets the next one.
 	migrationOf(t, s)
 	waitUpgraded(t, s)
-	assertUpgradedCRDsDir(t, s, before)
+	assertUpgraded(t, s, before)
 	retried(t, s)
 }
 
@@ -434,7 +449,7 @@ func TestCRDsCreateReplaceHeldByHelmReleaseGate(t *testing.T) {
 		t.Fatalf("the re-applied version bump: %v", err)
 	}
 	waitUpgraded(t, s)
-	assertUpgradedCRDsDir(t, s, before)
+	assertUpgraded(t, s, before)
 }
 
 // blockedOnDeletion waits until the gate, answering helm-controller, has refused the
@@ -478,10 +493,4 @@ func blockedOnDeletion(t *testing.T, s *fluxtest.Scenario, denial string, before
 	}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// assertUpgradedCRDsDir is assertUpgraded for a chart whose CRDs are in crds/.
-func assertUpgradedCRDsDir(t *testing.T, s *fluxtest.Scenario, before int) {
-	t.Helper()
-	assertUpgraded(t, s, before)
 }
