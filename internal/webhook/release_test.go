@@ -331,3 +331,47 @@ func TestCRDGateStoredVersions(t *testing.T) {
 		t.Errorf("%d objects readable at v1, want 2", n)
 	}
 }
+
+// TestReleaseRecordRollbackWouldDeleteCRD: a helm rollback to a revision that did not
+// render a CRD would make Helm delete the CRD and every object of its type. The
+// release-record gate denies the pending-rollback record with that reason; the CRD and its
+// objects stay.
+func TestReleaseRecordRollbackWouldDeleteCRD(t *testing.T) {
+	skipShort(t)
+	ctx := t.Context()
+	ns := "records-delete"
+	namespace(t, s.c, ns)
+	crdName := "gizmos." + gadgetGroup
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gizmos-config\n"
+	v1, err := testenv.WriteChart(filepath.Join(t.TempDir(), "1"), "gadgets", "1.0.0", map[string]string{"templates/cm.yaml": cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := testenv.WriteChart(filepath.Join(t.TempDir(), "2"), "gadgets", "2.0.0",
+		map[string]string{"templates/cm.yaml": cm, "templates/crd.yaml": gadgetCRD("gizmos", "v1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustHelm(t, "install", "gadgets", v1, "-n", ns)
+	mustHelm(t, "upgrade", "gadgets", v2, "-n", ns)
+	readable := createObjects(t, ns, "gizmos", "v1", 2)
+	before := revisions(t, ns)
+
+	out, err := helmCLI(t, "rollback", "gadgets", "1", "-n", ns)
+	if err == nil {
+		t.Fatalf("helm rollback to 1 succeeded; want it denied:\n%s", out)
+	}
+	mustContain(t, out, `admission webhook "release.upgradeguard.io" denied the request`,
+		"upgradeguard denied the rollback of release records-delete/gadgets to revision 1",
+		"Helm would delete CRDs and every object of their types", crdName)
+	if diff := cmp.Diff(before, revisions(t, ns)); diff != "" {
+		t.Errorf("release history changed by the denied rollback (-before +after):\n%s", diff)
+	}
+	_ = liveCRD(t, crdName)
+	if n := readable("v1"); n != 2 {
+		t.Errorf("%d gizmos after the denied rollback, want 2", n)
+	}
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gizmos-config"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the release's ConfigMap: %v", err)
+	}
+}
