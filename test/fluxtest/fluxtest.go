@@ -660,3 +660,12 @@ func (s *Scenario) WaitFailures(t testing.TB, n int64) *helmv2.HelmRelease {
 	}
 	return hr
 }
+
+// WaitDeployed waits until the HelmRelease is Ready=True at its generation with chart
+// version (OCI build metadata ignored) as its latest release, and returns it: what a test
+// with upgradeguard running waits for after Trigger (version To).
+func (s *Scenario) WaitDeployed(t testing.TB, version string) *helmv2.HelmRelease {
+	t.Helper()
+	s.waitDeployed(t, version)
+	return s.HelmReleaseNow(t)
+}
