@@ -65,7 +65,7 @@ func (o *rbacOptions) run(ctx context.Context, streams Streams, kube *genericcli
 	if err != nil {
 		return classifyAs(cmdRBAC, err, conn)
 	}
-	p, err := migrate.RBACFor(o.name, o.leaseNamespace, names, crds, o.storageSwitch)
+	p, err := migrate.RBACFor(o.engine, o.name, o.leaseNamespace, names, crds, o.storageSwitch)
 	if err != nil {
 		return classifyAs(cmdRBAC, err, conn)
 	}

@@ -1,0 +1,270 @@
+package migrate_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+)
+
+// svmServed says whether this minor serves StorageVersionMigrations with no flags: GA
+// and on by default from 1.37; beta and off by default in 1.35 and 1.36; alpha before.
+func svmServed() bool { return cp.Minor >= 37 }
+
+// svmControllers run the built-in migrator: it needs the garbage collector's informers.
+var svmControllers = []string{"garbage-collector-controller", "storage-version-migrator-controller"}
+
+// withControllerManager runs kube-controller-manager with controllers until the test ends.
+func withControllerManager(t *testing.T, controllers ...string) {
+	t.Helper()
+	if err := cp.StartControllerManager(controllers...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.StopControllerManager(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// builtinUser is a user bound to exactly the builtin engine's role for crd (no access to
+// the custom resources at all).
+func builtinUser(t *testing.T, e env, name, crd string) *rest.Config {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	c, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, crd, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := migrate.BuiltinRBAC(name, "default", []*apiextv1.CustomResourceDefinition{c}, false)
+	for _, r := range p.ClusterRole.Rules {
+		if slices.Contains(r.Verbs, "patch") {
+			t.Fatalf("the builtin role grants patch: %+v", r)
+		}
+	}
+	bind(t, cs, p, name)
+	cfg, err := cp.AddUser(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func bind(t *testing.T, cs kubernetes.Interface, p migrate.Permissions, user string) {
+	t.Helper()
+	ctx := t.Context()
+	subject := []rbacv1.Subject{{Kind: "User", Name: user}}
+	_, err := cs.RbacV1().ClusterRoles().Create(ctx, p.ClusterRole, metav1.CreateOptions{})
+	if err == nil {
+		_, err = cs.RbacV1().Roles(p.Role.Namespace).Create(ctx, p.Role, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.ClusterRole.Name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: p.ClusterRole.Name}, Subjects: subject}, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = cs.RbacV1().RoleBindings(p.Role.Namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.Role.Name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: p.Role.Name}, Subjects: subject}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoles().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().RoleBindings(p.Role.Namespace).Delete(ctx, p.Role.Name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().Roles(p.Role.Namespace).Delete(ctx, p.Role.Name, metav1.DeleteOptions{})
+	})
+}
+
+func builtinOpts(engine migrate.Engine) migrate.Options {
+	o := opts()
+	o.Engine, o.Deadline, o.BuiltinStartTimeout = engine, 4*time.Minute, 3*time.Second
+	return o
+}
+
+// svmGone asserts that no StorageVersionMigration is left behind.
+func svmGone(t *testing.T, name string) {
+	t.Helper()
+	if !svmServed() {
+		return
+	}
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	_, err := cs.StoragemigrationV1().StorageVersionMigrations().Get(t.Context(), name, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("StorageVersionMigration %s: %v, want deleted", name, err)
+	}
+}
+
+// TestBuiltinEngine: on a minor that serves StorageVersionMigrations, a user holding only
+// the builtin role migrates the Flux incident (auto picks builtin for it) and storedVersions
+// ends pruned; an admin's auto run picks the client engine. Where the API is not served,
+// builtin fails saying so, and auto picks client.
+func TestBuiltinEngine(t *testing.T) {
+	e := fluxState(t, []string{"a", "b"}, 5)
+	admin := newMigrator(t, cp.Config)
+
+	if !svmServed() {
+		_, err := admin.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+		var ns *migrate.BuiltinNotServedError
+		if !errors.As(err, &ns) || !strings.Contains(err.Error(), "not served on this server") {
+			t.Fatalf("builtin on 1.%d: %v, want BuiltinNotServedError", cp.Minor, err)
+		}
+		o := builtinOpts(migrate.EngineAuto)
+		o.DryRun = true
+		res, err := admin.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+		if err != nil || res.Engine != migrate.EngineClient {
+			t.Fatalf("auto on 1.%d: %+v, %v; want the client engine", cp.Minor, res, err)
+		}
+		return
+	}
+	withControllerManager(t, svmControllers...)
+	user := newMigrator(t, builtinUser(t, e, "svm-only", helmrepos))
+	before, _ := snapshot(t, e, hrV1)
+
+	for _, engine := range []migrate.Engine{migrate.EngineAuto, migrate.EngineBuiltin} {
+		if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
+			t.Fatal(err)
+		}
+		o := builtinOpts(engine)
+		var progress []migrate.Progress
+		o.Progress = func(p migrate.Progress) { progress = append(progress, p) }
+		res, err := user.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+		if err != nil {
+			t.Fatalf("%s: %v", engine, err)
+		}
+		if len(progress) == 0 || progress[len(progress)-1].Total != 10 || res.Objects != 10 {
+			t.Errorf("%s: progress %+v, objects %d; want the migrator's count of 10 objects reported", engine, progress, res.Objects)
+		}
+		t.Logf("%s: %+v", engine, res)
+		if res.Engine != migrate.EngineBuiltin || !strings.Contains(res.EngineReason, "may not patch") && engine == migrate.EngineAuto {
+			t.Errorf("%s: engine %s (%s), want builtin because the user may not patch", engine, res.Engine, res.EngineReason)
+		}
+		if res.Status != migrate.Migrated || res.PrunedBy == "" {
+			t.Errorf("%s: status %s, prunedBy %q, message %q; want migrated and pruned", engine, res.Status, res.PrunedBy, res.Message)
+		}
+		if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1"}) {
+			t.Errorf("%s: storedVersions %v, want [v1]", engine, got)
+		}
+		svmGone(t, res.StorageVersionMigration)
+	}
+	after, _ := snapshot(t, e, hrV1)
+	if len(after) != 10 || len(before) != len(after) {
+		t.Errorf("objects readable at v1: %d before, %d after, want 10", len(before), len(after))
+	}
+
+	// An admin may patch: auto picks the client engine.
+	if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := admin.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineAuto))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Engine != migrate.EngineClient || !strings.Contains(res.EngineReason, "may patch") || res.Status != migrate.Migrated {
+		t.Errorf("admin auto: engine %s (%s), status %s; want client because it may patch", res.Engine, res.EngineReason, res.Status)
+	}
+}
+
+// TestBuiltinMigratorNotRunning: kube-controller-manager runs without the migrator. The
+// builtin engine, and auto for a user who may not patch, stop after the start timeout
+// with an error naming the controller, delete their StorageVersionMigration and leave
+// storedVersions alone.
+func TestBuiltinMigratorNotRunning(t *testing.T) {
+	e := fluxState(t, []string{"a"}, 3)
+	if !svmServed() {
+		t.Logf("1.%d does not serve StorageVersionMigrations: TestBuiltinEngine covers the error", cp.Minor)
+		_, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+		if !errors.As(err, new(*migrate.BuiltinNotServedError)) {
+			t.Fatalf("builtin on 1.%d: %v, want BuiltinNotServedError", cp.Minor, err)
+		}
+		return
+	}
+	withControllerManager(t, "garbage-collector-controller")
+	user := newMigrator(t, builtinUser(t, e, "svm-idle", helmrepos))
+	for _, engine := range []migrate.Engine{migrate.EngineBuiltin, migrate.EngineAuto} {
+		_, err := user.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(engine))
+		var nr *migrate.BuiltinNotRunningError
+		if !errors.As(err, &nr) || !strings.Contains(err.Error(), "storage-version-migrator-controller") || !strings.Contains(err.Error(), "not running") {
+			t.Fatalf("%s: %v, want BuiltinNotRunningError naming storage-version-migrator-controller", engine, err)
+		}
+		svmGone(t, nr.StorageVersionMigration)
+		if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1beta2", "v1"}) {
+			t.Errorf("%s: storedVersions %v, want untouched", engine, got)
+		}
+	}
+}
+
+// TestBuiltinConversionWebhookFails: objects stored at v1alpha1 need a conversion webhook
+// that is down (a closed loopback port). The built-in migrator fails; the run reports its
+// Failed condition and message, names the webhook, and leaves storedVersions alone.
+func TestBuiltinConversionWebhookFails(t *testing.T) {
+	e := emptyCluster(t)
+	if !svmServed() {
+		t.Logf("1.%d does not serve StorageVersionMigrations: TestBuiltinEngine covers the error", cp.Minor)
+		return
+	}
+	crd := testenv.TwoVersionCRD("example.com", "gadgets", "Gadget")
+	if err := testenv.ApplyCRD(e.ctx, e.crds, crd); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.CreateObjects(e.ctx, cp.Config, testenv.Objects{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1alpha1", Resource: "gadgets"},
+		Kind: "Gadget", Namespaces: []string{"g"}, PerNS: 3, Spec: map[string]any{"size": int64(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	closed := closedPort(t)
+	crd.Spec.Versions[0].Storage, crd.Spec.Versions[1].Storage = false, true
+	crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.WebhookConverter, Webhook: &apiextv1.WebhookConversion{
+		ConversionReviewVersions: []string{"v1"},
+		ClientConfig:             &apiextv1.WebhookClientConfig{URL: ptr.To("https://" + closed + "/convert")},
+	}}
+	if err := testenv.ApplyCRD(e.ctx, e.crds, crd); err != nil {
+		t.Fatal(err)
+	}
+	withControllerManager(t, svmControllers...)
+
+	res, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: crd.Name}, builtinOpts(migrate.EngineBuiltin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.Status != migrate.Incomplete || !strings.HasPrefix(res.BuiltinFailure, "Failed=True") ||
+		!strings.Contains(res.Message, "condition Failed=True") || !strings.Contains(res.Message, "conversion webhook") ||
+		!strings.Contains(res.Message, "storedVersions left as they were") {
+		t.Errorf("status %s, failure %q, message %q; want incomplete naming the Failed condition and the conversion webhook", res.Status, res.BuiltinFailure, res.Message)
+	}
+	if got := storedVersions(t, e, crd.Name); !slices.Equal(got, []string{"v1alpha1", "v1"}) {
+		t.Errorf("storedVersions %v, want untouched", got)
+	}
+	svmGone(t, res.StorageVersionMigration)
+}
+
+// closedPort is a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
