@@ -237,6 +237,13 @@ func TestBuiltinConversionWebhookFails(t *testing.T) {
 	if err := testenv.ApplyCRD(e.ctx, e.crds, crd); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// Without the webhook the objects read again, so the cluster can be emptied.
+		crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.NoneConverter}
+		if err := testenv.ApplyCRD(context.WithoutCancel(e.ctx), e.crds, crd); err != nil {
+			t.Error(err)
+		}
+	})
 	withControllerManager(t, svmControllers...)
 
 	res, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: crd.Name}, builtinOpts(migrate.EngineBuiltin))
