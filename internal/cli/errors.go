@@ -100,6 +100,11 @@ func advice(command string, err error) string {
 		return ": pass --ref at least twice, oldest release line first"
 	case errors.As(err, &held) && command == cmdMigrate:
 		return ": wait for it with --wait"
+	case errors.As(err, new(*migrate.BuiltinNotServedError)):
+		return ", use --engine client (it needs patch on the custom resources: `upgradeguard rbac --crd NAME`)"
+	case errors.As(err, new(*migrate.BuiltinNotRunningError)):
+		return ": add storage-version-migrator-controller (and garbage-collector-controller) to kube-controller-manager's --controllers " +
+			"(on 1.35 and 1.36 also --feature-gates=StorageVersionMigrator=true), or use --engine client"
 	case errors.As(err, new(*migrate.CRDNotFoundError)):
 		return ": check the name with `kubectl get crd`"
 	case errors.As(err, &sw):
