@@ -234,7 +234,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	metrics.MigrationDuration.Observe(time.Since(started).Seconds())
 	var held *migrate.LeaseHeldError
 	switch {
-	case errors.As(err, &held):
+	case errors.As(err, &held) || errors.As(err, new(*migrate.InProgressError)):
 		rp.Message = err.Error()
 		return nil, r.LeaseDuration, r.saveStatus(ctx, sm)
 	case err != nil && ctx.Err() != nil:

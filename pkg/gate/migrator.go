@@ -80,8 +80,9 @@ func (m *InProcess) Migrate(ctx context.Context, crds []string) (*Progress, erro
 		res, err := mig.Migrate(budgetCtx, migrate.Target{Name: name}, mo)
 		var held *migrate.LeaseHeldError
 		switch {
-		case errors.As(err, &held):
-			// Another run (the CLI, another controller) is migrating it: wait for it.
+		case errors.As(err, &held) || errors.As(err, new(*migrate.InProgressError)):
+			// Another run (the CLI, another controller, a StorageVersionMigration made by
+			// hand) is migrating it: wait for it.
 			p.State, p.Message = MigrationRunning, err.Error()
 			return p, nil
 		case errors.As(err, new(*migrate.BuiltinNotRunningError)) || errors.As(err, new(*migrate.BuiltinNotServedError)):

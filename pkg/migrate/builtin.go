@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -25,6 +24,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // Who pruned storedVersions after a builtin migration (Result.PrunedBy).
@@ -33,12 +33,12 @@ const (
 	PrunedByUpgradeguard = "upgradeguard"
 )
 
-// annotationCRDGeneration records on a StorageVersionMigration the CRD generation it was
-// created for: a later run follows it only while the CRD is unchanged.
-const annotationCRDGeneration = "upgradeguard.io/crd-generation"
-
-// annotationCRD names the CRD a StorageVersionMigration of ours migrates.
-const annotationCRD = "upgradeguard.io/crd"
+// The annotations on our StorageVersionMigrations: the CRD it migrates, and the CRD
+// generation it was created for (a later run follows it only while the CRD is unchanged).
+const (
+	annotationCRD           = svm.AnnotationCRD
+	annotationCRDGeneration = svm.AnnotationGeneration
+)
 
 // builtinCleanupWait bounds how long a run waits, after the built-in migrator finished,
 // for the server to record the outcome on the CRD (and prune storedVersions) before the
@@ -57,15 +57,15 @@ func svmPrefix(crd string) string {
 
 // follower creates, follows and deletes the StorageVersionMigration of one CRD.
 type follower struct {
-	m     *Migrator
-	api   dynamic.ResourceInterface
-	name  string
+	m    *Migrator
+	api  dynamic.ResourceInterface
+	name string
 	// apiVersion is the served StorageVersionMigration version (v1, else v1beta1).
 	apiVersion string
-	crd   *apiextv1.CustomResourceDefinition
-	o     Options
-	res   *Result
-	start time.Time
+	crd        *apiextv1.CustomResourceDefinition
+	o          Options
+	res        *Result
+	start      time.Time
 	// total is the object count the migrator last reported (-1 while unknown).
 	total, done int64
 }
@@ -133,18 +133,14 @@ func (f *follower) get(ctx context.Context) (*svmv1.StorageVersionMigration, err
 }
 
 func toSVM(u *unstructured.Unstructured) (*svmv1.StorageVersionMigration, error) {
-	svm := &svmv1.StorageVersionMigration{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, svm); err != nil {
-		return nil, fmt.Errorf("read StorageVersionMigration %s: %w", u.GetName(), err)
-	}
-	return svm, nil
+	return svm.Convert(u.Object)
 }
 
 // create creates the StorageVersionMigration, or follows the one an interrupted run left
 // for the same CRD generation. Finished or outdated ones of ours are deleted.
 func (f *follower) create(ctx context.Context) (*svmv1.StorageVersionMigration, error) {
 	gen := strconv.FormatInt(f.crd.Generation, 10)
-	list, err := f.api.List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=upgradeguard"})
+	list, err := f.api.List(ctx, metav1.ListOptions{LabelSelector: svm.LabelManagedBy + "=" + svm.ManagedBy})
 	if err != nil {
 		return nil, fmt.Errorf("list StorageVersionMigrations: %w", err)
 	}
@@ -166,7 +162,7 @@ func (f *follower) create(ctx context.Context) (*svmv1.StorageVersionMigration, 
 		"kind":       "StorageVersionMigration",
 		"metadata": map[string]any{
 			"generateName": svmPrefix(f.crd.Name),
-			"labels":       map[string]any{"app.kubernetes.io/managed-by": "upgradeguard"},
+			"labels":       map[string]any{svm.LabelManagedBy: svm.ManagedBy},
 			"annotations":  map[string]any{annotationCRDGeneration: gen, annotationCRD: f.crd.Name},
 		},
 		"spec": map[string]any{"resource": map[string]any{"group": f.crd.Spec.Group, "resource": f.crd.Spec.Names.Plural}},
@@ -179,10 +175,7 @@ func (f *follower) create(ctx context.Context) (*svmv1.StorageVersionMigration, 
 	return toSVM(created)
 }
 
-func terminal(svm *svmv1.StorageVersionMigration) bool {
-	return meta.IsStatusConditionTrue(svm.Status.Conditions, string(svmv1.MigrationSucceeded)) ||
-		meta.IsStatusConditionTrue(svm.Status.Conditions, string(svmv1.MigrationFailed))
-}
+func terminal(s *svmv1.StorageVersionMigration) bool { return svm.Terminal(s) }
 
 // follow watches the StorageVersionMigration until it succeeds or fails, reporting
 // progress. One that gets no condition within Options.BuiltinStartTimeout means that no

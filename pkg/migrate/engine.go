@@ -8,9 +8,10 @@ import (
 
 	authv1 "k8s.io/api/authorization/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // Engine says who re-persists the objects of a CRD.
@@ -55,7 +56,7 @@ const DefaultBuiltinStartTimeout = 10 * time.Second
 const BuiltinController = "kube-controller-manager's storage-version-migrator-controller"
 
 // StorageMigrationGroup is the API group of the built-in StorageVersionMigration.
-const StorageMigrationGroup = "storagemigration.k8s.io"
+const StorageMigrationGroup = svm.Group
 
 // BuiltinNotServedError says the StorageVersionMigration API is not served, so the builtin
 // engine cannot run (Kubernetes before 1.35, or 1.35 and 1.36 with the beta API off).
@@ -147,28 +148,49 @@ func (m *Migrator) allowed(ctx context.Context, verb string, gr schema.GroupReso
 	return out.Status.Allowed, nil
 }
 
-// svmResource is the StorageVersionMigration resource the server serves: v1 where
-// served, else v1beta1; empty when neither is.
+// svmResource is the StorageVersionMigration resource the server serves (svm.Resource).
 func (m *Migrator) svmResource(_ context.Context) (schema.GroupVersionResource, error) {
-	for _, v := range []string{"v1", "v1beta1"} {
-		gv := schema.GroupVersion{Group: StorageMigrationGroup, Version: v}
-		list, err := m.discovery.ServerResourcesForGroupVersion(gv.String())
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return schema.GroupVersionResource{}, fmt.Errorf("discover %s: %w", gv, err)
-		}
-		for _, r := range list.APIResources {
-			if r.Name == "storageversionmigrations" {
-				return gv.WithResource(r.Name), nil
-			}
-		}
-	}
-	return schema.GroupVersionResource{}, nil
+	return svm.Resource(m.discovery)
 }
 
-// engineNote is the engine and its reason in one line, for messages.
-func engineNote(res *Result) string {
-	return strings.TrimSpace(string(res.Engine) + " engine: " + res.EngineReason)
+// InProgressError says that a StorageVersionMigration upgradeguard did not create (made by
+// hand, or by another tool) is migrating the CRD: a run waits for it (Options.Wait) or
+// stops, as for a held Lease.
+type InProgressError struct {
+	CRD                      string
+	StorageVersionMigrations []string
+}
+
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("%s is being migrated by StorageVersionMigration %s (the built-in migrator in kube-controller-manager): wait for it (Options.Wait) or check it",
+		e.CRD, strings.Join(e.StorageVersionMigrations, ", "))
+}
+
+// awaitOthers returns once no StorageVersionMigration of someone else's is migrating crd,
+// waiting while wait is true and ctx allows; otherwise *InProgressError.
+func (m *Migrator) awaitOthers(ctx context.Context, crd string, wait bool) error {
+	for {
+		active, err := svm.Active(ctx, m.discovery, m.dynamic)
+		if err != nil {
+			return err
+		}
+		var others []string
+		for _, a := range active[crd] {
+			if !a.Upgradeguard {
+				others = append(others, a.Name)
+			}
+		}
+		if len(others) == 0 {
+			return nil
+		}
+		inProgress := &InProgressError{CRD: crd, StorageVersionMigrations: others}
+		if !wait {
+			return inProgress
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %w: %w", inProgress, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
 }

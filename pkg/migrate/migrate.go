@@ -31,9 +31,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientdiscovery "k8s.io/client-go/discovery"
-	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
@@ -308,6 +308,9 @@ func (m *Migrator) locked(ctx context.Context, t Target, o Options, res *Result,
 	go l.keepRenewed(runCtx, cancel)
 	var stoppedAt *resumePoint // where this run leaves off, for the next one
 	defer func() { _ = l.release(context.WithoutCancel(ctx), stoppedAt) }()
+	if err := m.awaitOthers(runCtx, t.Name, o.Wait); err != nil {
+		return nil, err
+	}
 
 	// Another run may have finished while this one waited for the Lease: decide again
 	// from the CRD as it is now.
