@@ -292,12 +292,15 @@ func engineNote(w io.Writer, r *migrate.Result) {
 		return
 	}
 	fmt.Fprintf(w, "\n%s: %s engine (%s)\n", r.Name, r.Engine, r.EngineReason)
-	if r.StorageVersionMigration != "" {
-		fmt.Fprintf(w, "  StorageVersionMigration %s", r.StorageVersionMigration)
-		if r.PrunedBy != "" {
-			fmt.Fprintf(w, "; storedVersions pruned by %s", r.PrunedBy)
-		}
-		fmt.Fprintln(w)
+	if r.StorageVersionMigration == "" {
+		return
+	}
+	fmt.Fprintf(w, "  StorageVersionMigration %s (the built-in migrator counts objects, not rewritten or current ones)\n", r.StorageVersionMigration)
+	switch r.PrunedBy {
+	case migrate.PrunedByServer:
+		fmt.Fprintln(w, "  storedVersions pruned by the API server")
+	case migrate.PrunedByUpgradeguard:
+		fmt.Fprintln(w, "  storedVersions pruned by upgradeguard (the API server did not)")
 	}
 }
 

@@ -10,16 +10,23 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	svmv1 "k8s.io/api/storagemigration/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // svmServed says whether this minor serves StorageVersionMigrations with no flags: GA
@@ -274,4 +281,83 @@ func closedPort(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// TestStorageVersionMigrationInProgress: a StorageVersionMigration made by hand (nobody
+// runs it here) is migrating the CRD. check shows it and says to wait, the gate holds the
+// upgrade, and a client-engine run stops saying who migrates it, or waits for it with
+// Wait.
+func TestStorageVersionMigrationInProgress(t *testing.T) {
+	e := fluxState(t, []string{"a"}, 2)
+	if !svmServed() {
+		gvr, err := svm.Resource(kubernetes.NewForConfigOrDie(cp.Config).Discovery())
+		if err != nil || !gvr.Empty() {
+			t.Fatalf("1.%d serves StorageVersionMigrations as %v (%v), want none", cp.Minor, gvr, err)
+		}
+		return
+	}
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	hand, err := cs.StoragemigrationV1().StorageVersionMigrations().Create(e.ctx, &svmv1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: "by-hand"},
+		Spec:       svmv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: hrV1.Group, Resource: hrV1.Resource}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.StoragemigrationV1().StorageVersionMigrations().Delete(context.WithoutCancel(e.ctx), hand.Name, metav1.DeleteOptions{})
+	})
+
+	cluster, err := check.NewKubeCluster(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	incoming, err := testenv.ReadCRDs("charts/flux2-2.18.2/rendered/crds.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := check.Request{Operation: predict.Upgrade}
+	for _, c := range incoming {
+		req.Incoming = append(req.Incoming, chartcrds.CRD{CRD: c, Source: predict.Templates})
+	}
+	rep, err := check.Run(e.ctx, cluster, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.CRDs {
+		if c.Name == helmrepos && (!slices.Equal(c.MigratingBy, []string{"by-hand"}) || !strings.HasPrefix(c.Action, "wait: StorageVersionMigration by-hand")) {
+			t.Errorf("check: %s migratingBy %v, action %q; want by-hand and wait", c.Name, c.MigratingBy, c.Action)
+		}
+	}
+
+	m := newMigrator(t, cp.Config)
+	o := opts()
+	o.Engine = migrate.EngineClient
+	_, err = m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+	var ip *migrate.InProgressError
+	if !errors.As(err, &ip) || !strings.Contains(err.Error(), "by-hand") {
+		t.Fatalf("client run: %v, want InProgressError naming by-hand", err)
+	}
+	p, err := (&gate.InProcess{Target: cp.Config, Budget: 5 * time.Second, Options: o}).Migrate(e.ctx, []string{helmrepos})
+	if err != nil || p.State != gate.MigrationRunning || !strings.Contains(p.Message, "by-hand") {
+		t.Fatalf("gate: %+v, %v; want Running naming by-hand", p, err)
+	}
+	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1beta2", "v1"}) {
+		t.Errorf("storedVersions %v, want untouched while another migration runs", got)
+	}
+
+	// With Wait, the run goes on once the other migration is gone.
+	o.Wait = true
+	go func() {
+		// Once the run holds its Lease it is waiting for by-hand: end that migration.
+		_ = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			l, err := cs.CoordinationV1().Leases("default").Get(ctx, "upgradeguard-migrate-"+helmrepos, metav1.GetOptions{})
+			return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
+		})
+		_ = cs.StoragemigrationV1().StorageVersionMigrations().Delete(context.WithoutCancel(e.ctx), hand.Name, metav1.DeleteOptions{})
+	}()
+	res, err := m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+	if err != nil || res.Status != migrate.Migrated {
+		t.Fatalf("waiting run: %+v, %v; want migrated once by-hand is gone", res, err)
+	}
 }
