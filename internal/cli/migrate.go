@@ -318,6 +318,14 @@ change during the run; if they did (a chart upgrade applied meanwhile), the CRD 
 over, up to twice. A Lease per CRD keeps two runs (two operators, or the CLI and the
 controller) from migrating the same CRD at once.
 
+Engines (--engine): client patches the objects from this process (fastest; needs patch on
+them); builtin creates a StorageVersionMigration and lets kube-controller-manager's
+storage-version-migrator-controller patch them (Kubernetes 1.37, or 1.35/1.36 with the
+beta API on; needs only the role 'upgradeguard rbac --engine builtin' prints); auto, the
+default, picks client when you may patch the objects, else builtin. Either way the same
+Lease, guards and report; the report says which engine ran and why. If nothing acts on the
+StorageVersionMigration within --builtin-start-timeout, the run stops and says so.
+
 Selecting CRDs:
   --crd NAME               these CRDs (repeat the flag)
   --chart REF ...          the CRDs 'upgradeguard check' says need migrating for that chart
@@ -335,6 +343,10 @@ const migrateExample = `  # What the Flux 2.18 upgrade needs, first as a dry run
 
   # Unblock a rollback with a reverse migration
   upgradeguard migrate --rollback --release flux -n flux-system --to-revision 1 --allow-storage-switch
+
+  # Without patch rights on the objects: Kubernetes' built-in migrator does the writes
+  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io --engine builtin | kubectl apply -f -
+  upgradeguard migrate --crd helmrepositories.source.toolkit.fluxcd.io --engine builtin
 
   # Faster on a big cluster: more concurrency, no client-side rate limit
   upgradeguard migrate --all --concurrency 16 --qps 0 --deadline 30m`
