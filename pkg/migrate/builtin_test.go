@@ -3,6 +3,7 @@ package migrate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -145,7 +146,7 @@ func TestBuiltinEngine(t *testing.T) {
 	user := newMigrator(t, builtinUser(t, e, "svm-only", helmrepos))
 	before, _ := snapshot(t, e, hrV1)
 
-	for _, engine := range []migrate.Engine{migrate.EngineAuto, migrate.EngineBuiltin} {
+	for _, engine := range []migrate.Engine{migrate.EngineAuto} {
 		if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
 			t.Fatal(err)
 		}
@@ -171,6 +172,30 @@ func TestBuiltinEngine(t *testing.T) {
 		}
 		svmGone(t, res.StorageVersionMigration)
 	}
+	// The gate's in-process migrator runs the builtin engine too, a budget at a time: a
+	// call cut short leaves the StorageVersionMigration running, the next one follows it.
+	if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	ip := &gate.InProcess{Target: builtinUser(t, e, "svm-gate", helmrepos), Budget: 15 * time.Second, Options: builtinOpts(migrate.EngineBuiltin)}
+	var p *gate.Progress
+	err := wait.PollUntilContextTimeout(e.ctx, 0, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = ip.Migrate(ctx, []string{helmrepos})
+		if err != nil || p.State == gate.MigrationFailed {
+			return false, fmt.Errorf("gate: %+v, %w", p, err)
+		}
+		return p.State == gate.MigrationDone, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.Results[0]; r.Engine != migrate.EngineBuiltin || r.Status != migrate.Migrated || !slices.Equal(storedVersions(t, e, helmrepos), []string{"v1"}) {
+		t.Errorf("gate: %+v; want migrated by the builtin engine, storedVersions [v1]", r)
+	} else {
+		svmGone(t, r.StorageVersionMigration)
+	}
+
 	after, _ := snapshot(t, e, hrV1)
 	if len(after) != 10 || len(before) != len(after) {
 		t.Errorf("objects readable at v1: %d before, %d after, want 10", len(before), len(after))
