@@ -99,7 +99,7 @@ func TestMigrateEngines(t *testing.T) {
 	all := []string{buckets, charts, helmrepos}
 	user := builtinRoleUser(t, "svm-cli", ns, all...)
 	crdArgs := func(engine string, crds ...string) []string {
-		args := []string{"migrate", "--engine", engine, "--lease-namespace", ns, "--builtin-start-timeout", "3s"}
+		args := []string{"migrate", "--engine", engine, "--lease-namespace", ns}
 		for _, c := range crds {
 			args = append(args, "--crd", c)
 		}
@@ -129,7 +129,7 @@ func TestMigrateEngines(t *testing.T) {
 	// the start timeout and name the controller.
 	startKCM(t, "garbage-collector-controller")
 	for _, engine := range []string{"builtin", "auto"} {
-		r := asUser(t, user, crdArgs(engine, helmrepos)...)
+		r := asUser(t, user, append(crdArgs(engine, helmrepos), "--builtin-start-timeout", "3s")...)
 		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "storage-version-migrator-controller") || !strings.Contains(r.stderr, "not running") {
 			t.Errorf("%s without the migrator: exit %d, stderr %q; want exit 2 naming storage-version-migrator-controller", engine, r.code, r.stderr)
 		}

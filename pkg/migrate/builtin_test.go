@@ -103,7 +103,7 @@ func bind(t *testing.T, cs kubernetes.Interface, p migrate.Permissions, user str
 
 func builtinOpts(engine migrate.Engine) migrate.Options {
 	o := opts()
-	o.Engine, o.Deadline, o.BuiltinStartTimeout = engine, 4*time.Minute, 3*time.Second
+	o.Engine, o.Deadline = engine, 4*time.Minute
 	return o
 }
 
@@ -231,7 +231,9 @@ func TestBuiltinMigratorNotRunning(t *testing.T) {
 	withControllerManager(t, "garbage-collector-controller")
 	user := newMigrator(t, builtinUser(t, e, "svm-idle", helmrepos))
 	for _, engine := range []migrate.Engine{migrate.EngineBuiltin, migrate.EngineAuto} {
-		_, err := user.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(engine))
+		o := builtinOpts(engine)
+		o.BuiltinStartTimeout = 3 * time.Second
+		_, err := user.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
 		var nr *migrate.BuiltinNotRunningError
 		if !errors.As(err, &nr) || !strings.Contains(err.Error(), "storage-version-migrator-controller") || !strings.Contains(err.Error(), "not running") {
 			t.Fatalf("%s: %v, want BuiltinNotRunningError naming storage-version-migrator-controller", engine, err)
