@@ -221,7 +221,6 @@ func TestBuiltinEngine(t *testing.T) {
 func TestBuiltinMigratorNotRunning(t *testing.T) {
 	e := fluxState(t, []string{"a"}, 3)
 	if !svmServed() {
-		t.Logf("1.%d does not serve StorageVersionMigrations: TestBuiltinEngine covers the error", cp.Minor)
 		_, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
 		if !errors.As(err, new(*migrate.BuiltinNotServedError)) {
 			t.Fatalf("builtin on 1.%d: %v, want BuiltinNotServedError", cp.Minor, err)
@@ -250,10 +249,6 @@ func TestBuiltinMigratorNotRunning(t *testing.T) {
 // Failed condition and message, names the webhook, and leaves storedVersions alone.
 func TestBuiltinConversionWebhookFails(t *testing.T) {
 	e := emptyCluster(t)
-	if !svmServed() {
-		t.Logf("1.%d does not serve StorageVersionMigrations: TestBuiltinEngine covers the error", cp.Minor)
-		return
-	}
 	crd := testenv.TwoVersionCRD("example.com", "gadgets", "Gadget")
 	if err := testenv.ApplyCRD(e.ctx, e.crds, crd); err != nil {
 		t.Fatal(err)
@@ -278,6 +273,13 @@ func TestBuiltinConversionWebhookFails(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	if !svmServed() {
+		_, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: crd.Name}, builtinOpts(migrate.EngineBuiltin))
+		if !errors.As(err, new(*migrate.BuiltinNotServedError)) {
+			t.Fatalf("builtin on 1.%d: %v, want BuiltinNotServedError", cp.Minor, err)
+		}
+		return
+	}
 	withControllerManager(t, svmControllers...)
 
 	res, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: crd.Name}, builtinOpts(migrate.EngineBuiltin))
