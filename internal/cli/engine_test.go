@@ -183,7 +183,9 @@ func bindUser(t *testing.T, cs kubernetes.Interface, p migrate.Permissions, user
 	t.Helper()
 	ctx := t.Context()
 	subject := []rbacv1.Subject{{Kind: "User", Name: user}}
-	roleRef := func(kind, name string) rbacv1.RoleRef { return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: name} }
+	roleRef := func(kind, name string) rbacv1.RoleRef {
+		return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: name}
+	}
 	_, err := cs.RbacV1().ClusterRoles().Create(ctx, p.ClusterRole, metav1.CreateOptions{})
 	if err == nil {
 		_, err = cs.RbacV1().Roles(p.Role.Namespace).Create(ctx, p.Role, metav1.CreateOptions{})
