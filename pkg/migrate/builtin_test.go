@@ -390,3 +390,56 @@ func TestStorageVersionMigrationInProgress(t *testing.T) {
 		t.Fatalf("waiting run: %+v, %v; want migrated once by-hand is gone", res, err)
 	}
 }
+
+// TestBuiltinCRDChangedMidRun: the CRD changes (a new generation) while the built-in
+// migrator works. Neither the server nor upgradeguard prunes; the result asks for a
+// restart and quotes the server's generation-mismatch message; the next run prunes.
+func TestBuiltinCRDChangedMidRun(t *testing.T) {
+	e := fluxState(t, []string{"a"}, 5)
+	if !svmServed() {
+		_, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+		if !errors.As(err, new(*migrate.BuiltinNotServedError)) {
+			t.Fatalf("builtin on 1.%d: %v, want BuiltinNotServedError", cp.Minor, err)
+		}
+		return
+	}
+	withControllerManager(t, svmControllers...)
+	changed := make(chan error, 1)
+	go func() {
+		// Once the migrator has marked the CRD as migrating, change its spec.
+		changed <- wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, helmrepos, metav1.GetOptions{})
+			if err != nil || !slices.ContainsFunc(crd.Status.Conditions, func(c apiextv1.CustomResourceDefinitionCondition) bool {
+				return c.Type == apiextv1.StorageMigrating && c.Status == apiextv1.ConditionTrue
+			}) {
+				return false, nil
+			}
+			for i := range crd.Spec.Versions {
+				crd.Spec.Versions[i].AdditionalPrinterColumns = append(crd.Spec.Versions[i].AdditionalPrinterColumns,
+					apiextv1.CustomResourceColumnDefinition{Name: "Probe", Type: "string", JSONPath: ".spec.url"})
+			}
+			_, err = e.crds.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{})
+			return err == nil, nil
+		})
+	}()
+	m := newMigrator(t, cp.Config)
+	res, err := m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-changed; err != nil {
+		t.Fatalf("changing the CRD mid-run: %v", err)
+	}
+	t.Logf("%+v", res)
+	if res.Status != migrate.Incomplete || !res.Restart || !strings.Contains(res.Message, "changed during the run") ||
+		!strings.Contains(res.Message, "generation mismatch") {
+		t.Errorf("status %s, restart %v, message %q; want incomplete, a restart, and why", res.Status, res.Restart, res.Message)
+	}
+	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1beta2", "v1"}) {
+		t.Errorf("storedVersions %v, want untouched after a mid-run change", got)
+	}
+	res, err = m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+	if err != nil || res.Status != migrate.Migrated || !slices.Equal(storedVersions(t, e, helmrepos), []string{"v1"}) {
+		t.Errorf("the next run: %+v, %v; want migrated and pruned", res, err)
+	}
+}
