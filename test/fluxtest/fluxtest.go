@@ -148,6 +148,7 @@ func VersionBump(t testing.TB, env Env, name string, opts Options) *Scenario {
 	s.install(t, hr, opts)
 	s.step(t, s.setHelmRelease(func(hr *helmv2.HelmRelease) { hr.Spec.Chart.Spec.Version = From }))
 	s.Trigger = s.setHelmRelease(func(hr *helmv2.HelmRelease) { hr.Spec.Chart.Spec.Version = To })
+	s.premise(t)
 	return s
 }
 
@@ -162,6 +163,7 @@ func SemverRange(t testing.TB, env Env, name string, opts Options) *Scenario {
 	s.install(t, hr, opts)
 	s.step(t, func(ctx context.Context) error { return s.publish(ctx, From) })
 	s.Trigger = func(ctx context.Context) error { return s.publish(ctx, To) }
+	s.premise(t)
 	return s
 }
 
@@ -178,6 +180,7 @@ func OCISemver(t testing.TB, env Env, name string, opts Options) *Scenario {
 	s.install(t, testenv.HelmReleaseFromOCIRepository(s.Name, s.Name, "kyverno"), opts)
 	s.step(t, func(ctx context.Context) error { return s.pushAndReconcile(ctx, From) })
 	s.Trigger = func(ctx context.Context) error { return s.pushAndReconcile(ctx, To) }
+	s.premise(t)
 	return s
 }
 
@@ -199,6 +202,7 @@ func OCIMovedTag(t testing.TB, env Env, name string, opts Options) *Scenario {
 	s.install(t, testenv.HelmReleaseFromOCIRepository(s.Name, s.Name, "kyverno"), opts)
 	s.step(t, func(ctx context.Context) error { return s.moveTagAndReconcile(ctx, From) })
 	s.Trigger = func(ctx context.Context) error { return s.moveTagAndReconcile(ctx, To) }
+	s.premise(t)
 	return s
 }
 
@@ -242,6 +246,7 @@ func CRDsPolicy(t testing.TB, env Env, name string, policy helmv2.CRDsPolicy, op
 		}
 		hr.Spec.Upgrade.CRDs = policy
 	})
+	s.premise(t)
 	return s
 }
 
@@ -261,7 +266,20 @@ func ValuesSwitch(t testing.TB, env Env, name string, opts Options) *Scenario {
 	s.step(t, s.setHelmRelease(func(hr *helmv2.HelmRelease) { hr.Spec.Values = crdsValues(false) }))
 	s.step(t, s.setHelmRelease(func(hr *helmv2.HelmRelease) { hr.Spec.Chart.Spec.Version = To }))
 	s.Trigger = s.setHelmRelease(func(hr *helmv2.HelmRelease) { hr.Spec.Values = crdsValues(true) })
+	s.premise(t)
 	return s
+}
+
+// premise checks what every scenario stands on before its trigger: the breaking CRDs at
+// kyverno 1.12 with v2alpha1 still in storedVersions.
+func (s *Scenario) premise(t testing.TB) {
+	t.Helper()
+	crds := s.CRDs(t)
+	for _, name := range BreakingCRDs {
+		if got := crds[name]; got.Storage != "v2beta1" || !slices.Equal(got.StoredVersions, []string{"v2alpha1", "v2beta1"}) {
+			t.Fatalf("%s before the trigger: storage %s, storedVersions %v; want v2beta1 and [v2alpha1 v2beta1]", name, got.Storage, got.StoredVersions)
+		}
+	}
 }
 
 func crdsValues(install bool) *apiextv1.JSON {
@@ -642,4 +660,13 @@ func (s *Scenario) WaitFailures(t testing.TB, n int64) *helmv2.HelmRelease {
 		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
 	}
 	return hr
+}
+
+// WaitDeployed waits until the HelmRelease is Ready=True at its generation with chart
+// version (OCI build metadata ignored) as its latest release, and returns it: what a test
+// with upgradeguard running waits for after Trigger (version To).
+func (s *Scenario) WaitDeployed(t testing.TB, version string) *helmv2.HelmRelease {
+	t.Helper()
+	s.waitDeployed(t, version)
+	return s.HelmReleaseNow(t)
 }
