@@ -45,7 +45,7 @@ func waitFluxBuild(ctx context.Context, logPath, statusPath string) error {
 			return nil
 		}
 		if !said {
-			step("Waiting for Flux's source-controller and helm-controller, which build in the background the first time\n(about 15 minutes on a laptop, cached afterwards). Build log: " + logPath)
+			step("Waiting for Flux's source-controller and helm-controller, which build in the background the first\ntime (about 15 minutes on 2 cores; cached afterwards). Build log: " + logPath + "\nCtrl-C is fine: `make demo-flux` runs this last act alone later.")
 			said = true
 		}
 		select {
