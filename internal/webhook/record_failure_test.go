@@ -174,7 +174,7 @@ func TestRecordGatesDown(t *testing.T) {
 		t.Errorf("an upgrade across the boundary with the gates down: %v\n%s\nwant the API server's own rejection", err, out)
 	}
 	// As in production without upgradeguard: the revision is stored, failed.
-	if got := revisions(t, ns, "gadgets"); !slices.Equal(got, []string{"1:superseded", "2:deployed", "3:failed"}) {
+	if got := revisions(t, ns); !slices.Equal(got, []string{"1:superseded", "2:deployed", "3:failed"}) {
 		t.Errorf("history after the unguarded upgrade = %v, want revision 3 failed", got)
 	}
 

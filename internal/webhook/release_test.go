@@ -86,12 +86,12 @@ func mustHelm(t *testing.T, args ...string) {
 	}
 }
 
-// revisions are the release's stored revisions and their status labels, as Helm's
-// Secret driver keeps them.
-func revisions(t *testing.T, ns, release string) []string {
+// revisions are the stored revisions of the release "gadgets" and their status labels,
+// as Helm's Secret driver keeps them.
+func revisions(t *testing.T, ns string) []string {
 	t.Helper()
 	var list corev1.SecretList
-	if err := s.c.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"owner": "helm", "name": release}); err != nil {
+	if err := s.c.List(t.Context(), &list, client.InNamespace(ns), client.MatchingLabels{"owner": "helm", "name": "gadgets"}); err != nil {
 		t.Fatal(err)
 	}
 	var out []string
@@ -199,7 +199,7 @@ func TestReleaseRecordHelmCLI(t *testing.T) {
 	if got := liveCRD(t, crdName).Status.StoredVersions; !slices.Equal(got, []string{"v1alpha1", "v1"}) {
 		t.Fatalf("storedVersions after 1.1.0 = %v, want [v1alpha1 v1]", got)
 	}
-	before := revisions(t, ns, "gadgets")
+	before := revisions(t, ns)
 
 	// A rollback to revision 1 (v1alpha1 only) now drops the live storage version v1:
 	// it needs a reverse migration first, which the gate names; nothing is applied.
@@ -211,7 +211,7 @@ func TestReleaseRecordHelmCLI(t *testing.T) {
 		"upgradeguard denied the rollback of release records/gadgets to revision 1 (chart gadgets@1.0.0, as revision 3) from chart version 1.1.0 before anything was applied",
 		"the API server would reject it, and no automatic migration fixes it",
 		"upgradeguard migrate --rollback --release gadgets -n records --to-revision 1 --allow-storage-switch", "then run the helm command again")
-	if diff := cmp.Diff(before, revisions(t, ns, "gadgets")); diff != "" {
+	if diff := cmp.Diff(before, revisions(t, ns)); diff != "" {
 		t.Errorf("release history changed by the denied rollback (-before +after):\n%s", diff)
 	}
 
@@ -225,7 +225,7 @@ func TestReleaseRecordHelmCLI(t *testing.T) {
 		"stored versions of "+crdName+" are dropped by the incoming chart and must be migrated first",
 		"StorageMigration "+sm, "run the same helm command again")
 	// Nothing of revision 3 was applied.
-	if diff := cmp.Diff(before, revisions(t, ns, "gadgets")); diff != "" {
+	if diff := cmp.Diff(before, revisions(t, ns)); diff != "" {
 		t.Errorf("release history changed (-before +after):\n%s", diff)
 	}
 	if got := servedVersions(liveCRD(t, crdName)); !slices.Equal(got, []string{"v1alpha1", "v1"}) {
@@ -248,7 +248,7 @@ func TestReleaseRecordHelmCLI(t *testing.T) {
 	}
 
 	mustHelm(t, "upgrade", "gadgets", v2, "-n", ns)
-	if diff := cmp.Diff([]string{"1:superseded", "2:superseded", "3:deployed"}, revisions(t, ns, "gadgets")); diff != "" {
+	if diff := cmp.Diff([]string{"1:superseded", "2:superseded", "3:deployed"}, revisions(t, ns)); diff != "" {
 		t.Errorf("history after the retried upgrade (-want +got):\n%s", diff)
 	}
 	if n := readable("v1"); n != 3 {
@@ -260,7 +260,7 @@ func TestReleaseRecordHelmCLI(t *testing.T) {
 
 	// From 2.0.0 (v1 only), revision 1 (v1alpha1 only) shares no version with the live
 	// CRD: no migration path at all, and the denial says so.
-	before = revisions(t, ns, "gadgets")
+	before = revisions(t, ns)
 	out, err = helmCLI(t, "rollback", "gadgets", "1", "-n", ns)
 	if err == nil {
 		t.Fatalf("helm rollback to 1 succeeded; want it denied:\n%s", out)
@@ -269,7 +269,7 @@ func TestReleaseRecordHelmCLI(t *testing.T) {
 		"upgradeguard denied the rollback of release records/gadgets to revision 1 (chart gadgets@1.0.0, as revision 4) from chart version 2.0.0 before anything was applied",
 		"the API server would reject it, and no automatic migration fixes it",
 		"live storage version v1 is dropped by the incoming CRD ([v1alpha1])", "then run the helm command again")
-	if diff := cmp.Diff(before, revisions(t, ns, "gadgets")); diff != "" {
+	if diff := cmp.Diff(before, revisions(t, ns)); diff != "" {
 		t.Errorf("release history changed by the denied rollback (-before +after):\n%s", diff)
 	}
 	if got := servedVersions(liveCRD(t, crdName)); !slices.Equal(got, []string{"v1"}) {
@@ -329,5 +329,49 @@ func TestCRDGateStoredVersions(t *testing.T) {
 	}
 	if n := readable("v1"); n != 2 {
 		t.Errorf("%d objects readable at v1, want 2", n)
+	}
+}
+
+// TestReleaseRecordRollbackWouldDeleteCRD: a helm rollback to a revision that did not
+// render a CRD would make Helm delete the CRD and every object of its type. The
+// release-record gate denies the pending-rollback record with that reason; the CRD and its
+// objects stay.
+func TestReleaseRecordRollbackWouldDeleteCRD(t *testing.T) {
+	skipShort(t)
+	ctx := t.Context()
+	ns := "records-delete"
+	namespace(t, s.c, ns)
+	crdName := "gizmos." + gadgetGroup
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gizmos-config\n"
+	v1, err := testenv.WriteChart(filepath.Join(t.TempDir(), "1"), "gadgets", "1.0.0", map[string]string{"templates/cm.yaml": cm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := testenv.WriteChart(filepath.Join(t.TempDir(), "2"), "gadgets", "2.0.0",
+		map[string]string{"templates/cm.yaml": cm, "templates/crd.yaml": gadgetCRD("gizmos", "v1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustHelm(t, "install", "gadgets", v1, "-n", ns)
+	mustHelm(t, "upgrade", "gadgets", v2, "-n", ns)
+	readable := createObjects(t, ns, "gizmos", "v1", 2)
+	before := revisions(t, ns)
+
+	out, err := helmCLI(t, "rollback", "gadgets", "1", "-n", ns)
+	if err == nil {
+		t.Fatalf("helm rollback to 1 succeeded; want it denied:\n%s", out)
+	}
+	mustContain(t, out, `admission webhook "release.upgradeguard.io" denied the request`,
+		"upgradeguard denied the rollback of release records-delete/gadgets to revision 1",
+		"Helm would delete CRDs and every object of their types", crdName)
+	if diff := cmp.Diff(before, revisions(t, ns)); diff != "" {
+		t.Errorf("release history changed by the denied rollback (-before +after):\n%s", diff)
+	}
+	_ = liveCRD(t, crdName)
+	if n := readable("v1"); n != 2 {
+		t.Errorf("%d gizmos after the denied rollback, want 2", n)
+	}
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gizmos-config"}, &corev1.ConfigMap{}); err != nil {
+		t.Errorf("the release's ConfigMap: %v", err)
 	}
 }
