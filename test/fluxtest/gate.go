@@ -33,7 +33,7 @@ type Gated struct {
 	// UG reads and writes upgradeguard's and Flux's objects.
 	UG client.Client
 
-	stops []func()
+	stops []func() error
 }
 
 // StartGated starts it all. Call Stop when done, also after an error.
@@ -56,7 +56,7 @@ func StartGated(ctx context.Context) (*Gated, error) {
 		return g, err
 	}
 	g.Flux = f
-	g.stops = append(g.stops, func() { _ = f.Stop() })
+	g.stops = append(g.stops, f.Stop)
 	scheme := testenv.FluxScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return g, err
@@ -77,14 +77,14 @@ func StartGated(ctx context.Context) (*Gated, error) {
 	if err != nil {
 		return g, err
 	}
-	g.stops = append(g.stops, func() { _ = os.RemoveAll(dir) })
+	g.stops = append(g.stops, func() error { return os.RemoveAll(dir) })
 	if err := webhook.Setup(mgr, webhook.Options{Timeout: 20 * time.Second, HelmCacheDir: filepath.Join(dir, "helm")}); err != nil {
 		return g, err
 	}
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(mctx) }()
-	g.stops = append(g.stops, func() { cancel(); <-done })
+	g.stops = append(g.stops, func() error { cancel(); return <-done })
 
 	// Gate only: proactive mode would migrate before any upgrade needs it.
 	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "kyverno"},
@@ -95,18 +95,19 @@ func StartGated(ctx context.Context) (*Gated, error) {
 	return g, waitServing(ctx, net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort)))
 }
 
-// Stop stops upgradeguard, Flux and the control plane, in that order.
+// Stop stops upgradeguard, Flux and the control plane, in that order, and returns what
+// went wrong on the way (the manager's error included).
 func (g *Gated) Stop() error {
+	var err error
 	for i := len(g.stops) - 1; i >= 0; i-- {
-		g.stops[i]()
+		err = errors.Join(err, g.stops[i]())
 	}
 	g.stops = nil
-	if g.CP == nil {
-		return nil
+	if g.CP != nil {
+		err = errors.Join(err, g.CP.Stop())
+		g.CP = nil
 	}
-	cp := g.CP
-	g.CP = nil
-	return cp.Stop()
+	return err
 }
 
 func waitServing(ctx context.Context, addr string) error {
