@@ -88,6 +88,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 		target = fmt.Sprintf(" (against the cluster of the kubeConfig Secret %s/%s)", hr.Namespace, hr.Spec.KubeConfig.SecretRef.Name)
 	}
 	sms := hrMigrations(g, hr, res.LiveCRDs, dryRun)
+	sms.holds = fmt.Sprintf("holds the %s of HelmRelease %s/%s until the stored versions are migrated; the next apply of the change is admitted then", what, hr.Namespace, hr.Name)
 	name := sms.name
 	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, ObservedGeneration: hr.Generation,
 		PlanCommand: fmt.Sprintf("upgradeguard plan --helmrelease %s/%s --version %s", hr.Namespace, hr.Name, rep.ChartVersion)})

@@ -23,6 +23,7 @@ import (
 	"github.com/go-logr/logr"
 	eventsv1 "k8s.io/api/events/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -306,13 +307,33 @@ func bumpThroughHelmReleaseGate(t *testing.T, s *fluxtest.Scenario) {
 	if err := s.Flux.Client.Patch(t.Context(), crd, keep); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Trigger(t.Context())
-	if err == nil || !strings.Contains(err.Error(), `denied the request: upgradeguard is holding the upgrade`) {
-		t.Fatalf("the re-applied version bump: %v, want it held for the migration", err)
+	reapplyUntilAdmitted(t, s)
+}
+
+// reapplyUntilAdmitted re-applies the trigger the way GitOps does until the HelmRelease
+// gate admits it: held while the StorageMigration runs (a conflict with helm-controller's
+// own writes is retried too). The StorageMigration must have succeeded.
+func reapplyUntilAdmitted(t *testing.T, s *fluxtest.Scenario) {
+	t.Helper()
+	var answers []string
+	err := wait.PollUntilContextTimeout(t.Context(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := s.Trigger(ctx)
+		switch {
+		case err == nil:
+			return true, nil
+		case strings.Contains(err.Error(), "denied the request: upgradeguard is holding the upgrade"), apierrors.IsConflict(err):
+			answers = append(answers, err.Error())
+			return false, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatalf("the re-applied version bump: %v; answers: %v", err, answers)
 	}
-	migration(t, s)
-	if err := s.Trigger(t.Context()); err != nil {
-		t.Fatalf("the version bump after the migration: %v", err)
+	// The gate started the migration, which succeeded before the bump was admitted.
+	sm := migration(t, s)
+	if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], "upgrade of release "+s.Name) {
+		t.Errorf("StorageMigration holds annotation = %q", sm.Annotations[webhook.AnnotationHolds])
 	}
 }
 
@@ -370,13 +391,10 @@ func TestCRDsCreateReplaceHeldByHelmReleaseGate(t *testing.T) {
 	needCluster(t)
 	s := fluxtest.CRDsPolicy(t, env, "crds-create-replace", helmv2.CreateReplace, fluxtest.Options{})
 	before := s.ReleaseRevision
-	if err := s.Trigger(t.Context()); err == nil {
-		t.Fatal("the version bump was admitted; want it held")
+	if err := s.Trigger(t.Context()); err == nil || !strings.Contains(err.Error(), "denied the request: upgradeguard is holding the upgrade") {
+		t.Fatalf("the version bump: %v; want it held", err)
 	}
-	migration(t, s)
-	if err := s.Trigger(t.Context()); err != nil {
-		t.Fatalf("the re-applied version bump: %v", err)
-	}
+	reapplyUntilAdmitted(t, s)
 	waitUpgraded(t, s)
 	assertUpgraded(t, s, before)
 }
