@@ -115,4 +115,10 @@ if $flux; then
   build "$bin/flux/source-controller" "$SOURCE_CONTROLLER_VERSION" "$root/hack/tools/source-controller" "-s -w" github.com/fluxcd/source-controller
 fi
 
-echo "testbin: ready in bin/:${minors:+ Kubernetes ${minors// /, } (bin/kube/MINOR),}$($helm && echo " Helm $HELM_VERSION")$($helm && ! $demo && echo ", Helm 3 $HELM3_VERSION")$($flux && echo ", Flux source-controller $SOURCE_CONTROLLER_VERSION and helm-controller $HELM_CONTROLLER_VERSION")"
+ready=()
+[[ -n $minors ]] && ready+=("Kubernetes ${minors// /, } (bin/kube/MINOR)")
+$helm && ready+=("Helm $HELM_VERSION")
+$helm && ! $demo && ready+=("Helm 3 $HELM3_VERSION")
+$flux && ready+=("Flux source-controller $SOURCE_CONTROLLER_VERSION and helm-controller $HELM_CONTROLLER_VERSION")
+msg=$(printf ', %s' "${ready[@]}")
+echo "testbin: ready in bin/: ${msg#, }"

@@ -1,13 +1,15 @@
 // Command demo reproduces the Flux storage-version incidents on an embedded control
 // plane (real kube-apiserver, etcd and Helm), shows upgradeguard predicting them, and
 // shows the real Helm upgrade and rollback failing exactly where predicted; then the
-// controller's proactive mode making the next storage-version change a non-event.
-// Run it with `make demo`.
+// controller's proactive mode making the next storage-version change a non-event; and
+// last, the real Flux controllers upgrading a semver-range HelmRelease through the gate.
+// Run it with `make demo` (`make demo-flux` runs only the Flux act).
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,7 +24,27 @@ import (
 )
 
 func main() {
-	if err := run(context.Background()); err != nil {
+	only := flag.String("only", "", `run only this act: "flux" (the real Flux controllers upgrading through the gate)`)
+	buildLog := flag.String("flux-build-log", "", "the log of the background build of Flux's controllers (make demo)")
+	buildStatus := flag.String("flux-build-status", "", "the file the background build writes its exit status to; the Flux act waits for it")
+	flag.Parse()
+	if *only != "" && *only != "flux" {
+		fmt.Fprintf(os.Stderr, "demo: -only %q: the only act that runs alone is flux\n", *only)
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	err := func() error {
+		if *only == "" {
+			if err := run(ctx); err != nil {
+				return err
+			}
+		}
+		if err := waitFluxBuild(ctx, *buildLog, *buildStatus); err != nil {
+			return err
+		}
+		return flux(ctx)
+	}()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}

@@ -10,14 +10,10 @@ package fluxgate_test
 
 import (
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,13 +29,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
-	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
@@ -75,77 +68,13 @@ func run(m *testing.M) int {
 
 func setup() (func(), error) {
 	ctrllog.SetLogger(logr.Discard()) // the tests read the API, not the manager's logs
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	cp, err := testenv.Start(testenv.Options{Webhooks: &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook")}}})
-	if err != nil {
-		return nil, err
-	}
-	var stops []func()
-	stop := func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-		_ = cp.Stop()
-	}
-	ctx := context.Background()
-	if err := testenv.ApplyUpgradeguardCRDs(ctx, cp.Config); err != nil {
-		return stop, err
-	}
-	f, err := cp.StartFluxControllers(ctx)
+	g, err := fluxtest.StartGated(context.Background())
+	stop := func() { _ = g.Stop() }
 	if err != nil {
 		return stop, err
 	}
-	stops = append(stops, func() { _ = f.Stop() })
-	env = fluxtest.Env{CP: cp, Flux: f}
-	scheme := testenv.FluxScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return stop, err
-	}
-	if ug, err = client.New(cp.Config, client.Options{Scheme: scheme}); err != nil {
-		return stop, err
-	}
-
-	wh := cp.Webhooks
-	mgr, err := controller.NewManager(cp.Config, controller.Options{
-		LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0",
-		EnableWebhook: true, WebhookPort: wh.LocalServingPort, WebhookCertDir: wh.LocalServingCertDir,
-	})
-	if err != nil {
-		return stop, err
-	}
-	dir, err := os.MkdirTemp("", "upgradeguard-fluxgate-")
-	if err != nil {
-		return stop, err
-	}
-	stops = append(stops, func() { _ = os.RemoveAll(dir) })
-	if err := webhook.Setup(mgr, webhook.Options{Timeout: 20 * time.Second, HelmCacheDir: filepath.Join(dir, "helm")}); err != nil {
-		return stop, err
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	stops = append(stops, func() { cancel(); <-done })
-
-	// Gate only: proactive mode would migrate before any upgrade needs it.
-	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "kyverno"},
-		Spec: v1alpha1.StorageMigrationPolicySpec{Groups: []string{"kyverno.io"}, Proactive: ptr.To(false)}}
-	if err := ug.Create(ctx, policy); err != nil {
-		return stop, err
-	}
-	return stop, waitServing(net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort)))
-}
-
-func waitServing(addr string) error {
-	return wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of our own loopback server
-		if err != nil {
-			return false, nil
-		}
-		return true, conn.Close()
-	})
+	env, ug = g.Env, g.UG
+	return stop, nil
 }
 
 func needCluster(t *testing.T) {
