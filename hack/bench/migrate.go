@@ -108,14 +108,19 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 
 	probe := startProbe(ctx, probeCfg)
 	defer probe.stop()
-	fmt.Println("measuring the probe's idle latency for 15s ...")
-	idleFrom := time.Now()
-	time.Sleep(15 * time.Second) // a measurement window, not synchronisation
-	idle := probe.p99(idleFrom, time.Now())
+	// Idle is measured before the first case and after the last, 15 s each, and the p99
+	// taken over both windows: the machine's other load drifts during a long run.
+	var idleWindows [][2]time.Time
+	measureIdle := func() {
+		fmt.Println("measuring the probe's idle latency for 15s ...")
+		from := time.Now()
+		time.Sleep(15 * time.Second) // a measurement window, not synchronisation
+		idleWindows = append(idleWindows, [2]time.Time{from, time.Now()})
+	}
+	measureIdle()
 
 	var results []procResult
 	var kcm *kcmUsage
-	ran := false
 	selected := func(name string) bool {
 		return cases == "all" || strings.Contains(","+cases+",", ","+strings.Trim(strings.Fields(name)[0], "()")+",")
 	}
@@ -123,7 +128,9 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 		if !selected(name) {
 			return nil
 		}
-		if resetFirst && ran {
+		// Every writing case starts from a reset, the first too (where it finds the
+		// objects already at v1beta2 and only passes over them).
+		if resetFirst {
 			if err := reset(); err != nil {
 				return fmt.Errorf("reset before %s: %w", name, err)
 			}
@@ -135,7 +142,6 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 		}
 		r.probeP99 = probe.p99(r.start, r.start.Add(r.elapsed))
 		results = append(results, r)
-		ran = true
 		return nil
 	}
 	migrateArgs := func(extra ...string) []string {
@@ -143,7 +149,7 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 		return append(args, append([]string{"--crd", benchCRD, "--lease-namespace", "default", "-o", "json", "--deadline", "1h"}, extra...)...)
 	}
 	steps := []func() error{
-		func() error { return measure("(a) raw empty-patch loop", false, self, "raw", userKC, c) },
+		func() error { return measure("(a) raw empty-patch loop", true, self, "raw", userKC, c) },
 		func() error {
 			return measure("(b) migrate --qps 0", true, ug, migrateArgs("--qps", "0", "--concurrency", c)...)
 		},
@@ -171,16 +177,14 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 		if !selected("(f)") {
 			return nil
 		}
-		if ran {
-			if err := reset(); err != nil {
-				return fmt.Errorf("reset before (f): %w", err)
-			}
+		if err := reset(); err != nil {
+			return fmt.Errorf("reset before (f): %w", err)
 		}
 		r, usage, err := benchBuiltin(ctx, cp, probe)
 		if err != nil || usage == nil {
 			return err
 		}
-		results, kcm, ran = append(results, r), usage, true
+		results, kcm = append(results, r), usage
 		return nil
 	})
 	for _, s := range steps {
@@ -192,9 +196,11 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 	if len(results) == 0 {
 		return fmt.Errorf("no case matched -cases %q", cases)
 	}
+	measureIdle()
+	idle, idleN := probe.p99Over(idleWindows)
 	raw := results[0]
 	fmt.Printf("\nN=%d objects, concurrency %d, Kubernetes 1.%d (%s)\n", n, concurrency, cp.Minor, machine())
-	fmt.Printf("probe: GET of a ConfigMap 20 times a second as another user; idle p99 %s (%d GETs)\n", idle.Round(10*time.Microsecond), probe.count(idleFrom, idleFrom.Add(15*time.Second)))
+	fmt.Printf("probe: GET of a ConfigMap 20 times a second as another user; idle p99 %s (%d GETs, before the first case and after the last)\n", idle.Round(10*time.Microsecond), idleN)
 	fmt.Printf("%-42s %10s %10s %9s %9s %10s %8s\n", "case", "time", "objects/s", "vs first", "peak RSS", "probe p99", "vs idle")
 	// Peak RSS is sampled every 10 ms, so for runs shorter than that it reads low.
 	for _, r := range results {
@@ -359,29 +365,32 @@ func (p *probe) stop() {
 	<-p.done
 }
 
-// count is how many GETs started between from and to.
-func (p *probe) count(from, to time.Time) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, s := range p.samples {
-		if !s.at.Before(from) && s.at.Before(to) {
-			n++
-		}
+// p99Over is the 99th percentile latency of the GETs started in any of the windows, and
+// how many there were.
+func (p *probe) p99Over(windows [][2]time.Time) (time.Duration, int) {
+	var l []time.Duration
+	for _, w := range windows {
+		l = append(l, p.latencies(w[0], w[1])...)
 	}
-	return n
+	return percentile99(l), len(l)
 }
 
-// p99 is the 99th percentile latency of the GETs started between from and to.
-func (p *probe) p99(from, to time.Time) time.Duration {
+func (p *probe) latencies(from, to time.Time) []time.Duration {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	var l []time.Duration
 	for _, s := range p.samples {
 		if !s.at.Before(from) && s.at.Before(to) {
 			l = append(l, s.latency)
 		}
 	}
-	p.mu.Unlock()
+	return l
+}
+
+// p99 is the 99th percentile latency of the GETs started between from and to.
+func (p *probe) p99(from, to time.Time) time.Duration { return percentile99(p.latencies(from, to)) }
+
+func percentile99(l []time.Duration) time.Duration {
 	if len(l) == 0 {
 		return 0
 	}
