@@ -200,14 +200,20 @@ func RateLimit(cfg *rest.Config, qps float32, burst int) *rest.Config {
 // Retry-After after the delay the server asks for, up to 10 times, before the run's own
 // backoff takes over.
 func New(cfg *rest.Config) (*Migrator, error) {
-	if cfg.QPS == 0 && cfg.RateLimiter == nil {
-		cfg = RateLimit(cfg, 0, 0)
-	}
-	c, err := kubeclient.New(cfg)
+	c, err := kubeclient.New(clientConfig(cfg))
 	if err != nil {
 		return nil, err
 	}
 	return &Migrator{crds: c.CRDs, metadata: c.Metadata, leases: c.Leases, discovery: c.Discovery}, nil
+}
+
+// clientConfig is cfg, with no client-side rate limit when it sets none (instead of
+// client-go's fallback of 5 requests per second).
+func clientConfig(cfg *rest.Config) *rest.Config {
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		return RateLimit(cfg, 0, 0)
+	}
+	return cfg
 }
 
 func (o *Options) defaults() {
