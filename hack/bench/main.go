@@ -35,6 +35,7 @@ func run() error {
 	n := flag.Int("n", 20000, "migrate: objects stored at the old version")
 	concurrency := flag.Int("concurrency", migrate.DefaultConcurrency, "migrate: patch concurrency for the raw loop and migrate --qps 0")
 	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
+	migrateRounds := flag.Int("migrate-rounds", 1, "migrate: run the selected cases this many times in turn and also print each case's median (for a noisy machine)")
 	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d,f (f: the built-in StorageVersionMigration, from Kubernetes 1.37)")
 	ug := flag.String("ug", "", "migrate and binary: the upgradeguard binary to measure (default bin/upgradeguard)")
 	targets := flag.Int("targets", 10, "fleet: target clusters")
@@ -62,7 +63,7 @@ func run() error {
 		if err := benchCheck(ctx, *rounds, *objects); err != nil {
 			return err
 		}
-		if err := benchMigrate(ctx, *n, *concurrency, *cases); err != nil {
+		if err := benchMigrate(ctx, *n, *concurrency, *migrateRounds, *cases); err != nil {
 			return err
 		}
 		if err := benchGate(ctx, *rounds, *gateCache); err != nil {
@@ -77,7 +78,7 @@ func run() error {
 	case "check":
 		return benchCheck(ctx, *rounds, *objects)
 	case "migrate":
-		return benchMigrate(ctx, *n, *concurrency, *cases)
+		return benchMigrate(ctx, *n, *concurrency, *migrateRounds, *cases)
 	case "gate":
 		return benchGate(ctx, *rounds, *gateCache)
 	case "plan":

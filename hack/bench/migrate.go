@@ -56,7 +56,7 @@ type procResult struct {
 // as a user outside system:masters so that API Priority and Fairness applies to it as
 // to a real user, and its peak RSS is read. A probe user GETs a ConfigMap 20 times a
 // second throughout; its p99 latency under each case is compared with its idle p99.
-func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
+func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string) error {
 	cp, err := testenv.Start()
 	if err != nil {
 		return err
@@ -187,9 +187,11 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 		results, kcm = append(results, r), usage
 		return nil
 	})
-	for _, s := range steps {
-		if err := s(); err != nil {
-			return err
+	for range max(rounds, 1) {
+		for _, s := range steps {
+			if err := s(); err != nil {
+				return err
+			}
 		}
 	}
 
@@ -198,9 +200,28 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 	}
 	measureIdle()
 	idle, idleN := probe.p99Over(idleWindows)
-	raw := results[0]
 	fmt.Printf("\nN=%d objects, concurrency %d, Kubernetes 1.%d (%s)\n", n, concurrency, cp.Minor, machine())
 	fmt.Printf("probe: GET of a ConfigMap 20 times a second as another user; idle p99 %s (%d GETs, before the first case and after the last)\n", idle.Round(10*time.Microsecond), idleN)
+	printCases(n, results, idle)
+	if rounds > 1 {
+		results = medians(results)
+		fmt.Printf("\nmedian of %d rounds (time and probe p99 each the median; peak RSS the highest):\n", rounds)
+		printCases(n, results, idle)
+	}
+	fmt.Println("\nvs first: throughput relative to the first case run, (a) the raw loop when it ran (higher is faster).")
+	fmt.Println("Re-runs write nothing; their objects/s is N over the run's time. Peak RSS is VmHWM sampled every 10 ms.")
+	if kcm != nil {
+		fmt.Printf("(f) kube-controller-manager: %.1f CPU seconds, RSS %d -> %d MiB (+%d MiB), peak %d MiB; Succeeded after %s, storedVersions pruned after %s\n",
+			kcm.cpuSeconds, kcm.rssBefore/1024, kcm.rssAfter/1024, (kcm.rssAfter-kcm.rssBefore)/1024, kcm.hwm/1024,
+			kcm.succeeded.Round(time.Millisecond), kcm.pruned.Round(time.Millisecond))
+	}
+	goals(results, idle)
+	return nil
+}
+
+// printCases prints one row per result, throughput relative to the first.
+func printCases(n int, results []procResult, idle time.Duration) {
+	raw := results[0]
 	fmt.Printf("%-42s %10s %10s %9s %9s %10s %8s\n", "case", "time", "objects/s", "vs first", "peak RSS", "probe p99", "vs idle")
 	// Peak RSS is sampled every 10 ms, so for runs shorter than that it reads low.
 	for _, r := range results {
@@ -212,15 +233,35 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 		fmt.Printf("%-42s %10s %10.0f %8.2fx %9s %10s %7.2fx\n", r.name, r.elapsed.Round(time.Millisecond), rate,
 			raw.elapsed.Seconds()/r.elapsed.Seconds(), rss, r.probeP99.Round(10*time.Microsecond), ratio(r.probeP99, idle))
 	}
-	fmt.Println("\nvs first: throughput relative to the first case run, (a) the raw loop when it ran (higher is faster).")
-	fmt.Println("Re-runs write nothing; their objects/s is N over the run's time. Peak RSS is VmHWM sampled every 10 ms.")
-	if kcm != nil {
-		fmt.Printf("(f) kube-controller-manager: %.1f CPU seconds, RSS %d -> %d MiB (+%d MiB), peak %d MiB; Succeeded after %s, storedVersions pruned after %s\n",
-			kcm.cpuSeconds, kcm.rssBefore/1024, kcm.rssAfter/1024, (kcm.rssAfter-kcm.rssBefore)/1024, kcm.hwm/1024,
-			kcm.succeeded.Round(time.Millisecond), kcm.pruned.Round(time.Millisecond))
+}
+
+// medians folds the rounds of each case into one result, in the order the cases first ran.
+func medians(results []procResult) []procResult {
+	var order []string
+	byName := map[string][]procResult{}
+	for _, r := range results {
+		if _, ok := byName[r.name]; !ok {
+			order = append(order, r.name)
+		}
+		byName[r.name] = append(byName[r.name], r)
 	}
-	goals(results, idle)
-	return nil
+	median := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	out := make([]procResult, 0, len(order))
+	for _, name := range order {
+		rs := byName[name]
+		m := procResult{name: name, start: rs[0].start}
+		var el, p99 []time.Duration
+		for _, r := range rs {
+			el, p99 = append(el, r.elapsed), append(p99, r.probeP99)
+			m.maxRSS = max(m.maxRSS, r.maxRSS)
+		}
+		m.elapsed, m.probeP99 = median(el), median(p99)
+		out = append(out, m)
+	}
+	return out
 }
 
 // goals prints the goals that this run measured, hit or missed.
