@@ -42,6 +42,11 @@ type StorageMigrationPolicySpec struct {
 	// +optional
 	Mode MigrationMode `json:"mode,omitempty"`
 
+	// Engine of the migrations this policy creates (see StorageMigrationSpec.Engine).
+	// +kubebuilder:validation:Enum=auto;client;builtin
+	// +optional
+	Engine MigrationEngine `json:"engine,omitempty"`
+
 	// Targets puts remote clusters under the policy too: every kubeconfig Secret the
 	// selector matches is a target cluster, whose CRDs are watched and migrated the same
 	// way as the local cluster's (proactive mode per cluster). Unset: the local cluster

@@ -105,7 +105,29 @@ type StorageMigrationSpec struct {
 	// +kubebuilder:validation:Enum=Remote;Job
 	// +optional
 	Mode MigrationMode `json:"mode,omitempty"`
+
+	// Engine is who re-persists the objects. Client: the controller (or its Job) patches
+	// every object; fastest, and it needs patch on the custom resources. Builtin: the
+	// controller creates a StorageVersionMigration and Kubernetes' own migrator in
+	// kube-controller-manager patches them (storagemigration.k8s.io v1 from 1.37, v1beta1
+	// where enabled on 1.35 and 1.36); least privilege, at the controller manager's pace.
+	// Auto (the default): client when the controller may patch the objects, else builtin.
+	// Either way the controller holds the migration Lease, prunes storedVersions under the
+	// same guards, and reports the same status.
+	// +kubebuilder:validation:Enum=auto;client;builtin
+	// +optional
+	Engine MigrationEngine `json:"engine,omitempty"`
 }
+
+// MigrationEngine is who re-persists the objects of a migration.
+type MigrationEngine string
+
+// Migration engines (the values of `upgradeguard migrate --engine`).
+const (
+	EngineAuto    MigrationEngine = "auto"
+	EngineClient  MigrationEngine = "client"
+	EngineBuiltin MigrationEngine = "builtin"
+)
 
 // MigrationMode is where a migration runs.
 type MigrationMode string
@@ -150,6 +172,11 @@ type ResourceProgress struct {
 	// Attempts made at this CRD.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
+	// Engine is the engine that migrated this CRD, and EngineReason why it was chosen.
+	// +optional
+	Engine MigrationEngine `json:"engine,omitempty"`
+	// +optional
+	EngineReason string `json:"engineReason,omitempty"`
 	// Message says what happened, and what to do when it failed.
 	// +optional
 	Message string `json:"message,omitempty"`

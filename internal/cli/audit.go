@@ -129,7 +129,7 @@ func fleetFindings(t *output.Table, c audit.ClusterReport) {
 		t.Row("  pending CRDs", "none")
 	}
 	for _, p := range c.PendingCRDs {
-		t.Row("  pending CRD", fmt.Sprintf("%s: storedVersions %v, storage version %s", p.Name, p.StoredVersions, p.StorageVersion))
+		t.Row("  pending CRD", fmt.Sprintf("%s: storedVersions %v, storage version %s%s", p.Name, p.StoredVersions, p.StorageVersion, migratingNote(p.MigratingBy)))
 	}
 	unprotected := "none"
 	if len(c.Unprotected) > 0 {
@@ -296,3 +296,11 @@ const auditExample = `  # Every namespace
 
   # Every target cluster whose kubeconfig Secret in fleet-system is labelled fleet=prod
   upgradeguard audit --fleet fleet=prod -n fleet-system -A -o json`
+
+// migratingNote says which StorageVersionMigrations are migrating a pending CRD now.
+func migratingNote(by []string) string {
+	if len(by) == 0 {
+		return ""
+	}
+	return "; migrating now (StorageVersionMigration " + strings.Join(by, ", ") + ")"
+}

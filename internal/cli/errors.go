@@ -40,7 +40,8 @@ var rbacNeeds = map[string]string{
 		"patch on them (its server-side dry runs are authorized as writes; nothing is written), and what `upgradeguard check` needs",
 	cmdMigrate: "upgradeguard migrate needs get/list on customresourcedefinitions.apiextensions.k8s.io, update on customresourcedefinitions/status " +
 		"(and update on the CRDs themselves for a storage switch), list and patch on the custom resources it migrates, and create/get/update on " +
-		"Leases in --lease-namespace; `upgradeguard rbac --crd NAME` prints exactly that role",
+		"Leases in --lease-namespace; `upgradeguard rbac --crd NAME` prints exactly that role (with --engine builtin: create/get/list/watch/delete on " +
+		"storageversionmigrations instead of list and patch on the custom resources; `upgradeguard rbac --crd NAME --engine builtin`)",
 	cmdRBAC: "upgradeguard rbac needs get on customresourcedefinitions.apiextensions.k8s.io (with --chart or --rollback also what " +
 		"`upgradeguard check` needs: get/list on the release's Secrets or ConfigMaps)",
 	cmdAudit: "upgradeguard audit needs list on helmreleases.helm.toolkit.fluxcd.io, on the Helm release Secrets (or ConfigMaps), " +
@@ -98,8 +99,13 @@ func advice(command string, err error) string {
 		return " (--revision and --to-revision take a revision from `helm history`)"
 	case errors.Is(err, slots.ErrTooFewRefs):
 		return ": pass --ref at least twice, oldest release line first"
-	case errors.As(err, &held) && command == cmdMigrate:
+	case (errors.As(err, &held) || errors.As(err, new(*migrate.InProgressError))) && command == cmdMigrate:
 		return ": wait for it with --wait"
+	case errors.As(err, new(*migrate.BuiltinNotServedError)):
+		return ", use --engine client (it needs patch on the custom resources: `upgradeguard rbac --crd NAME`)"
+	case errors.As(err, new(*migrate.BuiltinNotRunningError)):
+		return ": add storage-version-migrator-controller (and garbage-collector-controller) to kube-controller-manager's --controllers " +
+			"(on 1.35 and 1.36 also --feature-gates=StorageVersionMigrator=true), or use --engine client"
 	case errors.As(err, new(*migrate.CRDNotFoundError)):
 		return ": check the name with `kubectl get crd`"
 	case errors.As(err, &sw):

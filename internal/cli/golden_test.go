@@ -64,7 +64,26 @@ func migrateGolden() []goldenCase {
 		StoredVersionsBefore: []string{"v1alpha1", "v1beta1"}, StoredVersionsAfter: []string{"v1alpha1", "v1beta1"}, Objects: 20000,
 		Failed: []migrate.ObjectError{}, EstimatedSeconds: 200}}}
 	none := &migrateOutput{CRDs: []*migrate.Result{}}
-	return []goldenCase{{"migrate", done, done.text}, {"migrate-dry-run", dry, dry.text}, {"migrate-nothing", none, none.text}}
+	builtin := &migrateOutput{CRDs: []*migrate.Result{
+		{Name: "helmrepositories.source.toolkit.fluxcd.io", Status: migrate.Migrated, StorageVersion: "v1",
+			StoredVersionsBefore: []string{"v1beta2", "v1"}, StoredVersionsAfter: []string{"v1"}, Objects: 120, Failed: []migrate.ObjectError{},
+			DurationSeconds: 4.5, Engine: migrate.EngineBuiltin,
+			EngineReason:            "auto: may not patch helmrepositories.source.toolkit.fluxcd.io but may create StorageVersionMigrations (storagemigration.k8s.io/v1; SelfSubjectAccessReview)",
+			StorageVersionMigration: "upgradeguard-helmrepositories.source.toolkit.fluxcd.io-x7k2q", PrunedBy: migrate.PrunedByServer,
+			Message: "the built-in migrator re-persisted every object; the server pruned storedVersions"},
+		{Name: "widgets.example.com", Status: migrate.Incomplete, StorageVersion: "v1",
+			StoredVersionsBefore: []string{"v1alpha1", "v1"}, StoredVersionsAfter: []string{"v1alpha1", "v1"}, Failed: []migrate.ObjectError{},
+			DurationSeconds: 61, Engine: migrate.EngineBuiltin, EngineReason: "asked for (--engine builtin); storagemigration.k8s.io/v1 served",
+			StorageVersionMigration: "upgradeguard-widgets.example.com-p4m9d",
+			BuiltinFailure:          "Failed=True, reason StorageVersionMigrationFailed: migration encountered unhandled error: resource does not exist in GC",
+			Message: "the built-in migrator failed: StorageVersionMigration upgradeguard-widgets.example.com-p4m9d condition Failed=True, reason " +
+				"StorageVersionMigrationFailed: migration encountered unhandled error: resource does not exist in GC; widgets.example.com converts between " +
+				"versions with a conversion webhook (service widgets/converter), which every object stored at another version goes through: check that it " +
+				"answers: storedVersions left as they were (the server had pruned them to [v1] although the migration failed; upgradeguard restored " +
+				"[v1alpha1 v1]); fix the cause and run again"},
+	}}
+	return []goldenCase{{"migrate", done, done.text}, {"migrate-dry-run", dry, dry.text}, {"migrate-nothing", none, none.text},
+		{"migrate-builtin", builtin, builtin.text}}
 }
 
 func diffFailedGolden() []goldenCase {
@@ -128,7 +147,9 @@ func rbacGolden() []goldenCase {
 		Spec: apiextv1.CustomResourceDefinitionSpec{Group: "source.toolkit.fluxcd.io", Names: apiextv1.CustomResourceDefinitionNames{Plural: "helmrepositories"}}}
 	p := migrate.RBAC("upgradeguard-migrate", "flux-system", []*apiextv1.CustomResourceDefinition{crd}, false)
 	out := &rbacOutput{policy: p, crds: 1, leaseNamespace: "flux-system"}
-	return []goldenCase{{"rbac", p, out.text}}
+	b := migrate.BuiltinRBAC("upgradeguard-migrate", "flux-system", []*apiextv1.CustomResourceDefinition{crd}, false)
+	bout := &rbacOutput{policy: b, crds: 1, leaseNamespace: "flux-system", engine: string(migrate.EngineBuiltin)}
+	return []goldenCase{{"rbac", p, out.text}, {"rbac-builtin", b, bout.text}}
 }
 
 func versionGolden() []goldenCase {

@@ -29,6 +29,7 @@ type migrateOptions struct {
 	burst       int
 	opts        migrate.Options
 	resultCM    string
+	engine      string
 }
 
 func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -62,6 +63,13 @@ func (o *migrateOptions) addRunFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.opts.Wait, "wait", false, "wait for another run's Lease instead of exiting")
 	f.BoolVar(&o.opts.SkipManagedFields, "skip-managed-fields", false, "do not clean managedFields entries that name unserved versions")
 	f.BoolVar(&o.opts.DryRun, "dry-run", false, "report what would be migrated, with object counts and an estimated duration; write nothing")
+	addEngineFlags(f, &o.engine, &o.opts.BuiltinStartTimeout)
+}
+
+// addEngineFlags are the engine choice, shared by the commands that migrate.
+func addEngineFlags(f *pflag.FlagSet, engine *string, startTimeout *time.Duration) {
+	f.StringVar(engine, "engine", string(migrate.EngineAuto), "who re-persists the objects: client (this process patches them), builtin (a StorageVersionMigration run by kube-controller-manager), or auto (client when you may patch them, else builtin)")
+	f.DurationVar(startTimeout, "builtin-start-timeout", migrate.DefaultBuiltinStartTimeout, "builtin engine: stop if the built-in migrator has not acted on the StorageVersionMigration within this long")
 }
 
 func (o *migrateOptions) validate() error {
@@ -72,6 +80,8 @@ func (o *migrateOptions) validate() error {
 		return couldNot("--storage-version applies to exactly one --crd")
 	case o.qps < 0 || o.burst < 0 || o.opts.Concurrency < 1 || o.opts.PageSize < 1:
 		return couldNot("--qps and --burst must be 0 or more, --concurrency and --page-size at least 1")
+	case !validEngine(o.engine):
+		return couldNot("--engine %q: use auto, client or builtin", o.engine)
 	case o.predictOpts.chart.Ref != "" || o.predictOpts.rollback:
 		return o.predictOpts.validate()
 	}
@@ -148,7 +158,7 @@ func (o *migrateOptions) connect(ctx context.Context, kube *genericclioptions.Co
 // stderr.
 func (o *migrateOptions) runOptions(streams Streams) migrate.Options {
 	opts := o.opts
-	opts.QPS, opts.Holder = float64(o.qps), holder()
+	opts.QPS, opts.Holder, opts.Engine = float64(o.qps), holder(), migrate.Engine(o.engine)
 	progress := newProgress(streams.ErrOut)
 	opts.Progress = progress.update
 	opts.Restarting = func(res *migrate.Result, attempt int) {
@@ -233,6 +243,7 @@ func migrateNotes(w io.Writer, r *migrate.Result) {
 	if r.Resumed {
 		fmt.Fprintf(w, "\n%s: resumed where an interrupted run stopped (the counts cover the rest; --no-resume starts over)\n", r.Name)
 	}
+	engineNote(w, r)
 	if r.Status == migrate.Incomplete {
 		fmt.Fprintf(w, "\n%s: %s\n", r.Name, r.Message)
 	}
@@ -269,6 +280,30 @@ func dryRunNote(w io.Writer, results []*migrate.Result) {
 	}
 }
 
+// validEngine says whether name is an engine --engine accepts.
+func validEngine(name string) bool {
+	_, err := migrate.ParseEngine(name)
+	return err == nil && name != ""
+}
+
+// engineNote says which engine ran and why, and what the builtin engine adds.
+func engineNote(w io.Writer, r *migrate.Result) {
+	if r.Engine == "" {
+		return
+	}
+	fmt.Fprintf(w, "\n%s: %s engine (%s)\n", r.Name, r.Engine, r.EngineReason)
+	if r.StorageVersionMigration == "" {
+		return
+	}
+	fmt.Fprintf(w, "  StorageVersionMigration %s (the built-in migrator counts objects, not rewritten or current ones)\n", r.StorageVersionMigration)
+	switch r.PrunedBy {
+	case migrate.PrunedByServer:
+		fmt.Fprintln(w, "  storedVersions pruned by the API server")
+	case migrate.PrunedByUpgradeguard:
+		fmt.Fprintln(w, "  storedVersions pruned by upgradeguard (the API server did not)")
+	}
+}
+
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 const migrateLong = `migrate re-persists every object of the selected CRDs at the live storage version
@@ -282,6 +317,14 @@ processed without failure, and only if the CRD's storage version and generation 
 change during the run; if they did (a chart upgrade applied meanwhile), the CRD is started
 over, up to twice. A Lease per CRD keeps two runs (two operators, or the CLI and the
 controller) from migrating the same CRD at once.
+
+Engines (--engine): client patches the objects from this process (fastest; needs patch on
+them); builtin creates a StorageVersionMigration and lets kube-controller-manager's
+storage-version-migrator-controller patch them (Kubernetes 1.37, or 1.35/1.36 with the
+beta API on; needs only the role 'upgradeguard rbac --engine builtin' prints); auto, the
+default, picks client when you may patch the objects, else builtin. Either way the same
+Lease, guards and report; the report says which engine ran and why. If nothing acts on the
+StorageVersionMigration within --builtin-start-timeout, the run stops and says so.
 
 Selecting CRDs:
   --crd NAME               these CRDs (repeat the flag)
@@ -305,6 +348,10 @@ const migrateExample = `  # What the Flux 2.18 upgrade needs, first as a dry run
 
   # Unblock a rollback with a reverse migration
   upgradeguard migrate --rollback --release flux -n flux-system --to-revision 1 --allow-storage-switch
+
+  # Without patch rights on the objects: Kubernetes' built-in migrator does the writes
+  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io --engine builtin | kubectl apply -f -
+  upgradeguard migrate --crd helmrepositories.source.toolkit.fluxcd.io --engine builtin
 
   # A big cluster: more time, more concurrency
   upgradeguard migrate --all --concurrency 16 --deadline 30m

@@ -20,6 +20,7 @@ type rbacOptions struct {
 	name           string
 	leaseNamespace string
 	storageSwitch  bool
+	engine         string
 }
 
 func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -36,10 +37,14 @@ func (o *rbacOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.name, "name", "upgradeguard-migrate", "name of the ClusterRole and Role")
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "kube-system", "namespace of the migration Leases (as migrate --lease-namespace)")
 	f.BoolVar(&o.storageSwitch, "allow-storage-switch", false, "also allow changing the CRDs' storage version (reverse migrations)")
+	f.StringVar(&o.engine, "engine", string(migrate.EngineClient), "the role for this migrate --engine: client (patch on the custom resources) or builtin (StorageVersionMigrations, no access to the custom resources)")
 	output.AddFlag(f, &o.predictOpts.output)
 }
 
 func (o *rbacOptions) validate() error {
+	if o.engine != string(migrate.EngineClient) && o.engine != string(migrate.EngineBuiltin) {
+		return couldNot("--engine %q: use client or builtin (auto runs one of them; grant that one's role)", o.engine)
+	}
 	if (len(o.crds) > 0) == (o.predictOpts.chart.Ref != "" || o.predictOpts.rollback) {
 		return couldNot("choose the CRDs with exactly one of --crd or --chart (or --rollback --release)")
 	}
@@ -65,11 +70,11 @@ func (o *rbacOptions) run(ctx context.Context, streams Streams, kube *genericcli
 	if err != nil {
 		return classifyAs(cmdRBAC, err, conn)
 	}
-	p, err := migrate.RBACFor(o.name, o.leaseNamespace, names, crds, o.storageSwitch)
+	p, err := migrate.RBACFor(migrate.Engine(o.engine), o.name, o.leaseNamespace, names, crds, o.storageSwitch)
 	if err != nil {
 		return classifyAs(cmdRBAC, err, conn)
 	}
-	out := &rbacOutput{policy: p, crds: len(names), leaseNamespace: o.leaseNamespace}
+	out := &rbacOutput{policy: p, crds: len(names), leaseNamespace: o.leaseNamespace, engine: o.engine}
 	return finish(streams, o.predictOpts.output, p, out.text, false)
 }
 
@@ -100,11 +105,16 @@ type rbacOutput struct {
 	policy         migrate.Permissions
 	crds           int
 	leaseNamespace string
+	engine         string
 }
 
 // text is the ClusterRole and the Role as YAML documents, ready for kubectl apply.
 func (r *rbacOutput) text(w io.Writer) error {
-	fmt.Fprintf(w, "# Least privilege for `upgradeguard migrate` of %d CRD(s). Bind the ClusterRole with a\n# ClusterRoleBinding and the Role with a RoleBinding in %s.\n", r.crds, r.leaseNamespace)
+	command := "upgradeguard migrate"
+	if r.engine == string(migrate.EngineBuiltin) {
+		command += " --engine builtin"
+	}
+	fmt.Fprintf(w, "# Least privilege for `%s` of %d CRD(s). Bind the ClusterRole with a\n# ClusterRoleBinding and the Role with a RoleBinding in %s.\n", command, r.crds, r.leaseNamespace)
 	for _, obj := range []any{r.policy.ClusterRole, r.policy.Role} {
 		data, err := yaml.Marshal(obj)
 		if err != nil {
@@ -121,9 +131,15 @@ const rbacLong = `rbac prints the minimal permissions 'upgradeguard migrate' nee
   - get on the CRDs and get, update on customresourcedefinitions/status, by name;
   - create on Leases, and get, update on exactly the migration Leases, in --lease-namespace.
 
+With --engine builtin it prints the smaller role of the builtin engine instead: no access to
+the custom resources at all, but create, get, list, watch and delete on
+storageversionmigrations.storagemigration.k8s.io (kube-controller-manager's built-in
+migrator patches the objects), with the same CRD, CRD status and Lease rules.
+
 With --allow-storage-switch the role may also patch and update the CRDs themselves, which a
 reverse migration needs. Bind the ClusterRole with a ClusterRoleBinding and the Role with a
 RoleBinding in the lease namespace.`
 
 const rbacExample = `  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io > rbac.yaml
+  upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io --engine builtin
   upgradeguard rbac --chart ./charts/flux2 --release flux -n flux-system --lease-namespace flux-system`

@@ -121,6 +121,9 @@ func JobObjects(sm *v1alpha1.StorageMigration, name, ns, image string, crds []*a
 	labels := map[string]string{"app.kubernetes.io/managed-by": "upgradeguard", LabelStorageMigration: sm.Name}
 	om := metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}
 	perms := migrate.RBAC(name, ns, crds, false)
+	if sm.Spec.Engine == v1alpha1.EngineBuiltin {
+		perms = migrate.BuiltinRBAC(name, ns, crds, false)
+	}
 	perms.ClusterRole.Labels, perms.Role.Labels = labels, labels
 	// The Job writes its result into a ConfigMap (create cannot be limited by name).
 	perms.Role.Rules = append(perms.Role.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}})
@@ -143,6 +146,9 @@ func JobObjects(sm *v1alpha1.StorageMigration, name, ns, image string, crds []*a
 	}
 	if sm.Spec.Deadline != nil {
 		args = append(args, "--deadline", sm.Spec.Deadline.Duration.String())
+	}
+	if e := sm.Spec.Engine; e != "" {
+		args = append(args, "--engine", string(e))
 	}
 	return JobObjectSet{
 		Namespace:          &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "upgradeguard"}}},

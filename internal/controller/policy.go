@@ -134,7 +134,7 @@ func ensureMigration(ctx context.Context, c client.Client, name string, crd *api
 			Annotations: map[string]string{AnnotationCRD: crd.Name, AnnotationCRDGeneration: generation},
 		},
 		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{crd.Name}, KubeConfig: kubeConfig, Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline,
-			Mode: policy.Spec.Mode},
+			Mode: policy.Spec.Mode, Engine: policy.Spec.Engine},
 	}
 	if err := c.Create(ctx, sm); err != nil && !apierrors.IsAlreadyExists(err) {
 		return false, fmt.Errorf("create StorageMigration %s for %s: %w", name, crd.Name, err)

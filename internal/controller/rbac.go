@@ -13,6 +13,10 @@ package controller
 // chart's rbac.customResourceGroups narrows it to named API groups (docs/operator-guide.md).
 // +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;patch
 
+// The builtin migration engine: a StorageVersionMigration per CRD, followed and deleted;
+// list and watch also tell check and the gate that a migration is in progress.
+// +kubebuilder:rbac:groups=storagemigration.k8s.io,resources=storageversionmigrations,verbs=get;list;watch;create;delete
+
 // The HelmRelease gate: read HelmReleases and annotate them with the gate's state.
 // +kubebuilder:rbac:groups=helm.toolkit.fluxcd.io,resources=helmreleases,verbs=get;list;watch;patch
 

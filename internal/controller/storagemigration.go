@@ -169,6 +169,7 @@ func (r *StorageMigrationReconciler) startAttempt(ctx context.Context, sm *v1alp
 	o := migrate.Options{
 		PageSize: sm.Spec.Rate.PageSize, Concurrency: int(sm.Spec.Rate.Concurrency),
 		LeaseNamespace: r.LeaseNamespace, Holder: r.Holder, LeaseDuration: r.LeaseDuration, Wait: true,
+		Engine: migrate.Engine(sm.Spec.Engine),
 	}
 	if sm.Spec.Deadline != nil {
 		o.Deadline = sm.Spec.Deadline.Duration
@@ -233,7 +234,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	metrics.MigrationDuration.Observe(time.Since(started).Seconds())
 	var held *migrate.LeaseHeldError
 	switch {
-	case errors.As(err, &held):
+	case errors.As(err, &held) || errors.As(err, new(*migrate.InProgressError)):
 		rp.Message = err.Error()
 		return nil, r.LeaseDuration, r.saveStatus(ctx, sm)
 	case err != nil && ctx.Err() != nil:
@@ -254,6 +255,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	count(migrate.Progress{Done: res.Objects, Rewritten: res.Rewritten, AlreadyCurrent: res.AlreadyCurrent, Deleted: res.Deleted, Failed: res.FailedCount})
 	rp.StoredVersionsAfter = res.StoredVersionsAfter
 	rp.Message = res.Message
+	rp.Engine, rp.EngineReason = v1alpha1.MigrationEngine(res.Engine), res.EngineReason
 	partial := res.Status == migrate.Incomplete && res.Interrupted && rp.FailedCount == 0
 	if partial {
 		count(atToken)

@@ -327,7 +327,8 @@ func (g *Gate) ensureMigration(ctx context.Context, hr *helmv2.HelmRelease, name
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			LabelHelmReleaseNamespace: hr.Namespace, LabelHelmReleaseName: truncateLabel(hr.Name),
 		}},
-		Spec: v1alpha1.StorageMigrationSpec{Resources: slices.Sorted(slices.Values(crds)), Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline},
+		Spec: v1alpha1.StorageMigrationSpec{Resources: slices.Sorted(slices.Values(crds)), Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline,
+			Engine: policy.Spec.Engine},
 	}
 	if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil {
 		want.Spec.KubeConfig = &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: hr.Namespace, Name: kc.SecretRef.Name, Key: kc.SecretRef.Key}}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -25,6 +26,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // FleetReport is the audit of every target cluster a label selector picks from the
@@ -61,6 +63,9 @@ type PendingCRD struct {
 	Name           string   `json:"name"`
 	StorageVersion string   `json:"storageVersion"`
 	StoredVersions []string `json:"storedVersions"`
+	// MigratingBy are the StorageVersionMigrations migrating it right now (created by
+	// anyone): it is pending, but under way.
+	MigratingBy []string `json:"migratingBy,omitempty"`
 }
 
 // MigrationOutcome is a StorageMigration's outcome.
@@ -197,11 +202,16 @@ func auditCluster(ctx context.Context, s *corev1.Secret, guard *Guard, o FleetOp
 	if err != nil {
 		return fmt.Errorf("list CustomResourceDefinitions: %w", err)
 	}
+	active, err := inProgress(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	cr.PendingCRDs = []PendingCRD{}
 	for i := range list.Items {
 		c := &list.Items[i]
 		if migrate.NeedsMigration(c) {
-			cr.PendingCRDs = append(cr.PendingCRDs, PendingCRD{Name: c.Name, StorageVersion: crdversions.StorageVersion(c), StoredVersions: c.Status.StoredVersions})
+			cr.PendingCRDs = append(cr.PendingCRDs, PendingCRD{Name: c.Name, StorageVersion: crdversions.StorageVersion(c), StoredVersions: c.Status.StoredVersions,
+				MigratingBy: svmNames(active[c.Name])})
 		}
 	}
 	src, err := SourcesFor(cfg, o.HelmDriver)
@@ -275,4 +285,25 @@ func lastMigrations(ctx context.Context, dyn dynamic.Interface) (map[string]*Mig
 		}
 	}
 	return out, nil
+}
+
+// inProgress are the target's StorageVersionMigrations in progress, by CRD.
+func inProgress(ctx context.Context, cfg *rest.Config) (map[string][]svm.Migration, error) {
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return svm.Active(ctx, disco, dyn)
+}
+
+// svmNames are the migrations' names, nil for none (omitted from JSON).
+func svmNames(ms []svm.Migration) []string {
+	if len(ms) == 0 {
+		return nil
+	}
+	return svm.Names(ms)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // CRDPolicy says which CRDs the operation writes when they already exist.
@@ -84,6 +85,15 @@ type CRDReport struct {
 	SteppingStone string `json:"steppingStone,omitempty"`
 	// Action is the exact next command, or advice when no command fixes it.
 	Action string `json:"action"`
+	// MigratingBy are the StorageVersionMigrations migrating this CRD right now (created by
+	// anyone): the migration is under way, so the action is to wait for it.
+	MigratingBy []string `json:"migratingBy,omitempty"`
+}
+
+// MigrationLister is what a Cluster implements when it can tell which CRDs a
+// StorageVersionMigration is migrating right now (KubeCluster does).
+type MigrationLister interface {
+	MigrationsInProgress(ctx context.Context) (map[string][]svm.Migration, error)
 }
 
 // Report is the result of a prediction.
@@ -153,6 +163,9 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	if err := findSteppingStones(ctx, live, req, rep.CRDs); err != nil {
 		return nil, err
 	}
+	if err := migrating(ctx, cluster, rep.CRDs); err != nil {
+		return nil, err
+	}
 	rep.Safe = true
 	for i := range rep.CRDs {
 		rep.CRDs[i].Action = action(req, rep.CRDs[i])
@@ -189,6 +202,28 @@ func nextSteps(crds []CRDReport) []string {
 		steps = append(steps, "upgradeguard migrate "+strings.Join(migrate, " "))
 	}
 	return append(steps, bridges...)
+}
+
+// migrating fills MigratingBy from the StorageVersionMigrations in progress, when the
+// cluster can tell.
+func migrating(ctx context.Context, cluster Cluster, crds []CRDReport) error {
+	ml, ok := cluster.(MigrationLister)
+	if !ok {
+		return nil
+	}
+	active, err := ml.MigrationsInProgress(ctx)
+	if err != nil {
+		return fmt.Errorf("read StorageVersionMigrations in progress: %w", err)
+	}
+	for i := range crds {
+		if crds[i].Verdict != predict.OK {
+			crds[i].MigratingBy = svm.Names(active[crds[i].Name])
+			if len(crds[i].MigratingBy) == 0 {
+				crds[i].MigratingBy = nil
+			}
+		}
+	}
+	return nil
 }
 
 // countObjects fills Objects for every CRD that exists live. A CRD whose objects cannot
@@ -299,6 +334,10 @@ func action(req Request, c CRDReport) string {
 	}
 	switch c.Verdict {
 	case predict.Migrate:
+		if len(c.MigratingBy) > 0 {
+			return fmt.Sprintf("wait: StorageVersionMigration %s is migrating it now; then check again (or: upgradeguard migrate --crd %s --wait)",
+				strings.Join(c.MigratingBy, ", "), c.Name)
+		}
 		return "upgradeguard migrate --crd " + c.Name
 	case predict.Delete:
 		return fmt.Sprintf("keep it: kubectl annotate crd %s %s=%s (the live annotation protects it from an upgrade or rollback)",

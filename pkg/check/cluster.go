@@ -9,11 +9,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // Cluster is the read-only view of the live cluster that check needs.
@@ -29,6 +31,7 @@ type KubeCluster struct {
 	crds     apiextclient.Interface
 	metadata metadata.Interface
 	disco    discovery.DiscoveryInterface
+	dynamic  dynamic.Interface
 	// memory, when set (Clusters), reads the CRDs from an informer's cache.
 	memory *memoryCRDs
 }
@@ -39,7 +42,19 @@ func NewKubeCluster(cfg *rest.Config) (*KubeCluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &KubeCluster{crds: c.CRDs, metadata: c.Metadata, disco: c.Discovery}, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &KubeCluster{crds: c.CRDs, metadata: c.Metadata, disco: c.Discovery, dynamic: dyn}, nil
+}
+
+// MigrationsInProgress are the StorageVersionMigrations in progress, by CRD (see svm.Active).
+func (k *KubeCluster) MigrationsInProgress(ctx context.Context) (map[string][]svm.Migration, error) {
+	if k.dynamic == nil {
+		return map[string][]svm.Migration{}, nil
+	}
+	return svm.Active(ctx, k.disco, k.dynamic)
 }
 
 // ServerVersion returns the API server's git version, for rendering charts against it.

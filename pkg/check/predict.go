@@ -14,6 +14,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // Chart is the incoming chart of an upgrade, as a ChartLoader returns it.
@@ -242,4 +243,12 @@ func (r *recordingCluster) CRDs(ctx context.Context) (map[string]*apiextv1.Custo
 	r.live = m
 	r.mu.Unlock()
 	return m, err
+}
+
+// MigrationsInProgress passes the question on when the wrapped Cluster can answer it.
+func (r *recordingCluster) MigrationsInProgress(ctx context.Context) (map[string][]svm.Migration, error) {
+	if ml, ok := r.Cluster.(MigrationLister); ok {
+		return ml.MigrationsInProgress(ctx)
+	}
+	return map[string][]svm.Migration{}, nil
 }

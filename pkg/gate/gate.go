@@ -68,7 +68,8 @@ type Options struct {
 	Migrator Migrator
 	// Budget bounds how long one Decide call migrates (default 30s); the next call goes on.
 	Budget time.Duration
-	// Migrate tunes the migration (rate, concurrency, Lease namespace and holder).
+	// Migrate tunes the migration (rate, concurrency, Lease namespace and holder), and
+	// Migrate.Engine chooses the engine (auto, client or builtin) as `migrate --engine` does.
 	Migrate migrate.Options
 	// Policy says which CRDs the deployment applies (helm or create-replace).
 	Policy check.CRDPolicy

@@ -59,7 +59,8 @@ type InProcess struct {
 	Target *rest.Config
 	// Budget bounds how long one call migrates (default 30s).
 	Budget time.Duration
-	// Options tune the migration (concurrency, Lease namespace and holder).
+	// Options tune the migration (concurrency, Lease namespace and holder, and the
+	// engine: the same client, builtin and auto engines as `upgradeguard migrate`).
 	Options migrate.Options
 }
 
@@ -81,17 +82,26 @@ func (m *InProcess) Migrate(ctx context.Context, crds []string) (*Progress, erro
 	for _, name := range crds {
 		res, err := mig.Migrate(budgetCtx, migrate.Target{Name: name}, mo)
 		var held *migrate.LeaseHeldError
-		if errors.As(err, &held) {
-			// Another run (the CLI, another controller) is migrating it: wait for it.
+		switch {
+		case errors.As(err, &held) || errors.As(err, new(*migrate.InProgressError)):
+			// Another run (the CLI, another controller, a StorageVersionMigration made by
+			// hand) is migrating it: wait for it.
 			p.State, p.Message = MigrationRunning, err.Error()
 			return p, nil
-		}
-		if err != nil {
+		case errors.As(err, new(*migrate.BuiltinNotRunningError)) || errors.As(err, new(*migrate.BuiltinNotServedError)):
+			// The builtin engine cannot run here: no retry fixes that, an operator does.
+			p.State, p.Message = MigrationFailed, err.Error()
+			return p, nil
+		case err != nil:
 			return nil, err
 		}
 		p.Results = append(p.Results, res)
-		if res.FailedCount > 0 {
+		switch {
+		case res.FailedCount > 0:
 			p.State, p.Message = MigrationFailed, fmt.Sprintf("%s: %d objects could not be migrated: %s", name, res.FailedCount, res.Message)
+			return p, nil
+		case res.BuiltinFailure != "":
+			p.State, p.Message = MigrationFailed, name+": "+res.Message
 			return p, nil
 		}
 		if res.Status == migrate.Incomplete {

@@ -31,6 +31,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientdiscovery "k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -113,6 +115,13 @@ type Options struct {
 	// NoResume starts from the first object even when the last run of this CRD stopped
 	// cleanly part-way and left its place in the migration Lease.
 	NoResume bool
+	// Engine chooses who re-persists the objects (EngineAuto when empty): this process
+	// (EngineClient) or the built-in migrator in kube-controller-manager (EngineBuiltin).
+	Engine Engine
+	// BuiltinStartTimeout is how long the builtin engine waits for the built-in migrator
+	// to act on its StorageVersionMigration before it stops and says that nobody runs it
+	// (default DefaultBuiltinStartTimeout).
+	BuiltinStartTimeout time.Duration
 }
 
 // Progress is a snapshot of one CRD's run.
@@ -165,8 +174,19 @@ type Result struct {
 	Restart bool `json:"restart,omitempty"`
 	// Forbidden says RBAC denied patching the custom resources (PatchForbiddenError):
 	// the caller must be granted the patch verb before a run can finish.
-	Forbidden bool   `json:"forbidden,omitempty"`
-	Message   string `json:"message,omitempty"`
+	Forbidden bool `json:"forbidden,omitempty"`
+	// Engine is the engine that ran (or would run, in a dry run), and EngineReason why.
+	Engine       Engine `json:"engine,omitempty"`
+	EngineReason string `json:"engineReason,omitempty"`
+	// StorageVersionMigration is the one the builtin engine created and followed.
+	StorageVersionMigration string `json:"storageVersionMigration,omitempty"`
+	// BuiltinFailure is the built-in migrator's Failed condition (reason and message)
+	// when it failed: storedVersions is untouched.
+	BuiltinFailure string `json:"builtinFailure,omitempty"`
+	// PrunedBy says who pruned storedVersions after a builtin migration: the server
+	// (Kubernetes 1.37 does) or upgradeguard, under the same guards as the client engine.
+	PrunedBy string `json:"prunedBy,omitempty"`
+	Message  string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
@@ -175,6 +195,10 @@ type Migrator struct {
 	metadata  metadata.Interface
 	leases    coordclient.CoordinationV1Interface
 	discovery clientdiscovery.DiscoveryInterface
+	// kube asks SelfSubjectAccessReviews; dynamic handles StorageVersionMigrations
+	// (v1 or v1beta1, whichever the server serves).
+	kube    kubernetes.Interface
+	dynamic dynamic.Interface
 }
 
 // RateLimit sets an opt-in client-side rate limit on cfg: qps 0 means none (the default:
@@ -204,7 +228,11 @@ func New(cfg *rest.Config) (*Migrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Migrator{crds: c.CRDs, metadata: c.Metadata, leases: c.Leases, discovery: c.Discovery}, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Migrator{crds: c.CRDs, metadata: c.Metadata, leases: c.Leases, discovery: c.Discovery, kube: c.Kube, dynamic: dyn}, nil
 }
 
 // clientConfig is cfg, with no client-side rate limit when it sets none (instead of
@@ -262,12 +290,15 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case switchTo == "" && !NeedsMigration(crd):
+	if switchTo == "" && !NeedsMigration(crd) {
 		res.Status = AlreadyMigrated
 		res.Message = "storedVersions already equals [" + res.StorageVersion + "]"
 		return res, nil
-	case o.DryRun:
+	}
+	if err := m.chooseEngine(ctx, crd, o, res); err != nil {
+		return nil, err
+	}
+	if o.DryRun {
 		return m.dryRun(ctx, crd, switchTo, o, res)
 	}
 	return m.locked(ctx, t, o, res, switchTo, start)
@@ -302,6 +333,9 @@ func (m *Migrator) locked(ctx context.Context, t Target, o Options, res *Result,
 	go l.keepRenewed(runCtx, cancel)
 	var stoppedAt *resumePoint // where this run leaves off, for the next one
 	defer func() { _ = l.release(context.WithoutCancel(ctx), stoppedAt) }()
+	if err := m.awaitOthers(runCtx, t.Name, o.Wait); err != nil {
+		return nil, err
+	}
 
 	// Another run may have finished while this one waited for the Lease: decide again
 	// from the CRD as it is now.
@@ -319,6 +353,12 @@ func (m *Migrator) locked(ctx context.Context, t Target, o Options, res *Result,
 	}
 	if crd = m.ready(runCtx, crd, res, switchTo); crd == nil {
 		return res, nil // the reason is in the Result: an incomplete run, not a failure to start
+	}
+	if res.Engine == EngineBuiltin {
+		if err := m.builtin(runCtx, crd, o, res, start); err != nil {
+			return nil, err
+		}
+		return res, nil
 	}
 	if o.Continue == "" && !o.NoResume && saved != nil && switchTo == "" &&
 		saved.StorageVersion == crdversions.StorageVersion(crd) && saved.CRDUID == string(crd.UID) {

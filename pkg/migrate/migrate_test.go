@@ -169,7 +169,8 @@ func TestIncidentFixedAndIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := migrate.Result{Name: helmrepos, Status: migrate.Migrated, StorageVersion: "v1", StoredVersionsBefore: []string{"v1beta2", "v1"},
-		StoredVersionsAfter: []string{"v1"}, Objects: 24, Rewritten: 24, Failed: []migrate.ObjectError{}}
+		StoredVersionsAfter: []string{"v1"}, Objects: 24, Rewritten: 24, Failed: []migrate.ObjectError{},
+		Engine: migrate.EngineClient, EngineReason: "auto: may patch " + helmrepos + " (SelfSubjectAccessReview)"}
 	res.DurationSeconds = 0
 	if diff := cmp.Diff(&want, res); diff != "" {
 		t.Errorf("result (-want +got):\n%s", diff)

@@ -15,8 +15,10 @@ type Permissions struct {
 	Role        *rbacv1.Role        `json:"role"`
 }
 
-// RBACFor is RBAC for the CRDs named, looked up in live (the cluster's CRDs by name).
-func RBACFor(name, leaseNamespace string, names []string, live map[string]*apiextv1.CustomResourceDefinition, storageSwitch bool) (Permissions, error) {
+// RBACFor is RBAC for the CRDs named, looked up in live (the cluster's CRDs by name), for
+// the engine: BuiltinRBAC for EngineBuiltin, RBAC otherwise (auto with patch rights runs
+// the client engine).
+func RBACFor(engine Engine, name, leaseNamespace string, names []string, live map[string]*apiextv1.CustomResourceDefinition, storageSwitch bool) (Permissions, error) {
 	crds := make([]*apiextv1.CustomResourceDefinition, 0, len(names))
 	for _, n := range names {
 		c, ok := live[n]
@@ -24,6 +26,9 @@ func RBACFor(name, leaseNamespace string, names []string, live map[string]*apiex
 			return Permissions{}, &CRDNotFoundError{Name: n}
 		}
 		crds = append(crds, c)
+	}
+	if engine == EngineBuiltin {
+		return BuiltinRBAC(name, leaseNamespace, crds, storageSwitch), nil
 	}
 	return RBAC(name, leaseNamespace, crds, storageSwitch), nil
 }
@@ -41,16 +46,44 @@ func RBAC(name, leaseNamespace string, crds []*apiextv1.CustomResourceDefinition
 			APIGroups: []string{c.Spec.Group}, Resources: []string{c.Spec.Names.Plural}, Verbs: []string{"get", "list", "patch"},
 		})
 	}
+	return permissions(name, leaseNamespace, append(crdRules(names, storageSwitch), rules...), leases)
+}
+
+// BuiltinRBAC returns the minimal permissions to migrate the given CRDs with the builtin
+// engine: StorageVersionMigrations instead of patch on every object, and the CRDs and
+// their status for the prune. No access to the custom resources at all.
+func BuiltinRBAC(name, leaseNamespace string, crds []*apiextv1.CustomResourceDefinition, storageSwitch bool) Permissions {
+	names := make([]string, 0, len(crds))
+	leases := make([]string, 0, len(crds))
+	for _, c := range crds {
+		names = append(names, c.Name)
+		leases = append(leases, leaseName(c.Name))
+	}
+	// StorageVersionMigrations get generated names, so no rule can name them; list and
+	// watch also show migrations in progress.
+	rules := append(crdRules(names, storageSwitch), rbacv1.PolicyRule{APIGroups: []string{StorageMigrationGroup},
+		Resources: []string{"storageversionmigrations"}, Verbs: []string{"create", "get", "list", "watch", "delete"}})
+	return permissions(name, leaseNamespace, rules, leases)
+}
+
+// crdRules read the CRDs and update their status (the prune), by name; with
+// storageSwitch also change their storage version.
+func crdRules(names []string, storageSwitch bool) []rbacv1.PolicyRule {
+	names = slices.Clone(names)
 	slices.Sort(names)
-	slices.Sort(leases)
 	crdVerbs := []string{"get"}
 	if storageSwitch {
 		crdVerbs = []string{"get", "patch", "update"}
 	}
-	rules = append([]rbacv1.PolicyRule{
+	return []rbacv1.PolicyRule{
 		{APIGroups: []string{apiextv1.GroupName}, Resources: []string{"customresourcedefinitions"}, ResourceNames: names, Verbs: crdVerbs},
 		{APIGroups: []string{apiextv1.GroupName}, Resources: []string{"customresourcedefinitions/status"}, ResourceNames: names, Verbs: []string{"get", "update"}},
-	}, rules...)
+	}
+}
+
+// permissions are the ClusterRole with rules and the Role for the migration Leases.
+func permissions(name, leaseNamespace string, rules []rbacv1.PolicyRule, leases []string) Permissions {
+	slices.Sort(leases)
 	labels := map[string]string{"app.kubernetes.io/managed-by": "upgradeguard"}
 	return Permissions{
 		ClusterRole: &rbacv1.ClusterRole{

@@ -1,0 +1,209 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+)
+
+// migrateJSON is migrate -o json.
+type migrateJSON struct {
+	CRDs []*migrate.Result `json:"crds"`
+}
+
+func migrateResults(t *testing.T, r result) []*migrate.Result {
+	t.Helper()
+	var out migrateJSON
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("JSON output: %v\nstdout: %s\nstderr: %s", err, r.stdout, r.stderr)
+	}
+	return out.CRDs
+}
+
+// asUser runs upgradeguard with a kubeconfig.
+func asUser(t *testing.T, kubeconfig string, args ...string) result {
+	t.Helper()
+	return run(t, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+}
+
+// builtinRoleUser binds a new user to exactly what `upgradeguard rbac --engine builtin`
+// prints for crds, and returns its kubeconfig.
+func builtinRoleUser(t *testing.T, name, leaseNS string, crds ...string) string {
+	t.Helper()
+	args := []string{"rbac", "--engine", "builtin", "--name", name, "--lease-namespace", leaseNS, "-o", "json"}
+	for _, c := range crds {
+		args = append(args, "--crd", c)
+	}
+	r := ug(t, args...)
+	if r.code != cli.ExitSafe {
+		t.Fatalf("rbac --engine builtin: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var p migrate.Permissions
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range p.ClusterRole.Rules {
+		if slices.Contains(rule.Verbs, "patch") || slices.Contains(rule.APIGroups, "source.toolkit.fluxcd.io") {
+			t.Fatalf("the builtin role touches the custom resources: %+v", rule)
+		}
+	}
+	bindUser(t, kubernetes.NewForConfigOrDie(cp.Config), p, name)
+	kc, err := cp.UserKubeconfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// TestMigrateEngines: the Flux incident, migrated by a user who holds only the builtin
+// engine's role. On a minor that serves StorageVersionMigrations the built-in migrator in
+// kube-controller-manager does it (auto picks builtin for that user, client for an admin)
+// and the real helm upgrade to 2.18.2 then succeeds; with the migrator disabled, auto and
+// builtin stop and say so. Where the API is not served, builtin fails saying so and auto
+// picks client.
+func TestMigrateEngines(t *testing.T) {
+	needCluster(t)
+	cleanCRDs(t, "fluxcd.io")
+	const ns = "flux-svm"
+	src := func(kind string) string {
+		return "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_" + kind + ".yaml"
+	}
+	rev1 := fixtureChart(t, "flux2", "1.0.0", src("buckets"), src("helmcharts"), src("helmrepositories"))
+	rev2 := fixtureChart(t, "flux2", "2.17.2", "charts/flux2-2.17.2/rendered/crds.yaml")
+	mustHelm(t, nil, "install", "fluxsvm", rev1, "-n", ns, "--create-namespace")
+	t.Cleanup(func() { _, _ = helm(t, nil, "uninstall", "fluxsvm", "-n", ns) })
+	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), helmrepos); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
+		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
+		Kind: "HelmRepository", Namespaces: []string{ns}, PerNS: 3,
+		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mustHelm(t, nil, "upgrade", "fluxsvm", rev2, "-n", ns)
+	all := []string{buckets, charts, helmrepos}
+	user := builtinRoleUser(t, "svm-cli", ns, all...)
+	crdArgs := func(engine string, crds ...string) []string {
+		args := []string{"migrate", "--engine", engine, "--lease-namespace", ns}
+		for _, c := range crds {
+			args = append(args, "--crd", c)
+		}
+		return args
+	}
+
+	if cp.Minor < 37 {
+		// 1.35 and 1.36 serve it only when enabled; older minors not at all.
+		r := asUser(t, user, crdArgs("builtin", helmrepos)...)
+		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "not served on this server, use --engine client") {
+			t.Fatalf("builtin on 1.%d: exit %d, stderr %q; want exit 2 saying it is not served", cp.Minor, r.code, r.stderr)
+		}
+		r = ug(t, append(crdArgs("auto", helmrepos), "--dry-run", "-o", "json")...)
+		if res := migrateResults(t, r); res[0].Engine != migrate.EngineClient {
+			t.Fatalf("auto on 1.%d picked %s (%s), want client", cp.Minor, res[0].Engine, res[0].EngineReason)
+		}
+		return
+	}
+
+	// Who runs what: a dry run says the engine and why, before anything is written.
+	r := ug(t, append(crdArgs("auto", helmrepos), "--dry-run", "-o", "json")...)
+	if res := migrateResults(t, r); res[0].Engine != migrate.EngineClient || !strings.Contains(res[0].EngineReason, "may patch") {
+		t.Errorf("admin auto: %s (%s), want client because it may patch", res[0].Engine, res[0].EngineReason)
+	}
+
+	// The migrator disabled: auto (for a user who may not patch) and builtin stop within
+	// the start timeout and name the controller.
+	startKCM(t, "garbage-collector-controller")
+	for _, engine := range []string{"builtin", "auto"} {
+		r := asUser(t, user, append(crdArgs(engine, helmrepos), "--builtin-start-timeout", "3s")...)
+		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "storage-version-migrator-controller") || !strings.Contains(r.stderr, "not running") {
+			t.Errorf("%s without the migrator: exit %d, stderr %q; want exit 2 naming storage-version-migrator-controller", engine, r.code, r.stderr)
+		}
+	}
+	stopKCM(t)
+
+	// The migrator running: builtin for one CRD, auto for the other two.
+	startKCM(t, "garbage-collector-controller", "storage-version-migrator-controller")
+	r = asUser(t, user, append(crdArgs("builtin", helmrepos), "-o", "json")...)
+	if r.code != cli.ExitSafe {
+		t.Fatalf("builtin: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	results := migrateResults(t, r)
+	r = asUser(t, user, crdArgs("auto", buckets, charts)...)
+	if r.code != cli.ExitSafe || strings.Count(r.stdout, "builtin engine (auto: may not patch") != 2 || !strings.Contains(r.stdout, "storedVersions pruned by") {
+		t.Fatalf("auto as the builtin-role user: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, res := range results {
+		if res.Engine != migrate.EngineBuiltin || res.Status != migrate.Migrated || !slices.Equal(res.StoredVersionsAfter, []string{"v1"}) || res.Objects != 3 {
+			t.Errorf("builtin: %+v, want migrated by the builtin engine, 3 objects, storedVersions [v1]", res)
+		}
+	}
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	for _, name := range all {
+		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil || !slices.Equal(crd.Status.StoredVersions, []string{"v1"}) {
+			t.Errorf("%s storedVersions: %v (%v), want [v1]", name, crd.Status.StoredVersions, err)
+		}
+	}
+	// The real upgrade that failed in the incident now succeeds.
+	mustHelm(t, nil, "upgrade", "fluxsvm", filepath.Join(fixturesDir(t), "charts/flux2-2.18.2"), "-n", ns)
+}
+
+func startKCM(t *testing.T, controllers ...string) {
+	t.Helper()
+	if err := cp.StartControllerManager(controllers...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cp.StopControllerManager() })
+}
+
+func stopKCM(t *testing.T) {
+	t.Helper()
+	if err := cp.StopControllerManager(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bindUser creates p and binds it to user until the test ends.
+func bindUser(t *testing.T, cs kubernetes.Interface, p migrate.Permissions, user string) {
+	t.Helper()
+	ctx := t.Context()
+	subject := []rbacv1.Subject{{Kind: "User", Name: user}}
+	roleRef := func(kind, name string) rbacv1.RoleRef {
+		return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: name}
+	}
+	_, err := cs.RbacV1().ClusterRoles().Create(ctx, p.ClusterRole, metav1.CreateOptions{})
+	if err == nil {
+		_, err = cs.RbacV1().Roles(p.Role.Namespace).Create(ctx, p.Role, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.ClusterRole.Name},
+			RoleRef: roleRef("ClusterRole", p.ClusterRole.Name), Subjects: subject}, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = cs.RbacV1().RoleBindings(p.Role.Namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.Role.Name},
+			RoleRef: roleRef("Role", p.Role.Name), Subjects: subject}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoles().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
+	})
+}

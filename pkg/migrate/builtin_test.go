@@ -1,0 +1,445 @@
+package migrate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	svmv1 "k8s.io/api/storagemigration/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/gate"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
+)
+
+// svmServed says whether this minor serves StorageVersionMigrations with no flags: GA
+// and on by default from 1.37; beta and off by default in 1.35 and 1.36; alpha before.
+func svmServed() bool { return cp.Minor >= 37 }
+
+// svmControllers run the built-in migrator: it needs the garbage collector's informers.
+var svmControllers = []string{"garbage-collector-controller", "storage-version-migrator-controller"}
+
+// withControllerManager runs kube-controller-manager with controllers until the test ends.
+func withControllerManager(t *testing.T, controllers ...string) {
+	t.Helper()
+	if err := cp.StartControllerManager(controllers...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.StopControllerManager(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// builtinUser is a user bound to exactly the builtin engine's role for crd (no access to
+// the custom resources at all).
+func builtinUser(t *testing.T, e env, name, crd string) *rest.Config {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	c, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, crd, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := migrate.BuiltinRBAC(name, "default", []*apiextv1.CustomResourceDefinition{c}, false)
+	for _, r := range p.ClusterRole.Rules {
+		if slices.Contains(r.Verbs, "patch") {
+			t.Fatalf("the builtin role grants patch: %+v", r)
+		}
+	}
+	bind(t, cs, p, name)
+	cfg, err := cp.AddUser(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func bind(t *testing.T, cs kubernetes.Interface, p migrate.Permissions, user string) {
+	t.Helper()
+	ctx := t.Context()
+	subject := []rbacv1.Subject{{Kind: "User", Name: user}}
+	_, err := cs.RbacV1().ClusterRoles().Create(ctx, p.ClusterRole, metav1.CreateOptions{})
+	if err == nil {
+		_, err = cs.RbacV1().Roles(p.Role.Namespace).Create(ctx, p.Role, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.ClusterRole.Name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: p.ClusterRole.Name}, Subjects: subject}, metav1.CreateOptions{})
+	}
+	if err == nil {
+		_, err = cs.RbacV1().RoleBindings(p.Role.Namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.Role.Name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: p.Role.Name}, Subjects: subject}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoles().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().RoleBindings(p.Role.Namespace).Delete(ctx, p.Role.Name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().Roles(p.Role.Namespace).Delete(ctx, p.Role.Name, metav1.DeleteOptions{})
+	})
+}
+
+func builtinOpts(engine migrate.Engine) migrate.Options {
+	o := opts()
+	o.Engine, o.Deadline = engine, 4*time.Minute
+	return o
+}
+
+// svmGone asserts that no StorageVersionMigration is left behind.
+func svmGone(t *testing.T, name string) {
+	t.Helper()
+	if !svmServed() {
+		return
+	}
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	_, err := cs.StoragemigrationV1().StorageVersionMigrations().Get(t.Context(), name, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("StorageVersionMigration %s: %v, want deleted", name, err)
+	}
+}
+
+// TestBuiltinEngine: on a minor that serves StorageVersionMigrations, a user holding only
+// the builtin role migrates the Flux incident (auto picks builtin for it) and storedVersions
+// ends pruned; an admin's auto run picks the client engine. Where the API is not served,
+// builtin fails saying so, and auto picks client.
+func TestBuiltinEngine(t *testing.T) {
+	e := fluxState(t, []string{"a", "b"}, 5)
+	admin := newMigrator(t, cp.Config)
+
+	if !svmServed() {
+		_, err := admin.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+		var ns *migrate.BuiltinNotServedError
+		if !errors.As(err, &ns) || !strings.Contains(err.Error(), "not served on this server") {
+			t.Fatalf("builtin on 1.%d: %v, want BuiltinNotServedError", cp.Minor, err)
+		}
+		o := builtinOpts(migrate.EngineAuto)
+		o.DryRun = true
+		res, err := admin.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+		if err != nil || res.Engine != migrate.EngineClient {
+			t.Fatalf("auto on 1.%d: %+v, %v; want the client engine", cp.Minor, res, err)
+		}
+		return
+	}
+	withControllerManager(t, svmControllers...)
+	user := newMigrator(t, builtinUser(t, e, "svm-only", helmrepos))
+	before, _ := snapshot(t, e, hrV1)
+
+	for _, engine := range []migrate.Engine{migrate.EngineAuto} {
+		if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
+			t.Fatal(err)
+		}
+		o := builtinOpts(engine)
+		var progress []migrate.Progress
+		o.Progress = func(p migrate.Progress) { progress = append(progress, p) }
+		res, err := user.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+		if err != nil {
+			t.Fatalf("%s: %v", engine, err)
+		}
+		if len(progress) == 0 || progress[len(progress)-1].Total != 10 || res.Objects != 10 {
+			t.Errorf("%s: progress %+v, objects %d; want the migrator's count of 10 objects reported", engine, progress, res.Objects)
+		}
+		t.Logf("%s: %+v", engine, res)
+		if res.Engine != migrate.EngineBuiltin || !strings.Contains(res.EngineReason, "may not patch") && engine == migrate.EngineAuto {
+			t.Errorf("%s: engine %s (%s), want builtin because the user may not patch", engine, res.Engine, res.EngineReason)
+		}
+		if res.Status != migrate.Migrated || res.PrunedBy == "" {
+			t.Errorf("%s: status %s, prunedBy %q, message %q; want migrated and pruned", engine, res.Status, res.PrunedBy, res.Message)
+		}
+		if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1"}) {
+			t.Errorf("%s: storedVersions %v, want [v1]", engine, got)
+		}
+		svmGone(t, res.StorageVersionMigration)
+	}
+	// The gate's in-process migrator runs the builtin engine too, a budget at a time: a
+	// call cut short leaves the StorageVersionMigration running, the next one follows it.
+	if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	ip := &gate.InProcess{Target: builtinUser(t, e, "svm-gate", helmrepos), Budget: 15 * time.Second, Options: builtinOpts(migrate.EngineBuiltin)}
+	var p *gate.Progress
+	err := wait.PollUntilContextTimeout(e.ctx, 0, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		p, err = ip.Migrate(ctx, []string{helmrepos})
+		if err != nil || p.State == gate.MigrationFailed {
+			return false, fmt.Errorf("gate: %+v, %w", p, err)
+		}
+		return p.State == gate.MigrationDone, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := p.Results[0]; r.Engine != migrate.EngineBuiltin || r.Status != migrate.Migrated || !slices.Equal(storedVersions(t, e, helmrepos), []string{"v1"}) {
+		t.Errorf("gate: %+v; want migrated by the builtin engine, storedVersions [v1]", r)
+	} else {
+		svmGone(t, r.StorageVersionMigration)
+	}
+
+	after, _ := snapshot(t, e, hrV1)
+	if len(after) != 10 || len(before) != len(after) {
+		t.Errorf("objects readable at v1: %d before, %d after, want 10", len(before), len(after))
+	}
+
+	// An admin may patch: auto picks the client engine.
+	if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := admin.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineAuto))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Engine != migrate.EngineClient || !strings.Contains(res.EngineReason, "may patch") || res.Status != migrate.Migrated {
+		t.Errorf("admin auto: engine %s (%s), status %s; want client because it may patch", res.Engine, res.EngineReason, res.Status)
+	}
+}
+
+// TestBuiltinMigratorNotRunning: kube-controller-manager runs without the migrator. The
+// builtin engine, and auto for a user who may not patch, stop after the start timeout
+// with an error naming the controller, delete their StorageVersionMigration and leave
+// storedVersions alone.
+func TestBuiltinMigratorNotRunning(t *testing.T) {
+	e := fluxState(t, []string{"a"}, 3)
+	if !svmServed() {
+		_, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+		if !errors.As(err, new(*migrate.BuiltinNotServedError)) {
+			t.Fatalf("builtin on 1.%d: %v, want BuiltinNotServedError", cp.Minor, err)
+		}
+		return
+	}
+	withControllerManager(t, "garbage-collector-controller")
+	user := newMigrator(t, builtinUser(t, e, "svm-idle", helmrepos))
+	for _, engine := range []migrate.Engine{migrate.EngineBuiltin, migrate.EngineAuto} {
+		o := builtinOpts(engine)
+		o.BuiltinStartTimeout = 3 * time.Second
+		_, err := user.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+		var nr *migrate.BuiltinNotRunningError
+		if !errors.As(err, &nr) || !strings.Contains(err.Error(), "storage-version-migrator-controller") || !strings.Contains(err.Error(), "not running") {
+			t.Fatalf("%s: %v, want BuiltinNotRunningError naming storage-version-migrator-controller", engine, err)
+		}
+		svmGone(t, nr.StorageVersionMigration)
+		if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1beta2", "v1"}) {
+			t.Errorf("%s: storedVersions %v, want untouched", engine, got)
+		}
+	}
+}
+
+// TestBuiltinConversionWebhookFails: objects stored at v1alpha1 need a conversion webhook
+// that is down (a closed loopback port). The built-in migrator fails; the run reports its
+// Failed condition and message, names the webhook, and leaves storedVersions alone.
+func TestBuiltinConversionWebhookFails(t *testing.T) {
+	e := emptyCluster(t)
+	crd := testenv.TwoVersionCRD("example.com", "gadgets", "Gadget")
+	if err := testenv.ApplyCRD(e.ctx, e.crds, crd); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.CreateObjects(e.ctx, cp.Config, testenv.Objects{GVR: schema.GroupVersionResource{Group: "example.com", Version: "v1alpha1", Resource: "gadgets"},
+		Kind: "Gadget", Namespaces: []string{"g"}, PerNS: 3, Spec: map[string]any{"size": int64(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	closed := closedPort(t)
+	crd.Spec.Versions[0].Storage, crd.Spec.Versions[1].Storage = false, true
+	crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.WebhookConverter, Webhook: &apiextv1.WebhookConversion{
+		ConversionReviewVersions: []string{"v1"},
+		ClientConfig:             &apiextv1.WebhookClientConfig{URL: ptr.To("https://" + closed + "/convert")},
+	}}
+	if err := testenv.ApplyCRD(e.ctx, e.crds, crd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Without the webhook the objects read again, so the cluster can be emptied.
+		crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.NoneConverter}
+		if err := testenv.ApplyCRD(context.WithoutCancel(e.ctx), e.crds, crd); err != nil {
+			t.Error(err)
+		}
+	})
+	if !svmServed() {
+		_, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: crd.Name}, builtinOpts(migrate.EngineBuiltin))
+		if !errors.As(err, new(*migrate.BuiltinNotServedError)) {
+			t.Fatalf("builtin on 1.%d: %v, want BuiltinNotServedError", cp.Minor, err)
+		}
+		return
+	}
+	withControllerManager(t, svmControllers...)
+
+	res, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: crd.Name}, builtinOpts(migrate.EngineBuiltin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.Status != migrate.Incomplete || !strings.HasPrefix(res.BuiltinFailure, "Failed=True") ||
+		!strings.Contains(res.Message, "condition Failed=True") || !strings.Contains(res.Message, "conversion webhook") ||
+		!strings.Contains(res.Message, "storedVersions left as they were") {
+		t.Errorf("status %s, failure %q, message %q; want incomplete naming the Failed condition and the conversion webhook", res.Status, res.BuiltinFailure, res.Message)
+	}
+	if got := storedVersions(t, e, crd.Name); !slices.Equal(got, []string{"v1alpha1", "v1"}) {
+		t.Errorf("storedVersions %v, want untouched", got)
+	}
+	svmGone(t, res.StorageVersionMigration)
+}
+
+// closedPort is a loopback address nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// TestStorageVersionMigrationInProgress: a StorageVersionMigration made by hand (nobody
+// runs it here) is migrating the CRD. check shows it and says to wait, the gate holds the
+// upgrade, and a client-engine run stops saying who migrates it, or waits for it with
+// Wait.
+func TestStorageVersionMigrationInProgress(t *testing.T) {
+	e := fluxState(t, []string{"a"}, 2)
+	if !svmServed() {
+		gvr, err := svm.Resource(kubernetes.NewForConfigOrDie(cp.Config).Discovery())
+		if err != nil || !gvr.Empty() {
+			t.Fatalf("1.%d serves StorageVersionMigrations as %v (%v), want none", cp.Minor, gvr, err)
+		}
+		return
+	}
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	hand, err := cs.StoragemigrationV1().StorageVersionMigrations().Create(e.ctx, &svmv1.StorageVersionMigration{
+		ObjectMeta: metav1.ObjectMeta{Name: "by-hand"},
+		Spec:       svmv1.StorageVersionMigrationSpec{Resource: metav1.GroupResource{Group: hrV1.Group, Resource: hrV1.Resource}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.StoragemigrationV1().StorageVersionMigrations().Delete(context.WithoutCancel(e.ctx), hand.Name, metav1.DeleteOptions{})
+	})
+
+	cluster, err := check.NewKubeCluster(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	incoming, err := testenv.ReadCRDs("charts/flux2-2.18.2/rendered/crds.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := check.Request{Operation: predict.Upgrade}
+	for _, c := range incoming {
+		req.Incoming = append(req.Incoming, chartcrds.CRD{CRD: c, Source: predict.Templates})
+	}
+	rep, err := check.Run(e.ctx, cluster, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.CRDs {
+		if c.Name == helmrepos && (!slices.Equal(c.MigratingBy, []string{"by-hand"}) || !strings.HasPrefix(c.Action, "wait: StorageVersionMigration by-hand")) {
+			t.Errorf("check: %s migratingBy %v, action %q; want by-hand and wait", c.Name, c.MigratingBy, c.Action)
+		}
+	}
+
+	m := newMigrator(t, cp.Config)
+	o := opts()
+	o.Engine = migrate.EngineClient
+	_, err = m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+	var ip *migrate.InProgressError
+	if !errors.As(err, &ip) || !strings.Contains(err.Error(), "by-hand") {
+		t.Fatalf("client run: %v, want InProgressError naming by-hand", err)
+	}
+	p, err := (&gate.InProcess{Target: cp.Config, Budget: 5 * time.Second, Options: o}).Migrate(e.ctx, []string{helmrepos})
+	if err != nil || p.State != gate.MigrationRunning || !strings.Contains(p.Message, "by-hand") {
+		t.Fatalf("gate: %+v, %v; want Running naming by-hand", p, err)
+	}
+	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1beta2", "v1"}) {
+		t.Errorf("storedVersions %v, want untouched while another migration runs", got)
+	}
+
+	// With Wait, the run goes on once the other migration is gone.
+	o.Wait = true
+	go func() {
+		// Once the run holds its Lease it is waiting for by-hand: end that migration.
+		_ = wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			l, err := cs.CoordinationV1().Leases("default").Get(ctx, "upgradeguard-migrate-"+helmrepos, metav1.GetOptions{})
+			return err == nil && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
+		})
+		_ = cs.StoragemigrationV1().StorageVersionMigrations().Delete(context.WithoutCancel(e.ctx), hand.Name, metav1.DeleteOptions{})
+	}()
+	res, err := m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+	if err != nil || res.Status != migrate.Migrated {
+		t.Fatalf("waiting run: %+v, %v; want migrated once by-hand is gone", res, err)
+	}
+}
+
+// TestBuiltinCRDChangedMidRun: the CRD changes (a new generation) while the built-in
+// migrator works. Neither the server nor upgradeguard prunes; the result asks for a
+// restart and quotes the server's generation-mismatch message; the next run prunes.
+func TestBuiltinCRDChangedMidRun(t *testing.T) {
+	e := fluxState(t, []string{"a"}, 5)
+	if !svmServed() {
+		_, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+		if !errors.As(err, new(*migrate.BuiltinNotServedError)) {
+			t.Fatalf("builtin on 1.%d: %v, want BuiltinNotServedError", cp.Minor, err)
+		}
+		return
+	}
+	withControllerManager(t, svmControllers...)
+	changed := make(chan error, 1)
+	go func() {
+		// Once the migrator has marked the CRD as migrating, change its spec.
+		changed <- wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, helmrepos, metav1.GetOptions{})
+			if err != nil || !slices.ContainsFunc(crd.Status.Conditions, func(c apiextv1.CustomResourceDefinitionCondition) bool {
+				return c.Type == apiextv1.StorageMigrating && c.Status == apiextv1.ConditionTrue
+			}) {
+				return false, nil
+			}
+			for i := range crd.Spec.Versions {
+				crd.Spec.Versions[i].AdditionalPrinterColumns = append(crd.Spec.Versions[i].AdditionalPrinterColumns,
+					apiextv1.CustomResourceColumnDefinition{Name: "Probe", Type: "string", JSONPath: ".spec.url"})
+			}
+			_, err = e.crds.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{})
+			return err == nil, nil
+		})
+	}()
+	m := newMigrator(t, cp.Config)
+	res, err := m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-changed; err != nil {
+		t.Fatalf("changing the CRD mid-run: %v", err)
+	}
+	t.Logf("%+v", res)
+	if res.Status != migrate.Incomplete || !res.Restart || !strings.Contains(res.Message, "changed during the run") ||
+		!strings.Contains(res.Message, "generation mismatch") {
+		t.Errorf("status %s, restart %v, message %q; want incomplete, a restart, and why", res.Status, res.Restart, res.Message)
+	}
+	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1beta2", "v1"}) {
+		t.Errorf("storedVersions %v, want untouched after a mid-run change", got)
+	}
+	res, err = m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
+	if err != nil || res.Status != migrate.Migrated || !slices.Equal(storedVersions(t, e, helmrepos), []string{"v1"}) {
+		t.Errorf("the next run: %+v, %v; want migrated and pruned", res, err)
+	}
+}

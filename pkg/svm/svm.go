@@ -1,0 +1,132 @@
+// Package svm owns reading Kubernetes' built-in StorageVersionMigrations
+// (storagemigration.k8s.io, run by kube-controller-manager's
+// storage-version-migrator-controller): which version a server serves, and which
+// migrations are in progress for which CRD, whoever created them. check, the gate, audit
+// and the migration engines all ask it, so "a migration is in progress" means one thing.
+package svm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	svmv1 "k8s.io/api/storagemigration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+)
+
+// Group is the API group of StorageVersionMigrations.
+const Group = "storagemigration.k8s.io"
+
+// Versions are the versions the builtin engine uses, preferred first: v1 (GA in 1.37),
+// else v1beta1 (1.35 and 1.36, where enabled). The v1alpha1 of earlier minors has another
+// shape and is not used.
+var Versions = []string{"v1", "v1beta1"}
+
+// Labels and annotations upgradeguard puts on the StorageVersionMigrations it creates.
+const (
+	LabelManagedBy       = "app.kubernetes.io/managed-by"
+	ManagedBy            = "upgradeguard"
+	AnnotationCRD        = "upgradeguard.io/crd"
+	AnnotationGeneration = "upgradeguard.io/crd-generation"
+)
+
+// Resource is the StorageVersionMigration resource the server serves (see Versions), or
+// an empty one when it serves none.
+func Resource(disco discovery.DiscoveryInterface) (schema.GroupVersionResource, error) {
+	for _, v := range Versions {
+		gv := schema.GroupVersion{Group: Group, Version: v}
+		list, err := disco.ServerResourcesForGroupVersion(gv.String())
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return schema.GroupVersionResource{}, fmt.Errorf("discover %s: %w", gv, err)
+		}
+		for _, r := range list.APIResources {
+			if r.Name == "storageversionmigrations" {
+				return gv.WithResource(r.Name), nil
+			}
+		}
+	}
+	return schema.GroupVersionResource{}, nil
+}
+
+// Migration is one StorageVersionMigration in progress.
+type Migration struct {
+	// Name of the StorageVersionMigration.
+	Name string `json:"name"`
+	// CRD it migrates (resource.group).
+	CRD string `json:"crd"`
+	// Upgradeguard says that upgradeguard's builtin engine created it.
+	Upgradeguard bool `json:"upgradeguard,omitempty"`
+}
+
+// Convert reads a StorageVersionMigration of either served version (they have the same
+// shape).
+func Convert(obj map[string]any) (*svmv1.StorageVersionMigration, error) {
+	s := &svmv1.StorageVersionMigration{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, s); err != nil {
+		return nil, fmt.Errorf("read StorageVersionMigration: %w", err)
+	}
+	return s, nil
+}
+
+// Terminal says whether a StorageVersionMigration has succeeded or failed.
+func Terminal(s *svmv1.StorageVersionMigration) bool {
+	return meta.IsStatusConditionTrue(s.Status.Conditions, string(svmv1.MigrationSucceeded)) ||
+		meta.IsStatusConditionTrue(s.Status.Conditions, string(svmv1.MigrationFailed))
+}
+
+// Active are the StorageVersionMigrations in progress (neither Succeeded nor Failed), by
+// the CRD they migrate. None when the server serves no StorageVersionMigrations or the
+// caller may not list them: that is "nothing known to be in progress", not an error.
+func Active(ctx context.Context, disco discovery.DiscoveryInterface, dyn dynamic.Interface) (map[string][]Migration, error) {
+	gvr, err := Resource(disco)
+	if err != nil || gvr.Empty() {
+		return map[string][]Migration{}, err
+	}
+	list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+		return map[string][]Migration{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list StorageVersionMigrations: %w", err)
+	}
+	out := map[string][]Migration{}
+	for i := range list.Items {
+		s, err := Convert(list.Items[i].Object)
+		if err != nil {
+			return nil, err
+		}
+		if Terminal(s) {
+			continue
+		}
+		crd := s.Spec.Resource.Resource + "." + s.Spec.Resource.Group
+		ours := s.Labels[LabelManagedBy] == ManagedBy && s.Annotations[AnnotationCRD] == crd
+		out[crd] = append(out[crd], Migration{Name: s.Name, CRD: crd, Upgradeguard: ours})
+	}
+	for crd := range out {
+		slices.SortFunc(out[crd], func(a, b Migration) int {
+			if a.Name < b.Name {
+				return -1
+			}
+			return 1
+		})
+	}
+	return out, nil
+}
+
+// Names are the migrations' names.
+func Names(ms []Migration) []string {
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	return out
+}
