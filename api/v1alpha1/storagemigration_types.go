@@ -55,7 +55,9 @@ type SecretKeyReference struct {
 
 // RateSettings bound the load a migration puts on the API server.
 type RateSettings struct {
-	// QPS is the client's sustained request rate. 0 means the default (100).
+	// QPS is an opt-in client-side limit on the sustained request rate. 0 means none:
+	// Concurrency bounds the load, and the API server's Priority and Fairness paces it
+	// (429 and Retry-After, which the migration honours).
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	QPS int32 `json:"qps,omitempty"`
@@ -63,7 +65,7 @@ type RateSettings struct {
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Burst int32 `json:"burst,omitempty"`
-	// Concurrency is how many objects are patched at once. 0 means the default (4).
+	// Concurrency is how many objects are patched at once. 0 means the default (8).
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=64
 	// +optional

@@ -19,6 +19,7 @@ import (
 	"runtime/pprof"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
 func main() {
@@ -32,9 +33,10 @@ func run() error {
 	rounds := flag.Int("rounds", 30, "check and gate: measured rounds per case")
 	objects := flag.Int("objects", 2000, "check: HelmRepository objects to count")
 	n := flag.Int("n", 20000, "migrate: objects stored at the old version")
-	concurrency := flag.Int("concurrency", 4, "migrate: patch concurrency for the raw loop and migrate --qps 0")
+	concurrency := flag.Int("concurrency", migrate.DefaultConcurrency, "migrate: patch concurrency for the raw loop and migrate --qps 0")
 	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
-	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d (c runs at the default 100 QPS: slow for large -n)")
+	migrateRounds := flag.Int("migrate-rounds", 1, "migrate: run the selected cases this many times in turn and also print each case's median (for a noisy machine)")
+	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d,f (f: the built-in StorageVersionMigration, from Kubernetes 1.37)")
 	ug := flag.String("ug", "", "migrate and binary: the upgradeguard binary to measure (default bin/upgradeguard)")
 	targets := flag.Int("targets", 10, "fleet: target clusters")
 	fleetObjects := flag.Int("fleet-objects", 2000, "fleet: stale HelmRepositories per target")
@@ -61,7 +63,7 @@ func run() error {
 		if err := benchCheck(ctx, *rounds, *objects); err != nil {
 			return err
 		}
-		if err := benchMigrate(ctx, *n, *concurrency, *cases); err != nil {
+		if err := benchMigrate(ctx, *n, *concurrency, *migrateRounds, *cases); err != nil {
 			return err
 		}
 		if err := benchGate(ctx, *rounds, *gateCache); err != nil {
@@ -76,7 +78,7 @@ func run() error {
 	case "check":
 		return benchCheck(ctx, *rounds, *objects)
 	case "migrate":
-		return benchMigrate(ctx, *n, *concurrency, *cases)
+		return benchMigrate(ctx, *n, *concurrency, *migrateRounds, *cases)
 	case "gate":
 		return benchGate(ctx, *rounds, *gateCache)
 	case "plan":

@@ -5,20 +5,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
@@ -34,16 +41,22 @@ var benchGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Ve
 var ugBinary string
 
 type procResult struct {
-	name    string
-	elapsed time.Duration
-	maxRSS  int64 // KiB
+	name     string
+	start    time.Time
+	elapsed  time.Duration
+	maxRSS   int64 // KiB; 0 when not measured
+	probeP99 time.Duration
 }
 
 // benchMigrate compares, in one run on the same objects: (a) a bare concurrent
 // empty-patch loop, (b) migrate --qps 0 at the same concurrency, (c) migrate with its
-// defaults, (d) the runbook's kubectl annotate --all --overwrite, (e) re-runs on the
-// migrated set. Each runs as its own process so its peak RSS can be read.
-func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
+// defaults, (e) re-runs on the migrated set, (d) the runbook's kubectl annotate --all
+// --overwrite, and (f) the built-in StorageVersionMigration of kube-controller-manager
+// (Kubernetes 1.37, storagemigration.k8s.io/v1). Each client case runs as its own process,
+// as a user outside system:masters so that API Priority and Fairness applies to it as
+// to a real user, and its peak RSS is read. A probe user GETs a ConfigMap 20 times a
+// second throughout; its p99 latency under each case is compared with its idle p99.
+func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string) error {
 	cp, err := testenv.Start()
 	if err != nil {
 		return err
@@ -51,6 +64,10 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 	defer func() { _ = cp.Stop() }()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
 	if _, err := incidentState(ctx, cp, n); err != nil {
+		return err
+	}
+	userKC, probeCfg, err := benchUsers(ctx, cp)
+	if err != nil {
 		return err
 	}
 	m, err := migrate.New(migrate.RateLimit(cp.Config, 0, 0))
@@ -81,16 +98,39 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 	}
 	ug := ugBinary
 	kubectl := filepath.Join(cp.KubeBin, "kubectl")
-	kc := []string{"--kubeconfig", cp.Kubeconfig}
+	kc := []string{"--kubeconfig", userKC}
 	c := strconv.Itoa(concurrency)
+	// The client engine is the only one before --engine exists; name it where it does.
+	engine := []string{}
+	if help, err := exec.Command(ug, "migrate", "--help").Output(); err == nil && bytes.Contains(help, []byte("--engine")) {
+		engine = []string{"--engine", "client"}
+	}
+
+	probe := startProbe(ctx, probeCfg)
+	defer probe.stop()
+	// Idle is measured before the first case and after the last, 15 s each, and the p99
+	// taken over both windows: the machine's other load drifts during a long run.
+	var idleWindows [][2]time.Time
+	measureIdle := func() {
+		fmt.Println("measuring the probe's idle latency for 15s ...")
+		from := time.Now()
+		time.Sleep(15 * time.Second) // a measurement window, not synchronisation
+		idleWindows = append(idleWindows, [2]time.Time{from, time.Now()})
+	}
+	measureIdle()
 
 	var results []procResult
-	ran := false
+	var kcm *kcmUsage
+	selected := func(name string) bool {
+		return cases == "all" || strings.Contains(","+cases+",", ","+strings.Trim(strings.Fields(name)[0], "()")+",")
+	}
 	measure := func(name string, resetFirst bool, cmd string, args ...string) error {
-		if cases != "all" && !strings.Contains(","+cases+",", ","+strings.Trim(strings.Fields(name)[0], "()")+",") {
+		if !selected(name) {
 			return nil
 		}
-		if resetFirst && ran {
+		// Every writing case starts from a reset, the first too (where it finds the
+		// objects already at v1beta2 and only passes over them).
+		if resetFirst {
 			if err := reset(); err != nil {
 				return fmt.Errorf("reset before %s: %w", name, err)
 			}
@@ -100,59 +140,303 @@ func benchMigrate(ctx context.Context, n, concurrency int, cases string) error {
 		if err != nil {
 			return err
 		}
+		r.probeP99 = probe.p99(r.start, r.start.Add(r.elapsed))
 		results = append(results, r)
-		ran = true
 		return nil
 	}
-	steps := []func() error{
-		func() error { return measure("(a) raw empty-patch loop", false, self, "raw", cp.Kubeconfig, c) },
-		func() error {
-			return measure("(b) migrate --qps 0", true, ug, append(kc, "migrate", "--crd", benchCRD, "--qps", "0", "--concurrency", c, "--lease-namespace", "default", "-o", "json")...)
-		},
+	migrateArgs := func(extra ...string) []string {
+		args := append(append(append([]string{}, kc...), "migrate"), engine...)
+		return append(args, append([]string{"--crd", benchCRD, "--lease-namespace", "default", "-o", "json", "--deadline", "1h"}, extra...)...)
 	}
-	steps = append(steps, func() error {
-		return measure("(c) migrate, default limits", true, ug, append(kc, "migrate", "--crd", benchCRD, "--lease-namespace", "default", "-o", "json", "--deadline", "1h")...)
-	})
-	steps = append(steps,
+	steps := []func() error{
+		func() error { return measure("(a) raw empty-patch loop", true, self, "raw", userKC, c) },
 		func() error {
-			return measure("(e1) re-run, already pruned", false, ug, append(kc, "migrate", "--crd", benchCRD, "--lease-namespace", "default", "-o", "json")...)
+			return measure("(b) migrate --qps 0", true, ug, migrateArgs("--qps", "0", "--concurrency", c)...)
 		},
+		func() error { return measure("(c) migrate, defaults", true, ug, migrateArgs()...) },
+		func() error { return measure("(e1) re-run, already pruned", false, ug, migrateArgs()...) },
 		func() error {
+			if !selected("(e2)") {
+				return nil
+			}
 			if err := testenv.SetStoredVersions(ctx, cs, benchCRD, "v1beta2", "v1"); err != nil {
 				return err
 			}
-			return measure("(e2) re-run, objects current", false, ug, append(kc, "migrate", "--crd", benchCRD, "--qps", "0", "--concurrency", c, "--lease-namespace", "default", "-o", "json")...)
+			return measure("(e2) re-run, objects current", false, ug, migrateArgs()...)
 		},
-	)
+	}
 	if _, err := os.Stat(kubectl); err == nil {
 		steps = append(steps, func() error {
 			return measure("(d) kubectl annotate --all --overwrite", true, kubectl, append(kc, "annotate", "helmrepositories.source.toolkit.fluxcd.io", "--all", "-A",
 				"upgradeguard.io/touched="+strconv.FormatInt(time.Now().Unix(), 10), "--overwrite", "-o", "name")...)
 		})
 	} else {
-		fmt.Println("bin/kubectl missing: skipping (d); build it with ./hack/testbin.sh --with-kubectl")
+		fmt.Printf("%s missing: skipping (d); build it with make testbin\n", kubectl)
 	}
-	for _, s := range steps {
-		if err := s(); err != nil {
+	steps = append(steps, func() error {
+		if !selected("(f)") {
+			return nil
+		}
+		if err := reset(); err != nil {
+			return fmt.Errorf("reset before (f): %w", err)
+		}
+		r, usage, err := benchBuiltin(ctx, cp, probe)
+		if err != nil || usage == nil {
 			return err
+		}
+		results, kcm = append(results, r), usage
+		return nil
+	})
+	for range max(rounds, 1) {
+		for _, s := range steps {
+			if err := s(); err != nil {
+				return err
+			}
 		}
 	}
 
 	if len(results) == 0 {
 		return fmt.Errorf("no case matched -cases %q", cases)
 	}
-	raw := results[0]
-	fmt.Printf("\nN=%d objects, concurrency %d (%s)\n", n, concurrency, machine())
-	fmt.Printf("%-42s %10s %12s %10s %10s\n", "case", "time", "objects/s", "vs first", "peak RSS")
-	// Peak RSS is sampled every 10 ms, so for runs shorter than that it reads low.
-	for _, r := range results {
-		rate := float64(n) / r.elapsed.Seconds()
-		fmt.Printf("%-42s %10s %12.0f %9.2fx %7d MiB\n", r.name, r.elapsed.Round(time.Millisecond), rate,
-			raw.elapsed.Seconds()/r.elapsed.Seconds(), r.maxRSS/1024)
+	measureIdle()
+	idle, idleN := probe.p99Over(idleWindows)
+	fmt.Printf("\nN=%d objects, concurrency %d, Kubernetes 1.%d (%s)\n", n, concurrency, cp.Minor, machine())
+	fmt.Printf("probe: GET of a ConfigMap 20 times a second as another user; idle p99 %s (%d GETs, before the first case and after the last)\n", idle.Round(10*time.Microsecond), idleN)
+	printCases(n, results, idle)
+	if rounds > 1 {
+		results = medians(results)
+		fmt.Printf("\nmedian of %d rounds (time and probe p99 each the median; peak RSS the highest):\n", rounds)
+		printCases(n, results, idle)
 	}
 	fmt.Println("\nvs first: throughput relative to the first case run, (a) the raw loop when it ran (higher is faster).")
 	fmt.Println("Re-runs write nothing; their objects/s is N over the run's time. Peak RSS is VmHWM sampled every 10 ms.")
+	if kcm != nil {
+		fmt.Printf("(f) kube-controller-manager: %.1f CPU seconds, RSS %d -> %d MiB (+%d MiB), peak %d MiB; Succeeded after %s, storedVersions pruned after %s\n",
+			kcm.cpuSeconds, kcm.rssBefore/1024, kcm.rssAfter/1024, (kcm.rssAfter-kcm.rssBefore)/1024, kcm.hwm/1024,
+			kcm.succeeded.Round(time.Millisecond), kcm.pruned.Round(time.Millisecond))
+	}
+	goals(results, idle)
 	return nil
+}
+
+// printCases prints one row per result, throughput relative to the first.
+func printCases(n int, results []procResult, idle time.Duration) {
+	raw := results[0]
+	fmt.Printf("%-42s %10s %10s %9s %9s %10s %8s\n", "case", "time", "objects/s", "vs first", "peak RSS", "probe p99", "vs idle")
+	// Peak RSS is sampled every 10 ms, so for runs shorter than that it reads low.
+	for _, r := range results {
+		rate := float64(n) / r.elapsed.Seconds()
+		rss := "-"
+		if r.maxRSS > 0 {
+			rss = fmt.Sprintf("%d MiB", r.maxRSS/1024)
+		}
+		fmt.Printf("%-42s %10s %10.0f %8.2fx %9s %10s %7.2fx\n", r.name, r.elapsed.Round(time.Millisecond), rate,
+			raw.elapsed.Seconds()/r.elapsed.Seconds(), rss, r.probeP99.Round(10*time.Microsecond), ratio(r.probeP99, idle))
+	}
+}
+
+// medians folds the rounds of each case into one result, in the order the cases first ran.
+func medians(results []procResult) []procResult {
+	var order []string
+	byName := map[string][]procResult{}
+	for _, r := range results {
+		if _, ok := byName[r.name]; !ok {
+			order = append(order, r.name)
+		}
+		byName[r.name] = append(byName[r.name], r)
+	}
+	median := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	out := make([]procResult, 0, len(order))
+	for _, name := range order {
+		rs := byName[name]
+		m := procResult{name: name, start: rs[0].start}
+		var el, p99 []time.Duration
+		for _, r := range rs {
+			el, p99 = append(el, r.elapsed), append(p99, r.probeP99)
+			m.maxRSS = max(m.maxRSS, r.maxRSS)
+		}
+		m.elapsed, m.probeP99 = median(el), median(p99)
+		out = append(out, m)
+	}
+	return out
+}
+
+// goals prints the goals that this run measured, hit or missed.
+func goals(results []procResult, idle time.Duration) {
+	by := map[string]procResult{}
+	for _, r := range results {
+		by[strings.Trim(strings.Fields(r.name)[0], "()")] = r
+	}
+	speed := func(a, b string) (float64, bool) {
+		ra, oka := by[a]
+		rb, okb := by[b]
+		if !oka || !okb {
+			return 0, false
+		}
+		return rb.elapsed.Seconds() / ra.elapsed.Seconds(), true
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "hit"
+		}
+		return "MISS"
+	}
+	fmt.Println("\ngoals:")
+	if x, ok := speed("c", "d"); ok {
+		fmt.Printf("  migrate at defaults >= 1.5x kubectl annotate: %.2fx  %s\n", x, verdict(x >= 1.5))
+	}
+	if r, ok := by["c"]; ok && idle > 0 && r.probeP99 > 0 {
+		x := ratio(r.probeP99, idle)
+		fmt.Printf("  probe p99 under migrate at defaults <= 2x idle: %.2fx  %s\n", x, verdict(x <= 2))
+	}
+	if x, ok := speed("c", "f"); ok {
+		fmt.Printf("  migrate at defaults >= 5x the built-in migrator: %.2fx  %s\n", x, verdict(x >= 5))
+	}
+	if x, ok := speed("b", "a"); ok {
+		fmt.Printf("  migrate --qps 0 >= 0.9x the raw loop: %.2fx  %s\n", x, verdict(x >= 0.9))
+	}
+}
+
+func ratio(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// benchUsers creates the users the cases run as, outside system:masters (whose requests
+// API Priority and Fairness exempts): ug-migrator, bound to cluster-admin, with a
+// kubeconfig for the client cases, and ug-probe, which may read ConfigMaps in the probe
+// namespace, with its client config. Neither has a client-side rate limit.
+func benchUsers(ctx context.Context, cp *testenv.ControlPlane) (string, *rest.Config, error) {
+	kube := kubernetes.NewForConfigOrDie(cp.Config)
+	kc, err := cp.UserKubeconfig("ug-migrator")
+	if err != nil {
+		return "", nil, err
+	}
+	probeCfg, err := cp.AddUser("ug-probe")
+	if err != nil {
+		return "", nil, err
+	}
+	probeCfg = migrate.RateLimit(probeCfg, 0, 0)
+	objs := []func() error{
+		func() error {
+			_, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ug-migrator"},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "ug-migrator"}}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: probeNS}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.CoreV1().ConfigMaps(probeNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.RbacV1().Roles(probeNS).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "ug-probe"},
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := kube.RbacV1().RoleBindings(probeNS).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ug-probe"},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "ug-probe"},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "ug-probe"}}}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, f := range objs {
+		if err := f(); err != nil {
+			return "", nil, err
+		}
+	}
+	return kc, probeCfg, nil
+}
+
+const probeNS = "probe"
+
+// probe GETs one ConfigMap 20 times a second and keeps every latency with its start time.
+type probe struct {
+	mu      sync.Mutex
+	samples []probeSample
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+type probeSample struct {
+	at      time.Time
+	latency time.Duration
+}
+
+func startProbe(ctx context.Context, cfg *rest.Config) *probe {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &probe{cancel: cancel, done: make(chan struct{})}
+	cms := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps(probeNS)
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			start := time.Now()
+			if _, err := cms.Get(ctx, "probe", metav1.GetOptions{}); err != nil {
+				if ctx.Err() == nil {
+					fmt.Fprintln(os.Stderr, "probe:", err)
+				}
+				continue
+			}
+			p.mu.Lock()
+			p.samples = append(p.samples, probeSample{at: start, latency: time.Since(start)})
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+func (p *probe) stop() {
+	p.cancel()
+	<-p.done
+}
+
+// p99Over is the 99th percentile latency of the GETs started in any of the windows, and
+// how many there were.
+func (p *probe) p99Over(windows [][2]time.Time) (time.Duration, int) {
+	var l []time.Duration
+	for _, w := range windows {
+		l = append(l, p.latencies(w[0], w[1])...)
+	}
+	return percentile99(l), len(l)
+}
+
+func (p *probe) latencies(from, to time.Time) []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var l []time.Duration
+	for _, s := range p.samples {
+		if !s.at.Before(from) && s.at.Before(to) {
+			l = append(l, s.latency)
+		}
+	}
+	return l
+}
+
+// p99 is the 99th percentile latency of the GETs started between from and to.
+func (p *probe) p99(from, to time.Time) time.Duration { return percentile99(p.latencies(from, to)) }
+
+func percentile99(l []time.Duration) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	slices.Sort(l)
+	return l[min(len(l)-1, int(math.Ceil(0.99*float64(len(l))))-1)]
 }
 
 // runProc runs one case as its own process and reports its wall time and peak RSS. The
@@ -181,7 +465,7 @@ func runProc(name, path string, args ...string) (procResult, error) {
 			if err != nil {
 				return procResult{}, fmt.Errorf("%s: %w\n%s", name, err, lastBytes(out.Bytes(), 2000))
 			}
-			return procResult{name: name, elapsed: time.Since(start), maxRSS: hwm}, nil
+			return procResult{name: name, start: start, elapsed: time.Since(start), maxRSS: hwm}, nil
 		case <-tick.C:
 		}
 	}

@@ -54,9 +54,9 @@ func (o *migrateOptions) addFlags(f *pflag.FlagSet) {
 
 func (o *migrateOptions) addRunFlags(f *pflag.FlagSet) {
 	f.Int64Var(&o.opts.PageSize, "page-size", migrate.DefaultPageSize, "objects listed per page")
-	f.IntVar(&o.opts.Concurrency, "concurrency", migrate.DefaultConcurrency, "objects patched in parallel")
-	f.Float32Var(&o.qps, "qps", migrate.DefaultQPS, "client-side request rate limit; 0 means none")
-	f.IntVar(&o.burst, "burst", migrate.DefaultBurst, "client-side request burst")
+	f.IntVar(&o.opts.Concurrency, "concurrency", migrate.DefaultConcurrency, "objects patched in parallel: the bound on the load this run puts on the API server")
+	f.Float32Var(&o.qps, "qps", migrate.DefaultQPS, "opt-in client-side request rate limit; 0 means none (the API server's Priority and Fairness paces the run)")
+	f.IntVar(&o.burst, "burst", migrate.DefaultBurst, "client-side request burst, with --qps; 0 means twice --qps")
 	f.DurationVar(&o.opts.Deadline, "deadline", migrate.DefaultDeadline, "stop after this long, leaving storedVersions untouched; a re-run resumes where this one stopped")
 	f.BoolVar(&o.opts.NoResume, "no-resume", false, "start from the first object even if an interrupted run left its place in the migration Lease")
 	f.StringVar(&o.opts.LeaseNamespace, "lease-namespace", "kube-system", "namespace of the per-CRD migration Leases")
@@ -78,8 +78,8 @@ func (o *migrateOptions) validate() error {
 		return couldNot("choose the CRDs with exactly one of --crd, --chart, --rollback --release or --all")
 	case o.storage != "" && len(o.crds) != 1:
 		return couldNot("--storage-version applies to exactly one --crd")
-	case o.qps < 0 || o.opts.Concurrency < 1 || o.opts.PageSize < 1:
-		return couldNot("--qps must be 0 or more, --concurrency and --page-size at least 1")
+	case o.qps < 0 || o.burst < 0 || o.opts.Concurrency < 1 || o.opts.PageSize < 1:
+		return couldNot("--qps and --burst must be 0 or more, --concurrency and --page-size at least 1")
 	case !validEngine(o.engine):
 		return couldNot("--engine %q: use auto, client or builtin", o.engine)
 	case o.predictOpts.chart.Ref != "" || o.predictOpts.rollback:
@@ -141,7 +141,7 @@ func count(set ...bool) int {
 }
 
 // connect checks the cluster, then builds the migration's own client set: the same
-// cluster at the rate limit of --qps.
+// cluster, with the rate limit of --qps when one is set.
 func (o *migrateOptions) connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connection, *migrate.Migrator, error) {
 	conn, err := connect(ctx, kube)
 	if err != nil {
@@ -276,7 +276,7 @@ func dryRunNote(w io.Writer, results []*migrate.Result) {
 	case estimate > 0:
 		fmt.Fprintf(w, "\nDry run: nothing was written. Estimated duration at the configured --qps: %s.\n", seconds(estimate).Round(time.Second))
 	default:
-		fmt.Fprintln(w, "\nDry run: nothing was written. No client-side rate limit (--qps 0): the API server sets the pace.")
+		fmt.Fprintln(w, "\nDry run: nothing was written. No client-side rate limit (no --qps): the API server's Priority and Fairness sets the pace, so there is no estimate.")
 	}
 }
 
@@ -333,6 +333,11 @@ Selecting CRDs:
                            switches) need --allow-storage-switch
   --all                    every CRD whose storedVersions is not exactly [storageVersion]
 
+Load: at most --concurrency patches are in flight (default 8), with no client-side rate
+limit: the API server's Priority and Fairness queues the requests or answers 429 with
+Retry-After when it is busy, and migrate waits as told and backs off. --qps sets an
+opt-in client-side limit for clusters that want one.
+
 Exit codes: 0 every selected CRD is migrated and pruned, 1 some are not (see the report;
 a re-run finishes the job), 2 could not run.`
 
@@ -348,5 +353,8 @@ const migrateExample = `  # What the Flux 2.18 upgrade needs, first as a dry run
   upgradeguard rbac --crd helmrepositories.source.toolkit.fluxcd.io --engine builtin | kubectl apply -f -
   upgradeguard migrate --crd helmrepositories.source.toolkit.fluxcd.io --engine builtin
 
-  # Faster on a big cluster: more concurrency, no client-side rate limit
-  upgradeguard migrate --all --concurrency 16 --qps 0 --deadline 30m`
+  # A big cluster: more time, more concurrency
+  upgradeguard migrate --all --concurrency 16 --deadline 30m
+
+  # Gentler: an opt-in client-side limit of 50 requests per second
+  upgradeguard migrate --all --qps 50`

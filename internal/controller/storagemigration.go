@@ -490,17 +490,10 @@ func terminal(p v1alpha1.Phase) bool {
 	return p == v1alpha1.PhaseSucceeded || p == v1alpha1.PhaseFailed
 }
 
-// rateLimit applies spec.rate: QPS 0 means the default, Burst 0 twice the QPS.
+// rateLimit applies spec.rate: QPS 0 means no client-side limit (the API server's
+// Priority and Fairness paces the run), Burst 0 twice the QPS.
 func rateLimit(cfg *rest.Config, r v1alpha1.RateSettings) *rest.Config {
-	q := float32(r.QPS)
-	if q == 0 {
-		q = migrate.DefaultQPS
-	}
-	burst := int(r.Burst)
-	if burst == 0 {
-		burst = int(2 * q)
-	}
-	return migrate.RateLimit(cfg, q, burst)
+	return migrate.RateLimit(cfg, float32(r.QPS), int(r.Burst))
 }
 
 func ptrTime(t metav1.Time) *metav1.Time { return &t }

@@ -107,6 +107,15 @@ func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 	return nil
 }
 
+// ControllerManagerPID is the process id of the running kube-controller-manager (0 when
+// none runs), for benchmarks that read its CPU time and memory from /proc.
+func (cp *ControlPlane) ControllerManagerPID() int {
+	if cp.kcm == nil {
+		return 0
+	}
+	return cp.kcm.cmd.Process.Pid
+}
+
 // StopControllerManager stops kube-controller-manager if it runs. Stop calls it.
 func (cp *ControlPlane) StopControllerManager() error {
 	k := cp.kcm

@@ -53,10 +53,13 @@ type Progress struct {
 // InProcess migrates in the caller's process, within a time budget per call: a reconcile
 // loop that decides again goes on where the last call stopped.
 type InProcess struct {
+	// Target is the cluster to migrate. Its own client-side rate limit applies; a config
+	// that sets none gets none (migrate.New): the concurrency in Options bounds the load
+	// and the API server's Priority and Fairness paces it.
 	Target *rest.Config
 	// Budget bounds how long one call migrates (default 30s).
 	Budget time.Duration
-	// Options tune the migration (rate, concurrency, Lease namespace and holder, and the
+	// Options tune the migration (concurrency, Lease namespace and holder, and the
 	// engine: the same client, builtin and auto engines as `upgradeguard migrate`).
 	Options migrate.Options
 }

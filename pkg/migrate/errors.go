@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // crdChangedError stops a prune because the CRD changed during the run; a run from the
@@ -31,26 +33,39 @@ func retriable(err error) bool {
 		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || status.Status().Code >= 500
 }
 
-// retry calls f until it succeeds, fails permanently, or ctx ends, backing off
-// exponentially and honouring the server's Retry-After.
+// retry calls f until it succeeds, fails permanently, or ctx ends. client-go has
+// already retried a 429 or 5xx that carried Retry-After (up to 10 times, each after the
+// delay the server asked for); what reaches here backs off exponentially with jitter,
+// from 100ms to 10s, and never sooner than the server's Retry-After, so that many
+// workers throttled at once spread out rather than return together.
 func retry(ctx context.Context, f func() error) error {
-	delay := 100 * time.Millisecond
+	b := retryBackoff()
 	for {
 		err := f()
 		if !retriable(err) {
 			return err
 		}
-		wait := delay
-		if s, ok := apierrors.SuggestsClientDelay(err); ok && s > 0 {
-			wait = time.Duration(s) * time.Second
-		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
-		case <-time.After(wait):
+		case <-time.After(retryDelay(&b, err)):
 		}
-		delay = min(delay*2, 10*time.Second)
 	}
+}
+
+// retryBackoff is the backoff of one object's or one page's retries.
+func retryBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32, Cap: 10 * time.Second}
+}
+
+// retryDelay is the next wait: the backoff's next step, or the server's Retry-After when
+// that is longer.
+func retryDelay(b *wait.Backoff, err error) time.Duration {
+	d := b.Step()
+	if s, ok := apierrors.SuggestsClientDelay(err); ok && time.Duration(s)*time.Second > d {
+		d = time.Duration(s) * time.Second
+	}
+	return d
 }
 
 // continueFrom returns the continue token a 410 Expired list response offers, to go on

@@ -122,7 +122,9 @@ func TestRejectingAdmissionWebhook(t *testing.T) {
 }
 
 // TestThrottledByAPF: API Priority and Fairness gives the migrating user a few seats and
-// rejects what does not fit, so the 429s are the API server's own. The run completes.
+// rejects what does not fit, so the 429s (with Retry-After) are the API server's own. A
+// Migrator built with the library's defaults (no client-side rate limit) honours them:
+// the run completes and prunes storedVersions.
 func TestThrottledByAPF(t *testing.T) {
 	e := fluxState(t, []string{"a", "b"}, 50)
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
@@ -177,9 +179,16 @@ func TestThrottledByAPF(t *testing.T) {
 	before := rejected(t, cs)
 	o := opts()
 	o.Concurrency, o.PageSize = 64, 10
-	res, err := newMigrator(t, throttled).Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
+	m, err := migrate.New(throttled) // no RateLimit: the default, unlimited client
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, o)
 	if err != nil || res.Status != migrate.Migrated || res.Rewritten != 100 {
 		t.Fatalf("%v %+v", err, res)
+	}
+	if got := storedVersions(t, e, helmrepos); strings.Join(got, ",") != "v1" {
+		t.Errorf("storedVersions %v, want [v1]", got)
 	}
 	after := rejected(t, cs)
 	t.Logf("429 responses seen by the client: %d; APF rejections of the flow: %v", tooMany.Load(), after-before)

@@ -42,12 +42,18 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
-// Defaults are gentle on a production API server; see docs/cli.md for going faster.
+// Defaults bound the load by concurrency, not by a client-side rate: at most
+// DefaultConcurrency patches are in flight, and API Priority and Fairness (GA since
+// Kubernetes 1.29) queues or rejects them with 429 and Retry-After when the API server is
+// busy, which the client honours. A client-side rate limit (QPS, Burst) is an opt-in.
 const (
-	DefaultPageSize      = 500
-	DefaultConcurrency   = 4
-	DefaultQPS           = 100
-	DefaultBurst         = 200
+	DefaultPageSize    = 500
+	DefaultConcurrency = 8
+	// DefaultQPS is no client-side rate limit: the API server's Priority and Fairness
+	// sets the pace.
+	DefaultQPS = 0
+	// DefaultBurst applies only with a QPS: 0 means twice the QPS.
+	DefaultBurst         = 0
 	DefaultDeadline      = 10 * time.Minute
 	DefaultLeaseDuration = 30 * time.Second
 	// maxReportedFailures bounds the per-object failures kept in a Result.
@@ -92,7 +98,8 @@ type Options struct {
 	LeaseDuration  time.Duration
 	// Wait waits for a Lease another run holds instead of failing.
 	Wait bool
-	// QPS is used for the dry-run estimate (the client's own limiter does the limiting).
+	// QPS is used for the dry-run estimate (the client's own limiter does the limiting;
+	// see RateLimit). 0: no client-side limit, and no estimate.
 	QPS float64
 	// Progress, when set, is called after every page.
 	Progress func(Progress)
@@ -194,21 +201,30 @@ type Migrator struct {
 	dynamic dynamic.Interface
 }
 
-// RateLimit sets the client-side rate limit on cfg: qps 0 means none.
+// RateLimit sets an opt-in client-side rate limit on cfg: qps 0 means none (the default:
+// API Priority and Fairness protects the API server), burst 0 twice the qps.
 func RateLimit(cfg *rest.Config, qps float32, burst int) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	if qps <= 0 {
 		c.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
 		return c
 	}
+	if burst <= 0 {
+		burst = int(2 * qps)
+	}
 	c.QPS, c.Burst = qps, max(burst, 1)
 	c.RateLimiter = nil
 	return c
 }
 
-// New builds a Migrator from a REST config (rate limits come from it; see RateLimit).
+// New builds a Migrator from a REST config. A config that sets no rate limit (QPS 0 and
+// no RateLimiter, where client-go would fall back to 5 requests per second) gets none:
+// concurrency bounds the run and the API server's Priority and Fairness paces it. Use
+// RateLimit for a client-side limit. client-go retries a 429 or 5xx that carries
+// Retry-After after the delay the server asks for, up to 10 times, before the run's own
+// backoff takes over.
 func New(cfg *rest.Config) (*Migrator, error) {
-	c, err := kubeclient.New(cfg)
+	c, err := kubeclient.New(clientConfig(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -217,6 +233,15 @@ func New(cfg *rest.Config) (*Migrator, error) {
 		return nil, err
 	}
 	return &Migrator{crds: c.CRDs, metadata: c.Metadata, leases: c.Leases, discovery: c.Discovery, kube: c.Kube, dynamic: dyn}, nil
+}
+
+// clientConfig is cfg, with no client-side rate limit when it sets none (instead of
+// client-go's fallback of 5 requests per second).
+func clientConfig(cfg *rest.Config) *rest.Config {
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		return RateLimit(cfg, 0, 0)
+	}
+	return cfg
 }
 
 func (o *Options) defaults() {
