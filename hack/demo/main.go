@@ -42,7 +42,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	step("Start an embedded control plane: kube-apiserver " + testenv.DefaultMinor + " and etcd, built from source by `make testbin`.")
+	minor, err := testenv.KubeMinor() // $UPGRADEGUARD_KUBE_VERSION, else the default
+	if err != nil {
+		return err
+	}
+	step("Start an embedded control plane: kube-apiserver " + minor + " and etcd, built from source by `make testbin`.")
 	cp, err := testenv.Start()
 	if err != nil {
 		return err
