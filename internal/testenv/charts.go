@@ -116,3 +116,71 @@ func PushOCI(tgz, host, path string) (string, error) {
 }
 
 func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// ChartRepo is a loopback HTTP chart repository whose contents can change while it
+// serves: Add packages a chart into it and rewrites index.yaml, as a chart publisher's
+// release does, so a Flux HelmRepository sees the new version on its next reconcile.
+type ChartRepo struct {
+	// URL is the repository's base URL.
+	URL string
+	dir string
+	srv *httptest.Server
+}
+
+// NewChartRepo serves an empty chart repository from dir. Close stops it.
+func NewChartRepo(dir string) (*ChartRepo, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	r := &ChartRepo{URL: srv.URL, dir: dir, srv: srv}
+	if err := r.reindex(); err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Add packages the chart directory into the repository and rewrites its index.
+func (r *ChartRepo) Add(chartDir string) error {
+	if _, err := Package(chartDir, r.dir); err != nil {
+		return fmt.Errorf("package %s: %w", chartDir, err)
+	}
+	return r.reindex()
+}
+
+func (r *ChartRepo) reindex() error {
+	idx, err := repo.IndexDirectory(r.dir, r.URL)
+	if err != nil {
+		return err
+	}
+	idx.SortEntries()
+	return idx.WriteFile(filepath.Join(r.dir, "index.yaml"), 0o644)
+}
+
+// Close stops serving.
+func (r *ChartRepo) Close() { r.srv.Close() }
+
+// PushOCITag pushes a packaged chart to host/path/NAME:tag, where tag need not be the
+// chart's version (a channel tag such as "stable" that a publisher moves from one version
+// to the next), and returns the chart's oci:// URL.
+func PushOCITag(tgz, host, path, tag string) (string, error) {
+	data, err := os.ReadFile(tgz)
+	if err != nil {
+		return "", err
+	}
+	ch, err := loader.LoadArchive(strings.NewReader(string(data)))
+	if err != nil {
+		return "", err
+	}
+	c := ch.(*chart.Chart)
+	rc, err := registry.NewClient(registry.ClientOptPlainHTTP(), registry.ClientOptWriter(io.Discard))
+	if err != nil {
+		return "", err
+	}
+	ref := fmt.Sprintf("%s/%s/%s:%s", host, path, c.Name(), tag)
+	if _, err := rc.Push(data, ref, registry.PushOptStrictMode(false)); err != nil {
+		return "", fmt.Errorf("push %s: %w", ref, err)
+	}
+	return "oci://" + host + "/" + path + "/" + c.Name(), nil
+}
