@@ -154,6 +154,12 @@ owns nothing (upgradeguard-diff), and the result is compared with the live objec
 writes nothing (it needs patch permission because dry runs are checked like writes).
 Differing fields are named, never their values.
 
+A CRD the API server refuses because the failed revision drops a version still in its
+status.storedVersions is marked as rejected (its change cannot land), and the summary
+quotes the API server. Both of its wordings are read: "must appear in spec.versions" up
+to Kubernetes 1.32, "missing from spec.versions; ... must remain in spec.versions" from
+1.33.
+
 Exit codes: 0 the release is wholly at one revision, 1 mixed (some changes landed and
 others did not) or an object matches neither revision, 2 could not run.`
 
