@@ -3,7 +3,9 @@
 // shows the real Helm upgrade and rollback failing exactly where predicted; then the
 // controller's proactive mode making the next storage-version change a non-event; and
 // last, the real Flux controllers upgrading a semver-range HelmRelease through the gate.
-// Run it with `make demo` (`make demo-flux` runs only the Flux act).
+// Run it with `make demo` (`make demo-flux` runs only the Flux act);
+// UPGRADEGUARD_KUBE_VERSION picks the Kubernetes minor and UPGRADEGUARD_BIN another build
+// of the CLI.
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
 func main() {
@@ -62,7 +65,11 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	step("Start an embedded control plane: kube-apiserver " + testenv.DefaultMinor + " and etcd, built from source by `make testbin`.")
+	minor, err := testenv.KubeMinor() // $UPGRADEGUARD_KUBE_VERSION, else the default
+	if err != nil {
+		return err
+	}
+	step("Start an embedded control plane: kube-apiserver " + minor + " and etcd, built from source by `make testbin`.")
 	cp, err := testenv.Start()
 	if err != nil {
 		return err
@@ -78,7 +85,11 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	d := &demo{cp: cp, work: work, ug: filepath.Join(root, "bin", "upgradeguard"), crds: apiextclient.NewForConfigOrDie(cp.Config)}
+	ug := os.Getenv("UPGRADEGUARD_BIN") // another build of the CLI; default: make build's
+	if ug == "" {
+		ug = filepath.Join(root, "bin", "upgradeguard")
+	}
+	d := &demo{cp: cp, work: work, ug: ug, crds: apiextclient.NewForConfigOrDie(cp.Config)}
 	if err := d.incident(ctx, root); err != nil {
 		return err
 	}
@@ -135,6 +146,10 @@ after applying the others (a partial state).`)
 	if err := d.helmExpectFailure("upgrade", "flux", "charts/flux2-2.18.2", "-n", "flux-system"); err != nil {
 		return err
 	}
+
+	step(`What did the failed upgrade leave? diff-failed compares both revisions with the live
+objects: the rejected CRDs stayed at the previous revision, the rest landed.`)
+	d.upgradeguard("release", "diff-failed", "flux", "-n", "flux-system")
 
 	step(`The operator tries to roll back to revision 1. upgradeguard predicts that too: the
 live storage version v1 is unknown to revision 1 (a bridge), and revision 1 would delete
@@ -220,7 +235,16 @@ func (d *demo) helmExpectFailure(args ...string) error {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fmt.Print(indent(shorten(line)))
 	}
-	fmt.Println("  -> failed, as predicted")
+	// The API server words the rejection one way up to 1.32 and another from 1.33; the
+	// shared matcher reads both.
+	rejected := crdversions.StoredVersionRejections(string(out))
+	if len(rejected) == 0 {
+		return fmt.Errorf("helm %s failed, but not on status.storedVersions as predicted:\n%s", args[0], out)
+	}
+	fmt.Println("  -> rejected on status.storedVersions, as predicted:")
+	for _, r := range rejected {
+		fmt.Printf("     %s\n", r)
+	}
 	return nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -216,9 +217,7 @@ func TestFluxIncident(t *testing.T) {
 	if err == nil {
 		t.Fatalf("helm rollback succeeded, but check predicted a failure:\n%s", out)
 	}
-	if !strings.Contains(out, "storedVersions") || !strings.Contains(out, `"v1": missing from spec.versions`) {
-		t.Errorf("helm rollback failed for another reason:\n%s", out)
-	}
+	assertStoredVersionsRejected(t, out, "v1")
 	before := readObjects(t, "v1")
 
 	// The fix for the rollback: a reverse migration, then the real helm rollback succeeds.
@@ -268,7 +267,7 @@ func readObjects(t *testing.T, version string) map[string]any {
 // check predicted, and names at least one of them.
 func assertRejected(t *testing.T, helmOut string, predicted []string, rep *check.Report) {
 	t.Helper()
-	if !strings.Contains(helmOut, "storedVersions") {
+	if len(storedVersionsRejected(t, helmOut)) == 0 {
 		t.Fatalf("helm failed for another reason:\n%s", helmOut)
 	}
 	named := 0
@@ -283,6 +282,33 @@ func assertRejected(t *testing.T, helmOut string, predicted []string, rep *check
 	if named == 0 {
 		t.Errorf("helm's error names none of the CRDs:\n%s", helmOut)
 	}
+}
+
+// storedVersionsRejected returns the storedVersions rejections in a command's output,
+// and fails the test when one is not in the wording of the Kubernetes minor that runs:
+// "must appear in spec.versions" up to 1.32, "missing from spec.versions; ... must remain
+// in spec.versions" from 1.33 (kubernetes#128746).
+func storedVersionsRejected(t *testing.T, out string) []crdversions.StoredVersionRejection {
+	t.Helper()
+	rs := crdversions.StoredVersionRejections(out)
+	for _, r := range rs {
+		if want := crdversions.WordingFor(cp.Minor); r.Wording != want {
+			t.Errorf("Kubernetes 1.%d rejected %s %s worded %q, want %q", cp.Minor, r.CRD, r.Version, r.Wording, want)
+		}
+	}
+	return rs
+}
+
+// assertStoredVersionsRejected fails the test unless out holds a storedVersions
+// rejection of version, in the wording of the minor that runs.
+func assertStoredVersionsRejected(t *testing.T, out, version string) {
+	t.Helper()
+	for _, r := range storedVersionsRejected(t, out) {
+		if r.Version == version {
+			return
+		}
+	}
+	t.Errorf("no storedVersions rejection of %s:\n%s", version, out)
 }
 
 const (
@@ -319,7 +345,7 @@ func TestCrossplaneRollbacks(t *testing.T) {
 		t.Errorf("verdicts %v revisions %d->%d, want bridge for %s, 4->3", verdicts(rep), rep.FromRevision, rep.ToRevision, envcfg)
 	}
 	out, err := helm(t, nil, append([]string{"rollback", "xp"}, ns...)...)
-	if err == nil || !strings.Contains(out, "storedVersions") {
+	if err == nil || len(storedVersionsRejected(t, out)) == 0 {
 		t.Errorf("helm rollback: err %v, want a storedVersions rejection\n%s", err, out)
 	}
 }

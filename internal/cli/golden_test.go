@@ -11,6 +11,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -96,9 +97,24 @@ func diffFailedGolden() []goldenCase {
 			{Object: "Service/apps/web", Change: releasediff.Same, Verdict: releasediff.Unchanged},
 			{Object: "Secret/apps/token", Change: releasediff.Added, Verdict: releasediff.Missing},
 		},
-		Landed: []string{"ConfigMap/apps/settings"}, NotLanded: []string{"Deployment/apps/web"}, Drifted: []string{"Secret/apps/token"}, Mixed: true}
+		Landed: []string{"ConfigMap/apps/settings"}, NotLanded: []string{"Deployment/apps/web"}, Drifted: []string{"Secret/apps/token"}, Mixed: true,
+		StoredVersionsRejected: []crdversions.StoredVersionRejection{}}
 	text := func(w io.Writer) error { return renderDiffFailed(w, rep) }
-	return []goldenCase{{"diff-failed-mixed", rep, text}}
+	// The Flux incident on Kubernetes 1.32: the API server refuses the CRD that drops
+	// v1beta2, in the wording up to 1.32; the rest of the upgrade landed.
+	const buckets = "buckets.source.toolkit.fluxcd.io"
+	rej := crdversions.StoredVersionRejection{CRD: buckets, Version: "v1beta2", Wording: crdversions.WordingMustAppear,
+		Message: `status.storedVersions[0]: Invalid value: "v1beta2": must appear in spec.versions`}
+	rejected := &releasediff.Report{Release: "flux", Namespace: "flux-system", FailedRevision: 3, FailedStatus: "failed", PreviousRevision: 2,
+		Objects: []releasediff.Object{
+			{Object: "CustomResourceDefinition/" + buckets, Change: releasediff.Changed, Verdict: releasediff.Previous, Landed: &no,
+				Rejected: []crdversions.StoredVersionRejection{rej}},
+			{Object: "Deployment/flux-system/source-controller", Change: releasediff.Changed, Verdict: releasediff.Failed, Landed: &yes},
+		},
+		Landed: []string{"Deployment/flux-system/source-controller"}, NotLanded: []string{"CustomResourceDefinition/" + buckets}, Drifted: []string{},
+		Mixed: true, StoredVersionsRejected: []crdversions.StoredVersionRejection{rej}}
+	rejectedText := func(w io.Writer) error { return renderDiffFailed(w, rejected) }
+	return []goldenCase{{"diff-failed-mixed", rep, text}, {"diff-failed-storedversions", rejected, rejectedText}}
 }
 
 func releaseMigrateGolden() []goldenCase {

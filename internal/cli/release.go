@@ -317,6 +317,10 @@ func renderResult(w io.Writer, a *applycheck.Report, flagError bool) {
 		fmt.Fprintln(w, "It is not atomic: without --rollback-on-failure the cluster keeps this partial, mixed state.")
 		fmt.Fprintf(w, "  lands anyway: %s\n", listOrNone(a.Landed))
 		fmt.Fprintf(w, "  does not land: %s\n", listOrNone(a.NotLanded))
+		if slices.ContainsFunc(a.Objects, func(o applycheck.Object) bool { return len(o.StoredVersionsRejected) > 0 }) {
+			fmt.Fprintln(w, "Fix: a CRD rejected on status.storedVersions needs its objects migrated off the dropped versions first: "+
+				"`upgradeguard check` with the same chart names the migrate commands (runbook: storedversions-rejected).")
+		}
 		fmt.Fprintln(w, "Fix: a rejected object needs a chart change (an immutable field changes only by deleting and re-creating the object); "+
 			"a conflicting field needs its owner settled (take it back with a one-off apply using --force-conflicts, after reading the whole list above, "+
 			"or stop the other manager from writing it); then re-run this check.")

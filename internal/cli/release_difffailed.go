@@ -69,6 +69,13 @@ func renderDiffFailed(w io.Writer, rep *releasediff.Report) error {
 		if obj.Error != "" {
 			detail = obj.Error
 		}
+		if len(obj.Rejected) > 0 {
+			var vs []string
+			for _, r := range obj.Rejected {
+				vs = append(vs, r.Version)
+			}
+			detail = fmt.Sprintf("rejected: status.storedVersions still lists %s, which revision %d drops", strings.Join(vs, ", "), rep.FailedRevision)
+		}
 		t.Row(obj.Object, obj.Change, obj.Verdict, detail)
 	}
 	if err := t.Flush(); err != nil {
@@ -93,9 +100,40 @@ func diffFailedSummary(w io.Writer, rep *releasediff.Report) {
 	if len(rep.Drifted) > 0 {
 		fmt.Fprintf(w, "%d object(s) match neither revision or are missing: %s\n", len(rep.Drifted), strings.Join(rep.Drifted, ", "))
 	}
+	if len(rep.StoredVersionsRejected) > 0 {
+		fmt.Fprintf(w, "The API server rejects revision %d's CRDs on status.storedVersions:\n", rep.FailedRevision)
+		for _, r := range rep.StoredVersionsRejected {
+			fmt.Fprintf(w, "  %s\n    API server: %s\n", r, r.Message)
+		}
+		fmt.Fprintf(w, "Next: migrate those objects off the dropped versions, then retry: `upgradeguard check --release %s -n %s --chart <the chart of revision %d>` "+
+			"names the migrate commands (runbook: storedversions-rejected).\n", rep.Release, rep.Namespace, rep.FailedRevision)
+		if onlyRejected(rep) {
+			return
+		}
+	}
 	if !rep.Clean() {
 		fmt.Fprintln(w, "Next: find who owns the fields that did not land (`upgradeguard release apply-check`), then re-run the upgrade or roll back; both finish the half-applied objects.")
 	}
+}
+
+// onlyRejected says that every change that did not land is a CRD the API server refuses
+// on storedVersions, and nothing drifted: the storedVersions next step is the only one.
+func onlyRejected(rep *releasediff.Report) bool {
+	if len(rep.Drifted) > 0 {
+		return false
+	}
+	rejected := map[string]bool{}
+	for _, o := range rep.Objects {
+		if len(o.Rejected) > 0 {
+			rejected[o.Object] = true
+		}
+	}
+	for _, o := range rep.NotLanded {
+		if !rejected[o] {
+			return false
+		}
+	}
+	return true
 }
 
 const diffFailedLong = `diff-failed reads the release's failed revision (the last one, or --revision) and
@@ -115,6 +153,12 @@ rendered object is server-side applied with dryRun=All, forced, as a field manag
 owns nothing (upgradeguard-diff), and the result is compared with the live object. It
 writes nothing (it needs patch permission because dry runs are checked like writes).
 Differing fields are named, never their values.
+
+A CRD the API server refuses because the failed revision drops a version still in its
+status.storedVersions is marked as rejected (its change cannot land), and the summary
+quotes the API server. Both of its wordings are read: "must appear in spec.versions" up
+to Kubernetes 1.32, "missing from spec.versions; ... must remain in spec.versions" from
+1.33.
 
 Exit codes: 0 the release is wholly at one revision, 1 mixed (some changes landed and
 others did not) or an object matches neither revision, 2 could not run.`

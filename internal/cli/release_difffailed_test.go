@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
 )
 
@@ -111,5 +113,81 @@ spec:
 		if strings.Contains(out, secretV1) || strings.Contains(out, secretV2) {
 			t.Fatal("diff-failed printed Secret data")
 		}
+	}
+}
+
+// TestReleaseDiffFailedStoredVersions: a real Helm upgrade whose chart drops a version
+// still in the CRD's status.storedVersions fails on that CRD and lands the rest.
+// diff-failed names the rejection, quoting the API server in the wording of the minor
+// that runs: "must appear in spec.versions" up to 1.32, "missing from spec.versions; ...
+// must remain in spec.versions" from 1.33 (kubernetes#128746).
+func TestReleaseDiffFailedStoredVersions(t *testing.T) {
+	needCluster(t)
+	const crdName = "gizmos.sv.example.com"
+	crd := func(versions ...string) string {
+		s := "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: " + crdName + "\nspec:\n  group: sv.example.com\n" +
+			"  scope: Namespaced\n  names: {plural: gizmos, singular: gizmo, kind: Gizmo}\n  versions:\n"
+		for i, v := range versions {
+			s += "  - name: " + v + "\n    served: true\n    storage: " + map[bool]string{true: "true", false: "false"}[i == len(versions)-1] +
+				"\n    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}\n"
+		}
+		return s
+	}
+	files := func(x string, versions ...string) map[string]string {
+		return map[string]string{
+			"templates/crd.yaml": crd(versions...),
+			"templates/cfg.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  x: \"" + x + "\"\n",
+		}
+	}
+	var charts []string
+	for i, f := range []map[string]string{files("1", "v1alpha1"), files("2", "v1alpha1", "v1"), files("3", "v1")} {
+		dir, err := testenv.WriteChart(t.TempDir(), "sv", fmt.Sprintf("1.%d.0", i), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		charts = append(charts, dir)
+	}
+	mustHelm(t, nil, "install", "sv", charts[0], "-n", "sv", "--create-namespace")
+	mustHelm(t, nil, "upgrade", "sv", charts[1], "-n", "sv") // storedVersions [v1alpha1 v1]
+	out, err := helm(t, nil, "upgrade", "sv", charts[2], "-n", "sv")
+	if err == nil {
+		t.Fatalf("helm upgrade dropping a stored version succeeded:\n%s", out)
+	}
+	want := crdversions.WordingFor(cp.Minor)
+	rejected := crdversions.StoredVersionRejections(out)
+	if len(rejected) != 1 || rejected[0].CRD != crdName || rejected[0].Version != "v1alpha1" || rejected[0].Wording != want {
+		t.Fatalf("Kubernetes 1.%d: helm's error %+v, want one rejection of %s v1alpha1 worded %q:\n%s", cp.Minor, rejected, crdName, want, out)
+	}
+
+	r := ug(t, "release", "diff-failed", "sv", "-n", "sv")
+	if r.code != cli.ExitFindings {
+		t.Fatalf("diff-failed exit %d, want 1 (mixed)\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, s := range []string{
+		"CustomResourceDefinition/" + crdName, "rejected: status.storedVersions still lists v1alpha1, which revision 3 drops",
+		crdName + ": v1alpha1 is still in status.storedVersions but missing from spec.versions",
+		`API server: status.storedVersions[0]: Invalid value: "v1alpha1": ` + string(want),
+		"upgradeguard check --release sv -n sv",
+	} {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("diff-failed does not say %q:\n%s", s, r.stdout)
+		}
+	}
+	r = ug(t, "release", "diff-failed", "sv", "-n", "sv", "-o", "json")
+	var rep releasediff.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	if len(rep.StoredVersionsRejected) != 1 || rep.StoredVersionsRejected[0].Wording != want || rep.StoredVersionsRejected[0].CRD != crdName {
+		t.Errorf("storedVersionsRejected %+v, want %s v1alpha1 worded %q", rep.StoredVersionsRejected, crdName, want)
+	}
+	// The CRD's change did not land (the live CRD is the previous revision's); the
+	// ConfigMap's did, so the release is mixed.
+	verdicts := map[string]releasediff.Verdict{}
+	for _, o := range rep.Objects {
+		verdicts[o.Object] = o.Verdict
+	}
+	if verdicts["CustomResourceDefinition/"+crdName] != releasediff.Previous || verdicts["ConfigMap/sv/cfg"] != releasediff.Failed || !rep.Mixed {
+		t.Errorf("verdicts %v mixed %v, want the CRD at the previous revision and the ConfigMap at the failed one", verdicts, rep.Mixed)
 	}
 }

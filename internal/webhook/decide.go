@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -80,7 +81,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	}
 
 	rep := res.Report
-	d := decision{operation: res.Operation, chart: res.Chart + "@" + res.Version, warnings: remediationWarnings(res)}
+	d := decision{operation: res.Operation, chart: res.Chart + "@" + res.Version, warnings: append(lastAttemptWarnings(hr), remediationWarnings(res)...)}
 	what := describeChange(hr, res, valuesOnly)
 
 	target := ""
@@ -157,6 +158,31 @@ func describeChange(hr *helmv2.HelmRelease, res *fluxrelease.Result, valuesOnly 
 		what += " (rendered with values from " + fluxrelease.ValuesSources(hr) + ")"
 	}
 	return what
+}
+
+// lastAttemptWarnings reads helm-controller's conditions on the HelmRelease. When its
+// last release or remediation attempt was rejected on status.storedVersions (in either of
+// the API server's wordings: up to 1.32 or from 1.33), the warning says so and names the
+// CRDs and versions, so the operator knows the change under admission follows a
+// rejected one.
+func lastAttemptWarnings(hr *helmv2.HelmRelease) []string {
+	for _, t := range []string{helmv2.ReleasedCondition, helmv2.RemediatedCondition, "Ready"} {
+		c := meta.FindStatusCondition(hr.Status.Conditions, t)
+		if c == nil || c.Status != metav1.ConditionFalse {
+			continue
+		}
+		rs := crdversions.StoredVersionRejections(c.Message)
+		if len(rs) == 0 {
+			continue
+		}
+		what := make([]string, 0, len(rs))
+		for _, r := range rs {
+			what = append(what, r.String())
+		}
+		return []string{fmt.Sprintf("helm-controller's last attempt was rejected by the API server on status.storedVersions (condition %s): %s; this change is checked against the live CRDs as they are now",
+			t, strings.Join(what, "; "))}
+	}
+	return nil
 }
 
 // remediationWarnings are the risks of helm-controller's remediation if the upgrade fails.

@@ -56,6 +56,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
 // HelmVersions are the Helm releases whose upgrade this package models. Their upgrade
@@ -154,6 +156,9 @@ type Object struct {
 	// Overwrites lists, for a client-side apply, the fields other managers own that the
 	// patch changes: no conflict stops it, they simply become Helm's.
 	Overwrites []FieldConflict `json:"overwrites,omitempty"`
+	// StoredVersionsRejected lists, for a failed CRD, the stored versions the API server
+	// refuses to see dropped from spec.versions (either wording, up to 1.32 or from 1.33).
+	StoredVersionsRejected []crdversions.StoredVersionRejection `json:"storedVersionsRejected,omitempty"`
 }
 
 // Record is the release record the upgrade leaves.
@@ -560,8 +565,18 @@ func predictApply(ctx context.Context, dyn dynamic.Interface, t item, o Options,
 	default:
 		res.Outcome = Failed
 		res.Error = fmt.Sprintf("server-side apply failed for object %s: %v", where, err)
+		res.storedVersionsRejected(err)
 	}
 	return res, nil
+}
+
+// storedVersionsRejected notes a CRD the API server refuses because it drops a version
+// still in status.storedVersions: no chart change fixes that, a storage migration does.
+func (res *Object) storedVersionsRejected(err error) {
+	res.StoredVersionsRejected = crdversions.StoredVersionRejections(err.Error())
+	if len(res.StoredVersionsRejected) > 0 {
+		res.Note = "the CRD drops a version still in status.storedVersions: migrate its objects first (upgradeguard check names the command)"
+	}
 }
 
 func predictDelete(ctx context.Context, dyn dynamic.Interface, c item, failed bool) (Object, error) {

@@ -78,6 +78,7 @@ func predictClientSide(ctx context.Context, dyn dynamic.Interface, t item, origi
 	default:
 		res.Outcome = Failed
 		res.Error = fmt.Sprintf("cannot patch %q with kind %s: %v", t.obj.GetName(), t.mapping.GroupVersionKind.Kind, err)
+		res.storedVersionsRejected(err)
 	}
 	return res, nil
 }

@@ -10,7 +10,6 @@ import (
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -277,8 +276,17 @@ func TestVerdictsAgreeWithAPIServer(t *testing.T) {
 				switch {
 				case blocked && err == nil:
 					t.Errorf("%s: verdict %s, but the API server accepted the incoming CRD", in.Name, verdict)
-				case blocked && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "storedVersions")):
+				case blocked && !crdversions.IsStoredVersionRejection(err):
 					t.Errorf("%s: verdict %s, want a storedVersions rejection, got %v", in.Name, verdict, err)
+				case blocked:
+					// The wording changed in 1.33 (kubernetes#128746): "must appear in
+					// spec.versions" before, "missing from spec.versions; ... must remain
+					// in spec.versions" since.
+					for _, r := range crdversions.StoredVersionRejections(err.Error()) {
+						if want := crdversions.WordingFor(cp.Minor); r.CRD != in.Name || r.Wording != want {
+							t.Errorf("%s: Kubernetes 1.%d rejected %s %s worded %q, want %s worded %q", in.Name, cp.Minor, r.CRD, r.Version, r.Wording, in.Name, want)
+						}
+					}
 				case !blocked && err != nil:
 					t.Errorf("%s: verdict %s, but the API server rejected the incoming CRD: %v", in.Name, verdict, err)
 				}

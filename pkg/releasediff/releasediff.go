@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
 
@@ -80,6 +81,10 @@ type Object struct {
 	// the failed revision, or from the previous one for dropped objects.
 	Differs []string `json:"differs,omitempty"`
 	Error   string   `json:"error,omitempty"`
+	// Rejected lists, for a CRD, the stored versions the failed revision drops from
+	// spec.versions: the API server refuses that revision's CRD until a storage
+	// migration removes them from status.storedVersions, so its change cannot land.
+	Rejected []crdversions.StoredVersionRejection `json:"storedVersionsRejected,omitempty"`
 }
 
 // Report is the state a failed revision left.
@@ -98,6 +103,11 @@ type Report struct {
 	Drifted []string `json:"drifted"`
 	// Mixed: some of the failed revision's changes landed and others did not.
 	Mixed bool `json:"mixed"`
+	// StoredVersionsRejected lists the storedVersions rejections that failed the
+	// revision (read from its description, as Helm recorded the API server's error) or
+	// that the API server answers now for its CRDs. Either of the API server's wordings
+	// (up to 1.32, or from 1.33) is recognised.
+	StoredVersionsRejected []crdversions.StoredVersionRejection `json:"storedVersionsRejected"`
 }
 
 // Clean says that the release is wholly at one revision: not mixed and nothing drifted.
@@ -123,8 +133,16 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, fai
 	}
 	for i := range rep.Objects {
 		rep.Objects[i].Error = red.String(rep.Objects[i].Error)
+		redactRejections(red, rep.Objects[i].Rejected)
 	}
+	redactRejections(red, rep.StoredVersionsRejected)
 	return rep, nil
+}
+
+func redactRejections(red *redact.Redactor, rs []crdversions.StoredVersionRejection) {
+	for i := range rs {
+		rs[i].Message = red.String(rs[i].Message)
+	}
 }
 
 // redactor hides the values of both revisions, the data of their Secrets and extra.
@@ -141,9 +159,11 @@ func redactor(failed, previous *release.Release, extra []string) *redact.Redacto
 
 func run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, failed, previous *release.Release, o Options) (*Report, error) {
 	rep := &Report{Release: failed.Name, Namespace: o.Namespace, FailedRevision: failed.Version,
-		Objects: []Object{}, Landed: []string{}, NotLanded: []string{}, Drifted: []string{}}
+		Objects: []Object{}, Landed: []string{}, NotLanded: []string{}, Drifted: []string{},
+		StoredVersionsRejected: []crdversions.StoredVersionRejection{}}
 	if failed.Info != nil {
 		rep.FailedStatus = failed.Info.Status.String()
+		rep.rejected(crdversions.StoredVersionRejections(failed.Info.Description))
 	}
 	failedObjs, err := applycheck.Objects(failed.Manifest)
 	if err != nil {
@@ -188,8 +208,20 @@ func run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, fai
 	return rep, nil
 }
 
+// rejected adds storedVersions rejections the report does not hold yet.
+func (r *Report) rejected(rs []crdversions.StoredVersionRejection) {
+	for _, x := range rs {
+		if !slices.ContainsFunc(r.StoredVersionsRejected, func(y crdversions.StoredVersionRejection) bool {
+			return y.Version == x.Version && (y.CRD == x.CRD || y.CRD == "")
+		}) {
+			r.StoredVersionsRejected = append(r.StoredVersionsRejected, x)
+		}
+	}
+}
+
 func (r *Report) add(res Object) {
 	r.Objects = append(r.Objects, res)
+	r.rejected(res.Rejected)
 	switch {
 	case res.Landed != nil && *res.Landed:
 		r.Landed = append(r.Landed, res.Object)
@@ -262,7 +294,10 @@ func compare(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper,
 	}
 	failedDiff, err := matches(ctx, ri, live, obj)
 	if err != nil {
-		return unknown(res, err)
+		if !crdversions.IsStoredVersionRejection(err) {
+			return unknown(res, err)
+		}
+		return rejected(ctx, ri, live, res, prev, err)
 	}
 	if res.Change == Same {
 		res.Verdict, res.Differs = Unchanged, failedDiff
@@ -316,6 +351,25 @@ func compareDropped(ctx context.Context, dyn dynamic.Interface, mapper meta.REST
 	res.Verdict, res.Landed, res.Differs = Previous, landed(false), diff
 	if len(diff) > 0 {
 		res.Verdict, res.Landed = Neither, nil
+	}
+	return res, nil
+}
+
+// rejected judges a CRD whose failed revision the API server refuses because it drops a
+// stored version: that revision's change cannot have landed. The live CRD is then at the
+// previous revision, or at neither.
+func rejected(ctx context.Context, ri dynamic.ResourceInterface, live *unstructured.Unstructured, res Object, prev *unstructured.Unstructured, err error) (Object, error) {
+	res.Rejected = crdversions.StoredVersionRejections(err.Error())
+	res.Verdict = Neither
+	if prev == nil || res.Change == Same {
+		return res, nil
+	}
+	prevDiff, perr := matches(ctx, ri, live, prev)
+	switch {
+	case perr != nil:
+		res.Error = perr.Error()
+	case len(prevDiff) == 0:
+		res.Verdict, res.Landed = Previous, landed(false)
 	}
 	return res, nil
 }

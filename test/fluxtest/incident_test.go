@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
 )
 
@@ -63,8 +64,13 @@ func needCluster(t *testing.T) {
 	}
 }
 
-// rejection is the API server's answer to a CRD update that drops a stored version.
+// rejection is the API server's answer to a CRD update that drops a stored version, in
+// the wording of the minor that runs: "must appear in spec.versions" up to 1.32, the
+// long "missing from spec.versions; ..." from 1.33 (kubernetes#128746).
 func rejection(i int, v string) string {
+	if crdversions.WordingFor(env.CP.Minor) == crdversions.WordingMustAppear {
+		return fmt.Sprintf(`status.storedVersions[%d]: Invalid value: %q: must appear in spec.versions`, i, v)
+	}
 	return fmt.Sprintf(`status.storedVersions[%d]: Invalid value: %q: missing from spec.versions; %s was previously a storage version, and must remain in spec.versions until a storage migration ensures no data remains persisted in %s and removes %s from status.storedVersions`, i, v, v, v, v)
 }
 
@@ -76,7 +82,9 @@ func applyRejected(crd string) string {
 
 // bothRejected is the error of an upgrade whose two breaking CRDs were both applied and
 // rejected: Helm 4 applies every object and joins the errors.
-var bothRejected = applyRejected("cleanuppolicies.kyverno.io") + " && " + applyRejected("policyexceptions.kyverno.io")
+func bothRejected() string {
+	return applyRejected("cleanuppolicies.kyverno.io") + " && " + applyRejected("policyexceptions.kyverno.io")
+}
 
 // upgradeFailed is helm-controller's Ready message for a failed upgrade
 // (internal/reconcile/upgrade.go fmtUpgradeFailure).
@@ -158,7 +166,7 @@ func TestWithoutUpgradeguard(t *testing.T) {
 		setup: func(t *testing.T) *fluxtest.Scenario {
 			return fluxtest.VersionBump(t, env, "version-bump", fluxtest.Options{})
 		},
-		ready:     func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected) },
+		ready:     func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected()) },
 		stalled:   "True RetriesExceeded: Failed to upgrade after 1 attempt(s)",
 		history:   failedHistory,
 		crds:      crdsAfter(updateRequests113),
@@ -168,7 +176,7 @@ func TestWithoutUpgradeguard(t *testing.T) {
 		setup: func(t *testing.T) *fluxtest.Scenario {
 			return fluxtest.SemverRange(t, env, "semver-range", fluxtest.Options{})
 		},
-		ready:     func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected) },
+		ready:     func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected()) },
 		stalled:   "True RetriesExceeded: Failed to upgrade after 1 attempt(s)",
 		history:   failedHistory,
 		crds:      crdsAfter(updateRequests113),
@@ -178,7 +186,7 @@ func TestWithoutUpgradeguard(t *testing.T) {
 		setup: func(t *testing.T) *fluxtest.Scenario {
 			return fluxtest.OCISemver(t, env, "oci-semver", fluxtest.Options{})
 		},
-		ready:     func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected) },
+		ready:     func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected()) },
 		stalled:   "True RetriesExceeded: Failed to upgrade after 1 attempt(s)",
 		history:   failedHistory,
 		crds:      crdsAfter(updateRequests113),
@@ -188,7 +196,7 @@ func TestWithoutUpgradeguard(t *testing.T) {
 		setup: func(t *testing.T) *fluxtest.Scenario {
 			return fluxtest.OCIMovedTag(t, env, "oci-tag", fluxtest.Options{})
 		},
-		ready:     func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected) },
+		ready:     func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected()) },
 		stalled:   "True RetriesExceeded: Failed to upgrade after 1 attempt(s)",
 		history:   failedHistory,
 		crds:      crdsAfter(updateRequests113),
@@ -205,7 +213,7 @@ func TestWithoutUpgradeguard(t *testing.T) {
 		ready: func(s *fluxtest.Scenario) string {
 			return "False RollbackSucceeded: Helm rollback to previous release remediation/remediation.v4 with chart kyverno@3.2.8 succeeded"
 		},
-		released: func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected) },
+		released: func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected()) },
 		stalled:  "True RetriesExceeded: Failed to upgrade after 2 attempt(s)",
 		history: []string{
 			"2 superseded kyverno-3.2.8", "3 failed kyverno-3.3.7", "4 superseded kyverno-3.2.8",
@@ -238,7 +246,7 @@ func TestWithoutUpgradeguard(t *testing.T) {
 			return fluxtest.CRDsPolicy(t, env, "crds-create-replace", helmv2.CreateReplace, fluxtest.Options{})
 		},
 		ready: func(s *fluxtest.Scenario) string {
-			return "False UpgradeFailed: " + upgradeFailed(s, "failed to apply CustomResourceDefinitions: failed to update CustomResourceDefinition(s): "+bothRejected)
+			return "False UpgradeFailed: " + upgradeFailed(s, "failed to apply CustomResourceDefinitions: failed to update CustomResourceDefinition(s): "+bothRejected())
 		},
 		history:   []string{"1 superseded kyverno-3.0.0", "2 deployed kyverno-3.2.8"},
 		crds:      crdsAfter(updateRequests113),
@@ -250,7 +258,7 @@ func TestWithoutUpgradeguard(t *testing.T) {
 		setup: func(t *testing.T) *fluxtest.Scenario {
 			return fluxtest.ValuesSwitch(t, env, "values-switch", fluxtest.Options{})
 		},
-		ready:   func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected) },
+		ready:   func(s *fluxtest.Scenario) string { return "False UpgradeFailed: " + upgradeFailed(s, bothRejected()) },
 		stalled: "True RetriesExceeded: Failed to upgrade after 1 attempt(s)",
 		history: []string{
 			"1 superseded kyverno-3.0.0", "2 superseded kyverno-3.2.8", "3 superseded kyverno-3.2.8",
