@@ -93,27 +93,9 @@ func ServeOCI() (host string, stop func()) {
 	return strings.TrimPrefix(srv.URL, "http://"), srv.Close
 }
 
-// PushOCI pushes a packaged chart to host/path:version with the Helm SDK's registry client.
-func PushOCI(tgz, host, path string) (string, error) {
-	data, err := os.ReadFile(tgz)
-	if err != nil {
-		return "", err
-	}
-	ch, err := loader.LoadArchive(strings.NewReader(string(data)))
-	if err != nil {
-		return "", err
-	}
-	c := ch.(*chart.Chart)
-	rc, err := registry.NewClient(registry.ClientOptPlainHTTP(), registry.ClientOptWriter(io.Discard))
-	if err != nil {
-		return "", err
-	}
-	ref := fmt.Sprintf("%s/%s/%s:%s", host, path, c.Name(), c.Metadata.Version)
-	if _, err := rc.Push(data, ref); err != nil {
-		return "", err
-	}
-	return "oci://" + host + "/" + path + "/" + c.Name(), nil
-}
+// PushOCI pushes a packaged chart to host/path/NAME:VERSION with the Helm SDK's registry
+// client and returns the chart's oci:// URL.
+func PushOCI(tgz, host, path string) (string, error) { return PushOCITag(tgz, host, path, "") }
 
 func nopLogger() *log.Logger { return log.New(io.Discard, "", 0) }
 
@@ -163,7 +145,7 @@ func (r *ChartRepo) Close() { r.srv.Close() }
 
 // PushOCITag pushes a packaged chart to host/path/NAME:tag, where tag need not be the
 // chart's version (a channel tag such as "stable" that a publisher moves from one version
-// to the next), and returns the chart's oci:// URL.
+// to the next; "" means the chart's version), and returns the chart's oci:// URL.
 func PushOCITag(tgz, host, path, tag string) (string, error) {
 	data, err := os.ReadFile(tgz)
 	if err != nil {
@@ -178,8 +160,11 @@ func PushOCITag(tgz, host, path, tag string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if tag == "" {
+		tag = c.Metadata.Version
+	}
 	ref := fmt.Sprintf("%s/%s/%s:%s", host, path, c.Name(), tag)
-	if _, err := rc.Push(data, ref, registry.PushOptStrictMode(false)); err != nil {
+	if _, err := rc.Push(data, ref, registry.PushOptStrictMode(tag == c.Metadata.Version)); err != nil {
 		return "", fmt.Errorf("push %s: %w", ref, err)
 	}
 	return "oci://" + host + "/" + path + "/" + c.Name(), nil
