@@ -4,14 +4,19 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/metadata"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -115,6 +120,17 @@ func TestConversionWebhookDownKeepsVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	applyAll(t, ctx, cs, []*apiextv1.CustomResourceDefinition{v155})
+	// The API server switches a CRD's converter asynchronously after the update: wait until
+	// a list at the version check reads goes through the (absent) webhook, so the test
+	// checks the verdict with the webhook down rather than racing the switch.
+	meta := metadata.NewForConfigOrDie(cp.Config)
+	gvr := schema.GroupVersionResource{Group: "cert-manager.io", Version: crdversions.ServedVersion(v155), Resource: "certificates"}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := meta.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+		return err != nil && strings.Contains(err.Error(), "conversion webhook"), nil
+	}); err != nil {
+		t.Fatalf("the API server never started converting %s through the webhook: %v", certs, err)
+	}
 
 	incoming := mustRead(t, "crds/cert-manager/v1.7.0/crd-certificates.yaml")
 	rep, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: templates(incoming)})
