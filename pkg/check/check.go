@@ -205,10 +205,11 @@ func nextSteps(crds []CRDReport) []string {
 }
 
 // migrating fills MigratingBy from the StorageVersionMigrations in progress, when the
-// cluster can tell.
+// cluster can tell. Only findings carry it, so a report with none (an admitted upgrade,
+// the gate's hot path) asks the API server nothing.
 func migrating(ctx context.Context, cluster Cluster, crds []CRDReport) error {
 	ml, ok := cluster.(MigrationLister)
-	if !ok {
+	if !ok || !slices.ContainsFunc(crds, func(c CRDReport) bool { return c.Verdict != predict.OK }) {
 		return nil
 	}
 	active, err := ml.MigrationsInProgress(ctx)
