@@ -1,9 +1,7 @@
 package fluxgate_test
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,40 +9,44 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
+	"github.com/upgradeguard/upgradeguard/test/fluxtest"
 )
 
-const sprocketGroup = "rollback.upgradeguard.io"
-
-// sprocketChart is the chart "sprockets" at version: templates/ render the Sprocket CRD
-// serving versions (the last the storage version) and, when broken, a ConfigMap the API
-// server rejects (a Service with port 0), which fails the upgrade after the CRD is applied
-// (Helm applies CRDs before Services, and stops at the first failure).
-func sprocketChart(t *testing.T, version string, broken bool, versions ...string) string {
+// waitRollbackHeld waits until helm-controller's Ready message carries the
+// release-record gate's denial of its remediation rollback, and returns the HelmRelease.
+func waitRollbackHeld(t *testing.T, ns, name string) *helmv2.HelmRelease {
 	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: sprockets.%s\nspec:\n  group: %s\n  names: {kind: Sprocket, listKind: SprocketList, plural: sprockets, singular: sprocket}\n  scope: Namespaced\n  versions:\n", sprocketGroup, sprocketGroup)
-	for i, v := range versions {
-		fmt.Fprintf(&b, "  - name: %s\n    served: true\n    storage: %t\n    schema:\n      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}\n", v, i == len(versions)-1)
-	}
-	files := map[string]string{"templates/crd.yaml": b.String()}
-	if broken {
-		files["templates/broken.yaml"] = "apiVersion: v1\nkind: Service\nmetadata:\n  name: broken\nspec:\n  ports:\n  - port: 0\n"
-	}
-	dir, err := testenv.WriteChart(filepath.Join(t.TempDir(), version), "sprockets", version, files)
+	var msgs []string
+	last, err := env.Flux.WaitHelmRelease(t.Context(), ns, name, 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
+		m := readyMessage(hr)
+		if len(msgs) == 0 || msgs[len(msgs)-1] != m {
+			msgs = append(msgs, m)
+		}
+		return strings.Contains(m, `admission webhook "release.upgradeguard.io" denied the request`)
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the remediation rollback was not held: %v\nReady messages:\n%s\n%s", err, strings.Join(msgs, "\n"), env.Flux.LogTail(30))
 	}
-	return dir
+	t.Logf("Ready messages:\n  %s", strings.Join(msgs, "\n  "))
+	return last
+}
+
+// noRollbackStored asserts that helm history holds no rollback revision: the failed
+// upgrade is still the last revision.
+func noRollbackStored(t *testing.T, ns, name string) {
+	t.Helper()
+	for _, r := range fluxtest.History(t, env, ns, name) {
+		if strings.HasPrefix(r.Description, "Rollback to") {
+			t.Errorf("a rollback revision was stored: %+v", r)
+		}
+	}
 }
 
 // TestRemediationRollbackNeedsReverseMigration: helm-controller upgrades sprockets 1.0.0
@@ -59,44 +61,15 @@ func TestRemediationRollbackNeedsReverseMigration(t *testing.T) {
 	needCluster(t)
 	ctx := t.Context()
 	ns := "rollback-reverse"
-	if err := env.Flux.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	repo, err := testenv.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(repo.Close)
-	for _, dir := range []string{sprocketChart(t, "1.0.0", false, "v1alpha1"), sprocketChart(t, "2.0.0", true, "v1alpha1", "v1")} {
-		if err := repo.Add(dir); err != nil {
-			t.Fatal(err)
-		}
-	}
-	src := testenv.HelmRepository(ns, "charts", repo.URL)
-	if err := env.Flux.Client.Create(ctx, src); err != nil {
-		t.Fatal(err)
-	}
-	hr := testenv.HelmReleaseFromRepository(ns, "sprockets", "charts", "sprockets", "1.0.0")
-	strategy := helmv2.RollbackRemediationStrategy
-	hr.Spec.Upgrade = &helmv2.Upgrade{Remediation: &helmv2.UpgradeRemediation{Retries: 1, Strategy: &strategy}}
-	if err := env.Flux.Client.Create(ctx, hr); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.WithoutCancel(ctx)
-		_ = env.Flux.Client.Delete(ctx, hr)
-		_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			return apierrors.IsNotFound(env.Flux.Client.Get(ctx, client.ObjectKeyFromObject(hr), &helmv2.HelmRelease{})), nil
-		})
-		_ = env.Flux.Client.Delete(ctx, &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "sprockets." + sprocketGroup}})
-	})
-	if _, err := env.Flux.WaitHelmRelease(ctx, ns, "sprockets", 3*time.Minute, testenv.ReadyAtGeneration(metav1.ConditionTrue)); err != nil {
-		t.Fatalf("%v\n%s", err, env.Flux.LogTail(20))
-	}
+	crdName := "sprockets." + fluxtest.RollbackGroup
+	hr := fluxtest.RemediatedRelease(t, env, ns, "sprockets", "1.0.0", 0, []string{
+		fluxtest.TemplatesChart(t, "sprockets", "1.0.0", map[string]string{"crd.yaml": fluxtest.CRDDoc("Sprocket", "v1alpha1")}),
+		fluxtest.TemplatesChart(t, "sprockets", "2.0.0", map[string]string{"crd.yaml": fluxtest.CRDDoc("Sprocket", "v1alpha1", "v1"), "broken.yaml": fluxtest.BrokenService}),
+	}, crdName)
 	dyn := dynamic.NewForConfigOrDie(env.CP.Config)
-	gvr := schema.GroupVersionResource{Group: sprocketGroup, Resource: "sprockets"}
+	gvr := schema.GroupVersionResource{Group: fluxtest.RollbackGroup, Resource: "sprockets"}
 	for i := range 2 {
-		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": sprocketGroup + "/v1alpha1", "kind": "Sprocket",
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": fluxtest.RollbackGroup + "/v1alpha1", "kind": "Sprocket",
 			"metadata": map[string]any{"name": fmt.Sprintf("s-%d", i)}, "spec": map[string]any{"teeth": int64(12)}}}
 		gvr.Version = "v1alpha1"
 		if _, err := dyn.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{}); err != nil {
@@ -107,19 +80,8 @@ func TestRemediationRollbackNeedsReverseMigration(t *testing.T) {
 	if err := env.Flux.Update(ctx, hr, func() { hr.Spec.Chart.Spec.Version = "2.0.0" }); err != nil {
 		t.Fatalf("the version bump to 2.0.0 (safe for its CRD): %v", err)
 	}
-	var msgs []string
-	last, err := env.Flux.WaitHelmRelease(ctx, ns, "sprockets", 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
-		m := readyMessage(hr)
-		if len(msgs) == 0 || msgs[len(msgs)-1] != m {
-			msgs = append(msgs, m)
-		}
-		return strings.Contains(m, `admission webhook "release.upgradeguard.io" denied the request`)
-	})
-	if err != nil {
-		t.Fatalf("the remediation rollback was not held: %v\nReady messages:\n%s\n%s", err, strings.Join(msgs, "\n"), env.Flux.LogTail(30))
-	}
+	last := waitRollbackHeld(t, ns, "sprockets")
 	msg := readyMessage(last)
-	t.Logf("Ready messages: %s", strings.Join(msgs, "\n  "))
 	for _, want := range []string{
 		"upgradeguard denied the rollback of release rollback-reverse/sprockets to revision 1 (chart sprockets@1.0.0",
 		"before anything was applied", "live storage version v1 is dropped by the incoming CRD",
@@ -131,7 +93,7 @@ func TestRemediationRollbackNeedsReverseMigration(t *testing.T) {
 	}
 	// The rollback applied nothing: 2.0.0's CRD is live, storage v1, objects readable.
 	var crd apiextv1.CustomResourceDefinition
-	if err := env.Flux.Client.Get(ctx, client.ObjectKey{Name: "sprockets." + sprocketGroup}, &crd); err != nil {
+	if err := env.Flux.Client.Get(ctx, client.ObjectKey{Name: crdName}, &crd); err != nil {
 		t.Fatal(err)
 	}
 	var served []string
@@ -145,16 +107,48 @@ func TestRemediationRollbackNeedsReverseMigration(t *testing.T) {
 	if list, err := dyn.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 2 {
 		t.Errorf("sprockets at v1 after the held rollback: %v", err)
 	}
-	// No rollback revision was stored; the failed upgrade is the last revision.
-	out, err := env.CP.Helm("history", "sprockets", "-n", ns, "-o", "json").CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm history: %v\n%s", err, out)
-	}
-	if strings.Contains(string(out), "Rollback to") {
-		t.Errorf("a rollback revision was stored: %s", out)
-	}
+	noRollbackStored(t, ns, "sprockets")
 	st := webhook.ParseState(&last.ObjectMeta)
 	if st.Decision != webhook.OutcomeBlocked || !strings.Contains(st.Message, "rollback of release rollback-reverse/sprockets") {
+		t.Errorf("gate annotation on the HelmRelease = %+v, want blocked with the rollback's reason", st)
+	}
+}
+
+// TestRemediationRollbackWouldDeleteCRD: gears 1.0.0 renders a ConfigMap; 2.0.0 adds the
+// Gear CRD to templates/ and a Deployment that never becomes ready. helm-controller's
+// upgrade applies both, the Gear objects are created while it waits, and the wait times
+// out. Its remediation rolls back to 1.0.0, which no longer renders the CRD: Helm would
+// delete the CRD and every Gear with it. The release-record gate denies the
+// pending-rollback record with that reason and the way out (keep the CRD); the CRD and
+// its objects stay, and the reason is on the HelmRelease.
+func TestRemediationRollbackWouldDeleteCRD(t *testing.T) {
+	needCluster(t)
+	ctx := t.Context()
+	ns := "rollback-delete"
+	crdName := fluxtest.GearsCRD
+	_, gears := fluxtest.GearsInUse(t, env, ns)
+
+	last := waitRollbackHeld(t, ns, "gears")
+	msg := readyMessage(last)
+	for _, want := range []string{
+		"upgradeguard denied the rollback of release rollback-delete/gears to revision 1 (chart gears@1.0.0",
+		"before anything was applied", crdName + ": no longer rendered by the rollback target: Helm deletes the CRD and every object of its type",
+		"kubectl annotate crd " + crdName + " helm.sh/resource-policy=keep",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Ready message lacks %q:\n%s", want, msg)
+		}
+	}
+	// The rollback applied nothing: the CRD and both Gears are there.
+	if err := env.Flux.Client.Get(ctx, client.ObjectKey{Name: crdName}, &apiextv1.CustomResourceDefinition{}); err != nil {
+		t.Errorf("the CRD after the held rollback: %v", err)
+	}
+	if list, err := gears.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 2 {
+		t.Errorf("Gears after the held rollback: %v", err)
+	}
+	noRollbackStored(t, ns, "gears")
+	st := webhook.ParseState(&last.ObjectMeta)
+	if st.Decision != webhook.OutcomeBlocked || !strings.Contains(st.Message, "rollback of release rollback-delete/gears") {
 		t.Errorf("gate annotation on the HelmRelease = %+v, want blocked with the rollback's reason", st)
 	}
 }

@@ -557,13 +557,19 @@ type Revision struct {
 // History returns the Helm release's history, read by the real Helm CLI.
 func (s *Scenario) History(t testing.TB) []Revision {
 	t.Helper()
-	out, err := s.CP.Helm("history", s.Name, "-n", s.Name, "-o", "json", "--max", "100").Output()
+	return History(t, s.Env, s.Name, s.Name)
+}
+
+// History returns the history of the Helm release name in ns, read by the real Helm CLI.
+func History(t testing.TB, env Env, ns, name string) []Revision {
+	t.Helper()
+	out, err := env.CP.Helm("history", name, "-n", ns, "-o", "json", "--max", "100").Output()
 	if err != nil {
-		t.Fatalf("helm history %s: %v", s.Name, err)
+		t.Fatalf("helm history %s/%s: %v", ns, name, err)
 	}
 	var revs []Revision
 	if err := json.Unmarshal(out, &revs); err != nil {
-		t.Fatalf("helm history %s: %v", s.Name, err)
+		t.Fatalf("helm history %s/%s: %v", ns, name, err)
 	}
 	return revs
 }
