@@ -40,20 +40,10 @@ type kcmUsage struct {
 // (--kube-api-qps 20). It returns a nil usage when the API is not served (before 1.37).
 func benchBuiltin(ctx context.Context, cp *testenv.ControlPlane, p *probe) (procResult, *kcmUsage, error) {
 	kube := kubernetes.NewForConfigOrDie(cp.Config)
-	if _, err := kube.Discovery().ServerResourcesForGroupVersion(svmv1.SchemeGroupVersion.String()); err != nil {
-		fmt.Printf("%s is not served on Kubernetes 1.%d: skipping (f)\n", svmv1.SchemeGroupVersion, cp.Minor)
-		return procResult{}, nil, nil
-	}
-	if cp.ControllerManagerPID() == 0 {
-		fmt.Println("starting kube-controller-manager with", strings.Join(builtinControllers, ","), "...")
-		if err := cp.StartControllerManager(builtinControllers...); err != nil {
-			return procResult{}, nil, err
-		}
-	}
-	pid := cp.ControllerManagerPID()
-	if err := settle(ctx, pid); err != nil {
+	if ok, err := builtinRunning(ctx, cp, "(f)"); !ok || err != nil {
 		return procResult{}, nil, err
 	}
+	pid := cp.ControllerManagerPID()
 	name := "(f) built-in StorageVersionMigration"
 	fmt.Printf("running %s ...\n", name)
 	u := &kcmUsage{rssBefore: procStatus(pid, "VmRSS:")}
@@ -102,6 +92,24 @@ func benchBuiltin(ctx context.Context, cp *testenv.ControlPlane, p *probe) (proc
 	u.cpuSeconds, u.rssAfter, u.hwm = cpu1-cpu0, procStatus(pid, "VmRSS:"), procStatus(pid, "VmHWM:")
 	r := procResult{name: name, start: start, elapsed: u.pruned, probeP99: p.p99(start, start.Add(u.pruned))}
 	return r, u, nil
+}
+
+// builtinRunning makes sure the built-in migrator runs: false when the API is not served
+// (before 1.37, and the case is skipped), else kube-controller-manager with
+// builtinControllers started if it is not running, and settled.
+func builtinRunning(ctx context.Context, cp *testenv.ControlPlane, bcase string) (bool, error) {
+	kube := kubernetes.NewForConfigOrDie(cp.Config)
+	if _, err := kube.Discovery().ServerResourcesForGroupVersion(svmv1.SchemeGroupVersion.String()); err != nil {
+		fmt.Printf("%s is not served on Kubernetes 1.%d: skipping %s\n", svmv1.SchemeGroupVersion, cp.Minor, bcase)
+		return false, nil
+	}
+	if cp.ControllerManagerPID() == 0 {
+		fmt.Println("starting kube-controller-manager with", strings.Join(builtinControllers, ","), "...")
+		if err := cp.StartControllerManager(builtinControllers...); err != nil {
+			return false, err
+		}
+	}
+	return true, settle(ctx, cp.ControllerManagerPID())
 }
 
 // settle waits until kube-controller-manager has finished starting (its informers have

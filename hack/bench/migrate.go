@@ -50,9 +50,11 @@ type procResult struct {
 
 // benchMigrate compares, in one run on the same objects: (a) a bare concurrent
 // empty-patch loop, (b) migrate --qps 0 at the same concurrency, (c) migrate with its
-// defaults, (e) re-runs on the migrated set, (d) the runbook's kubectl annotate --all
-// --overwrite, and (f) the built-in StorageVersionMigration of kube-controller-manager
-// (Kubernetes 1.37, storagemigration.k8s.io/v1). Each client case runs as its own process,
+// defaults, (g) migrate --engine auto as a user who may patch (it picks the client engine),
+// (e) re-runs on the migrated set, (d) the runbook's kubectl annotate --all --overwrite,
+// (f) the built-in StorageVersionMigration of kube-controller-manager (Kubernetes 1.37,
+// storagemigration.k8s.io/v1) created by hand, and (h) migrate --engine builtin, which
+// runs (f) with upgradeguard's Lease, checks, prune and clean-up. Each client case runs as its own process,
 // as a user outside system:masters so that API Priority and Fairness applies to it as
 // to a real user, and its peak RSS is read. A probe user GETs a ConfigMap 20 times a
 // second throughout; its p99 latency under each case is compared with its idle p99.
@@ -148,12 +150,26 @@ func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string)
 		args := append(append(append([]string{}, kc...), "migrate"), engine...)
 		return append(args, append([]string{"--crd", benchCRD, "--lease-namespace", "default", "-o", "json", "--deadline", "1h"}, extra...)...)
 	}
+	// withEngine is migrateArgs with another engine than the client one.
+	withEngine := func(e string) []string {
+		args := migrateArgs()
+		if i := slices.Index(args, "--engine"); i >= 0 {
+			args[i+1] = e
+		}
+		return args
+	}
 	steps := []func() error{
 		func() error { return measure("(a) raw empty-patch loop", true, self, "raw", userKC, c) },
 		func() error {
 			return measure("(b) migrate --qps 0", true, ug, migrateArgs("--qps", "0", "--concurrency", c)...)
 		},
 		func() error { return measure("(c) migrate, defaults", true, ug, migrateArgs()...) },
+		func() error {
+			if len(engine) == 0 {
+				return nil
+			}
+			return measure("(g) migrate --engine auto (may patch)", true, ug, withEngine("auto")...)
+		},
 		func() error { return measure("(e1) re-run, already pruned", false, ug, migrateArgs()...) },
 		func() error {
 			if !selected("(e2)") {
@@ -186,6 +202,15 @@ func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string)
 		}
 		results, kcm = append(results, r), usage
 		return nil
+	})
+	steps = append(steps, func() error {
+		if !selected("(h)") || len(engine) == 0 {
+			return nil
+		}
+		if ok, err := builtinRunning(ctx, cp, "(h)"); !ok || err != nil {
+			return err
+		}
+		return measure("(h) migrate --engine builtin", true, ug, withEngine("builtin")...)
 	})
 	for range max(rounds, 1) {
 		for _, s := range steps {
@@ -294,6 +319,12 @@ func goals(results []procResult, idle time.Duration) {
 	}
 	if x, ok := speed("c", "f"); ok {
 		fmt.Printf("  migrate at defaults >= 5x the built-in migrator: %.2fx  %s\n", x, verdict(x >= 5))
+	}
+	if x, ok := speed("c", "h"); ok {
+		fmt.Printf("  migrate at defaults >= 5x migrate --engine builtin: %.2fx  %s\n", x, verdict(x >= 5))
+	}
+	if x, ok := speed("c", "g"); ok {
+		fmt.Printf("  --engine auto with patch rights as fast as the client engine (>= 0.9x, within this machine's noise): %.2fx  %s\n", x, verdict(x >= 0.9))
 	}
 	if x, ok := speed("b", "a"); ok {
 		fmt.Printf("  migrate --qps 0 >= 0.9x the raw loop: %.2fx  %s\n", x, verdict(x >= 0.9))
