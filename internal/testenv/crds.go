@@ -149,14 +149,18 @@ func (cp *ControlPlane) DeleteCRDs(ctx context.Context, keep func(*apiextv1.Cust
 		}
 		gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: crdversions.ServedVersion(&crd), Resource: crd.Spec.Names.Plural}
 		var objs *metav1.PartialObjectMetadataList
-		// A version added a moment ago may not be served yet: wait for it.
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			var err error
-			objs, err = md.Resource(gvr).List(ctx, metav1.ListOptions{})
-			return !apierrors.IsNotFound(err), ignoreNotFound(err)
+		var last error
+		// A version added a moment ago may not be served yet, and a conversion webhook
+		// dropped a moment ago may still be called (the API server switches converters
+		// asynchronously, and retries a refused webhook): try again, each attempt bounded.
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			attempt, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			objs, last = md.Resource(gvr).List(attempt, metav1.ListOptions{})
+			return last == nil, nil
 		})
 		if err != nil {
-			return fmt.Errorf("list %s before deleting it: %w", crd.Name, err)
+			return fmt.Errorf("list %s before deleting it: %w (last answer: %v)", crd.Name, err, last)
 		}
 		namespaces := map[string]bool{}
 		for _, o := range objs.Items {
