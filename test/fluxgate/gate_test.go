@@ -134,7 +134,9 @@ func migration(t *testing.T, s *fluxtest.Scenario) *v1alpha1.StorageMigration {
 	sm := migrationOf(t, s)
 	slices.Sort(sm.Spec.Resources)
 	if !slices.Equal(sm.Spec.Resources, fluxtest.BreakingCRDs) {
-		t.Errorf("StorageMigration %s resources = %v, want %v", sm.Name, sm.Spec.Resources, fluxtest.BreakingCRDs)
+		// Say which decision made it, to tell a replaced StorageMigration from a short one.
+		t.Errorf("StorageMigration %s resources = %v, want %v (created %s, holds %q, status %+v)", sm.Name, sm.Spec.Resources, fluxtest.BreakingCRDs,
+			sm.CreationTimestamp, sm.Annotations[webhook.AnnotationHolds], sm.Status.Resources)
 	}
 	return sm
 }
@@ -201,21 +203,40 @@ func readyMessage(hr *helmv2.HelmRelease) string {
 }
 
 // waitHeldMessage waits until helm-controller's Ready condition carries the gate's
-// denial (helm-controller reports the failed upgrade with the API server's answer).
-func waitHeldMessage(t *testing.T, s *fluxtest.Scenario, want string) string {
+// denial (helm-controller reports the failed upgrade with the API server's answer). It
+// watches the HelmRelease from resourceVersion since (read before the trigger), so it
+// sees every status write: a hold that a fast migration ends within a second leaves
+// its message for less than any poll interval.
+func waitHeldMessage(t *testing.T, s *fluxtest.Scenario, since, want string) string {
 	t.Helper()
+	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: testenv.FluxScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	w, err := wc.Watch(ctx, &helmv2.HelmReleaseList{}, client.InNamespace(s.HelmRelease.Namespace),
+		client.MatchingFields{"metadata.name": s.HelmRelease.Name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: since}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	var msgs []string
-	_, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 3*time.Minute, func(hr *helmv2.HelmRelease) bool {
+	for ev := range w.ResultChan() {
+		hr, ok := ev.Object.(*helmv2.HelmRelease)
+		if !ok {
+			t.Fatalf("watching HelmRelease %s: %v event %v", s.HelmRelease, ev.Type, ev.Object)
+		}
 		m := readyMessage(hr)
 		if len(msgs) == 0 || msgs[len(msgs)-1] != m {
 			msgs = append(msgs, m)
 		}
-		return strings.Contains(m, want)
-	})
-	if err != nil {
-		t.Fatalf("no Ready message with %q; messages seen:\n%s", want, strings.Join(msgs, "\n"))
+		if strings.Contains(m, want) {
+			return m
+		}
 	}
-	return msgs[len(msgs)-1]
+	t.Fatalf("no Ready message with %q within 3 minutes; messages seen:\n%s", want, strings.Join(msgs, "\n"))
+	return ""
 }
 
 // TestSemverRangeHeldMigratedUpgraded: the repository gains the breaking chart version
@@ -240,11 +261,11 @@ func TestSemverRangeHeldMigratedUpgraded(t *testing.T) {
 // attempt is held for the migration only.
 func recordHeld(t *testing.T, s *fluxtest.Scenario) {
 	t.Helper()
-	before := s.ReleaseRevision
+	before, since := s.ReleaseRevision, s.HelmReleaseNow(t).ResourceVersion
 	if err := s.Trigger(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	blockedOnDeletion(t, s, `admission webhook "release.upgradeguard.io" denied the request`, before)
+	blockedOnDeletion(t, s, `admission webhook "release.upgradeguard.io" denied the request`, before, since)
 	sm := migration(t, s)
 	if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], fmt.Sprintf("upgrade of release %s/%s", s.Name, s.Name)) {
 		t.Errorf("StorageMigration holds annotation = %q", sm.Annotations[webhook.AnnotationHolds])
@@ -370,11 +391,11 @@ func TestRemediationRollbackNotNeeded(t *testing.T) {
 func TestCRDsCreateHeldByCRDGate(t *testing.T) {
 	needCluster(t)
 	s := fluxtest.CRDsPolicy(t, env, "crds-create", helmv2.Create, fluxtest.Options{})
-	before := s.ReleaseRevision
+	before, since := s.ReleaseRevision, s.HelmReleaseNow(t).ResourceVersion
 	if err := s.Trigger(t.Context()); err != nil {
 		t.Fatalf("the version bump: %v", err)
 	}
-	msg := waitHeldMessage(t, s, `admission webhook "crd.upgradeguard.io" denied the request`)
+	msg := waitHeldMessage(t, s, since, `admission webhook "crd.upgradeguard.io" denied the request`)
 	t.Logf("held: %s", msg)
 	// helm-controller applies crds/ one CRD at a time and stops at the first denial: the
 	// gate sees (and migrates) one breaking CRD per attempt, and the retry after each
@@ -405,10 +426,10 @@ func TestCRDsCreateReplaceHeldByHelmReleaseGate(t *testing.T) {
 // HelmRelease says blocked with the reason, and no revision was stored. It then does what
 // the message says: keep the CRD, and ask helm-controller to retry with its failure
 // counters reset (what `flux reconcile helmrelease --reset` does).
-func blockedOnDeletion(t *testing.T, s *fluxtest.Scenario, denial string, before int) {
+func blockedOnDeletion(t *testing.T, s *fluxtest.Scenario, denial string, before int, since string) {
 	t.Helper()
 	const reason = "admissionreports.kyverno.io: no longer rendered by the upgrade target: Helm deletes the CRD and every object of its type"
-	msg := waitHeldMessage(t, s, reason)
+	msg := waitHeldMessage(t, s, since, reason)
 	t.Logf("helm-controller Ready message while blocked: %s", msg)
 	if !strings.Contains(msg, denial) || !strings.Contains(msg, "kubectl annotate crd admissionreports.kyverno.io helm.sh/resource-policy=keep") {
 		t.Errorf("Ready message %q lacks the denial or its next step", msg)
