@@ -36,7 +36,7 @@ func run() error {
 	concurrency := flag.Int("concurrency", migrate.DefaultConcurrency, "migrate: patch concurrency for the raw loop and migrate --qps 0")
 	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
 	migrateRounds := flag.Int("migrate-rounds", 1, "migrate: run the selected cases this many times in turn and also print each case's median (for a noisy machine)")
-	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,e1,e2,d,f (f: the built-in StorageVersionMigration, from Kubernetes 1.37)")
+	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,g,e1,e2,d,f,h (f: a hand-made built-in StorageVersionMigration, h: migrate --engine builtin; both from Kubernetes 1.37)")
 	ug := flag.String("ug", "", "migrate and binary: the upgradeguard binary to measure (default bin/upgradeguard)")
 	targets := flag.Int("targets", 10, "fleet: target clusters")
 	fleetObjects := flag.Int("fleet-objects", 2000, "fleet: stale HelmRepositories per target")
