@@ -160,7 +160,7 @@ func (cp *ControlPlane) DeleteCRDs(ctx context.Context, keep func(*apiextv1.Cust
 			return last == nil, nil
 		})
 		if err != nil {
-			return fmt.Errorf("list %s before deleting it: %w (last answer: %v)", crd.Name, err, last)
+			return fmt.Errorf("list %s before deleting it: %w (last answer: %w)", crd.Name, err, last)
 		}
 		namespaces := map[string]bool{}
 		for _, o := range objs.Items {
