@@ -58,9 +58,43 @@ func renderRows(w io.Writer, verbose bool, rep *check.Report, rows []check.CRDRe
 		if c.ObjectsError != "" {
 			fmt.Fprintf(w, "\nnote: objects of %s could not be counted: %s\n", c.Name, c.ObjectsError)
 		}
+		if c.SchemaError != "" {
+			fmt.Fprintf(w, "\nnote: objects of %s could not be judged against the new schema: %s\n", c.Name, c.SchemaError)
+		}
 	}
+	renderSchemas(w, rep.CRDs)
 	renderNextSteps(w, rep.NextSteps)
 	return nil
+}
+
+// renderSchemas lists, per CRD, the stored fields the incoming schema drops and the
+// objects whose next update it would refuse: paths, counts and a few names, no values.
+func renderSchemas(w io.Writer, crds []check.CRDReport) {
+	for _, c := range crds {
+		s := c.Schema
+		if s == nil || (!s.DataLoss() && !s.Warns()) {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s: %d objects judged against the incoming schema\n", c.Name, s.Objects)
+		for _, p := range s.Pruned {
+			fmt.Fprintf(w, "  data loss: %s is dropped at %s from %d objects (%s)\n", p.Path, p.Version, p.Objects, examples(p.Examples, p.Objects))
+		}
+		if s.ConversionRemoved != nil {
+			fmt.Fprintf(w, "  data loss: %s\n", s.ConversionRemoved.Message)
+		}
+		for _, r := range s.Invalid {
+			fmt.Fprintf(w, "  warning: %d objects would be refused their next update of %s at %s: %s (%s)\n",
+				r.Objects, r.Path, r.Version, r.Message, examples(r.Examples, r.Objects))
+		}
+	}
+}
+
+func examples(names []string, n int64) string {
+	s := strings.Join(names, ", ")
+	if more := n - int64(len(names)); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
 }
 
 func renderReasons(w io.Writer, rows []check.CRDReport) {
@@ -89,9 +123,11 @@ func renderWhy(w io.Writer, findings []check.CRDReport) {
 		predict.Migrate: "a stored version is dropped; migrating objects to the live storage version and pruning storedVersions fixes it",
 		predict.Bridge:  "the live storage version itself is dropped; the storage version must move first",
 		predict.Delete:  "the target no longer renders this CRD: Helm deletes it and every object of its type",
+		predict.DataLoss: "the incoming schema no longer declares fields that stored objects hold: they are hidden at once " +
+			"and gone from etcd at each object's next write",
 	}
 	fmt.Fprintln(w, "\nWhy:")
-	for _, v := range []predict.Verdict{predict.Delete, predict.Migrate, predict.Bridge} {
+	for _, v := range []predict.Verdict{predict.Delete, predict.DataLoss, predict.Migrate, predict.Bridge} {
 		n := 0
 		for _, c := range findings {
 			if c.Verdict == v {

@@ -16,6 +16,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -59,7 +60,7 @@ func (c *crdGate) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the CustomResourceDefinition: %w", err))
 	}
 	dropped := Dropped(&old, &crd)
-	if len(dropped) == 0 {
+	if len(dropped) == 0 && !crdschema.Changed(&old, &crd) {
 		return admission.Allowed("")
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
@@ -108,12 +109,16 @@ func (c *crdGate) decide(ctx context.Context, crd *apiextv1.CustomResourceDefini
 	}
 	what := fmt.Sprintf("update of CustomResourceDefinition %s, which drops %s from spec.versions while status.storedVersions still lists it (the API server rejects it)",
 		crd.Name, strings.Join(dropped, ", "))
+	if len(dropped) == 0 {
+		what = fmt.Sprintf("update of CustomResourceDefinition %s, which changes the schema its stored objects are judged by", crd.Name)
+	}
 	if o.flux() {
 		what += fmt.Sprintf(", applied for HelmRelease %s/%s", o.hrNamespace, o.hrName)
 	}
 	sms := o.migrations(g, p.Live, dryRun)
 	d := g.judged(ctx, p.Report, sms, what, o)
 	d.operation, d.chart = predict.Upgrade, crd.Name
+	d.warnings = append(d.warnings, schemaWarnings(p.Report)...)
 	if d.allowed {
 		// The live CRD no longer lists the dropped versions (a migration just pruned
 		// them): the API server decides.
@@ -123,4 +128,20 @@ func (c *crdGate) decide(ctx context.Context, crd *apiextv1.CustomResourceDefini
 		g.recordOnHelmRelease(ctx, o, d)
 	}
 	return d
+}
+
+// schemaWarnings are the objects whose next update the incoming schemas would refuse (the
+// API server ratchets them until an update touches the field): admitted, with a warning.
+func schemaWarnings(rep *check.Report) []string {
+	var out []string
+	for _, c := range rep.CRDs {
+		if c.Schema == nil {
+			continue
+		}
+		for _, r := range c.Schema.Invalid {
+			out = append(out, fmt.Sprintf("%s: %d objects would be refused their next update of %s (%s), for example %s",
+				c.Name, r.Objects, r.Path, r.Message, strings.Join(r.Examples, ", ")))
+		}
+	}
+	return out
 }

@@ -82,6 +82,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 
 	rep := res.Report
 	d := decision{operation: res.Operation, chart: res.Chart + "@" + res.Version, warnings: append(lastAttemptWarnings(hr), remediationWarnings(res)...)}
+	d.warnings = append(d.warnings, schemaWarnings(rep)...)
 	what := describeChange(hr, res, valuesOnly)
 
 	target := ""

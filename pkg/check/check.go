@@ -14,6 +14,7 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
@@ -64,6 +65,9 @@ type Request struct {
 	// NoObjectCounts leaves CRDReport.Objects unset: a caller that only decides (the
 	// admission gate) saves one LIST per CRD. Verdicts and actions do not depend on it.
 	NoObjectCounts bool
+	// NoSchemaCheck skips judging stored objects against the incoming schemas (package
+	// crdschema): no pruning, validation or conversion findings, and no object reads.
+	NoSchemaCheck bool
 
 	// What the report and its actions name.
 	Release      string
@@ -88,6 +92,13 @@ type CRDReport struct {
 	// MigratingBy are the StorageVersionMigrations migrating this CRD right now (created by
 	// anyone): the migration is under way, so the action is to wait for it.
 	MigratingBy []string `json:"migratingBy,omitempty"`
+	// Schema is what the incoming schema does to the objects stored today: fields pruned,
+	// objects whose next update would be refused, a conversion webhook removed. Nil when
+	// the CRD is new, not applied, or no schema that stored objects meet changes.
+	Schema *crdschema.Report `json:"schema,omitempty"`
+	// SchemaError says why the objects could not be judged (a conversion webhook down,
+	// say); the verdict then rests on storedVersions alone.
+	SchemaError string `json:"schemaError,omitempty"`
 }
 
 // MigrationLister is what a Cluster implements when it can tell which CRDs a
@@ -139,11 +150,15 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		CRDs: []CRDReport{},
 	}
 	incoming := map[string]bool{}
+	var judged []judgement
 	for _, in := range req.Incoming {
 		incoming[in.CRD.Name] = true
 		applied := in.Source == predict.Templates || req.Policy == PolicyCreateReplace
 		f := predict.Decide(live[in.CRD.Name], predict.Incoming{CRD: in.CRD, Source: in.Source, Applied: applied})
 		rep.CRDs = append(rep.CRDs, CRDReport{Finding: f})
+		if applied && live[in.CRD.Name] != nil && !req.NoSchemaCheck {
+			judged = append(judged, judgement{live: live[in.CRD.Name], next: in.CRD})
+		}
 	}
 	for _, cur := range req.Current {
 		l := live[cur.CRD.Name]
@@ -155,6 +170,9 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	}
 	slices.SortFunc(rep.CRDs, func(a, b CRDReport) int { return strings.Compare(a.Name, b.Name) })
 
+	if err := judgeSchemas(ctx, cluster, judged, rep.CRDs); err != nil {
+		return nil, err
+	}
 	if !req.NoObjectCounts {
 		if err := countObjects(ctx, cluster, live, rep.CRDs); err != nil {
 			return nil, err
@@ -188,7 +206,7 @@ func nextSteps(crds []CRDReport) []string {
 			migrate = append(migrate, "--crd "+c.Name)
 		case predict.Delete:
 			keep = append(keep, c.Name)
-		case predict.Bridge:
+		case predict.Bridge, predict.DataLoss:
 			if !slices.Contains(bridges, c.Action) {
 				bridges = append(bridges, c.Action)
 			}
@@ -343,6 +361,10 @@ func action(req Request, c CRDReport) string {
 	case predict.Delete:
 		return fmt.Sprintf("keep it: kubectl annotate crd %s %s=%s (the live annotation protects it from an upgrade or rollback)",
 			c.Name, predict.KeepAnnotation, predict.KeepValue)
+	case predict.DataLoss:
+		return fmt.Sprintf("keep the data: declare %s in the incoming CRD's schema (or mark them x-kubernetes-preserve-unknown-fields) and check again; "+
+			"or, if the loss is intended, accept it: kubectl annotate crd %s %s=true",
+			strings.Join(c.Schema.PrunedPaths(), ", "), c.Name, predict.AllowFieldLossAnnotation)
 	case predict.Bridge:
 		switch {
 		case req.Operation == predict.Rollback && c.StorageSwitchTo != "":

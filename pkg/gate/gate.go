@@ -50,6 +50,7 @@ const (
 	ReasonMigrationRequired = "MigrationRequired"
 	ReasonBridgeRequired    = "BridgeRequired"
 	ReasonCRDDeletion       = "CRDWouldBeDeleted"
+	ReasonDataLoss          = "FieldsWouldBeLost"
 	ReasonMigrating         = "Migrating"
 	ReasonMigrated          = "Migrated"
 	ReasonMigrationFailed   = "MigrationFailed"
@@ -121,8 +122,9 @@ func (d *Decision) NextSteps() []string {
 
 // Why the unfixable verdicts block an upgrade.
 const (
-	WhyBridge = "the API server would reject it"
-	WhyDelete = "Helm would delete CRDs and every object of their types"
+	WhyBridge   = "the API server would reject it"
+	WhyDelete   = "Helm would delete CRDs and every object of their types"
+	WhyDataLoss = "the incoming schema would drop fields that stored objects hold"
 )
 
 // Decide checks the incoming CRDs against the target cluster and, when allowed, moves the
@@ -167,6 +169,8 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 			d.Plan = planCommand(rep, o)
 		case predict.Delete:
 			d.Reason, why = ReasonCRDDeletion, WhyDelete
+		case predict.DataLoss:
+			d.Reason, why = ReasonDataLoss, WhyDataLoss
 		}
 		if why != "" {
 			d.Unfixable = append(d.Unfixable, c.Name+": "+c.Reason)

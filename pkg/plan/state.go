@@ -8,6 +8,9 @@ import (
 	"sync"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -163,6 +166,35 @@ func (p predicted) CountObjects(ctx context.Context, crd *apiextv1.CustomResourc
 	return p.counts.count(ctx, crd.Name)
 }
 
+// ListObjects reads the live cluster's objects for the schema check of each step: a
+// field that the real objects hold and a step's schema drops is lost at that step, since
+// no later step brings it back. Each page is read once per plan.
+func (p predicted) ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	return p.counts.list(ctx, gvr, opts)
+}
+
+func (c *counter) list(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	ol, ok := c.live.(check.ObjectLister)
+	if !ok {
+		return &unstructured.UnstructuredList{}, nil
+	}
+	key := gvr.String() + "|" + opts.Continue
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l, ok := c.pages[key]; ok {
+		return l, nil
+	}
+	l, err := ol.ListObjects(ctx, gvr, opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.pages == nil {
+		c.pages = map[string]*unstructured.UnstructuredList{}
+	}
+	c.pages[key] = l
+	return l, nil
+}
+
 // counter counts a CRD's objects on the live cluster once; a CRD the cluster does not
 // have yet has none.
 type counter struct {
@@ -170,6 +202,7 @@ type counter struct {
 	liveMap map[string]*apiextv1.CustomResourceDefinition
 	mu      sync.Mutex
 	memo    map[string]countResult
+	pages   map[string]*unstructured.UnstructuredList
 }
 
 type countResult struct {

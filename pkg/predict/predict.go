@@ -34,7 +34,16 @@ const (
 	Bridge Verdict = "bridge"
 	// Delete means the operation deletes a live CRD, and with it every object of its type.
 	Delete Verdict = "delete"
+	// DataLoss means the API server accepts the incoming CRD, but its schema no longer
+	// declares fields that stored objects hold: they are hidden at once and gone from etcd
+	// at each object's next write. No migration fixes it; the schema or the decision must
+	// change (the live CRD's AllowFieldLossAnnotation accepts the loss).
+	DataLoss Verdict = "data-loss"
 )
+
+// AllowFieldLossAnnotation on a live CRD, set to "true", accepts that an upgrade or
+// rollback drops fields its objects hold: the loss is still reported, but no longer blocks.
+const AllowFieldLossAnnotation = "upgradeguard.io/allow-field-loss"
 
 // Operation is the Helm operation being predicted.
 type Operation string
@@ -158,6 +167,49 @@ func DecideRemoved(op Operation, live *apiextv1.CustomResourceDefinition) Findin
 	}
 	f.Verdict = Delete
 	f.Reason = fmt.Sprintf("no longer rendered by the %s target: Helm deletes the CRD and every object of its type", op)
+	return f
+}
+
+// Schema is what the incoming schema does to the objects stored today (see package
+// crdschema), as far as the decision needs it.
+type Schema struct {
+	// Pruned are the field paths the incoming schema drops from stored objects.
+	Pruned []string
+	// ConversionRemoved says a conversion webhook is removed while objects are stored at
+	// differently shaped versions (Message says which).
+	ConversionRemoved bool
+	// Summary words the finding with paths and counts, for the reason.
+	Summary string
+}
+
+// WithSchema joins the schema finding to a storedVersions finding. Pruned fields make an
+// accepted or migratable CRD a DataLoss verdict unless the live CRD accepts the loss. A
+// removed conversion webhook is fixed by migrating every object to the storage version
+// while the webhook still converts, so it makes an ok CRD a Migrate verdict. A bridge or a
+// deletion stays what it is, with the schema finding added to its reason.
+func WithSchema(f Finding, live *apiextv1.CustomResourceDefinition, s Schema) Finding {
+	if len(s.Pruned) == 0 && !s.ConversionRemoved {
+		return f
+	}
+	accepted := live != nil && live.Annotations[AllowFieldLossAnnotation] == "true"
+	switch {
+	case f.Verdict == Bridge || f.Verdict == Delete:
+		f.Reason += "; also: " + s.Summary
+	case len(s.Pruned) > 0 && accepted:
+		f.Reason += fmt.Sprintf("; the live CRD accepts the loss (%s=true): %s", AllowFieldLossAnnotation, s.Summary)
+	case len(s.Pruned) > 0:
+		prior := ""
+		if f.Verdict == Migrate {
+			prior = "; " + f.Reason
+		}
+		f.Verdict = DataLoss
+		f.Reason = "the incoming schema drops data that stored objects hold: " + s.Summary + prior
+	case f.Verdict == OK:
+		f.Verdict = Migrate
+		f.Reason = s.Summary + ": migrate every object to " + f.LiveStorageVersion + " while the webhook still converts, and prune storedVersions first"
+	default:
+		f.Reason += "; " + s.Summary
+	}
 	return f
 }
 

@@ -1,0 +1,80 @@
+package check
+
+import (
+	"context"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// ObjectLister is what a Cluster implements when it can read objects whole, for the
+// schema check (KubeCluster does). A Cluster without it gets no schema findings.
+type ObjectLister interface {
+	ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
+}
+
+// ListObjects lists one page of a custom resource's objects in every namespace.
+func (k *KubeCluster) ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	return k.dynamic.Resource(gvr).List(ctx, opts)
+}
+
+// judgement is one CRD the operation writes over a live one.
+type judgement struct {
+	live, next *apiextv1.CustomResourceDefinition
+}
+
+type listerFunc func(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
+
+func (f listerFunc) List(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	return f(ctx, gvr, opts)
+}
+
+// judgeSchemas judges the stored objects of every written CRD against its incoming schema
+// and joins the finding to the verdict (predict.WithSchema). CRDs whose schemas do not
+// change for stored or served versions are not read. Objects that cannot be listed leave
+// the verdict as it is and say why; a forbidden list stops the run (the caller lacks RBAC).
+func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds []CRDReport) error {
+	ol, ok := cluster.(ObjectLister)
+	if !ok || len(judged) == 0 {
+		return nil
+	}
+	byName := map[string]int{}
+	for i := range crds {
+		byName[crds[i].Name] = i
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for _, j := range judged {
+		c := &crds[byName[j.next.Name]]
+		g.Go(func() error {
+			judge, err := crdschema.New(j.live, j.next)
+			if err != nil {
+				c.SchemaError = err.Error()
+				return nil
+			}
+			if len(judge.Reads()) == 0 && judge.ConversionRemoved() == nil {
+				return nil
+			}
+			rep, err := judge.Scan(gctx, listerFunc(ol.ListObjects), 0)
+			if err != nil {
+				if isForbidden(err) {
+					return fmt.Errorf("read objects of %s to judge the new schema: %w", j.live.Name, err)
+				}
+				c.SchemaError = err.Error()
+				return nil
+			}
+			c.Schema = rep
+			c.Finding = predict.WithSchema(c.Finding, j.live, predict.Schema{
+				Pruned: rep.PrunedPaths(), ConversionRemoved: rep.ConversionRemoved != nil, Summary: rep.Summary()})
+			return nil
+		})
+	}
+	return g.Wait()
+}

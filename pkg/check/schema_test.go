@@ -1,0 +1,117 @@
+package check_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
+	"github.com/upgradeguard/upgradeguard/pkg/gate"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// TestSchemaDataLoss: helm-controller 0.37.4 -> 1.0.0 moves HelmRelease storage to v2,
+// whose schema drops spec.chart.spec.valuesFile (no conversion webhook). The API server
+// accepts the CRD, so storedVersions alone says ok; the prediction says data loss, with
+// the path, the count and the action, the gate refuses it with the path, and the live
+// CRD's annotation accepts the loss.
+func TestSchemaDataLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a control plane")
+	}
+	ctx := t.Context()
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	t.Cleanup(func() { _ = cp.DeleteAllCRDs(ctx) })
+	if err := testenv.ApplyFixtureCRDs(ctx, cs, dir(t, "flux-helm-controller/v0.37.4")...); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cp.Config)
+	ri := dyn.Resource(schema.GroupVersionResource{Group: "helm.toolkit.fluxcd.io", Version: "v2beta2", Resource: "helmreleases"}).Namespace("default")
+	for i, vf := range []string{"values-prod.yaml", "", "values-dev.yaml"} {
+		chart := map[string]any{"chart": "podinfo", "sourceRef": map[string]any{"kind": "HelmRepository", "name": "podinfo"}}
+		if vf != "" {
+			chart["valuesFile"] = vf
+		}
+		hr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "helm.toolkit.fluxcd.io/v2beta2", "kind": "HelmRelease",
+			"metadata": map[string]any{"name": fmt.Sprintf("hr%d", i)}, "spec": map[string]any{"interval": "5m", "chart": map[string]any{"spec": chart}}}}
+		if _, err := ri.Create(ctx, hr, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next, err := testenv.ReadCRDs(dir(t, "flux-helm-controller/v1.0.0")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	incoming := []chartcrds.CRD{{CRD: next[0], Source: predict.Templates}}
+	cluster, err := check.NewKubeCluster(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(noSchema bool) check.CRDReport {
+		t.Helper()
+		rep, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: incoming, NoSchemaCheck: noSchema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.CRDs) != 1 {
+			t.Fatalf("want one CRD, got %+v", rep.CRDs)
+		}
+		if got := rep.Safe; got != (rep.CRDs[0].Verdict == predict.OK) {
+			t.Fatalf("Safe=%v with verdict %s", got, rep.CRDs[0].Verdict)
+		}
+		return rep.CRDs[0]
+	}
+
+	if c := run(true); c.Verdict != predict.OK || c.Schema != nil {
+		t.Fatalf("without the schema check the API server's answer is ok: got %s, schema %+v", c.Verdict, c.Schema)
+	}
+	c := run(false)
+	if c.Verdict != predict.DataLoss {
+		t.Fatalf("want %s, got %s: %s", predict.DataLoss, c.Verdict, c.Reason)
+	}
+	i := slices.IndexFunc(c.Schema.Pruned, func(p crdschema.PathCount) bool { return p.Path == "spec.chart.spec.valuesFile" })
+	if i < 0 || c.Schema.Pruned[i].Objects != 2 || !slices.Equal(c.Schema.Pruned[i].Examples, []string{"default/hr0", "default/hr2"}) {
+		t.Fatalf("want valuesFile dropped from default/hr0 and default/hr2, got %+v", c.Schema.Pruned)
+	}
+	for _, want := range []string{"spec.chart.spec.valuesFile", "2 objects"} {
+		if !strings.Contains(c.Reason, want) {
+			t.Errorf("reason %q lacks %q", c.Reason, want)
+		}
+	}
+	if !strings.Contains(c.Action, predict.AllowFieldLossAnnotation) || !strings.Contains(c.Action, "spec.chart.spec.valuesFile") {
+		t.Errorf("action %q should name the paths and the annotation that accepts the loss", c.Action)
+	}
+	if strings.Contains(c.Reason, "values-prod.yaml") || strings.Contains(c.Action, "values-prod.yaml") {
+		t.Errorf("a field's value reached the report: %q / %q", c.Reason, c.Action)
+	}
+
+	// The gate refuses it with the path: no automatic step fixes data loss.
+	d, err := gate.Decide(ctx, cp.Config, incoming, gate.Options{AutoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Outcome != gate.Blocked || d.Reason != gate.ReasonDataLoss || !strings.Contains(d.Message, "spec.chart.spec.valuesFile") {
+		t.Fatalf("gate: want Blocked/%s naming the path, got %s/%s: %s", gate.ReasonDataLoss, d.Outcome, d.Reason, d.Message)
+	}
+
+	// The live CRD's annotation accepts the loss: reported, no longer blocking.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, predict.AllowFieldLossAnnotation)
+	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, next[0].Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c = run(false)
+	if c.Verdict != predict.OK || c.Schema == nil || !c.Schema.DataLoss() || !strings.Contains(c.Reason, "accepts the loss") {
+		t.Fatalf("accepted loss: want ok with the loss still reported, got %s (%s)", c.Verdict, c.Reason)
+	}
+}

@@ -1,0 +1,374 @@
+// Package crdschema owns the question "will the objects already stored survive this CRD's
+// schema?". A CRD update that narrows a schema loses data quietly: the API server prunes
+// fields the new structural schema does not declare when it reads an object from etcd,
+// and the next write (a controller's status update, or a storage migration) makes the
+// loss permanent. Objects that break a new validation rule keep working until an update
+// touches the field, and then every such update is rejected. A conversion webhook removed
+// while objects are stored at several versions serves them unconverted.
+//
+// The judgement is the API server's own code from k8s.io/apiextensions-apiserver: the
+// structural schema, pruning, defaulting, embedded-object metadata coercion, and the
+// custom resource strategy's validation (OpenAPI, list-type invariants, CEL rules within
+// their cost limits, and ratcheting on update). Nothing here re-implements a rule.
+//
+// A Judge compiles one schema change (the live CRD and the CRD about to replace it, or the
+// CRD a migration writes under). Judge.Reads says which live objects to read, at which
+// version, and against which schema; Scan reads them page by page and returns a Report of
+// field paths and counts, never values.
+package crdschema
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
+	apiextinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
+	structurallisttype "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
+	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/cel/common"
+)
+
+// Read is one pass over the live objects of a CRD: list them at version ReadAt (as the
+// live API server serves them) and judge each against the schema of version Against in
+// the CRD that will be in force.
+type Read struct {
+	ReadAt  string `json:"readAt"`
+	Against string `json:"against"`
+	// Validate says whether the pass judges validation too. Pruning is judged on every
+	// pass; validation only where the object keeps its version (ReadAt == Against), since
+	// that is the version clients update it at.
+	Validate bool `json:"validate"`
+}
+
+// Judge is one compiled schema change: the CRD whose schema is in force now (Live) and the
+// CRD that will be (Next). Build it with New.
+type Judge struct {
+	live, next *apiextv1.CustomResourceDefinition
+	nextRules  map[string]*rules
+	liveRules  map[string]*rules
+	reads      []Read
+	conversion *ConversionRemoval
+}
+
+// rules are the API server's machinery for one version of one CRD.
+type rules struct {
+	structural *structuralschema.Structural
+	validator  apiservervalidation.SchemaValidator
+	cel        *cel.Validator
+}
+
+// validate is the custom resource strategy's create validation (k8s.io/apiextensions-
+// apiserver/pkg/registry/customresource, strategy.go), in its order, from the same
+// packages: the OpenAPI schema, embedded resources' metadata, list-type invariants, then
+// the CEL rules within the runtime cost budget when nothing before blocks them. With old
+// set, it is the update validation, ratcheting what old already had.
+func (r *rules) validate(ctx context.Context, obj, old map[string]any) field.ErrorList {
+	var opts []apiservervalidation.ValidationOption
+	var celOpts []cel.Option
+	var errs field.ErrorList
+	if old != nil {
+		correlated := common.NewCorrelatedObject(obj, old, &model.Structural{Structural: r.structural})
+		opts = append(opts, apiservervalidation.WithRatcheting(correlated))
+		celOpts = append(celOpts, cel.WithRatcheting(correlated))
+		errs = apiservervalidation.ValidateCustomResourceUpdate(nil, obj, old, r.validator, opts...)
+	} else {
+		errs = apiservervalidation.ValidateCustomResource(nil, obj, r.validator)
+	}
+	errs = append(errs, schemaobjectmeta.Validate(ctx, nil, obj, r.structural, false)...)
+	if old == nil || len(structurallisttype.ValidateListSetsAndMaps(nil, r.structural, old)) == 0 {
+		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, r.structural, obj)...)
+	}
+	if r.cel == nil || blocking(errs) {
+		return errs
+	}
+	var oldObj any
+	if old != nil {
+		oldObj = old
+	}
+	celErrs, _ := r.cel.Validate(ctx, nil, r.structural, obj, oldObj, celconfig.RuntimeCELCostBudget, celOpts...)
+	return append(errs, celErrs...)
+}
+
+// blocking mirrors the strategy: CEL rules are not run over values of the wrong type.
+func blocking(errs field.ErrorList) bool {
+	return slices.ContainsFunc(errs, func(e *field.Error) bool { return e.Type == field.ErrorTypeTypeInvalid })
+}
+
+// New compiles the change from live (the CRD as it is on the cluster) to next (the CRD an
+// upgrade or rollback applies, or the live CRD itself with the storage version a
+// migration writes at). A nil live CRD means next is new: nothing is stored, nothing is
+// judged.
+func New(live, next *apiextv1.CustomResourceDefinition) (*Judge, error) {
+	j := &Judge{live: live, next: next, nextRules: map[string]*rules{}, liveRules: map[string]*rules{}}
+	if live == nil || next == nil {
+		return j, nil
+	}
+	var err error
+	if j.nextRules, err = compile(next); err != nil {
+		return nil, fmt.Errorf("compile the schema of the incoming CRD %s: %w", next.Name, err)
+	}
+	if j.liveRules, err = compile(live); err != nil {
+		return nil, fmt.Errorf("compile the schema of the live CRD %s: %w", live.Name, err)
+	}
+	j.reads = plan(live, next)
+	j.conversion = conversionRemoved(live, next)
+	return j, nil
+}
+
+// ForMigration compiles what a storage migration of crd does to its objects: every object
+// is re-written at storage (the live storage version when empty), so an object stored at
+// another version keeps only what storage's schema declares. Without a conversion webhook
+// that is a relabelling, so objects are read at each other stored version the CRD serves
+// and judged against storage's schema. With a webhook, what survives is the webhook's
+// doing: nothing is read.
+func ForMigration(crd *apiextv1.CustomResourceDefinition, storage string) (*Judge, error) {
+	if storage == "" {
+		storage, _ = apihelpers.GetCRDStorageVersion(crd)
+	}
+	rules, err := compile(crd)
+	if err != nil {
+		return nil, fmt.Errorf("compile the schema of CRD %s: %w", crd.Name, err)
+	}
+	j := &Judge{live: crd, next: crd, nextRules: rules, liveRules: rules}
+	if !noConversion(crd) {
+		return j, nil
+	}
+	for _, v := range crd.Status.StoredVersions {
+		if v != storage && apihelpers.HasServedCRDVersion(crd, v) && !sameSchema(crd, v, crd, storage) {
+			j.reads = append(j.reads, Read{ReadAt: v, Against: storage})
+		}
+	}
+	return j, nil
+}
+
+// Changed says whether replacing live with next can change what stored objects keep or
+// pass: a schema of a version both declare differs, the storage version moves, or the
+// conversion strategy changes. Without it, New would plan no reads and find nothing.
+func Changed(live, next *apiextv1.CustomResourceDefinition) bool {
+	if live == nil || next == nil {
+		return false
+	}
+	ls, _ := apihelpers.GetCRDStorageVersion(live)
+	ns, _ := apihelpers.GetCRDStorageVersion(next)
+	if ls != ns || noConversion(live) != noConversion(next) {
+		return true
+	}
+	for _, v := range next.Spec.Versions {
+		declared := slices.ContainsFunc(live.Spec.Versions, func(x apiextv1.CustomResourceDefinitionVersion) bool { return x.Name == v.Name })
+		if declared && !sameSchema(live, v.Name, next, v.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Reads are the passes over live objects this change needs; none when no schema that
+// stored or served objects meet changes (the caller then reads nothing).
+func (j *Judge) Reads() []Read { return slices.Clone(j.reads) }
+
+// ConversionRemoved is the conversion finding of this change, nil when there is none. It
+// needs no objects: it is decided from the two CRDs and storedVersions.
+func (j *Judge) ConversionRemoved() *ConversionRemoval { return j.conversion }
+
+// Outcome is what the change does to one object.
+type Outcome struct {
+	// Pruned are the field paths the next schema drops (list indices written as [*]).
+	Pruned []string
+	// Invalid are the validation errors the object would meet on its next update that it
+	// does not meet under the live schema (the API server ratchets them until then).
+	Invalid field.ErrorList
+}
+
+// Object judges one object read at r.ReadAt. It does not modify obj.
+func (j *Judge) Object(ctx context.Context, r Read, obj map[string]any) Outcome {
+	next := j.nextRules[r.Against]
+	if next == nil {
+		return Outcome{}
+	}
+	u := &unstructured.Unstructured{Object: runtime.DeepCopyJSON(obj)}
+	if r.ReadAt != r.Against {
+		u.SetAPIVersion(schema.GroupVersion{Group: j.next.Spec.Group, Version: r.Against}.String())
+	}
+	out := Outcome{Pruned: prune(u.Object, next.structural)}
+	if !r.Validate {
+		return out
+	}
+	structuraldefaulting.Default(u.Object, next.structural)
+	errs := next.validate(ctx, u.Object, nil)
+	if len(errs) == 0 {
+		return out
+	}
+	var before field.ErrorList
+	if live := j.liveRules[r.ReadAt]; live != nil {
+		before = live.validate(ctx, obj, nil)
+	}
+	for _, e := range errs {
+		if !slices.ContainsFunc(before, func(b *field.Error) bool { return sameError(b, e) }) {
+			out.Invalid = append(out.Invalid, e)
+		}
+	}
+	return out
+}
+
+// UnchangedUpdate runs the next schema's update validation with the object as both the old
+// and the new object, as a no-op write (a storage migration's) meets it: ratcheting lets
+// an unchanged invalid object through. It is what the API server would answer.
+func (j *Judge) UnchangedUpdate(ctx context.Context, r Read, obj map[string]any) field.ErrorList {
+	next := j.nextRules[r.Against]
+	if next == nil {
+		return nil
+	}
+	o := runtime.DeepCopyJSON(obj)
+	structuraldefaulting.Default(o, next.structural)
+	return next.validate(ctx, o, runtime.DeepCopyJSON(o))
+}
+
+func sameError(a, b *field.Error) bool {
+	return a.Type == b.Type && a.Field == b.Field && a.Detail == b.Detail
+}
+
+var index = regexp.MustCompile(`\[\d+\]`)
+
+// prune drops from x what the structural schema does not declare, as the API server does
+// on every read from etcd, and returns the dropped paths with list indices folded.
+func prune(x map[string]any, s *structuralschema.Structural) []string {
+	paths := structuralpruning.PruneWithOptions(x, s, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
+	structuraldefaulting.PruneNonNullableNullsWithoutDefaults(x, s)
+	// Embedded resources' metadata is coerced, dropping unknown and malformed fields.
+	if _, more := schemaobjectmeta.CoerceWithOptions(nil, x, s, false,
+		schemaobjectmeta.CoerceOptions{DropInvalidFields: true, ReturnUnknownFieldPaths: true}); len(more) > 0 {
+		paths = append(paths, more...)
+	}
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		out = append(out, index.ReplaceAllString(p, "[*]"))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// compile builds, for every version of crd with a schema, the structural schema and the
+// custom resource strategy the API server would serve it with.
+func compile(crd *apiextv1.CustomResourceDefinition) (map[string]*rules, error) {
+	out := map[string]*rules{}
+	for _, v := range crd.Spec.Versions {
+		val, err := apihelpers.GetSchemaForVersion(crd, v.Name)
+		if err != nil {
+			return nil, err
+		}
+		if val == nil || val.OpenAPIV3Schema == nil {
+			continue
+		}
+		internal := &apiextinternal.CustomResourceValidation{}
+		if err := apiextv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(val, internal, nil); err != nil {
+			return nil, fmt.Errorf("version %s: %w", v.Name, err)
+		}
+		s, err := structuralschema.NewStructural(internal.OpenAPIV3Schema)
+		if err != nil {
+			return nil, fmt.Errorf("version %s: not a structural schema: %w", v.Name, err)
+		}
+		s = s.DeepCopy()
+		if err := structuraldefaulting.PruneDefaults(s); err != nil {
+			return nil, fmt.Errorf("version %s: %w", v.Name, err)
+		}
+		validator, _, err := apiservervalidation.NewSchemaValidator(internal.OpenAPIV3Schema)
+		if err != nil {
+			return nil, fmt.Errorf("version %s: %w", v.Name, err)
+		}
+		// CEL programs are compiled here, with the API server's per-call cost limit.
+		out[v.Name] = &rules{structural: s, validator: validator, cel: cel.NewValidator(s, true, celconfig.PerCallLimit)}
+	}
+	return out, nil
+}
+
+// plan decides the passes over live objects. For every version the next CRD keeps whose
+// schema changes, objects are read at that version (if the live CRD serves it) and judged
+// against its next schema. When the next CRD stores at another version without a
+// conversion webhook, objects are also read at the live storage version and judged
+// against the next storage version's schema: a write re-encodes them there, relabelled.
+func plan(live, next *apiextv1.CustomResourceDefinition) []Read {
+	var reads []Read
+	add := func(r Read) {
+		if !slices.Contains(reads, r) {
+			reads = append(reads, r)
+		}
+	}
+	for _, v := range next.Spec.Versions {
+		if !apihelpers.HasServedCRDVersion(live, v.Name) || sameSchema(live, v.Name, next, v.Name) {
+			continue
+		}
+		add(Read{ReadAt: v.Name, Against: v.Name, Validate: true})
+	}
+	liveStorage, _ := apihelpers.GetCRDStorageVersion(live)
+	nextStorage, _ := apihelpers.GetCRDStorageVersion(next)
+	if liveStorage != "" && nextStorage != "" && liveStorage != nextStorage && noConversion(next) &&
+		apihelpers.HasServedCRDVersion(live, liveStorage) && !sameSchema(live, liveStorage, next, nextStorage) {
+		add(Read{ReadAt: liveStorage, Against: nextStorage})
+	}
+	return reads
+}
+
+func sameSchema(a *apiextv1.CustomResourceDefinition, av string, b *apiextv1.CustomResourceDefinition, bv string) bool {
+	sa, _ := apihelpers.GetSchemaForVersion(a, av)
+	sb, _ := apihelpers.GetSchemaForVersion(b, bv)
+	if sb == nil {
+		return sa == nil
+	}
+	if sa == nil {
+		return false
+	}
+	return equality.Semantic.DeepEqual(sa.OpenAPIV3Schema, sb.OpenAPIV3Schema)
+}
+
+func noConversion(crd *apiextv1.CustomResourceDefinition) bool {
+	return crd.Spec.Conversion == nil || crd.Spec.Conversion.Strategy == apiextv1.NoneConverter
+}
+
+// ConversionRemoval is a conversion webhook that the change removes while objects are
+// stored at versions whose schemas differ: the API server then serves each object at the
+// version asked for by relabelling it, unconverted.
+type ConversionRemoval struct {
+	StoredVersions []string `json:"storedVersions"`
+	// DifferentSchemas are the stored versions whose schema differs from the next
+	// storage version's.
+	DifferentSchemas []string `json:"differentSchemas"`
+	Message          string   `json:"message"`
+}
+
+func conversionRemoved(live, next *apiextv1.CustomResourceDefinition) *ConversionRemoval {
+	if noConversion(live) || !noConversion(next) || len(live.Status.StoredVersions) < 2 {
+		return nil
+	}
+	nextStorage, _ := apihelpers.GetCRDStorageVersion(next)
+	var differ []string
+	for _, v := range live.Status.StoredVersions {
+		if v != nextStorage && !sameSchema(live, v, next, nextStorage) {
+			differ = append(differ, v)
+		}
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	return &ConversionRemoval{
+		StoredVersions:   slices.Clone(live.Status.StoredVersions),
+		DifferentSchemas: differ,
+		Message: fmt.Sprintf("the conversion webhook is removed while objects are stored at %s: objects stored at %s would be served as %s unconverted, and the next write keeps only what the %s schema declares",
+			strings.Join(live.Status.StoredVersions, ", "), strings.Join(differ, ", "), nextStorage, nextStorage),
+	}
+}

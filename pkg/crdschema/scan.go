@@ -1,0 +1,235 @@
+package crdschema
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/dynamic"
+)
+
+// MaxExamples bounds the object names a Report keeps for each path or rule.
+const MaxExamples = 3
+
+// DefaultPageSize is how many objects one LIST page holds; a scan keeps one page in memory.
+const DefaultPageSize = 500
+
+// Report is what a schema change does to the objects stored today. It holds paths, rule
+// messages, counts and a few object names, never a field's value.
+type Report struct {
+	// Reads are the passes made (none when no schema that matters changed).
+	Reads []Read `json:"reads,omitempty"`
+	// Objects is how many objects were judged, over all passes.
+	Objects int64 `json:"objects"`
+	// Pruned are the fields the next schema drops: hidden at once, gone from etcd at the
+	// next write of each object. Data loss.
+	Pruned []PathCount `json:"pruned,omitempty"`
+	// Invalid are the validation failures objects would meet on their next update that
+	// touches the field (the API server ratchets them until then). A warning.
+	Invalid []RuleCount `json:"invalid,omitempty"`
+	// ConversionRemoved is a conversion webhook removed while differently shaped versions
+	// are stored. Data loss.
+	ConversionRemoved *ConversionRemoval `json:"conversionRemoved,omitempty"`
+}
+
+// PathCount is one field path with the objects that hold it.
+type PathCount struct {
+	Path string `json:"path"`
+	// Version is the version whose schema drops it.
+	Version  string   `json:"version"`
+	Objects  int64    `json:"objects"`
+	Examples []string `json:"examples"`
+}
+
+// RuleCount is one validation failure with the objects that meet it.
+type RuleCount struct {
+	Path    string `json:"path"`
+	Version string `json:"version"`
+	// Type is the kind of failure (Required value, Unsupported value, Invalid value, ...).
+	Type string `json:"type"`
+	// Message is the rule's own text (a CEL rule's message, the enum's values), without
+	// the object's value.
+	Message  string   `json:"message"`
+	Objects  int64    `json:"objects"`
+	Examples []string `json:"examples"`
+}
+
+// DataLoss says whether the change loses data: pruned fields or a removed conversion.
+func (r *Report) DataLoss() bool {
+	return r != nil && (len(r.Pruned) > 0 || r.ConversionRemoved != nil)
+}
+
+// Warns says whether the change leaves objects that later updates will be refused for.
+func (r *Report) Warns() bool { return r != nil && len(r.Invalid) > 0 }
+
+// PrunedPaths are the pruned field paths, each once.
+func (r *Report) PrunedPaths() []string {
+	var out []string
+	for _, p := range r.Pruned {
+		out = append(out, p.Path)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Summary is one line for a report, a condition or a denial: what is lost or refused,
+// with counts and paths.
+func (r *Report) Summary() string {
+	if r == nil {
+		return ""
+	}
+	var parts []string
+	if len(r.Pruned) > 0 {
+		var ps []string
+		for _, p := range r.Pruned {
+			ps = append(ps, fmt.Sprintf("%s (%d objects)", p.Path, p.Objects))
+		}
+		parts = append(parts, "fields dropped by the new schema: "+strings.Join(ps, ", "))
+	}
+	if r.ConversionRemoved != nil {
+		parts = append(parts, r.ConversionRemoved.Message)
+	}
+	if len(r.Invalid) > 0 {
+		var rs []string
+		for _, i := range r.Invalid {
+			rs = append(rs, fmt.Sprintf("%s: %s (%d objects)", i.Path, i.Message, i.Objects))
+		}
+		parts = append(parts, "objects whose next update would be rejected: "+strings.Join(rs, "; "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Lister lists a CRD's live objects at one version, one page at a time.
+type Lister interface {
+	List(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
+}
+
+// DynamicLister lists through a dynamic client.
+type DynamicLister struct{ Client dynamic.Interface }
+
+// List lists one page across all namespaces.
+func (d DynamicLister) List(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	return d.Client.Resource(gvr).List(ctx, opts)
+}
+
+// Scan reads the live objects the change needs, page by page, and judges each. A CRD
+// whose schemas do not change is not read at all. pageSize 0 is DefaultPageSize.
+func (j *Judge) Scan(ctx context.Context, l Lister, pageSize int64) (*Report, error) {
+	rep := &Report{Reads: j.Reads(), ConversionRemoved: j.conversion}
+	if pageSize <= 0 {
+		pageSize = DefaultPageSize
+	}
+	acc := newAccumulator()
+	for _, r := range j.reads {
+		gvr := schema.GroupVersionResource{Group: j.live.Spec.Group, Version: r.ReadAt, Resource: j.live.Spec.Names.Plural}
+		opts := metav1.ListOptions{Limit: pageSize}
+		for {
+			list, err := l.List(ctx, gvr, opts)
+			if err != nil {
+				return nil, fmt.Errorf("list %s at %s to judge them against the new schema: %w", gvr.GroupResource(), r.ReadAt, err)
+			}
+			for i := range list.Items {
+				o := &list.Items[i]
+				acc.add(r, objectName(o), j.Object(ctx, r, o.Object))
+				rep.Objects++
+			}
+			if list.GetContinue() == "" {
+				break
+			}
+			opts.Continue = list.GetContinue()
+		}
+	}
+	rep.Pruned, rep.Invalid = acc.result()
+	return rep, nil
+}
+
+// Check is New and Scan in one call.
+func Check(ctx context.Context, l Lister, live, next *apiextv1.CustomResourceDefinition) (*Report, error) {
+	j, err := New(live, next)
+	if err != nil {
+		return nil, err
+	}
+	return j.Scan(ctx, l, 0)
+}
+
+func objectName(o *unstructured.Unstructured) string {
+	if ns := o.GetNamespace(); ns != "" {
+		return ns + "/" + o.GetName()
+	}
+	return o.GetName()
+}
+
+type accumulator struct {
+	pruned  map[[2]string]*PathCount
+	invalid map[[4]string]*RuleCount
+}
+
+func newAccumulator() *accumulator {
+	return &accumulator{pruned: map[[2]string]*PathCount{}, invalid: map[[4]string]*RuleCount{}}
+}
+
+func (a *accumulator) add(r Read, name string, o Outcome) {
+	for _, p := range o.Pruned {
+		k := [2]string{r.Against, p}
+		pc := a.pruned[k]
+		if pc == nil {
+			pc = &PathCount{Path: p, Version: r.Against, Examples: []string{}}
+			a.pruned[k] = pc
+		}
+		pc.Objects++
+		if len(pc.Examples) < MaxExamples {
+			pc.Examples = append(pc.Examples, name)
+		}
+	}
+	seen := map[[4]string]bool{}
+	for _, e := range o.Invalid {
+		path := index.ReplaceAllString(e.Field, "[*]")
+		k := [4]string{r.Against, path, string(e.Type), e.Detail}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		rc := a.invalid[k]
+		if rc == nil {
+			rc = &RuleCount{Path: path, Version: r.Against, Type: e.Type.String(), Message: message(e), Examples: []string{}}
+			a.invalid[k] = rc
+		}
+		rc.Objects++
+		if len(rc.Examples) < MaxExamples {
+			rc.Examples = append(rc.Examples, name)
+		}
+	}
+}
+
+// message is the error without the object's value: the failure's type and the rule's
+// detail (the API server's own wording for both).
+func message(e *field.Error) string {
+	if e.Detail == "" {
+		return e.Type.String()
+	}
+	return e.Type.String() + ": " + e.Detail
+}
+
+func (a *accumulator) result() ([]PathCount, []RuleCount) {
+	var pruned []PathCount
+	for _, p := range a.pruned {
+		pruned = append(pruned, *p)
+	}
+	slices.SortFunc(pruned, func(x, y PathCount) int {
+		return strings.Compare(x.Version+"\x00"+x.Path, y.Version+"\x00"+y.Path)
+	})
+	var invalid []RuleCount
+	for _, r := range a.invalid {
+		invalid = append(invalid, *r)
+	}
+	slices.SortFunc(invalid, func(x, y RuleCount) int {
+		return strings.Compare(x.Version+"\x00"+x.Path+"\x00"+x.Message, y.Version+"\x00"+y.Path+"\x00"+y.Message)
+	})
+	return pruned, invalid
+}
