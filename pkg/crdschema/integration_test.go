@@ -640,4 +640,3 @@ func liveCRD(t *testing.T, cs apiextclient.Interface, name string) *apiextv1.Cus
 	}
 	return c
 }
-
