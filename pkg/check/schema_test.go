@@ -115,3 +115,57 @@ func TestSchemaDataLoss(t *testing.T) {
 		t.Fatalf("accepted loss: want ok with the loss still reported, got %s (%s)", c.Verdict, c.Reason)
 	}
 }
+
+// TestSchemaRollback: a rollback is judged the same way, the older schema against today's
+// objects. kro 0.9.3 -> 0.2.0 keeps ResourceGraphDefinition at v1alpha1 (storedVersions
+// says ok), but 0.2.0's schema lacks spec.schema.additionalPrinterColumns, which a
+// 0.9.3 user may have set.
+func TestSchemaRollback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a control plane")
+	}
+	ctx := t.Context()
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	t.Cleanup(func() { _ = cp.DeleteAllCRDs(ctx) })
+	if err := testenv.ApplyFixtureCRDs(ctx, cs, dir(t, "kro/v0.9.3")...); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cp.Config)
+	ri := dyn.Resource(schema.GroupVersionResource{Group: "kro.run", Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
+	for i, cols := range []bool{true, false} {
+		spec := map[string]any{"apiVersion": "v1alpha1", "kind": fmt.Sprintf("Web%d", i), "spec": map[string]any{"name": "string"}}
+		if cols {
+			spec["additionalPrinterColumns"] = []any{map[string]any{"name": "Name", "type": "string", "jsonPath": ".spec.name"}}
+		}
+		rgd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
+			"metadata": map[string]any{"name": fmt.Sprintf("web%d", i)}, "spec": map[string]any{"schema": spec}}}
+		if _, err := ri.Create(ctx, rgd, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	older, err := testenv.ReadCRDs(dir(t, "kro/v0.2.0")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := check.NewKubeCluster(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := check.Run(ctx, cluster, check.Request{Operation: predict.Rollback,
+		Incoming: []chartcrds.CRD{{CRD: older[0], Source: predict.Templates}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.CRDs[0]
+	if rep.Safe || c.Verdict != predict.DataLoss {
+		t.Fatalf("want a data-loss rollback, got safe=%v %s: %s", rep.Safe, c.Verdict, c.Reason)
+	}
+	if got := c.Schema.PrunedPaths(); !slices.Contains(got, "spec.schema.additionalPrinterColumns") {
+		t.Fatalf("pruned %v", got)
+	}
+	for _, p := range c.Schema.Pruned {
+		if p.Path == "spec.schema.additionalPrinterColumns" && (p.Objects != 1 || p.Examples[0] != "web0") {
+			t.Errorf("want web0 only, got %+v", p)
+		}
+	}
+}
