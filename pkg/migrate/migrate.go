@@ -13,6 +13,7 @@
 package migrate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
 
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
@@ -92,6 +94,12 @@ type Options struct {
 	// AllowStorageSwitch confirms that a Target with StorageVersion may change the live
 	// CRD's storage version.
 	AllowStorageSwitch bool
+	// AllowFieldLoss lets a migration go ahead when re-writing the objects stored at
+	// another version would drop fields the storage version's schema does not declare
+	// (Result.FieldLoss says which). Without it (or the CRD's
+	// predict.AllowFieldLossAnnotation) such a run writes nothing and is refused
+	// (Result.FieldLossRefused): the loss would be permanent.
+	AllowFieldLoss bool
 	// LeaseNamespace holds the per-CRD Leases; Holder names this run in them.
 	LeaseNamespace string
 	Holder         string
@@ -186,7 +194,15 @@ type Result struct {
 	// PrunedBy says who pruned storedVersions after a builtin migration: the server
 	// (Kubernetes 1.37 does) or upgradeguard, under the same guards as the client engine.
 	PrunedBy string `json:"prunedBy,omitempty"`
-	Message  string `json:"message,omitempty"`
+	// FieldLoss is what re-writing the objects stored at other versions drops at the
+	// storage version: field paths, object counts and a few object names, never values.
+	// Nil when nothing is dropped (or nothing needed reading). Set whether the run was
+	// refused for it or went ahead under Options.AllowFieldLoss.
+	FieldLoss *crdschema.Report `json:"fieldLoss,omitempty"`
+	// FieldLossRefused says the run stopped before writing anything because of FieldLoss
+	// (Status is Incomplete, Message says how to go on): a finding, not a failure to run.
+	FieldLossRefused bool   `json:"fieldLossRefused,omitempty"`
+	Message          string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
@@ -295,13 +311,22 @@ func (m *Migrator) Migrate(ctx context.Context, t Target, o Options) (*Result, e
 		res.Message = "storedVersions already equals [" + res.StorageVersion + "]"
 		return res, nil
 	}
+	// Before any engine writes (or a dry run reports): the objects the migration would
+	// strip of fields, refused unless allowed.
+	refused, err := m.judgeFieldLoss(ctx, crd, cmp.Or(switchTo, res.StorageVersion), o, res)
+	if err != nil {
+		return nil, err
+	}
+	if refused {
+		return res, nil
+	}
 	if err := m.chooseEngine(ctx, crd, o, res); err != nil {
 		return nil, err
 	}
 	if o.DryRun {
 		return m.dryRun(ctx, crd, switchTo, o, res)
 	}
-	return m.locked(ctx, t, o, res, switchTo, start)
+	return m.locked(ctx, t, o, res, switchTo, start, crd.Generation)
 }
 
 // storageSwitch is the storage version a target switches to first ("" for none), if the
@@ -320,8 +345,9 @@ func storageSwitch(crd *apiextv1.CustomResourceDefinition, t Target, o Options, 
 }
 
 // locked runs the migration under the CRD's Lease, recording where it stopped in the
-// Lease when it stops cleanly part-way.
-func (m *Migrator) locked(ctx context.Context, t Target, o Options, res *Result, switchTo string, start time.Time) (*Result, error) {
+// Lease when it stops cleanly part-way. judged is the CRD generation whose schemas the
+// field loss was judged against.
+func (m *Migrator) locked(ctx context.Context, t Target, o Options, res *Result, switchTo string, start time.Time, judged int64) (*Result, error) {
 	l := &lease{client: m.leases.Leases(o.LeaseNamespace), name: leaseName(t.Name), holder: o.Holder,
 		duration: o.LeaseDuration, crd: t.Name, ns: o.LeaseNamespace}
 	saved, err := l.acquire(ctx, o.Wait)
@@ -350,6 +376,17 @@ func (m *Migrator) locked(ctx context.Context, t Target, o Options, res *Result,
 	}
 	if switchTo == crdversions.StorageVersion(crd) {
 		switchTo = ""
+	}
+	if crd.Generation != judged {
+		// The schemas changed while this run waited for the Lease: judge them again.
+		res.FieldLoss = nil
+		refused, err := m.judgeFieldLoss(runCtx, crd, cmp.Or(switchTo, crdversions.StorageVersion(crd)), o, res)
+		if err != nil {
+			return nil, err
+		}
+		if refused {
+			return res, nil
+		}
 	}
 	if crd = m.ready(runCtx, crd, res, switchTo); crd == nil {
 		return res, nil // the reason is in the Result: an incomplete run, not a failure to start

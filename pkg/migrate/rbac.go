@@ -51,19 +51,23 @@ func RBAC(name, leaseNamespace string, crds []*apiextv1.CustomResourceDefinition
 
 // BuiltinRBAC returns the minimal permissions to migrate the given CRDs with the builtin
 // engine: StorageVersionMigrations instead of patch on every object, and the CRDs and
-// their status for the prune. No access to the custom resources at all.
+// their status for the prune. The custom resources are only listed, never written: a run
+// reads the objects stored at other versions to judge which fields the migration would
+// drop (Options.AllowFieldLoss).
 func BuiltinRBAC(name, leaseNamespace string, crds []*apiextv1.CustomResourceDefinition, storageSwitch bool) Permissions {
 	names := make([]string, 0, len(crds))
 	leases := make([]string, 0, len(crds))
+	var read []rbacv1.PolicyRule
 	for _, c := range crds {
 		names = append(names, c.Name)
 		leases = append(leases, leaseName(c.Name))
+		read = append(read, rbacv1.PolicyRule{APIGroups: []string{c.Spec.Group}, Resources: []string{c.Spec.Names.Plural}, Verbs: []string{"list"}})
 	}
 	// StorageVersionMigrations get generated names, so no rule can name them; list and
 	// watch also show migrations in progress.
 	rules := append(crdRules(names, storageSwitch), rbacv1.PolicyRule{APIGroups: []string{StorageMigrationGroup},
 		Resources: []string{"storageversionmigrations"}, Verbs: []string{"create", "get", "list", "watch", "delete"}})
-	return permissions(name, leaseNamespace, rules, leases)
+	return permissions(name, leaseNamespace, append(rules, read...), leases)
 }
 
 // crdRules read the CRDs and update their status (the prune), by name; with

@@ -1,0 +1,91 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// FieldLossRunbook is the runbook a refusal for field loss points to.
+const FieldLossRunbook = "docs/runbooks/migration-refused-field-loss.md"
+
+// judgeFieldLoss asks what re-writing crd's objects at storage would drop: the API server
+// prunes what storage's schema does not declare when it decodes an object stored at
+// another version, and the migration's write makes that permanent. It records the loss in
+// res.FieldLoss and reports whether the run must stop before writing anything (there is a
+// loss and nothing accepts it: see FieldLossAllowed). A CRD whose stored versions share the
+// storage schema, or that converts through a webhook, is not read at all.
+func (m *Migrator) judgeFieldLoss(ctx context.Context, crd *apiextv1.CustomResourceDefinition, storage string, o Options, res *Result) (bool, error) {
+	judge, err := crdschema.ForMigration(crd, storage)
+	if err != nil {
+		return false, fmt.Errorf("judge which fields a migration of %s to %s would drop: %w", crd.Name, storage, err)
+	}
+	if len(judge.Reads()) == 0 {
+		return false, nil
+	}
+	rep, err := judge.Scan(ctx, retryingLister{client: m.dynamic}, o.PageSize)
+	if err != nil {
+		return false, fmt.Errorf("%s: read the objects stored at older versions to judge which fields the migration would drop: %w", crd.Name, err)
+	}
+	if !rep.DataLoss() {
+		return false, nil
+	}
+	res.FieldLoss = rep
+	if FieldLossAllowed(crd, o) {
+		return false, nil
+	}
+	res.Status, res.FieldLossRefused = Incomplete, true
+	res.Message = fieldLossMessage(storage, rep)
+	return true, nil
+}
+
+// FieldLossAllowed says whether a migration of crd may drop fields its objects hold:
+// Options.AllowFieldLoss, or the live CRD's predict.AllowFieldLossAnnotation, the same
+// acceptance that check, plan and the gates honour for an upgrade's loss.
+func FieldLossAllowed(crd *apiextv1.CustomResourceDefinition, o Options) bool {
+	return o.AllowFieldLoss || crd.Annotations[predict.AllowFieldLossAnnotation] == "true"
+}
+
+// fieldLossMessage says what a refused migration would have dropped (paths, counts and a
+// few object names, never a value), that nothing was written, and the two ways on.
+func fieldLossMessage(storage string, rep *crdschema.Report) string {
+	var from []string
+	for _, r := range rep.Reads {
+		from = append(from, r.ReadAt)
+	}
+	slices.Sort(from)
+	from = slices.Compact(from)
+	paths := make([]string, 0, len(rep.Pruned))
+	for _, p := range rep.Pruned {
+		paths = append(paths, fmt.Sprintf("%s (%d objects, e.g. %s)", p.Path, p.Objects, strings.Join(p.Examples, ", ")))
+	}
+	return fmt.Sprintf("refused: re-writing the objects stored at %s as %s would permanently drop fields the %s schema does not declare: %s. "+
+		"Nothing was written and storedVersions is untouched. To keep the fields, add them to the %s schema of the CRD "+
+		"(or mark their parent x-kubernetes-preserve-unknown-fields) and migrate again; if losing them is intended, "+
+		"migrate again allowing it (--allow-field-loss, spec.allowFieldLoss on a StorageMigration, or the CRD annotation %s=true). See %s",
+		strings.Join(from, ", "), storage, storage, strings.Join(paths, "; "), storage, predict.AllowFieldLossAnnotation, FieldLossRunbook)
+}
+
+// retryingLister lists through the dynamic client, retrying what a migration's own LIST
+// retries (429 with Retry-After, 5xx, timeouts, a restarting API server).
+type retryingLister struct{ client dynamic.Interface }
+
+func (l retryingLister) List(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	var list *unstructured.UnstructuredList
+	err := retry(ctx, func() error {
+		var err error
+		list, err = l.client.Resource(gvr).List(ctx, opts)
+		return err
+	})
+	return list, err
+}
