@@ -41,7 +41,7 @@ var rbacNeeds = map[string]string{
 	cmdMigrate: "upgradeguard migrate needs get/list on customresourcedefinitions.apiextensions.k8s.io, update on customresourcedefinitions/status " +
 		"(and update on the CRDs themselves for a storage switch), list and patch on the custom resources it migrates, and create/get/update on " +
 		"Leases in --lease-namespace; `upgradeguard rbac --crd NAME` prints exactly that role (with --engine builtin: create/get/list/watch/delete on " +
-		"storageversionmigrations instead of list and patch on the custom resources; `upgradeguard rbac --crd NAME --engine builtin`)",
+		"storageversionmigrations instead of patch on the custom resources, which it only lists to judge field loss; `upgradeguard rbac --crd NAME --engine builtin`)",
 	cmdRBAC: "upgradeguard rbac needs get on customresourcedefinitions.apiextensions.k8s.io (with --chart or --rollback also what " +
 		"`upgradeguard check` needs: get/list on the release's Secrets or ConfigMaps)",
 	cmdAudit: "upgradeguard audit needs list on helmreleases.helm.toolkit.fluxcd.io, on the Helm release Secrets (or ConfigMaps), " +

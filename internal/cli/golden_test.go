@@ -11,6 +11,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
@@ -83,8 +84,33 @@ func migrateGolden() []goldenCase {
 				"answers: storedVersions left as they were (the server had pruned them to [v1] although the migration failed; upgradeguard restored " +
 				"[v1alpha1 v1]); fix the cause and run again"},
 	}}
+	refused, allowed := fieldLossGolden()
 	return []goldenCase{{"migrate", done, done.text}, {"migrate-dry-run", dry, dry.text}, {"migrate-nothing", none, none.text},
-		{"migrate-builtin", builtin, builtin.text}}
+		{"migrate-builtin", builtin, builtin.text}, {"migrate-field-loss-refused", refused, refused.text}, {"migrate-field-loss-allowed", allowed, allowed.text}}
+}
+
+// fieldLossGolden are a migration refused for the fields it would drop (the Flux
+// helm-controller v0.37.4 -> v1.0.0 case) and the same one run with --allow-field-loss.
+func fieldLossGolden() (refused, allowed *migrateOutput) {
+	const hr = "helmreleases.helm.toolkit.fluxcd.io"
+	loss := func() *crdschema.Report {
+		return &crdschema.Report{Reads: []crdschema.Read{{ReadAt: "v2beta2", Against: "v2"}}, Objects: 12, Pruned: []crdschema.PathCount{
+			{Path: "spec.chart.spec.valuesFile", Version: "v2", Objects: 5, Examples: []string{"apps/api", "apps/web", "team-a/cache"}},
+			{Path: "status.lastAppliedRevision", Version: "v2", Objects: 1, Examples: []string{"apps/web"}},
+		}}
+	}
+	refused = &migrateOutput{CRDs: []*migrate.Result{{Name: hr, Status: migrate.Incomplete, StorageVersion: "v2",
+		StoredVersionsBefore: []string{"v2beta2", "v2"}, StoredVersionsAfter: []string{"v2beta2", "v2"}, Failed: []migrate.ObjectError{},
+		DurationSeconds: 0.05, FieldLoss: loss(), FieldLossRefused: true,
+		Message: "refused: re-writing the objects stored at v2beta2 as v2 would permanently drop fields the v2 schema does not declare: " +
+			"spec.chart.spec.valuesFile (5 objects, e.g. apps/api, apps/web, team-a/cache); status.lastAppliedRevision (1 objects, e.g. apps/web). " +
+			"Nothing was written and storedVersions is untouched. To keep the fields, add them to the v2 schema of the CRD (or mark their parent " +
+			"x-kubernetes-preserve-unknown-fields) and migrate again; if losing them is intended, migrate again allowing it (--allow-field-loss, " +
+			"spec.allowFieldLoss on a StorageMigration, or the CRD annotation upgradeguard.io/allow-field-loss=true). See " + migrate.FieldLossRunbook}}}
+	allowed = &migrateOutput{CRDs: []*migrate.Result{{Name: hr, Status: migrate.Migrated, StorageVersion: "v2",
+		StoredVersionsBefore: []string{"v2beta2", "v2"}, StoredVersionsAfter: []string{"v2"}, Objects: 12, Rewritten: 12, Failed: []migrate.ObjectError{},
+		DurationSeconds: 0.4, Engine: migrate.EngineClient, EngineReason: "asked for (--engine client)", FieldLoss: loss()}}}
+	return refused, allowed
 }
 
 func diffFailedGolden() []goldenCase {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 type migrateOptions struct {
@@ -47,6 +49,8 @@ func (o *migrateOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.all, "all", false, "migrate every CRD whose storedVersions is not exactly [storageVersion]")
 	f.StringVar(&o.storage, "storage-version", "", "switch the live storage version to this one first (one --crd only; needs --allow-storage-switch)")
 	f.BoolVar(&o.opts.AllowStorageSwitch, "allow-storage-switch", false, "confirm that migrate may change a live CRD's storage version (reverse migrations)")
+	f.BoolVar(&o.opts.AllowFieldLoss, "allow-field-loss", false, "migrate even though objects stored at an older version hold fields the storage version's schema does not declare, "+
+		"which the rewrite deletes for good (without it migrate refuses, lists the fields and writes nothing; see "+migrate.FieldLossRunbook+")")
 	output.AddFlag(f, &o.predictOpts.output)
 	f.StringVar(&o.resultCM, "result-configmap", "", "also write the JSON result into this ConfigMap (key result.json) in --lease-namespace: how a Job-mode migration reports to the controller")
 	o.addRunFlags(f)
@@ -244,13 +248,45 @@ func migrateNotes(w io.Writer, r *migrate.Result) {
 		fmt.Fprintf(w, "\n%s: resumed where an interrupted run stopped (the counts cover the rest; --no-resume starts over)\n", r.Name)
 	}
 	engineNote(w, r)
-	if r.Status == migrate.Incomplete {
+	fieldLossNote(w, r)
+	if r.Status == migrate.Incomplete && !r.FieldLossRefused {
 		fmt.Fprintf(w, "\n%s: %s\n", r.Name, r.Message)
 	}
 	if r.Forbidden {
 		fmt.Fprintf(w, "  the least-privilege role for it: `upgradeguard rbac --crd %s`\n", r.Name)
 	}
 	migrateFailures(w, r)
+}
+
+// fieldLossNote lists the fields a migration would drop (refused) or dropped (allowed):
+// paths, object counts and up to three objects each, never values.
+func fieldLossNote(w io.Writer, r *migrate.Result) {
+	if !r.FieldLoss.DataLoss() {
+		return
+	}
+	from := make([]string, 0, len(r.FieldLoss.Reads))
+	for _, rd := range r.FieldLoss.Reads {
+		if !slices.Contains(from, rd.ReadAt) {
+			from = append(from, rd.ReadAt)
+		}
+	}
+	if r.FieldLossRefused {
+		fmt.Fprintf(w, "\n%s: refused: migrating to %s would permanently drop these fields from objects stored at %s (the %s schema does not declare them); nothing was written:\n",
+			r.Name, r.StorageVersion, strings.Join(from, ", "), r.StorageVersion)
+	} else {
+		fmt.Fprintf(w, "\n%s: allowed to lose fields: the migration to %s dropped these fields from objects stored at %s (the %s schema does not declare them):\n",
+			r.Name, r.StorageVersion, strings.Join(from, ", "), r.StorageVersion)
+	}
+	t := output.NewTable(w, "  FIELD", "OBJECTS", "EXAMPLES")
+	for _, p := range r.FieldLoss.Pruned {
+		t.Row("  "+p.Path, p.Objects, strings.Join(p.Examples, ", "))
+	}
+	_ = t.Flush()
+	if r.FieldLossRefused {
+		fmt.Fprintf(w, "  next: to keep them, add them to the %s schema of the CRD (or x-kubernetes-preserve-unknown-fields) and migrate again;\n"+
+			"        if losing them is intended, migrate again with --allow-field-loss, or annotate the CRD %s=true (%s)\n",
+			r.StorageVersion, predict.AllowFieldLossAnnotation, migrate.FieldLossRunbook)
+	}
 }
 
 // migrateFailures lists the objects that failed, up to the ones the result keeps.
@@ -333,18 +369,31 @@ Selecting CRDs:
                            switches) need --allow-storage-switch
   --all                    every CRD whose storedVersions is not exactly [storageVersion]
 
+Field loss: before it writes anything, migrate reads the objects stored at other versions
+and judges them with the API server's own pruning against the storage version's schema.
+Fields that schema does not declare are hidden already and deleted for good by the
+migration's rewrite, so migrate refuses: it lists the fields with object counts and a few
+objects (never values), writes nothing and exits 1. Keep the fields by adding them to the
+CRD's storage version schema (or x-kubernetes-preserve-unknown-fields) and run again; pass
+--allow-field-loss only when losing them is intended (the report still lists them).
+Stored versions that share the storage version's schema are not read.
+
 Load: at most --concurrency patches are in flight (default 8), with no client-side rate
 limit: the API server's Priority and Fairness queues the requests or answers 429 with
 Retry-After when it is busy, and migrate waits as told and backs off. --qps sets an
 opt-in client-side limit for clusters that want one.
 
 Exit codes: 0 every selected CRD is migrated and pruned, 1 some are not (see the report;
-a re-run finishes the job), 2 could not run.`
+a re-run finishes the job, unless it was refused for field loss), 2 could not run.`
 
 const migrateExample = `  # What the Flux 2.18 upgrade needs, first as a dry run
   upgradeguard migrate --crd helmrepositories.source.toolkit.fluxcd.io --dry-run
   upgradeguard migrate --chart flux2 --repo https://fluxcd-community.github.io/helm-charts --version 2.18.2 \
     --release flux -n flux-system
+
+  # Objects stored at an older version hold fields the new schema drops: migrate refuses and
+  # lists them; once you have decided the loss is intended
+  upgradeguard migrate --crd helmreleases.helm.toolkit.fluxcd.io --allow-field-loss
 
   # Unblock a rollback with a reverse migration
   upgradeguard migrate --rollback --release flux -n flux-system --to-revision 1 --allow-storage-switch

@@ -10,6 +10,7 @@ import (
 
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -168,5 +169,79 @@ func TestMigrateStartsOverWhenCRDChanges(t *testing.T) {
 	}
 	if res := out.CRDs[0]; res.Status != migrate.Migrated || res.Restart || res.Objects != n || strings.Join(res.StoredVersionsAfter, ",") != "v1" {
 		t.Errorf("result %+v, want the second pass to migrate all %d objects and prune to [v1]", res, n)
+	}
+}
+
+// TestMigrateRefusesFieldLoss: after the helm-controller v0.37.4 -> v1.0.0 CRD upgrade,
+// HelmReleases stored at v2beta2 hold spec.chart.spec.valuesFile, which v2 drops. migrate
+// exits 1 (a finding), names the field, its count and the way on, writes nothing, and
+// never prints the field's value; with --allow-field-loss it migrates (exit 0) and still
+// reports the field it dropped.
+func TestMigrateRefusesFieldLoss(t *testing.T) {
+	needCluster(t)
+	cleanCRDs(t, "helm.toolkit.fluxcd.io")
+	ctx := t.Context()
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	const hr = "helmreleases.helm.toolkit.fluxcd.io"
+	applySet := func(set string) {
+		files, err := testenv.FixtureSet(set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := testenv.ApplyFixtureCRDs(ctx, cs, files...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applySet("flux-helm-controller/v0.37.4")
+	gvr := schema.GroupVersionResource{Group: "helm.toolkit.fluxcd.io", Version: "v2beta2", Resource: "helmreleases"}
+	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Namespace("default")
+	for i := range 3 {
+		chart := map[string]any{"chart": "podinfo", "sourceRef": map[string]any{"kind": "HelmRepository", "name": "podinfo"}}
+		if i < 2 {
+			chart["valuesFile"] = fmt.Sprintf("secret-values-%d.yaml", i)
+		}
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": gvr.GroupVersion().String(), "kind": "HelmRelease",
+			"metadata": map[string]any{"name": fmt.Sprintf("app-%d", i)}, "spec": map[string]any{"interval": "5m", "chart": map[string]any{"spec": chart}}}}
+		if _, err := ri.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applySet("flux-helm-controller/v1.0.0")
+	stored := func() string {
+		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, hr, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(crd.Status.StoredVersions, ",")
+	}
+	if got := stored(); got != "v2beta2,v2" {
+		t.Fatalf("storedVersions %s, want v2beta2,v2", got)
+	}
+
+	r := ug(t, "migrate", "--crd", hr, "--lease-namespace", "default")
+	for _, want := range []string{"refused: migrating to v2 would permanently drop", "spec.chart.spec.valuesFile  2", "default/app-0, default/app-1",
+		"--allow-field-loss", "migration-refused-field-loss.md"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("refused output does not say %q:\n%s", want, r.stdout)
+		}
+	}
+	if r.code != cli.ExitFindings || strings.Contains(r.stdout+r.stderr, "secret-values") {
+		t.Errorf("refused: exit %d (want %d, a finding), output:\n%s%s\nwithout any value", r.code, cli.ExitFindings, r.stdout, r.stderr)
+	}
+	if got := stored(); got != "v2beta2,v2" {
+		t.Errorf("storedVersions after the refusal %s, want v2beta2,v2", got)
+	}
+
+	r = ug(t, "migrate", "--crd", hr, "--lease-namespace", "default", "--allow-field-loss", "-o", "json")
+	var out struct{ CRDs []migrate.Result }
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitSafe || len(out.CRDs) != 1 {
+		t.Fatalf("allowed: exit %d, output %s%s (%v)", r.code, r.stdout, r.stderr, err)
+	}
+	if res := out.CRDs[0]; res.Status != migrate.Migrated || res.FieldLossRefused || res.FieldLoss == nil ||
+		len(res.FieldLoss.Pruned) != 1 || res.FieldLoss.Pruned[0].Path != "spec.chart.spec.valuesFile" || res.FieldLoss.Pruned[0].Objects != 2 {
+		t.Errorf("allowed: %+v; want migrated, reporting spec.chart.spec.valuesFile dropped from 2 objects", res)
+	}
+	if got := stored(); got != "v2" {
+		t.Errorf("storedVersions after the allowed migration %s, want v2", got)
 	}
 }

@@ -37,7 +37,7 @@ func (o *rbacOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.name, "name", "upgradeguard-migrate", "name of the ClusterRole and Role")
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "kube-system", "namespace of the migration Leases (as migrate --lease-namespace)")
 	f.BoolVar(&o.storageSwitch, "allow-storage-switch", false, "also allow changing the CRDs' storage version (reverse migrations)")
-	f.StringVar(&o.engine, "engine", string(migrate.EngineClient), "the role for this migrate --engine: client (patch on the custom resources) or builtin (StorageVersionMigrations, no access to the custom resources)")
+	f.StringVar(&o.engine, "engine", string(migrate.EngineClient), "the role for this migrate --engine: client (patch on the custom resources) or builtin (StorageVersionMigrations; only list on the custom resources)")
 	output.AddFlag(f, &o.predictOpts.output)
 }
 
@@ -131,10 +131,11 @@ const rbacLong = `rbac prints the minimal permissions 'upgradeguard migrate' nee
   - get on the CRDs and get, update on customresourcedefinitions/status, by name;
   - create on Leases, and get, update on exactly the migration Leases, in --lease-namespace.
 
-With --engine builtin it prints the smaller role of the builtin engine instead: no access to
-the custom resources at all, but create, get, list, watch and delete on
-storageversionmigrations.storagemigration.k8s.io (kube-controller-manager's built-in
-migrator patches the objects), with the same CRD, CRD status and Lease rules.
+With --engine builtin it prints the smaller role of the builtin engine instead: only list on
+the custom resources (to judge which fields the migration would drop; never a write), and
+create, get, list, watch and delete on storageversionmigrations.storagemigration.k8s.io
+(kube-controller-manager's built-in migrator patches the objects), with the same CRD, CRD
+status and Lease rules.
 
 With --allow-storage-switch the role may also patch and update the CRDs themselves, which a
 reverse migration needs. Bind the ClusterRole with a ClusterRoleBinding and the Role with a
