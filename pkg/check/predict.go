@@ -11,6 +11,9 @@ import (
 	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/lru"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
@@ -303,4 +306,12 @@ func (r *recordingCluster) MigrationsInProgress(ctx context.Context) (map[string
 		return ml.MigrationsInProgress(ctx)
 	}
 	return map[string][]svm.Migration{}, nil
+}
+
+// ListObjects passes the schema check's reads on when the wrapped Cluster can answer them.
+func (r *recordingCluster) ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	if ol, ok := r.Cluster.(ObjectLister); ok {
+		return ol.ListObjects(ctx, gvr, opts)
+	}
+	return &unstructured.UnstructuredList{}, nil
 }
