@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -376,6 +377,36 @@ func TestRealUpgrades(t *testing.T) {
 		}
 		if vf == nil || vf.Objects != 2 || vf.Version != "v2" {
 			t.Fatalf("want spec.chart.spec.valuesFile pruned at v2 from 2 objects, got %+v", rep.Pruned)
+		}
+		// The values can be saved first: one file per object that loses something.
+		j, err := crdschema.New(liveCRD(t, cs, name), to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), "backup")
+		b, err := j.Backup(ctx, crdschema.DynamicLister{Client: dyn}, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Objects) != 2 || b.Objects[0].Object != "default/hr0" || b.Objects[1].Object != "default/hr2" {
+			t.Fatalf("backup entries %+v, want default/hr0 and default/hr2", b.Objects)
+		}
+		saved, err := os.ReadFile(filepath.Join(dir, b.Objects[0].File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal(saved, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if v, _, _ := unstructured.NestedString(doc, "spec", "chart", "spec", "valuesFile"); v != "values-prod.yaml" {
+			t.Errorf("backup of hr0 holds valuesFile %q:\n%s", v, saved)
+		}
+		if _, found, _ := unstructured.NestedFieldNoCopy(doc, "spec", "interval"); found {
+			t.Errorf("backup holds fields that are not lost:\n%s", saved)
+		}
+		if _, err := j.Backup(ctx, crdschema.DynamicLister{Client: dyn}, dir); err == nil || !strings.Contains(err.Error(), "already exists") {
+			t.Errorf("a second backup into the same directory must be refused, got %v", err)
 		}
 		if err := testenv.ApplyCRD(ctx, cs, to); err != nil {
 			t.Fatal(err)
