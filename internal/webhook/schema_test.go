@@ -1,0 +1,73 @@
+package webhook_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// TestReleaseRecordDataLoss: a helm upgrade whose CRD the API server would accept, but
+// whose schema drops a field stored objects hold (kro 0.2.0 -> 0.9.3). The release-record
+// gate denies it before anything is applied, naming the path; nothing of the revision
+// lands. With the loss accepted on the live CRD, the same upgrade goes through.
+func TestReleaseRecordDataLoss(t *testing.T) {
+	skipShort(t)
+	ctx := t.Context()
+	const ns, crd = "schemaloss", "resourcegraphdefinitions.kro.run"
+	namespace(t, s.c, ns)
+	chart := func(v string) string {
+		p, err := testenv.FixtureChart(t.TempDir(), "kro", v, "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mustHelm(t, "install", "kro", chart("0.2.0"), "-n", ns)
+	cs := apiextclient.NewForConfigOrDie(s.cp.Config)
+	if err := testenv.WaitEstablished(ctx, cs, crd); err != nil {
+		t.Fatal(err)
+	}
+	ri := dynamic.NewForConfigOrDie(s.cp.Config).Resource(schema.GroupVersionResource{Group: "kro.run", Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
+	rgd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
+		"metadata": map[string]any{"name": "web"},
+		"spec": map[string]any{"defaultServiceAccounts": map[string]any{"default": "deployer"},
+			"schema": map[string]any{"apiVersion": "v1alpha1", "kind": "Web", "spec": map[string]any{"name": "string"}}}}}
+	if _, err := ri.Create(ctx, rgd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := revisions(t, ns)
+
+	out, err := helmCLI(t, "upgrade", "kro", chart("0.9.3"), "-n", ns)
+	if err == nil {
+		t.Fatalf("helm upgrade succeeded; want it denied for the fields it drops:\n%s", out)
+	}
+	mustContain(t, out, `admission webhook "release.upgradeguard.io" denied the request`,
+		"the incoming schema would drop fields that stored objects hold",
+		"spec.defaultServiceAccounts (1 objects)", predict.AllowFieldLossAnnotation)
+	if diff := cmp.Diff(before, revisions(t, ns)); diff != "" {
+		t.Errorf("release history changed by the denied upgrade (-before +after):\n%s", diff)
+	}
+	got, err := ri.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(got.Object, "spec", "defaultServiceAccounts"); !found {
+		t.Fatal("the field is gone although the upgrade was denied")
+	}
+
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, predict.AllowFieldLossAnnotation)
+	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mustHelm(t, "upgrade", "kro", chart("0.9.3"), "-n", ns)
+}
