@@ -47,6 +47,13 @@ type StorageMigrationPolicySpec struct {
 	// +optional
 	Engine MigrationEngine `json:"engine,omitempty"`
 
+	// AllowFieldLoss of the migrations this policy creates (see
+	// StorageMigrationSpec.AllowFieldLoss). Off (the default), a migration that would
+	// drop fields objects hold is refused and waits for an operator. Changing it replaces
+	// the policy's refused migrations.
+	// +optional
+	AllowFieldLoss bool `json:"allowFieldLoss,omitempty"`
+
 	// Targets puts remote clusters under the policy too: every kubeconfig Secret the
 	// selector matches is a target cluster, whose CRDs are watched and migrated the same
 	// way as the local cluster's (proactive mode per cluster). Unset: the local cluster

@@ -117,6 +117,18 @@ type StorageMigrationSpec struct {
 	// +kubebuilder:validation:Enum=auto;client;builtin
 	// +optional
 	Engine MigrationEngine `json:"engine,omitempty"`
+
+	// AllowFieldLoss lets the migration drop fields. Before it writes anything, the
+	// migration reads the objects stored at other versions and judges them against the
+	// storage version's schema: a field that schema does not declare is already hidden
+	// by the API server, and the migration's rewrite deletes it from etcd for good. By
+	// default such a migration is refused: it fails with reason FieldLossRefused, the
+	// paths and object counts in its message and status.resources[].fieldLoss, and
+	// nothing written. Set this to true only once the loss is intended (see
+	// docs/runbooks/migration-refused-field-loss.md); the status still lists what was
+	// dropped. Changing it starts the migration over.
+	// +optional
+	AllowFieldLoss bool `json:"allowFieldLoss,omitempty"`
 }
 
 // MigrationEngine is who re-persists the objects of a migration.
@@ -177,12 +189,30 @@ type ResourceProgress struct {
 	Engine MigrationEngine `json:"engine,omitempty"`
 	// +optional
 	EngineReason string `json:"engineReason,omitempty"`
+	// FieldLoss are the fields the migration drops (refused, or dropped under
+	// spec.allowFieldLoss): paths, object counts and a few object names, never values.
+	// +optional
+	FieldLoss []DroppedField `json:"fieldLoss,omitempty"`
 	// Message says what happened, and what to do when it failed.
 	// +optional
 	Message string `json:"message,omitempty"`
 	// CompletionTime is when this CRD finished.
 	// +optional
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// DroppedField is one field path that re-writing objects stored at an older version
+// drops, because the storage version's schema does not declare it.
+type DroppedField struct {
+	// Path of the field, list indices written as [*].
+	Path string `json:"path"`
+	// Version whose schema does not declare it (the storage version).
+	Version string `json:"version"`
+	// Objects holding the field.
+	Objects int64 `json:"objects"`
+	// Examples are up to three of those objects (namespace/name).
+	// +optional
+	Examples []string `json:"examples,omitempty"`
 }
 
 // StorageMigrationStatus is what the controller observed.

@@ -150,6 +150,9 @@ func JobObjects(sm *v1alpha1.StorageMigration, name, ns, image string, crds []*a
 	if e := sm.Spec.Engine; e != "" {
 		args = append(args, "--engine", string(e))
 	}
+	if sm.Spec.AllowFieldLoss {
+		args = append(args, "--allow-field-loss")
+	}
 	return JobObjectSet{
 		Namespace:          &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "upgradeguard"}}},
 		ServiceAccount:     &corev1.ServiceAccount{ObjectMeta: om},
@@ -215,7 +218,7 @@ func (r *StorageMigrationReconciler) jobDone(ctx context.Context, sm *v1alpha1.S
 	for _, c := range res.CRDs {
 		byName[c.Name] = c
 	}
-	ok := true
+	ok, refused := true, ""
 	for i := range sm.Status.Resources {
 		rp := &sm.Status.Resources[i]
 		c := byName[rp.Name]
@@ -225,12 +228,19 @@ func (r *StorageMigrationReconciler) jobDone(ctx context.Context, sm *v1alpha1.S
 		}
 		rp.StorageVersion, rp.StoredVersionsBefore, rp.StoredVersionsAfter = c.StorageVersion, c.StoredVersionsBefore, c.StoredVersionsAfter
 		rp.Objects, rp.Rewritten, rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = c.Objects, c.Rewritten, c.AlreadyCurrent, c.Deleted, c.FailedCount
-		rp.Message, rp.Attempts = c.Message, rp.Attempts+1
-		if c.Status == migrate.Migrated || c.Status == migrate.AlreadyMigrated {
+		rp.Message, rp.Attempts, rp.FieldLoss = c.Message, rp.Attempts+1, DroppedFields(c.FieldLoss)
+		switch {
+		case c.Status == migrate.Migrated || c.Status == migrate.AlreadyMigrated:
 			rp.Phase, rp.CompletionTime = v1alpha1.PhaseSucceeded, ptrTime(metav1.Now())
-		} else {
+		case c.FieldLossRefused && refused == "":
+			rp.Phase, ok, refused = v1alpha1.PhaseFailed, false, rp.Name
+		default:
 			rp.Phase, ok = v1alpha1.PhaseFailed, false
 		}
+	}
+	if refused != "" {
+		// Keep the Job and its objects, as for any failure: the result names the fields.
+		return r.refuse(ctx, sm, refused, resourceMessage(sm, refused))
 	}
 	if !ok {
 		// Keep the Job and its objects for the operator to look at.
@@ -264,4 +274,14 @@ func cleanup(ctx context.Context, cs kubernetes.Interface, ns, name string) erro
 		return fmt.Errorf("clean up the migration Job %s/%s: %w", ns, name, err)
 	}
 	return nil
+}
+
+// resourceMessage is the status message of the CRD named in sm.
+func resourceMessage(sm *v1alpha1.StorageMigration, name string) string {
+	for _, rp := range sm.Status.Resources {
+		if rp.Name == name {
+			return rp.Message
+		}
+	}
+	return ""
 }

@@ -100,8 +100,9 @@ func (r *ProactiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 
 // ensureMigration makes sure a StorageMigration named name is migrating crd (of the
 // cluster kubeConfig points at, the local one when nil) for policy: it creates one, or
-// replaces one that succeeded earlier (a later storage switch) or failed before the CRD
-// last changed. It reports whether it created one.
+// replaces one that succeeded earlier (a later storage switch), or that failed before the
+// CRD last changed or under another allowFieldLoss than the policy's now (an operator who
+// accepts the loss a refusal named). It reports whether it created one.
 func ensureMigration(ctx context.Context, c client.Client, name string, crd *apiextv1.CustomResourceDefinition,
 	policy *v1alpha1.StorageMigrationPolicy, labels map[string]string, kubeConfig *v1alpha1.KubeConfigReference) (bool, error) {
 	existing := &v1alpha1.StorageMigration{}
@@ -109,7 +110,8 @@ func ensureMigration(ctx context.Context, c client.Client, name string, crd *api
 	generation := strconv.FormatInt(crd.Generation, 10)
 	switch {
 	case err == nil && (existing.Status.Phase == v1alpha1.PhaseSucceeded ||
-		existing.Status.Phase == v1alpha1.PhaseFailed && existing.Annotations[AnnotationCRDGeneration] != generation):
+		existing.Status.Phase == v1alpha1.PhaseFailed && (existing.Annotations[AnnotationCRDGeneration] != generation ||
+			existing.Spec.AllowFieldLoss != policy.Spec.AllowFieldLoss)):
 		// An earlier migration finished, and the CRD needs another (a later storage
 		// switch); or it failed, and the CRD has changed since (an upgrade that may
 		// have fixed the cause): replace it.
@@ -134,7 +136,7 @@ func ensureMigration(ctx context.Context, c client.Client, name string, crd *api
 			Annotations: map[string]string{AnnotationCRD: crd.Name, AnnotationCRDGeneration: generation},
 		},
 		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{crd.Name}, KubeConfig: kubeConfig, Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline,
-			Mode: policy.Spec.Mode, Engine: policy.Spec.Engine},
+			Mode: policy.Spec.Mode, Engine: policy.Spec.Engine, AllowFieldLoss: policy.Spec.AllowFieldLoss},
 	}
 	if err := c.Create(ctx, sm); err != nil && !apierrors.IsAlreadyExists(err) {
 		return false, fmt.Errorf("create StorageMigration %s for %s: %w", name, crd.Name, err)

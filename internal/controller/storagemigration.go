@@ -29,6 +29,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
@@ -48,6 +49,9 @@ const (
 	EventResumed   = "MigrationResumed"
 	EventRestarted = "MigrationRestarted"
 	EventSucceeded = "Succeeded"
+	// EventFieldLossRefused: the migration would drop fields objects hold, and the spec
+	// does not allow it (spec.allowFieldLoss). Nothing was written.
+	EventFieldLossRefused = "FieldLossRefused"
 )
 
 // StorageMigrationReconciler runs StorageMigrations.
@@ -134,6 +138,9 @@ func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		if res == nil {
 			continue
 		}
+		if rp.Phase == v1alpha1.PhaseFailed && res.FieldLossRefused {
+			return r.refuse(ctx, sm, rp.Name, rp.Message)
+		}
 		if rp.Phase == v1alpha1.PhaseFailed {
 			return r.fail(ctx, sm, rp.Name, rp.Message)
 		}
@@ -217,7 +224,7 @@ func (r *StorageMigrationReconciler) startAttempt(ctx context.Context, sm *v1alp
 	o := migrate.Options{
 		PageSize: sm.Spec.Rate.PageSize, Concurrency: int(sm.Spec.Rate.Concurrency),
 		LeaseNamespace: r.LeaseNamespace, Holder: r.Holder, LeaseDuration: r.LeaseDuration, Wait: true,
-		Engine: migrate.Engine(sm.Spec.Engine),
+		Engine: migrate.Engine(sm.Spec.Engine), AllowFieldLoss: sm.Spec.AllowFieldLoss,
 	}
 	if sm.Spec.Deadline != nil {
 		o.Deadline = sm.Spec.Deadline.Duration
@@ -302,7 +309,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	}
 	count(migrate.Progress{Done: res.Objects, Rewritten: res.Rewritten, AlreadyCurrent: res.AlreadyCurrent, Deleted: res.Deleted, Failed: res.FailedCount})
 	rp.StoredVersionsAfter = res.StoredVersionsAfter
-	rp.Message = res.Message
+	rp.Message, rp.FieldLoss = res.Message, DroppedFields(res.FieldLoss)
 	rp.Engine, rp.EngineReason = v1alpha1.MigrationEngine(res.Engine), res.EngineReason
 	partial := res.Status == migrate.Incomplete && res.Interrupted && rp.FailedCount == 0
 	if partial {
@@ -316,6 +323,11 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 			StoredVersionsBefore: rp.StoredVersionsBefore, Message: res.Message}
 		metrics.Migrations.WithLabelValues(cluster, metrics.ResultRestarted).Inc()
 		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventRestarted, action(rp.Name), "%s: %s; starting over", rp.Name, res.Message)
+	case res.FieldLossRefused:
+		// A finding, not a fault: another attempt meets it again, so the CRD waits for an
+		// operator (a schema that keeps the fields, or spec.allowFieldLoss).
+		rp.Phase = v1alpha1.PhaseFailed
+		metrics.Migrations.WithLabelValues(cluster, metrics.ResultRefused).Inc()
 	case res.Status == migrate.Migrated || res.Status == migrate.AlreadyMigrated:
 		rp.Phase, rp.Continue, rp.CompletionTime = v1alpha1.PhaseSucceeded, "", ptrTime(metav1.Now())
 		metrics.Migrations.WithLabelValues(cluster, metrics.ResultSucceeded).Inc()
@@ -346,6 +358,22 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 }
 
 func (r *StorageMigrationReconciler) fail(ctx context.Context, sm *v1alpha1.StorageMigration, crd, msg string) (ctrl.Result, error) {
+	return r.stop(ctx, sm, crd, "MigrationFailed", EventFailed, msg)
+}
+
+// refuse fails sm because migrating crd would drop fields its objects hold and the spec
+// does not allow that: the message names the paths and counts, and nothing was written.
+// The phase is terminal, so the migration is not retried until its spec changes.
+func (r *StorageMigrationReconciler) refuse(ctx context.Context, sm *v1alpha1.StorageMigration, crd, msg string) (ctrl.Result, error) {
+	return r.stop(ctx, sm, crd, ReasonFieldLossRefused, EventFieldLossRefused, msg)
+}
+
+// ReasonFieldLossRefused is the reason of the Failed conditions of a migration refused for
+// the fields it would drop.
+const ReasonFieldLossRefused = "FieldLossRefused"
+
+// stop marks sm Failed, with reason on its failure conditions and a warning event.
+func (r *StorageMigrationReconciler) stop(ctx context.Context, sm *v1alpha1.StorageMigration, crd, reason, event, msg string) (ctrl.Result, error) {
 	st := &sm.Status
 	now := metav1.Now()
 	st.Phase, st.CompletionTime = v1alpha1.PhaseFailed, &now
@@ -354,11 +382,24 @@ func (r *StorageMigrationReconciler) fail(ctx context.Context, sm *v1alpha1.Stor
 	}
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, "Failed", msg, sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, "Failed", msg, sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionTrue, "MigrationFailed", msg, sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, "MigrationFailed", msg, sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionTrue, "MigrationFailed", msg, sm))
-	r.Recorder.Eventf(sm, nil, corev1.EventTypeWarning, EventFailed, "Migrate", "%s", msg)
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionTrue, reason, msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, reason, msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionTrue, reason, msg, sm))
+	r.Recorder.Eventf(sm, nil, corev1.EventTypeWarning, event, "Migrate", "%s", msg)
 	return ctrl.Result{}, r.saveStatus(ctx, sm)
+}
+
+// DroppedFields are a field-loss report's paths for a StorageMigration's status: paths,
+// counts and object names, never values.
+func DroppedFields(rep *crdschema.Report) []v1alpha1.DroppedField {
+	if rep == nil {
+		return nil
+	}
+	out := make([]v1alpha1.DroppedField, 0, len(rep.Pruned))
+	for _, p := range rep.Pruned {
+		out = append(out, v1alpha1.DroppedField{Path: p.Path, Version: p.Version, Objects: p.Objects, Examples: slices.Clone(p.Examples)})
+	}
+	return out
 }
 
 // target is the cluster to migrate: the local one, or the kubeconfig in spec.kubeConfig.

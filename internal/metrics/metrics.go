@@ -15,13 +15,14 @@ const (
 	ResultFailed    = "failed"
 	ResultPartial   = "partial"   // the deadline ended the attempt; the next one resumes
 	ResultRestarted = "restarted" // the CRD changed during the attempt; the next one starts over
+	ResultRefused   = "refused"   // it would drop fields objects hold, which the spec does not allow
 )
 
 var (
 	// Migrations counts CRD migrations by result.
 	Migrations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "upgradeguard_migrations_total",
-		Help: "Storage-version migrations of one CRD, by target cluster and result (succeeded, failed, partial, restarted).",
+		Help: "Storage-version migrations of one CRD, by target cluster and result (succeeded, failed, partial, restarted, refused).",
 	}, []string{"cluster", "result"})
 
 	// ObjectsRewritten counts objects re-persisted at the storage version, by CRD.
