@@ -87,9 +87,21 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	if err != nil {
 		return err
 	}
+	// The flux2 chart leaves HelmRepository's v1 schema as it is, so the schema check reads
+	// none of its objects. The worst case for the goal changes that schema (a description),
+	// so that every object is read and judged.
+	changed := slices.Clone(ch.CRDs)
+	for i, c := range changed {
+		if c.CRD.Name == "helmrepositories.source.toolkit.fluxcd.io" {
+			changed[i].CRD = c.CRD.DeepCopy()
+			for j := range changed[i].CRD.Spec.Versions {
+				changed[i].CRD.Spec.Versions[j].Schema.OpenAPIV3Schema.Description += " (changed for the benchmark)"
+			}
+		}
+	}
 	checkAt := func(name string, noSchema bool) (result, error) {
 		return measure(name, rounds, func() error {
-			rep, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: ch.CRDs, NoSchemaCheck: noSchema})
+			rep, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: changed, NoSchemaCheck: noSchema})
 			if err == nil && rep.Safe {
 				err = fmt.Errorf("expected findings")
 			}
@@ -97,6 +109,13 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 		})
 	}
 	storedOnly, err := checkAt(fmt.Sprintf("check flux2 2.18.2 (%d CRDs), storedVersions only", len(ch.CRDs)), true)
+	if err != nil {
+		return err
+	}
+	asShipped, err := measure(fmt.Sprintf("check flux2 2.18.2 as shipped (no schema of a stored version changes)"), rounds, func() error {
+		_, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: ch.CRDs})
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -117,7 +136,7 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	if err != nil {
 		return err
 	}
-	checkRun, err := checkAt(fmt.Sprintf("check flux2 2.18.2 (%d CRDs) with the schema check", len(ch.CRDs)), false)
+	checkRun, err := checkAt(fmt.Sprintf("check flux2 2.18.2 (%d CRDs) with the schema check, %d objects judged", len(ch.CRDs), objects), false)
 	if err != nil {
 		return err
 	}
@@ -149,7 +168,7 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	}
 
 	fmt.Printf("\n%-64s %12s %10s %14s\n", "case", "median", "ratio", "alloc/round")
-	for _, r := range []result{baseline, storedOnly} {
+	for _, r := range []result{baseline, storedOnly, asShipped} {
 		fmt.Printf("%-64s %12s %9.1fx %11d KiB\n", r.name, r.median.Round(time.Microsecond), float64(r.median)/float64(baseline.median), r.allocs/1024)
 	}
 	// The schema check's goal: within 2x of storedVersions-only check plus one LIST of
