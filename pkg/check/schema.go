@@ -52,6 +52,9 @@ func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
 	for _, j := range judged {
+		if !crdschema.Changed(j.live, j.next) {
+			continue // no schema that stored objects meet changes: nothing to compile or read
+		}
 		c := &crds[byName[j.next.Name]]
 		g.Go(func() error {
 			judge, err := crdschema.New(j.live, j.next)
