@@ -55,9 +55,10 @@ func builtinRoleUser(t *testing.T, name, leaseNS string, crds ...string) string 
 	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
 		t.Fatal(err)
 	}
+	// The custom resources are only listed (to judge field loss), never written.
 	for _, rule := range p.ClusterRole.Rules {
-		if slices.Contains(rule.Verbs, "patch") || slices.Contains(rule.APIGroups, "source.toolkit.fluxcd.io") {
-			t.Fatalf("the builtin role touches the custom resources: %+v", rule)
+		if slices.Contains(rule.Verbs, "patch") || slices.Contains(rule.APIGroups, "source.toolkit.fluxcd.io") && !slices.Equal(rule.Verbs, []string{"list"}) {
+			t.Fatalf("the builtin role may do more than list the custom resources: %+v", rule)
 		}
 	}
 	bindUser(t, kubernetes.NewForConfigOrDie(cp.Config), p, name)

@@ -50,8 +50,8 @@ func withControllerManager(t *testing.T, controllers ...string) {
 	})
 }
 
-// builtinUser is a user bound to exactly the builtin engine's role for crd (no access to
-// the custom resources at all).
+// builtinUser is a user bound to exactly the builtin engine's role for crd (it may list the
+// custom resources, to judge field loss, and never write them).
 func builtinUser(t *testing.T, e env, name, crd string) *rest.Config {
 	t.Helper()
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
