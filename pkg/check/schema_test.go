@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -168,4 +169,99 @@ func TestSchemaRollback(t *testing.T) {
 			t.Errorf("want web0 only, got %+v", p)
 		}
 	}
+}
+
+// TestSchemaWarningsAndConversion: a new enum that one stored object breaks is a warning
+// (the verdict and Safe stand); a conversion webhook removed while objects are stored at
+// two differently shaped versions is a migrate verdict, fixed by migrating first.
+func TestSchemaWarningsAndConversion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a control plane")
+	}
+	ctx := t.Context()
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	t.Cleanup(func() { _ = cp.DeleteAllCRDs(ctx) })
+	cluster, err := check.NewKubeCluster(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cp.Config)
+	run := func(in *apiextv1.CustomResourceDefinition) (*check.Report, check.CRDReport) {
+		t.Helper()
+		rep, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: []chartcrds.CRD{{CRD: in, Source: predict.Templates}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep, rep.CRDs[0]
+	}
+	str := apiextv1.JSONSchemaProps{Type: "string"}
+
+	t.Run("validation warning", func(t *testing.T) {
+		crd := testenv.TwoVersionCRD("warn.example.com", "modes", "Mode")
+		for i := range crd.Spec.Versions {
+			crd.Spec.Versions[i].Schema = specSchema(map[string]apiextv1.JSONSchemaProps{"mode": str})
+		}
+		if err := testenv.ApplyCRD(ctx, cs, crd); err != nil {
+			t.Fatal(err)
+		}
+		ri := dyn.Resource(schema.GroupVersionResource{Group: "warn.example.com", Version: "v1", Resource: "modes"}).Namespace("default")
+		for name, mode := range map[string]string{"bad": "reckless", "good": "safe"} {
+			o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "warn.example.com/v1", "kind": "Mode",
+				"metadata": map[string]any{"name": name}, "spec": map[string]any{"mode": mode}}}
+			if _, err := ri.Create(ctx, o, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		next := crd.DeepCopy()
+		enum := str
+		enum.Enum = []apiextv1.JSON{{Raw: []byte(`"fast"`)}, {Raw: []byte(`"safe"`)}}
+		for i := range next.Spec.Versions {
+			next.Spec.Versions[i].Schema = specSchema(map[string]apiextv1.JSONSchemaProps{"mode": enum})
+		}
+		rep, c := run(next)
+		if !rep.Safe || c.Verdict != predict.OK {
+			t.Fatalf("a validation warning must not block: safe=%v %s (%s)", rep.Safe, c.Verdict, c.Reason)
+		}
+		// One warning per version the objects are served at (each has the new enum).
+		if c.Schema == nil || len(c.Schema.Invalid) != 2 {
+			t.Fatalf("want a warning at v1alpha1 and v1, got %+v", c.Schema)
+		}
+		for _, w := range c.Schema.Invalid {
+			if w.Path != "spec.mode" || !slices.Equal(w.Examples, []string{"default/bad"}) || !strings.Contains(w.Message, `"fast", "safe"`) {
+				t.Errorf("want spec.mode for default/bad with the enum's values, got %+v", w)
+			}
+		}
+		if strings.Contains(c.Schema.Summary(), "reckless") {
+			t.Errorf("the object's value reached the report: %s", c.Schema.Summary())
+		}
+	})
+
+	t.Run("conversion webhook removed", func(t *testing.T) {
+		crd := testenv.TwoVersionCRD("conv.example.com", "renames", "Rename")
+		crd.Spec.Versions[0].Schema = specSchema(map[string]apiextv1.JSONSchemaProps{"oldName": str}) // v1alpha1, storage
+		crd.Spec.Versions[1].Schema = specSchema(map[string]apiextv1.JSONSchemaProps{"name": str})    // v1
+		if err := testenv.ApplyCRD(ctx, cs, crd); err != nil {
+			t.Fatal(err)
+		}
+		withWebhook := crd.DeepCopy()
+		withWebhook.Spec.Versions[0].Storage, withWebhook.Spec.Versions[1].Storage = false, true
+		url := "https://127.0.0.1:1/convert"
+		withWebhook.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.WebhookConverter,
+			Webhook: &apiextv1.WebhookConversion{ClientConfig: &apiextv1.WebhookClientConfig{URL: &url}, ConversionReviewVersions: []string{"v1"}}}
+		if err := testenv.ApplyCRD(ctx, cs, withWebhook); err != nil {
+			t.Fatal(err)
+		}
+		none := withWebhook.DeepCopy()
+		none.Spec.Conversion = nil
+		_, c := run(none)
+		if c.Verdict != predict.Migrate || !strings.Contains(c.Reason, "conversion webhook is removed") ||
+			c.Action != "upgradeguard migrate --crd "+crd.Name {
+			t.Fatalf("want migrate first, got %s (%s), action %q", c.Verdict, c.Reason, c.Action)
+		}
+	})
+}
+
+func specSchema(props map[string]apiextv1.JSONSchemaProps) *apiextv1.CustomResourceValidation {
+	return &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{Type: "object",
+		Properties: map[string]apiextv1.JSONSchemaProps{"spec": {Type: "object", Properties: props}}}}
 }
