@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/upgradeguard/upgradeguard/internal/childproc"
 )
 
 // Platform is an os/arch pair, as GOOS and GOARCH spell it.
@@ -119,8 +121,13 @@ func BuildBinary(ctx context.Context, r Release, p Platform, dir string) (string
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", r.ldflags(), "-o", out, "./cmd/upgradeguard")
 	cmd.Dir = r.Root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch, "GOFLAGS=")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build for %s: %w\n%s", p, err, b)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	// Killed with this process (a test binary on its timeout, or Ctrl-C on make dist),
+	// and with its compiler and linker when ctx ends.
+	childproc.TieGroup(cmd)
+	if err := childproc.Run(cmd); err != nil {
+		return "", fmt.Errorf("go build for %s: %w\n%s", p, err, b.Bytes())
 	}
 	return out, nil
 }

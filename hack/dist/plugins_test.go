@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/upgradeguard/upgradeguard/internal/childproc"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
 
@@ -263,8 +265,11 @@ func krewTools(t *testing.T) string {
 	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", dir+"/", "sigs.k8s.io/krew/cmd/krew", "sigs.k8s.io/krew/cmd/validate-krew-manifest")
 	cmd.Dir = filepath.Join(root, "hack/tools/krew")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build krew (hack/tools/krew): %v\n%s", err, out)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	childproc.TieGroup(cmd)
+	if err := childproc.Run(cmd); err != nil {
+		t.Fatalf("build krew (hack/tools/krew): %v\n%s", err, out.Bytes())
 	}
 	return dir
 }

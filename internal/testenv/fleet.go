@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/upgradeguard/upgradeguard/internal/childproc"
 )
 
 // Fleet is K control planes sharing one etcd: each kube-apiserver has its own
@@ -25,6 +27,8 @@ type Fleet struct {
 
 	etcd *envtest.Etcd
 	dir  string
+	// release frees the thread that started etcd (childproc.Hold).
+	release func()
 }
 
 // StartFleet starts k kube-apiservers on one etcd. The binaries come from BinDir.
@@ -41,10 +45,17 @@ func StartFleet(k int) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
+	apiserver, etcd, err := tiedBinaries(dir, kubeBin)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	f := &Fleet{dir: dir, etcd: &envtest.Etcd{
-		Path: filepath.Join(kubeBin, "etcd"), DataDir: filepath.Join(dir, "etcd"), StartTimeout: 2 * time.Minute, StopTimeout: time.Minute,
+		Path: etcd, DataDir: filepath.Join(dir, "etcd"), StartTimeout: 2 * time.Minute, StopTimeout: time.Minute,
 	}}
-	if err := f.etcd.Start(); err != nil {
+	if f.release, err = childproc.Hold(f.etcd.Start); err != nil {
+		_ = f.etcd.Stop()
+		f.release()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start the fleet's etcd from %s: %w", kubeBin, err)
 	}
@@ -53,7 +64,7 @@ func StartFleet(k int) (*Fleet, error) {
 	var g errgroup.Group
 	for i := range k {
 		g.Go(func() error {
-			cp, err := f.startAPIServer(bin, kubeBin, minor, i)
+			cp, err := f.startAPIServer(bin, kubeBin, apiserver, minor, i)
 			mu.Lock()
 			f.Clusters[i] = cp
 			mu.Unlock()
@@ -66,10 +77,10 @@ func StartFleet(k int) (*Fleet, error) {
 	return f, nil
 }
 
-func (f *Fleet) startAPIServer(bin, kubeBin string, minor, i int) (*ControlPlane, error) {
+func (f *Fleet) startAPIServer(bin, kubeBin, apiserver string, minor, i int) (*ControlPlane, error) {
 	dir := filepath.Join(f.dir, fmt.Sprintf("c%d", i))
 	api := &envtest.APIServer{
-		Path:         filepath.Join(kubeBin, "kube-apiserver"),
+		Path:         apiserver,
 		CertDir:      filepath.Join(dir, "apiserver"),
 		EtcdURL:      f.etcd.URL,
 		StartTimeout: 2 * time.Minute,
@@ -79,11 +90,13 @@ func (f *Fleet) startAPIServer(bin, kubeBin string, minor, i int) (*ControlPlane
 		return nil, err
 	}
 	api.Configure().Set("etcd-prefix", fmt.Sprintf("/c%d", i))
-	if err := api.Start(); err != nil {
-		return nil, fmt.Errorf("start kube-apiserver %d of the fleet: %w", i, err)
-	}
 	env := &envtest.Environment{ControlPlane: envtest.ControlPlane{APIServer: api}}
 	cp := &ControlPlane{Bin: bin, KubeBin: kubeBin, Minor: minor, env: env, dir: dir}
+	if err := cp.hold(api.Start); err != nil {
+		_ = api.Stop()
+		cp.release()
+		return nil, fmt.Errorf("start kube-apiserver %d of the fleet: %w", i, err)
+	}
 	admin, err := cp.AddUser("admin", "system:masters")
 	if err != nil {
 		_ = api.Stop()
@@ -104,9 +117,11 @@ func (f *Fleet) Stop() error {
 	for _, cp := range f.Clusters {
 		if cp != nil {
 			err = errors.Join(err, cp.env.ControlPlane.APIServer.Stop())
+			cp.release()
 		}
 	}
 	err = errors.Join(err, f.etcd.Stop(), os.RemoveAll(f.dir))
+	f.release()
 	return err
 }
 

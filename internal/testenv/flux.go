@@ -29,6 +29,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/upgradeguard/upgradeguard/internal/childproc"
 )
 
 // FluxCRDsFixture holds Flux's own CRDs at the version the controllers below serve: the
@@ -406,10 +408,8 @@ func ChartSemver(v string) string {
 type process struct {
 	name string
 	cmd  *exec.Cmd
-	// done is closed when the process has exited; waitErr is then its exit error.
-	done    chan struct{}
-	waitErr error
-	log     string
+	proc *childproc.Process
+	log  string
 }
 
 func startProcess(cmd *exec.Cmd, name, logPath string) (*process, error) {
@@ -420,15 +420,12 @@ func startProcess(cmd *exec.Cmd, name, logPath string) (*process, error) {
 	defer func() { _ = logFile.Close() }() // the child process keeps its own descriptor
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group, and killed if the test binary dies without cleaning up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
+	p := &process{name: name, cmd: cmd, proc: proc, log: logPath}
 	return p, nil
 }
 
@@ -436,8 +433,8 @@ func (p *process) waitHealthy(ctx context.Context, url string, timeout time.Dura
 	hc := &http.Client{Timeout: 2 * time.Second}
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		select {
-		case <-p.done:
-			return false, fmt.Errorf("%s exited during start-up (%w)", p.name, p.waitErr)
+		case <-p.proc.Done():
+			return false, fmt.Errorf("%s exited during start-up (%w)", p.name, p.proc.Err())
 		default:
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -460,11 +457,11 @@ func (p *process) waitHealthy(ctx context.Context, url string, timeout time.Dura
 func (p *process) stop(grace time.Duration) error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case <-p.proc.Done():
 		return nil
 	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
-		<-p.done
+		<-p.proc.Done()
 		return fmt.Errorf("%s did not stop within %s of SIGTERM and was killed", p.name, grace)
 	}
 }

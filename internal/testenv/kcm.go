@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/upgradeguard/upgradeguard/internal/childproc"
 )
 
 // DefaultControllers are the kube-controller-manager controllers a release-safety
@@ -41,11 +43,9 @@ var DefaultControllers = []string{
 
 // controllerManager is a running kube-controller-manager.
 type controllerManager struct {
-	cmd *exec.Cmd
-	// done is closed when the process has exited; waitErr is then its exit error.
-	done    chan struct{}
-	waitErr error
-	log     string
+	cmd  *exec.Cmd
+	proc *childproc.Process
+	log  string
 }
 
 // StartControllerManager runs the real kube-controller-manager (bin/kube/MINOR, built by
@@ -90,15 +90,13 @@ func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 		"--v=2",
 	)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group, and killed if the test binary dies without cleaning up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	proc, err := childproc.Start(cmd)
+	if err != nil {
 		return fmt.Errorf("start %s: %w", bin, err)
 	}
-	k := &controllerManager{cmd: cmd, done: make(chan struct{}), log: logPath}
-	go func() {
-		k.waitErr = cmd.Wait()
-		close(k.done)
-	}()
+	k := &controllerManager{cmd: cmd, proc: proc, log: logPath}
 	cp.kcm = k
 	if err := k.waitHealthy(port, time.Minute); err != nil {
 		_ = cp.StopControllerManager()
@@ -125,11 +123,11 @@ func (cp *ControlPlane) StopControllerManager() error {
 	cp.kcm = nil
 	_ = k.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-k.done:
+	case <-k.proc.Done():
 		return nil
 	case <-time.After(15 * time.Second):
 		_ = k.cmd.Process.Kill()
-		<-k.done
+		<-k.proc.Done()
 		return errors.New("kube-controller-manager did not stop within 15s of SIGTERM and was killed")
 	}
 }
@@ -147,8 +145,8 @@ func (k *controllerManager) waitHealthy(port int, timeout time.Duration) error {
 	defer tick.Stop()
 	for {
 		select {
-		case <-k.done:
-			return fmt.Errorf("kube-controller-manager exited during start-up (%w):\n%s", k.waitErr, tail(k.log, 20))
+		case <-k.proc.Done():
+			return fmt.Errorf("kube-controller-manager exited during start-up (%w):\n%s", k.proc.Err(), tail(k.log, 20))
 		case <-ctx.Done():
 			return fmt.Errorf("kube-controller-manager not healthy within %s:\n%s", timeout, tail(k.log, 20))
 		case <-tick.C:

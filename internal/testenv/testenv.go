@@ -19,6 +19,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/upgradeguard/upgradeguard/internal/childproc"
 )
 
 // ControlPlane is a running kube-apiserver with its etcd.
@@ -46,6 +48,39 @@ type ControlPlane struct {
 	dir    string
 	tokens map[string]string
 	kcm    *controllerManager
+	// releases free the threads that started envtest's processes (childproc.Hold), once
+	// those have stopped.
+	releases []func()
+}
+
+// hold runs start, which starts envtest's processes, through childproc.Hold.
+func (cp *ControlPlane) hold(start func() error) error {
+	release, err := childproc.Hold(start)
+	cp.releases = append(cp.releases, release)
+	return err
+}
+
+// release frees the threads hold kept, after the processes have stopped.
+func (cp *ControlPlane) release() {
+	for _, r := range cp.releases {
+		r()
+	}
+	cp.releases = nil
+}
+
+// tiedBinaries points envtest at kube-apiserver and etcd from kubeBin through
+// childproc.TiedPath links in dir, so that they die with this process (envtest builds
+// their exec.Cmd itself and offers no way to set SysProcAttr.Pdeathsig).
+func tiedBinaries(dir, kubeBin string) (apiserver, etcd string, err error) {
+	tied := filepath.Join(dir, "tied")
+	if err := os.MkdirAll(tied, 0o700); err != nil {
+		return "", "", err
+	}
+	if apiserver, err = childproc.TiedPath(tied, filepath.Join(kubeBin, "kube-apiserver")); err != nil {
+		return "", "", err
+	}
+	etcd, err = childproc.TiedPath(tied, filepath.Join(kubeBin, "etcd"))
+	return apiserver, etcd, err
 }
 
 // TokenConfig returns a client config that authenticates as user with its bearer token
@@ -105,6 +140,12 @@ func Start(opts ...Options) (*ControlPlane, error) {
 	cp := &ControlPlane{Bin: bin, KubeBin: kubeBin, Minor: minor, env: env, dir: dir}
 	// A fixed certificate directory keeps the serving certificate across RestartAPIServer.
 	api := env.ControlPlane.GetAPIServer()
+	etcd := &envtest.Etcd{}
+	env.ControlPlane.Etcd = etcd
+	if api.Path, etcd.Path, err = tiedBinaries(dir, kubeBin); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	api.CertDir = filepath.Join(dir, "apiserver")
 	if err := os.MkdirAll(api.CertDir, 0o700); err != nil {
 		return nil, err
@@ -137,8 +178,10 @@ func Start(opts ...Options) (*ControlPlane, error) {
 		env.WebhookInstallOptions = *o.Webhooks
 		cp.Webhooks = &env.WebhookInstallOptions
 	}
-	cfg, err := env.Start()
-	if err != nil {
+	var cfg *rest.Config
+	if err := cp.hold(func() (err error) { cfg, err = env.Start(); return err }); err != nil {
+		_ = env.Stop()
+		cp.release()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("start control plane from %s: %w", kubeBin, err)
 	}
@@ -175,6 +218,7 @@ func ForTest(t testing.TB, opts ...Options) *ControlPlane {
 // Stop stops the control plane and removes its files.
 func (cp *ControlPlane) Stop() error {
 	err := errors.Join(cp.StopControllerManager(), cp.env.Stop())
+	cp.release()
 	if cp.dir != "" {
 		err = errors.Join(err, os.RemoveAll(cp.dir))
 	}
@@ -187,7 +231,7 @@ func (cp *ControlPlane) Stop() error {
 func (cp *ControlPlane) StopAPIServer() error { return cp.env.ControlPlane.APIServer.Stop() }
 
 // StartAPIServer starts kube-apiserver again after StopAPIServer.
-func (cp *ControlPlane) StartAPIServer() error { return cp.env.ControlPlane.APIServer.Start() }
+func (cp *ControlPlane) StartAPIServer() error { return cp.hold(cp.env.ControlPlane.APIServer.Start) }
 
 // AddUser creates a user authenticated by client certificate, in the given groups, and
 // returns its client config. RBAC decides what it may do.
@@ -229,6 +273,7 @@ func (cp *ControlPlane) Helm(args ...string) *exec.Cmd { return cp.helmCLI("helm
 // helmCLI runs bin/NAME (a Helm CLI) with the control plane's kubeconfig and Helm home.
 func (cp *ControlPlane) helmCLI(name string, args []string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(cp.Bin, name), append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	childproc.Tie(cmd) // killed with the test binary, e.g. on its timeout
 	home := filepath.Join(cp.dir, "helm")
 	cmd.Env = append(os.Environ(),
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
