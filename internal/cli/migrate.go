@@ -375,8 +375,10 @@ Fields that schema does not declare are hidden already and deleted for good by t
 migration's rewrite, so migrate refuses: it lists the fields with object counts and a few
 objects (never values), writes nothing and exits 1. Keep the fields by adding them to the
 CRD's storage version schema (or x-kubernetes-preserve-unknown-fields) and run again; pass
---allow-field-loss only when losing them is intended (the report still lists them).
-Stored versions that share the storage version's schema are not read.
+--allow-field-loss only when losing them is intended (the report still lists them). The
+CRD annotation upgradeguard.io/allow-field-loss=true accepts the loss for every migration
+of that CRD, as it does for check and the gates. Stored versions that share the storage
+version's schema are not read.
 
 Load: at most --concurrency patches are in flight (default 8), with no client-side rate
 limit: the API server's Priority and Fairness queues the requests or answers 429 with
