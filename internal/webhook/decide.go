@@ -384,7 +384,7 @@ func (g *Gate) ensureMigration(ctx context.Context, m *storageMigrations, crds [
 	want := &v1alpha1.StorageMigration{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: m.labels},
 		Spec: v1alpha1.StorageMigrationSpec{Resources: slices.Sorted(slices.Values(crds)), Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline,
-			KubeConfig: m.kubeConfig, Engine: policy.Spec.Engine},
+			KubeConfig: m.kubeConfig, Engine: policy.Spec.Engine, AllowFieldLoss: policy.Spec.AllowFieldLoss},
 	}
 	if m.holds != "" {
 		want.Annotations = map[string]string{AnnotationHolds: truncate(m.holds, 4000)}

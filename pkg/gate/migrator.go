@@ -100,7 +100,9 @@ func (m *InProcess) Migrate(ctx context.Context, crds []string) (*Progress, erro
 		case res.FailedCount > 0:
 			p.State, p.Message = MigrationFailed, fmt.Sprintf("%s: %d objects could not be migrated: %s", name, res.FailedCount, res.Message)
 			return p, nil
-		case res.BuiltinFailure != "":
+		case res.BuiltinFailure != "" || res.FieldLossRefused:
+			// A refusal for field loss wrote nothing and would refuse again: an operator
+			// decides (keep the fields, or allow the loss).
 			p.State, p.Message = MigrationFailed, name+": "+res.Message
 			return p, nil
 		}
