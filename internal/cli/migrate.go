@@ -51,6 +51,8 @@ func (o *migrateOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.opts.AllowStorageSwitch, "allow-storage-switch", false, "confirm that migrate may change a live CRD's storage version (reverse migrations)")
 	f.BoolVar(&o.opts.AllowFieldLoss, "allow-field-loss", false, "migrate even though objects stored at an older version hold fields the storage version's schema does not declare, "+
 		"which the rewrite deletes for good (without it migrate refuses, lists the fields and writes nothing; see "+migrate.FieldLossRunbook+")")
+	f.StringVar(&o.opts.BackupFields, "backup-fields", "", "with --allow-field-loss: first save the values of the fields the migration drops to DIR/<crd>/ "+
+		"(one YAML per object holding only those fields, and index.json; the files hold field values, so keep them private)")
 	output.AddFlag(f, &o.predictOpts.output)
 	f.StringVar(&o.resultCM, "result-configmap", "", "also write the JSON result into this ConfigMap (key result.json) in --lease-namespace: how a Job-mode migration reports to the controller")
 	o.addRunFlags(f)
@@ -86,6 +88,8 @@ func (o *migrateOptions) validate() error {
 		return couldNot("--qps and --burst must be 0 or more, --concurrency and --page-size at least 1")
 	case !validEngine(o.engine):
 		return couldNot("--engine %q: use auto, client or builtin", o.engine)
+	case o.opts.BackupFields != "" && !o.opts.AllowFieldLoss:
+		return couldNot("--backup-fields saves what --allow-field-loss lets a migration drop: pass both")
 	case o.predictOpts.chart.Ref != "" || o.predictOpts.rollback:
 		return o.predictOpts.validate()
 	}
@@ -284,8 +288,12 @@ func fieldLossNote(w io.Writer, r *migrate.Result) {
 	_ = t.Flush()
 	if r.FieldLossRefused {
 		fmt.Fprintf(w, "  next: to keep them, add them to the %s schema of the CRD (or x-kubernetes-preserve-unknown-fields) and migrate again;\n"+
-			"        if losing them is intended, migrate again with --allow-field-loss, or annotate the CRD %s=true (%s)\n",
+			"        if losing them is intended, migrate again with --allow-field-loss (add --backup-fields DIR to save their values first),\n"+
+			"        or annotate the CRD %s=true (%s)\n",
 			r.StorageVersion, predict.AllowFieldLossAnnotation, migrate.FieldLossRunbook)
+	}
+	if r.FieldBackup != "" {
+		fmt.Fprintf(w, "  the values were saved first to %s (index.json lists the objects)\n", r.FieldBackup)
 	}
 }
 

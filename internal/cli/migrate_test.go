@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -232,7 +234,11 @@ func TestMigrateRefusesFieldLoss(t *testing.T) {
 		t.Errorf("storedVersions after the refusal %s, want v2beta2,v2", got)
 	}
 
-	r = ug(t, "migrate", "--crd", hr, "--lease-namespace", "default", "--allow-field-loss", "-o", "json")
+	if r := ug(t, "migrate", "--crd", hr, "--backup-fields", t.TempDir()); r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "pass both") {
+		t.Errorf("--backup-fields without --allow-field-loss: exit %d, %s", r.code, r.stderr)
+	}
+	backup := filepath.Join(t.TempDir(), "fields")
+	r = ug(t, "migrate", "--crd", hr, "--lease-namespace", "default", "--allow-field-loss", "--backup-fields", backup, "-o", "json")
 	var out struct{ CRDs []migrate.Result }
 	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || r.code != cli.ExitSafe || len(out.CRDs) != 1 {
 		t.Fatalf("allowed: exit %d, output %s%s (%v)", r.code, r.stdout, r.stderr, err)
@@ -243,5 +249,17 @@ func TestMigrateRefusesFieldLoss(t *testing.T) {
 	}
 	if got := stored(); got != "v2" {
 		t.Errorf("storedVersions after the allowed migration %s, want v2", got)
+	}
+	// The values were saved before the write: one file per object that lost the field.
+	if res := out.CRDs[0]; res.FieldBackup != filepath.Join(backup, hr) {
+		t.Fatalf("field backup at %q, want %q", res.FieldBackup, filepath.Join(backup, hr))
+	}
+	files, err := filepath.Glob(filepath.Join(backup, hr, "objects", "*.yaml"))
+	if err != nil || len(files) != 2 {
+		t.Fatalf("backup files %v (%v), want 2", files, err)
+	}
+	saved, err := os.ReadFile(files[0])
+	if err != nil || !strings.Contains(string(saved), "valuesFile:") {
+		t.Errorf("backup %s lacks valuesFile:\n%s (%v)", files[0], saved, err)
 	}
 }

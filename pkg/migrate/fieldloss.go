@@ -3,6 +3,8 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -42,6 +44,18 @@ func (m *Migrator) judgeFieldLoss(ctx context.Context, crd *apiextv1.CustomResou
 	}
 	res.FieldLoss = rep
 	if FieldLossAllowed(crd, o) {
+		if o.BackupFields == "" || o.DryRun {
+			return false, nil
+		}
+		// Save the values before the run drops them: one directory per CRD.
+		if err := os.MkdirAll(o.BackupFields, 0o700); err != nil {
+			return false, fmt.Errorf("create the field backup directory: %w", err)
+		}
+		b, err := judge.Backup(ctx, retryingLister{client: m.dynamic}, filepath.Join(o.BackupFields, crd.Name))
+		if err != nil {
+			return false, fmt.Errorf("%s: back up the fields the migration drops (nothing was written): %w", crd.Name, err)
+		}
+		res.FieldBackup = b.Dir
 		return false, nil
 	}
 	res.Status, res.FieldLossRefused = Incomplete, true

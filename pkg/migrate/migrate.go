@@ -100,6 +100,9 @@ type Options struct {
 	// predict.AllowFieldLossAnnotation) such a run writes nothing and is refused
 	// (Result.FieldLossRefused): the loss would be permanent.
 	AllowFieldLoss bool
+	// BackupFields, with AllowFieldLoss, saves the values of the fields a run drops before
+	// it writes anything: DIR/<crd>/ per CRD (see crdschema.Backup), 0600 files.
+	BackupFields string
 	// LeaseNamespace holds the per-CRD Leases; Holder names this run in them.
 	LeaseNamespace string
 	Holder         string
@@ -201,8 +204,11 @@ type Result struct {
 	FieldLoss *crdschema.Report `json:"fieldLoss,omitempty"`
 	// FieldLossRefused says the run stopped before writing anything because of FieldLoss
 	// (Status is Incomplete, Message says how to go on): a finding, not a failure to run.
-	FieldLossRefused bool   `json:"fieldLossRefused,omitempty"`
-	Message          string `json:"message,omitempty"`
+	FieldLossRefused bool `json:"fieldLossRefused,omitempty"`
+	// FieldBackup is the directory the dropped fields' values were saved to
+	// (Options.BackupFields).
+	FieldBackup string `json:"fieldBackup,omitempty"`
+	Message     string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
