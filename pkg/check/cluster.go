@@ -42,7 +42,11 @@ func NewKubeCluster(cfg *rest.Config) (*KubeCluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	// The schema check reads objects at old versions on purpose: the API server's
+	// deprecation warnings for those reads would only be noise on the user's terminal.
+	quiet := rest.CopyConfig(cfg)
+	quiet.WarningHandler = rest.NoWarnings{}
+	dyn, err := dynamic.NewForConfig(quiet)
 	if err != nil {
 		return nil, err
 	}

@@ -250,7 +250,11 @@ func New(cfg *rest.Config) (*Migrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	// The field-loss read lists objects at old versions on purpose: the API server's
+	// deprecation warnings for it would only be noise.
+	quiet := rest.CopyConfig(cfg)
+	quiet.WarningHandler = rest.NoWarnings{}
+	dyn, err := dynamic.NewForConfig(quiet)
 	if err != nil {
 		return nil, err
 	}
