@@ -49,10 +49,17 @@ testbin: ## Build the real control planes, the Helm CLIs and Flux's controllers 
 KUBE_CI := 1.32
 KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/...
 
+# Every test must run: hack/noskip reads go test -json, prints what a plain go test would
+# (result lines and the output of failing tests) and fails the run if a test skipped.
+NOSKIP := $(BIN)/noskip
+
+$(BIN)/noskip: hack/noskip/main.go
+	go build -o $(BIN)/noskip ./hack/noskip
+
 .PHONY: test
-test: testbin ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd, Helm and Flux), then check, migrate and the gate on Kubernetes 1.32
-	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	UPGRADEGUARD_KUBE_VERSION=$(KUBE_CI) go test -count=1 -timeout $(TEST_TIMEOUT) $(KUBE_CI_PACKAGES)
+test: testbin $(BIN)/noskip ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd, Helm and Flux), then check, migrate and the gate on Kubernetes 1.32; fails if a test skips
+	set -o pipefail; go test -json -count=1 -timeout $(TEST_TIMEOUT) ./... | $(NOSKIP)
+	set -o pipefail; UPGRADEGUARD_KUBE_VERSION=$(KUBE_CI) go test -json -count=1 -timeout $(TEST_TIMEOUT) $(KUBE_CI_PACKAGES) | $(NOSKIP)
 
 .PHONY: test-matrix
 test-matrix: ## Run every control-plane test package on Kubernetes 1.32, 1.34, 1.36 and 1.37 and print a pass/fail table

@@ -43,9 +43,7 @@ func TestSlotsCommand(t *testing.T) {
 // TestSlotsOnBareClone: the command reads a bare clone (as CI caches and server-side
 // hooks keep repositories) as it reads the work tree it was cloned from.
 func TestSlotsOnBareClone(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("the git binary is needed to make a bare clone")
-	}
+	testenv.NeedGitCLI(t)
 	g := testenv.NewGitRepo(t)
 	base := g.Commit("base", map[string]string{"migrations/1": "one\n", "values.yaml": "migrations:\n  targetVersion: 2\n"})
 	g.Branch("release-1.0", base)

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -18,6 +19,16 @@ type GitRepo struct {
 	t    testing.TB
 	repo *git.Repository
 	wt   *git.Worktree
+}
+
+// NeedGitCLI fails the test when the git command is missing. go-git writes the
+// repositories (NewGitRepo); tests that also need what only the git command makes (bare
+// clones, mirrors, linked worktrees) call this first.
+func NeedGitCLI(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatalf("the git command is missing (%v): install it (apt-get install git)", err)
+	}
 }
 
 // NewGitRepo initialises a repository in a temporary directory.

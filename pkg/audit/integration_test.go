@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
@@ -40,21 +41,23 @@ func needCluster(t *testing.T) {
 	}
 }
 
-func sources(t *testing.T) audit.Sources {
+// sources reads the cluster cfg points at.
+func sources(t *testing.T, cfg *rest.Config) audit.Sources {
 	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	cs := kubernetes.NewForConfigOrDie(cfg)
 	return audit.Sources{
-		Dynamic:  dynamic.NewForConfigOrDie(cp.Config),
-		Metadata: metadata.NewForConfigOrDie(cp.Config),
+		Dynamic:  dynamic.NewForConfigOrDie(cfg),
+		Metadata: metadata.NewForConfigOrDie(cfg),
 		Leases:   cs.CoordinationV1(),
 		Releases: audit.HelmStorage{Clientset: cs},
-		Objects:  objects(t),
+		Objects:  objects(t, cfg),
 	}
 }
 
+// run audits the package's control plane.
 func run(t *testing.T, ns string) *audit.Report {
 	t.Helper()
-	rep, err := audit.Run(t.Context(), sources(t), audit.Options{Namespace: ns})
+	rep, err := audit.Run(t.Context(), sources(t, cp.Config), audit.Options{Namespace: ns})
 	if err != nil {
 		t.Fatalf("audit: %v", err)
 	}
@@ -83,15 +86,20 @@ func installScenario(t *testing.T) {
 	}
 }
 
-// TestAuditWithoutFlux runs on a cluster without the HelmRelease CRD (before the scenario
-// installs it): no Flux is not an error.
+// TestAuditWithoutFlux runs on a cluster without the HelmRelease CRD: no Flux is not an
+// error. The package's control plane gets Flux's CRDs from whichever test installs the
+// scenario first, so this test starts a control plane of its own.
 func TestAuditWithoutFlux(t *testing.T) {
 	needCluster(t)
-	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	own := testenv.ForTest(t)
+	cs := apiextclient.NewForConfigOrDie(own.Config)
 	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), "helmreleases.helm.toolkit.fluxcd.io", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Skip("the Flux CRDs are already installed by another test")
+		t.Fatalf("a new control plane serves the HelmRelease CRD (%v)", err)
 	}
-	rep := run(t, "")
+	rep, err := audit.Run(t.Context(), sources(t, own.Config), audit.Options{})
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
 	if len(rep.Releases) != 0 || rep.Summary.Coverage != "0/0" || rep.Unprotected() || rep.Controller.Running {
 		t.Errorf("empty cluster: %+v", rep)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -21,9 +22,9 @@ import (
 )
 
 // objects is the Reader the CLI gives the audit for spec.valuesFrom.
-func objects(t *testing.T) client.Reader {
+func objects(t *testing.T, cfg *rest.Config) client.Reader {
 	t.Helper()
-	c, err := client.New(cp.Config, client.Options{Scheme: clientgoscheme.Scheme})
+	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -161,9 +161,7 @@ func gitCLI(t *testing.T, args ...string) {
 // TestRepositoryShapes opens the same history as a work tree, a folder inside it, a bare
 // clone, a mirror and a linked worktree: each finds the one claimed slot.
 func TestRepositoryShapes(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("the git binary is needed to make bare clones, mirrors and linked worktrees")
-	}
+	testenv.NeedGitCLI(t)
 	g, _ := cozystack(t)
 	tmp := t.TempDir()
 	bare, mirror, linked := filepath.Join(tmp, "bare.git"), filepath.Join(tmp, "mirror.git"), filepath.Join(tmp, "linked")

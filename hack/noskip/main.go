@@ -1,0 +1,165 @@
+// Command noskip reads `go test -json` on stdin and prints what a plain `go test` would:
+// each package's result line, build errors, and the output of every test that failed
+// or never finished (a -timeout panic). It exits 1 when a test or package failed, and
+// also when a test skipped, listing each skipped test with its message, unless -short
+// says the run was `go test -short`, where skipping what needs a control plane is the
+// point. A skip outside -short hides a test that did not run: fix its cause, or make
+// the test fail and name the step (`make testbin`, an apt-get package) that provides
+// what it needs.
+//
+//	set -o pipefail; go test -json ./... | go run ./hack/noskip
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+func main() {
+	short := flag.Bool("short", false, "the run was go test -short: report skips without failing")
+	flag.Parse()
+	r, err := filter(os.Stdin, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "noskip:", err)
+		os.Exit(2)
+	}
+	os.Exit(r.report(os.Stdout, *short))
+}
+
+// event is one line of `go test -json` (cmd/test2json).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Output  string
+}
+
+// skip is a test that skipped, with what it said.
+type skip struct{ pkg, test, msg string }
+
+// result is what filter saw.
+type result struct {
+	skips  []skip
+	failed bool
+}
+
+type testKey struct{ pkg, test string }
+
+// filter copies the human-readable part of the stream in to out, as it arrives.
+func filter(in io.Reader, out io.Writer) (result, error) {
+	f := &filterState{out: out, running: map[testKey][]string{}}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Action == "" {
+			fmt.Fprintln(out, sc.Text()) // not an event: pass it on
+			continue
+		}
+		f.handle(e)
+	}
+	return f.result, sc.Err()
+}
+
+type filterState struct {
+	out     io.Writer
+	running map[testKey][]string // output of tests that have not finished
+	order   []testKey            // tests in the order they started
+	result
+}
+
+func (f *filterState) handle(e event) {
+	k := testKey{e.Package, e.Test}
+	switch {
+	case e.Action == "build-output":
+		fmt.Fprint(f.out, e.Output)
+	case e.Test == "" && e.Action == "output":
+		// Output outside any test, such as the package's result line: a test still
+		// running then never finishes (a -timeout panic); print it first.
+		f.flush(e.Package)
+		if e.Output != "PASS\n" {
+			fmt.Fprint(f.out, e.Output)
+		}
+	case e.Test == "" && (e.Action == "pass" || e.Action == "fail"):
+		f.flush(e.Package)
+		f.failed = f.failed || e.Action == "fail"
+	case e.Test == "":
+		// start, or skip: a package without test files
+	case e.Action == "run":
+		f.running[k] = nil
+		f.order = append(f.order, k)
+	case e.Action == "output":
+		if !framing(e.Output) {
+			f.running[k] = append(f.running[k], e.Output)
+		}
+	case e.Action == "fail":
+		fmt.Fprint(f.out, strings.Join(f.running[k], ""))
+		delete(f.running, k)
+		f.failed = true
+	case e.Action == "skip":
+		f.skips = append(f.skips, skip{e.Package, e.Test, message(f.running[k])})
+		delete(f.running, k)
+	case e.Action == "pass":
+		delete(f.running, k)
+	}
+}
+
+// flush prints the output of pkg's tests that have not finished.
+func (f *filterState) flush(pkg string) {
+	for _, t := range f.order {
+		if lines, ok := f.running[t]; ok && t.pkg == pkg {
+			fmt.Fprint(f.out, strings.Join(lines, ""))
+			delete(f.running, t)
+		}
+	}
+}
+
+// framing is the test runner's own bookkeeping between parallel tests.
+func framing(line string) bool {
+	for _, p := range []string{"=== PAUSE", "=== CONT", "=== NAME"} {
+		if strings.HasPrefix(line, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// message is what a skipped test logged, without the runner's lines.
+func message(lines []string) string {
+	var msg []string
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.HasPrefix(l, "=== RUN") && !strings.HasPrefix(l, "--- SKIP") {
+			msg = append(msg, l)
+		}
+	}
+	if len(msg) == 0 {
+		return "(no message)"
+	}
+	return strings.Join(msg, "; ")
+}
+
+// report lists the skips unless short and returns the exit code.
+func (r result) report(out io.Writer, short bool) int {
+	code := 0
+	if r.failed {
+		code = 1
+	}
+	if len(r.skips) == 0 || short {
+		return code
+	}
+	tests := "tests"
+	if len(r.skips) == 1 {
+		tests = "test"
+	}
+	fmt.Fprintf(out, "noskip: %d %s skipped outside -short; every test must run or fail (fix the cause, or fail naming the step that provides what is missing):\n", len(r.skips), tests)
+	for _, s := range r.skips {
+		fmt.Fprintf(out, "  %s %s: %s\n", s.pkg, s.test, s.msg)
+	}
+	return 1
+}
