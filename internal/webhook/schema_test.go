@@ -2,6 +2,9 @@ package webhook_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,22 +26,33 @@ import (
 func TestReleaseRecordDataLoss(t *testing.T) {
 	skipShort(t)
 	ctx := t.Context()
-	const ns, crd = "schemaloss", "resourcegraphdefinitions.kro.run"
+	// kro's real CRDs under a group of this test's own: other tests of the package
+	// install kro itself.
+	const ns, group = "schemaloss", "loss.example.com"
+	const crd = "resourcegraphdefinitions." + group
 	namespace(t, s.c, ns)
+	fx, err := testenv.Fixtures()
+	if err != nil {
+		t.Fatal(err)
+	}
 	chart := func(v string) string {
-		p, err := testenv.FixtureChart(t.TempDir(), "kro", v, "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml")
+		data, err := os.ReadFile(filepath.Join(fx, "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := testenv.WriteChart(t.TempDir(), "kro", v, map[string]string{"templates/crd.yaml": strings.ReplaceAll(string(data), "kro.run", group)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	mustHelm(t, "install", "kro", chart("0.2.0"), "-n", ns)
+	mustHelm(t, "install", "kro-loss", chart("0.2.0"), "-n", ns)
 	cs := apiextclient.NewForConfigOrDie(s.cp.Config)
 	if err := testenv.WaitEstablished(ctx, cs, crd); err != nil {
 		t.Fatal(err)
 	}
-	ri := dynamic.NewForConfigOrDie(s.cp.Config).Resource(schema.GroupVersionResource{Group: "kro.run", Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
-	rgd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
+	ri := dynamic.NewForConfigOrDie(s.cp.Config).Resource(schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
+	rgd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1alpha1", "kind": "ResourceGraphDefinition",
 		"metadata": map[string]any{"name": "web"},
 		"spec": map[string]any{"defaultServiceAccounts": map[string]any{"default": "deployer"},
 			"schema": map[string]any{"apiVersion": "v1alpha1", "kind": "Web", "spec": map[string]any{"name": "string"}}}}}
@@ -47,7 +61,7 @@ func TestReleaseRecordDataLoss(t *testing.T) {
 	}
 	before := revisions(t, ns)
 
-	out, err := helmCLI(t, "upgrade", "kro", chart("0.9.3"), "-n", ns)
+	out, err := helmCLI(t, "upgrade", "kro-loss", chart("0.9.3"), "-n", ns)
 	if err == nil {
 		t.Fatalf("helm upgrade succeeded; want it denied for the fields it drops:\n%s", out)
 	}
@@ -69,5 +83,5 @@ func TestReleaseRecordDataLoss(t *testing.T) {
 	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	mustHelm(t, "upgrade", "kro", chart("0.9.3"), "-n", ns)
+	mustHelm(t, "upgrade", "kro-loss", chart("0.9.3"), "-n", ns)
 }
