@@ -2,6 +2,9 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
@@ -73,5 +77,62 @@ func TestCheckDataLoss(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("after the real upgrade spec.defaultServiceAccounts is still served: %v", err)
+	}
+}
+
+// TestPlanDataLoss: plan treats a step whose schema drops stored fields as a blocker: with
+// kro 0.2.0 installed and 0.9.3 the only newer chart, there is no path (exit 2, naming the
+// CRD, the version and the path); once the live CRD accepts the loss, the upgrade is one
+// safe step.
+func TestPlanDataLoss(t *testing.T) {
+	needCluster(t)
+	ctx := t.Context()
+	const group = "plan-loss.example.com"
+	const crd = "resourcegraphdefinitions." + group
+	const ns = "plan-loss"
+	dir := t.TempDir()
+	chart := func(v string) string {
+		data, err := os.ReadFile(filepath.Join(fixturesDir(t), "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := testenv.WriteChart(filepath.Join(dir, v), "kro", v, map[string]string{"templates/crd.yaml": strings.ReplaceAll(string(data), "kro.run", group)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	older := chart("0.2.0")
+	newer, err := testenv.Package(chart("0.9.3"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustHelm(t, nil, "install", "kro-plan", older, "-n", ns, "--create-namespace")
+	t.Cleanup(func() { _, _ = helm(t, nil, "uninstall", "kro-plan", "-n", ns) })
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	if err := testenv.WaitEstablished(ctx, cs, crd); err != nil {
+		t.Fatal(err)
+	}
+	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
+	rgd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1alpha1", "kind": "ResourceGraphDefinition",
+		"metadata": map[string]any{"name": "web"},
+		"spec": map[string]any{"defaultServiceAccounts": map[string]any{"default": "deployer"},
+			"schema": map[string]any{"apiVersion": "v1alpha1", "kind": "Web", "spec": map[string]any{"name": "string"}}}}}
+	if _, err := ri.Create(ctx, rgd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	r := ug(t, "plan", "--release", "kro-plan", "-n", ns, older, newer)
+	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr+r.stdout, crd) || !strings.Contains(r.stderr+r.stdout, "0.9.3") ||
+		!strings.Contains(r.stderr+r.stdout, "spec.defaultServiceAccounts") {
+		t.Fatalf("plan through a data-loss step: exit %d, want 2 naming %s, 0.9.3 and the path\n%s%s", r.code, crd, r.stdout, r.stderr)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, predict.AllowFieldLossAnnotation)
+	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, crd, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := planOf(t, cli.ExitSafe, "--release", "kro-plan", "-n", ns, older, newer)
+	if len(p.Steps) != 1 || p.Steps[0].ChartVersion != "0.9.3" {
+		t.Fatalf("steps %+v, want the one upgrade to 0.9.3", p.Steps)
 	}
 }
