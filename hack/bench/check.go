@@ -112,7 +112,7 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	if err != nil {
 		return err
 	}
-	asShipped, err := measure(fmt.Sprintf("check flux2 2.18.2 as shipped (no schema of a stored version changes)"), rounds, func() error {
+	asShipped, err := measure("check flux2 2.18.2 as shipped (no schema of a stored version changes)", rounds, func() error {
 		_, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: ch.CRDs})
 		return err
 	})

@@ -49,15 +49,16 @@ func helmControllerUpgrade(t *testing.T, e env, withFile, without int) dynamic.N
 		}
 	}
 	apply(t, e, fixtureDir(t, "flux-helm-controller/v1.0.0")...)
-	if got := storedVersionsOf(t, e, helmreleases); !slices.Equal(got, []string{"v2beta2", "v2"}) {
+	if got := helmReleaseStoredVersions(t, e); !slices.Equal(got, []string{"v2beta2", "v2"}) {
 		t.Fatalf("storedVersions %v, want [v2beta2 v2]", got)
 	}
 	return ri
 }
 
-func storedVersionsOf(t *testing.T, e env, name string) []string {
+// helmReleaseStoredVersions is status.storedVersions of the HelmRelease CRD.
+func helmReleaseStoredVersions(t *testing.T, e env) []string {
 	t.Helper()
-	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, name, metav1.GetOptions{})
+	crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, helmreleases, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestStorageMigrationRefusedForFieldLoss(t *testing.T) {
 	if n, after := valuesFiles(t, e, ri); n != 2 || !cmp.Equal(rvs, after) {
 		t.Errorf("after the refusal: %d objects hold valuesFile, resourceVersions (-before +after):\n%s", n, cmp.Diff(rvs, after))
 	}
-	if got := storedVersionsOf(t, e, helmreleases); !slices.Equal(got, []string{"v2beta2", "v2"}) {
+	if got := helmReleaseStoredVersions(t, e); !slices.Equal(got, []string{"v2beta2", "v2"}) {
 		t.Errorf("storedVersions after the refusal %v, want [v2beta2 v2]", got)
 	}
 
@@ -163,7 +164,7 @@ func TestStorageMigrationRefusedForFieldLoss(t *testing.T) {
 	if diff := cmp.Diff(wantLoss, got.Status.Resources[0].FieldLoss); diff != "" {
 		t.Errorf("allowed: status.resources[0].fieldLoss (-want +got):\n%s", diff)
 	}
-	if sv := storedVersionsOf(t, e, helmreleases); !slices.Equal(sv, []string{"v2"}) {
+	if sv := helmReleaseStoredVersions(t, e); !slices.Equal(sv, []string{"v2"}) {
 		t.Errorf("allowed: storedVersions %v, want [v2]", sv)
 	}
 	if n, _ := valuesFiles(t, e, ri); n != 0 {
@@ -275,7 +276,7 @@ func TestProactiveFieldLossPolicy(t *testing.T) {
 	if !sm.Spec.AllowFieldLoss || len(sm.Status.Resources[0].FieldLoss) != 1 {
 		t.Errorf("the replacement: allowFieldLoss %v, fieldLoss %+v; want the policy's true, and the loss reported", sm.Spec.AllowFieldLoss, sm.Status.Resources[0].FieldLoss)
 	}
-	if sv := storedVersionsOf(t, e, helmreleases); !slices.Equal(sv, []string{"v2"}) {
+	if sv := helmReleaseStoredVersions(t, e); !slices.Equal(sv, []string{"v2"}) {
 		t.Errorf("storedVersions %v, want [v2]", sv)
 	}
 	if n, _ := valuesFiles(t, e, ri); n != 0 {
