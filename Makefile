@@ -44,10 +44,14 @@ $(BIN)/validate-krew-manifest: hack/tools/krew/go.mod
 testbin: ## Build the real control planes, the Helm CLIs and Flux's controllers into bin/ (skips what is current)
 	./hack/testbin.sh
 
-# CI runs everything on the default Kubernetes minor (1.37), and the packages whose answers
-# depend most on the API server's version again on the oldest one we test.
+# CI runs everything on the default Kubernetes minor (1.37), and again on the oldest one we
+# test the packages whose answers depend most on the API server's version: check, migrate
+# and the gate, and every package that asserts the API server's own storedVersions
+# rejection in the running minor's wording (crdversions.WordingFor): the webhook, the
+# CLI, applycheck and the Flux incident tests.
 KUBE_CI := 1.32
-KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/...
+KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/... \
+	./internal/webhook/... ./internal/cli/... ./pkg/applycheck/... ./test/fluxtest/...
 
 # Every test must run: hack/noskip reads go test -json, prints what a plain go test would
 # (result lines and the output of failing tests) and fails the run if a test skipped.
@@ -57,7 +61,7 @@ $(BIN)/noskip: hack/noskip/main.go
 	go build -o $(BIN)/noskip ./hack/noskip
 
 .PHONY: test
-test: testbin $(BIN)/noskip ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd, Helm and Flux), then check, migrate and the gate on Kubernetes 1.32; fails if a test skips
+test: testbin $(BIN)/noskip ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd, Helm and Flux), then the version-dependent packages on Kubernetes 1.32; fails if a test skips
 	set -o pipefail; go test -json -count=1 -timeout $(TEST_TIMEOUT) ./... | $(NOSKIP)
 	set -o pipefail; UPGRADEGUARD_KUBE_VERSION=$(KUBE_CI) go test -json -count=1 -timeout $(TEST_TIMEOUT) $(KUBE_CI_PACKAGES) | $(NOSKIP)
 
