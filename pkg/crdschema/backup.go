@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -56,24 +55,11 @@ func (j *Judge) Backup(ctx context.Context, l Lister, dir string) (*BackupResult
 		return nil, fmt.Errorf("create the backup directory: %w", err)
 	}
 	res := &BackupResult{Dir: dir, CRD: j.live.Name, Objects: []BackupEntry{}}
-	for _, r := range j.reads {
-		gvr := schema.GroupVersionResource{Group: j.live.Spec.Group, Version: r.ReadAt, Resource: j.live.Spec.Names.Plural}
-		opts := metav1.ListOptions{Limit: DefaultPageSize}
-		for {
-			list, err := l.List(ctx, gvr, opts)
-			if err != nil {
-				return nil, fmt.Errorf("list %s at %s to back up the fields the new schema drops: %w", gvr.GroupResource(), r.ReadAt, err)
-			}
-			for i := range list.Items {
-				if err := j.backupOne(ctx, r, &list.Items[i], res); err != nil {
-					return nil, err
-				}
-			}
-			if list.GetContinue() == "" {
-				break
-			}
-			opts.Continue = list.GetContinue()
-		}
+	err := j.each(ctx, l, DefaultPageSize, "back up the fields the new schema drops", func(r Read, o *unstructured.Unstructured) error {
+		return j.backupOne(ctx, r, o, res)
+	})
+	if err != nil {
+		return nil, err
 	}
 	index, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {

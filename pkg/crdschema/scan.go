@@ -122,22 +122,37 @@ func (d DynamicLister) List(ctx context.Context, gvr schema.GroupVersionResource
 // whose schemas do not change is not read at all. pageSize 0 is DefaultPageSize.
 func (j *Judge) Scan(ctx context.Context, l Lister, pageSize int64) (*Report, error) {
 	rep := &Report{Reads: j.Reads(), ConversionRemoved: j.conversion}
+	acc := newAccumulator()
+	err := j.each(ctx, l, pageSize, "judge them against the new schema", func(r Read, o *unstructured.Unstructured) error {
+		acc.add(r, objectName(o), j.Object(ctx, r, o.Object))
+		rep.Objects++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep.Pruned, rep.Invalid = acc.result()
+	return rep, nil
+}
+
+// each lists, page by page, the objects of every read and calls fn for each; why names
+// the purpose in an error.
+func (j *Judge) each(ctx context.Context, l Lister, pageSize int64, why string, fn func(Read, *unstructured.Unstructured) error) error {
 	if pageSize <= 0 {
 		pageSize = DefaultPageSize
 	}
-	acc := newAccumulator()
 	for _, r := range j.reads {
 		gvr := schema.GroupVersionResource{Group: j.live.Spec.Group, Version: r.ReadAt, Resource: j.live.Spec.Names.Plural}
 		opts := metav1.ListOptions{Limit: pageSize}
 		for {
 			list, err := l.List(ctx, gvr, opts)
 			if err != nil {
-				return nil, fmt.Errorf("list %s at %s to judge them against the new schema: %w", gvr.GroupResource(), r.ReadAt, err)
+				return fmt.Errorf("list %s at %s to %s: %w", gvr.GroupResource(), r.ReadAt, why, err)
 			}
 			for i := range list.Items {
-				o := &list.Items[i]
-				acc.add(r, objectName(o), j.Object(ctx, r, o.Object))
-				rep.Objects++
+				if err := fn(r, &list.Items[i]); err != nil {
+					return err
+				}
 			}
 			if list.GetContinue() == "" {
 				break
@@ -145,8 +160,7 @@ func (j *Judge) Scan(ctx context.Context, l Lister, pageSize int64) (*Report, er
 			opts.Continue = list.GetContinue()
 		}
 	}
-	rep.Pruned, rep.Invalid = acc.result()
-	return rep, nil
+	return nil
 }
 
 // Check is New and Scan in one call.
