@@ -3,7 +3,6 @@ package cli_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,11 +91,7 @@ func TestPlanDataLoss(t *testing.T) {
 	const ns = "plan-loss"
 	dir := t.TempDir()
 	chart := func(v string) string {
-		data, err := os.ReadFile(filepath.Join(fixturesDir(t), "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := testenv.WriteChart(filepath.Join(dir, v), "kro", v, map[string]string{"templates/crd.yaml": strings.ReplaceAll(string(data), "kro.run", group)})
+		p, err := testenv.RegroupedFixtureChart(filepath.Join(dir, v), "kro", v, "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml", "kro.run", group)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -169,3 +169,18 @@ func PushOCITag(tgz, host, path, tag string) (string, error) {
 	}
 	return "oci://" + host + "/" + path + "/" + c.Name(), nil
 }
+
+// RegroupedFixtureChart writes a chart whose one template is a fixture CRD file with its
+// API group renamed from one group to another, so that a test can install a real upstream
+// CRD without meeting the upstream CRD another test of its package installs.
+func RegroupedFixtureChart(dir, name, version, fixtureFile, from, to string) (string, error) {
+	fx, err := Fixtures()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(filepath.Join(fx, fixtureFile))
+	if err != nil {
+		return "", err
+	}
+	return WriteChart(dir, name, version, map[string]string{"templates/crd.yaml": strings.ReplaceAll(string(data), from, to)})
+}

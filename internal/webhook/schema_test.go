@@ -2,9 +2,6 @@ package webhook_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -31,16 +28,8 @@ func TestReleaseRecordDataLoss(t *testing.T) {
 	const ns, group = "schemaloss", "loss.example.com"
 	const crd = "resourcegraphdefinitions." + group
 	namespace(t, s.c, ns)
-	fx, err := testenv.Fixtures()
-	if err != nil {
-		t.Fatal(err)
-	}
 	chart := func(v string) string {
-		data, err := os.ReadFile(filepath.Join(fx, "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := testenv.WriteChart(t.TempDir(), "kro", v, map[string]string{"templates/crd.yaml": strings.ReplaceAll(string(data), "kro.run", group)})
+		p, err := testenv.RegroupedFixtureChart(t.TempDir(), "kro", v, "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml", "kro.run", group)
 		if err != nil {
 			t.Fatal(err)
 		}
