@@ -147,6 +147,11 @@ func Start(opts ...Options) (*ControlPlane, error) {
 		return nil, err
 	}
 	api.CertDir = filepath.Join(dir, "apiserver")
+	// Stopping kube-apiserver otherwise waits up to its request timeout (60 s, as long as
+	// envtest's stop timeout) for clients' watches to end: kube-controller-manager's never
+	// do. With this flag it drains the requests in flight, answering new ones with 429
+	// and Retry-After, and then gives the watches 2 s, as a rolling control plane does.
+	api.Configure().Set("shutdown-send-retry-after", "true")
 	if err := os.MkdirAll(api.CertDir, 0o700); err != nil {
 		return nil, err
 	}
