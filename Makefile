@@ -49,6 +49,7 @@ testbin: ## Build the real control planes, the Helm CLIs and Flux's controllers 
 # and the gate, and every package that asserts the API server's own storedVersions
 # rejection in the running minor's wording (crdversions.WordingFor): the webhook, the
 # CLI, applycheck and the Flux incident tests.
+KUBE_DEFAULT := 1.37
 KUBE_CI := 1.32
 KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/... \
 	./internal/webhook/... ./internal/cli/... ./pkg/applycheck/... ./test/fluxtest/...
@@ -64,6 +65,12 @@ $(BIN)/noskip: hack/noskip/main.go
 test: testbin $(BIN)/noskip ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd, Helm and Flux), then the version-dependent packages on Kubernetes 1.32; fails if a test skips
 	set -o pipefail; go test -json -count=1 -timeout $(TEST_TIMEOUT) ./... | $(NOSKIP)
 	set -o pipefail; UPGRADEGUARD_KUBE_VERSION=$(KUBE_CI) go test -json -count=1 -timeout $(TEST_TIMEOUT) $(KUBE_CI_PACKAGES) | $(NOSKIP)
+
+.PHONY: e2e
+e2e: $(BIN)/noskip ## Run upgradeguard as users install it: the image and the chart on a real node (needs root; installs containerd, runc and the CNI plugins with apt-get)
+	./hack/node-deps.sh
+	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --node
+	set -o pipefail; go test -tags e2e -json -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/... | $(NOSKIP)
 
 .PHONY: test-matrix
 test-matrix: ## Run every control-plane test package on Kubernetes 1.32, 1.34, 1.36 and 1.37 and print a pass/fail table

@@ -17,6 +17,8 @@
 #   --kube MINORS  the control planes of these minors (comma-separated, or "all") instead of
 #                  the default ones; `make test-matrix` uses --kube all.
 #   --flux-only    only Flux's controllers (make demo-flux).
+#   --node         also what a real test node runs (make e2e): the default minor's kubelet,
+#                  kube-proxy and kube-scheduler.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +36,7 @@ HELM3_VERSION=v3.22.0
 HELM_CONTROLLER_VERSION=v1.6.2
 SOURCE_CONTROLLER_VERSION=v1.9.1
 
-demo=false flux=true helm=true minors="$KUBE_DEFAULT $KUBE_CI"
+demo=false flux=true helm=true node=false minors="$KUBE_DEFAULT $KUBE_CI"
 while (($#)); do
   case "$1" in
     --demo) demo=true; flux=false; minors=$KUBE_DEFAULT ;;
@@ -43,6 +45,7 @@ while (($#)); do
       minors=${2//,/ }; [[ $minors == all ]] && minors=$KUBE_ALL; shift ;;
     --no-flux) flux=false ;;
     --flux-only) minors="" helm=false ;;
+    --node) node=true ;;
     --with-kcm | --with-kubectl) ;; # always built now; accepted for older callers
     *) echo "testbin: unknown argument $1 (see the usage at the top of hack/testbin.sh)" >&2; exit 2 ;;
   esac
@@ -101,6 +104,13 @@ for m in $minors; do
   done
 done
 
+if $node; then
+  version=${KUBE[$KUBE_DEFAULT]}
+  for name in kubelet kube-proxy kube-scheduler; do
+    build "$bin/kube/$KUBE_DEFAULT/$name" "$version" "$root/hack/tools/kube-$KUBE_DEFAULT" "$(kube_ldflags "$version")" "k8s.io/kubernetes/cmd/$name"
+  done
+fi
+
 if $helm; then
   build "$bin/helm" "$HELM_VERSION" "$root/hack/tools/helm" \
     "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" helm.sh/helm/v4/cmd/helm
@@ -117,6 +127,7 @@ fi
 
 ready=()
 [[ -n $minors ]] && ready+=("Kubernetes ${minors// /, } (bin/kube/MINOR)")
+$node && ready+=("the kubelet, kube-proxy and kube-scheduler of Kubernetes $KUBE_DEFAULT")
 $helm && ready+=("Helm $HELM_VERSION")
 $helm && ! $demo && ready+=("Helm 3 $HELM3_VERSION")
 $flux && ready+=("Flux source-controller $SOURCE_CONTROLLER_VERSION and helm-controller $HELM_CONTROLLER_VERSION")

@@ -71,6 +71,11 @@ func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	// The CA that root-ca-certificate-publisher-controller publishes as kube-root-ca.crt.
+	rootCA := filepath.Join(dir, "root-ca.crt")
+	if err := os.WriteFile(rootCA, cp.Config.CAData, 0o600); err != nil {
+		return err
+	}
 	logPath := filepath.Join(dir, "kube-controller-manager.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -85,6 +90,7 @@ func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 		"--secure-port="+strconv.Itoa(port),
 		"--cert-dir="+dir,
 		"--use-service-account-credentials=false",
+		"--root-ca-file="+rootCA,
 		// Resync quickly so a PVC binds within a second or two of its PV appearing.
 		"--pvclaimbinder-sync-period=1s",
 		"--v=2",

@@ -48,6 +48,7 @@ type ControlPlane struct {
 	dir    string
 	tokens map[string]string
 	kcm    *controllerManager
+	node   bool // started with Options.Node
 	// releases free the threads that started envtest's processes (childproc.Hold), once
 	// those have stopped.
 	releases []func()
@@ -111,6 +112,11 @@ type Options struct {
 	ControllerManager bool
 	// Controllers overrides DefaultControllers when ControllerManager is set.
 	Controllers []string
+	// Node prepares the control plane for a real node (StartNode): kube-apiserver serves
+	// on every address with a certificate for the host's address and the `kubernetes`
+	// Service IP, and admits Pods with their ServiceAccount token. StartNode runs
+	// kube-controller-manager itself: leave ControllerManager unset.
+	Node bool
 }
 
 // Start starts a control plane of the Kubernetes minor KubeMinor names. The binaries come
@@ -166,6 +172,13 @@ func Start(opts ...Options) (*ControlPlane, error) {
 			Set("audit-policy-file", policy).
 			Set("audit-log-path", cp.AuditLog).
 			Set("audit-log-mode", "blocking")
+	}
+	if o.Node {
+		if err := servingForNode(api); err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, err
+		}
+		cp.node = true
 	}
 	if len(o.Tokens) > 0 {
 		var csv strings.Builder

@@ -1,0 +1,446 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	certutil "k8s.io/client-go/util/cert"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/upgradeguard/upgradeguard/internal/childproc"
+)
+
+// ServiceIP is the `kubernetes` Service's cluster IP on a test control plane (the first
+// address of envtest's service range, 10.0.0.0/24): in-cluster clients dial it.
+const ServiceIP = "10.0.0.1"
+
+// podSubnet is the test node's Pod network, on a bridge of its own.
+const podSubnet = "10.244.0.0/24"
+
+// NodeDeps are the host's packages a node needs, as hack/node-deps.sh installs them:
+// executables on $PATH, and the CNI plugins in cniBinDir.
+var NodeDeps = []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "conntrack", "ip"}
+
+const cniBinDir = "/usr/lib/cni"
+
+// servingForNode makes kube-apiserver reachable from a node's Pods: it listens on every
+// address, with a serving certificate for the host's address, the `kubernetes` Service
+// IP and its DNS names (envtest's own names only localhost), and the ServiceAccount
+// admission plugin that envtest turns off is on again, so Pods get their token.
+func servingForNode(api *envtest.APIServer) error {
+	ip, err := HostIP()
+	if err != nil {
+		return err
+	}
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("localhost",
+		[]net.IP{net.ParseIP("127.0.0.1"), ip, net.ParseIP(ServiceIP)},
+		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})
+	if err != nil {
+		return fmt.Errorf("node serving certificate: %w", err)
+	}
+	// The certificate, then the CA that signed it: clients trust the CA.
+	_, rest := pem.Decode(certPEM)
+	if block, _ := pem.Decode(rest); block == nil {
+		return errors.New("node serving certificate: no CA in the generated chain")
+	}
+	if err := os.WriteFile(filepath.Join(api.CertDir, "apiserver.crt"), certPEM, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(api.CertDir, "apiserver.key"), keyPEM, 0o600); err != nil {
+		return err
+	}
+	api.SecureServing.CA = bytes.TrimSpace(rest)
+	api.Configure().Set("bind-address", "0.0.0.0").Disable("disable-admission-plugins")
+	return nil
+}
+
+// HostIP is the host's first IPv4 address outside loopback: the node's address, where
+// kube-apiserver's `kubernetes` endpoint points.
+func HostIP() (net.IP, error) {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range ifaces {
+		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+				return n.IP.To4(), nil
+			}
+		}
+	}
+	return nil, errors.New("no IPv4 address outside loopback: a test node needs one")
+}
+
+// NodeOptions configure StartNode.
+type NodeOptions struct {
+	// Images are image archives (`docker save` tarballs or OCI archives, as `make image`
+	// writes) to import: the node pulls nothing, so Pods use imagePullPolicy Never or
+	// IfNotPresent with one of these.
+	Images []string
+}
+
+// Node is a real Kubernetes node for the tests: containerd, runc and the CNI plugins of
+// the host (hack/node-deps.sh), and the control plane minor's kubelet, kube-proxy and
+// kube-scheduler, registered to a control plane started with Options.Node. It runs Pods as
+// a cluster does: scheduled, on a bridge network, with ServiceAccount tokens, Service IPs
+// (kube-proxy's iptables rules) and probes.
+type Node struct {
+	// Name is the Node object's name.
+	Name string
+	// IP is the node's address (HostIP).
+	IP string
+	// Containerd is the CRI socket, for `ctr --address`.
+	Containerd string
+
+	cp     *ControlPlane
+	dir    string
+	bridge string
+	procs  []*nodeProc // in start order; stopped in reverse
+}
+
+// nodeProc is one daemon of a node.
+type nodeProc struct {
+	name string
+	proc *childproc.Process
+	log  string
+}
+
+// StartNode starts a node on this control plane, which must run with Options.Node, and
+// stops and cleans it up when the test ends: its containers, mounts, iptables rules and
+// bridge included. It needs root and the packages hack/node-deps.sh installs, and fails
+// naming what is missing.
+func (cp *ControlPlane) StartNode(t testing.TB, opts NodeOptions) *Node {
+	t.Helper()
+	n, err := cp.startNode(t.Context(), opts)
+	if n != nil {
+		t.Cleanup(func() {
+			if err := n.Stop(); err != nil {
+				t.Errorf("stop node: %v", err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	return n
+}
+
+// NodeMissing says what this machine lacks to run a node, or "" when nothing.
+func (cp *ControlPlane) NodeMissing() string {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (containerd and the kubelet run as root)")
+	}
+	for _, name := range NodeDeps {
+		if _, err := exec.LookPath(name); err != nil {
+			missing = append(missing, name)
+		}
+	}
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join(cniBinDir, p)); err != nil {
+			missing = append(missing, "the CNI plugin "+p)
+		}
+	}
+	var bins []string
+	for _, b := range []string{"kubelet", "kube-proxy", "kube-scheduler"} {
+		if _, err := os.Stat(filepath.Join(cp.KubeBin, b)); err != nil {
+			bins = append(bins, b)
+		}
+	}
+	msg := ""
+	if len(missing) > 0 {
+		msg = "missing " + strings.Join(missing, ", ") + ": run `sudo hack/node-deps.sh` (apt-get install containerd runc containernetworking-plugins iptables conntrack)"
+	}
+	if len(bins) > 0 {
+		msg = strings.TrimPrefix(msg+"; ", "; ") + fmt.Sprintf("%s not built in %s: run `./hack/testbin.sh --node`", strings.Join(bins, ", "), cp.KubeBin)
+	}
+	return msg
+}
+
+func (cp *ControlPlane) startNode(ctx context.Context, opts NodeOptions) (*Node, error) {
+	if !cp.node {
+		return nil, errors.New("the control plane was started without Options.Node: a node's Pods could not reach it")
+	}
+	if msg := cp.NodeMissing(); msg != "" {
+		return nil, errors.New(msg)
+	}
+	ip, err := HostIP()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "ugnode-")
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Name: "node-1", IP: ip.String(), cp: cp, dir: dir, Containerd: filepath.Join(dir, "containerd.sock"),
+		bridge: "ug" + strconv.Itoa(os.Getpid()%100000)}
+	if err := n.start(ctx, opts); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+func (n *Node) start(ctx context.Context, opts NodeOptions) error {
+	if err := n.cp.StartControllerManager(NodeControllers...); err != nil {
+		return err
+	}
+	if err := n.startContainerd(ctx); err != nil {
+		return err
+	}
+	pause, err := n.buildPause()
+	if err != nil {
+		return err
+	}
+	for _, img := range append([]string{pause}, opts.Images...) {
+		if out, err := n.ctr("images", "import", "--all-platforms", img); err != nil {
+			return fmt.Errorf("import %s into the node: %w\n%s", filepath.Base(img), err, out)
+		}
+	}
+	if err := n.startScheduler(); err != nil {
+		return err
+	}
+	if err := n.startProxy(); err != nil {
+		return err
+	}
+	if err := n.startKubelet(); err != nil {
+		return err
+	}
+	return n.waitReady(ctx, 2*time.Minute)
+}
+
+// NodeControllers are DefaultControllers and what Pods on a node need besides:
+// EndpointSlices for Services, the kube-root-ca.crt ConfigMap that every ServiceAccount
+// token volume mounts, and the pod garbage collector.
+var NodeControllers = append(append([]string{}, DefaultControllers...),
+	"endpointslice-controller", "root-ca-certificate-publisher-controller", "pod-garbage-collector-controller")
+
+// run starts one daemon of the node, its output in DIR/NAME.log.
+func (n *Node) run(name string, args ...string) (*nodeProc, error) {
+	logPath := filepath.Join(n.dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = logFile.Close() }()
+	bin := name
+	if p := filepath.Join(n.cp.KubeBin, name); fileExists(p) {
+		bin = p
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	proc, err := childproc.Start(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &nodeProc{name: name, proc: proc, log: logPath}
+	n.procs = append(n.procs, p)
+	return p, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// waitFor polls cond until it holds, the daemon exits or the timeout passes.
+func (p *nodeProc) waitFor(ctx context.Context, what string, timeout time.Duration, cond func() bool) error {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		select {
+		case <-p.proc.Done():
+			return false, fmt.Errorf("%s exited (%v)", p.name, p.proc.Err())
+		default:
+		}
+		return cond(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w\n%s", p.name, what, err, tail(p.log, 30))
+	}
+	return nil
+}
+
+func (n *Node) startContainerd(ctx context.Context) error {
+	cniConf := filepath.Join(n.dir, "cni")
+	if err := os.MkdirAll(cniConf, 0o700); err != nil {
+		return err
+	}
+	conflist := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "upgradeguard-test", "plugins": [{
+  "type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
+  "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}}]}
+`, n.bridge, podSubnet, filepath.Join(n.dir, "ipam"))
+	if err := os.WriteFile(filepath.Join(cniConf, "10-bridge.conflist"), []byte(conflist), 0o600); err != nil {
+		return err
+	}
+	// restrict_oom_score_adj: without CAP_SYS_RESOURCE in the bounding set (a container
+	// host) runc cannot lower a sandbox's oom_score_adj and every sandbox fails.
+	config := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[5]q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[6]q
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[7]q
+    conf_dir = %[8]q
+`, filepath.Join(n.dir, "containerd", "root"), filepath.Join(n.dir, "containerd", "state"), n.Containerd,
+		n.Containerd+".ttrpc", filepath.Join(n.dir, "containerd", "opt"), pauseImage, cniBinDir, cniConf)
+	path := filepath.Join(n.dir, "containerd.toml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		return err
+	}
+	p, err := n.run("containerd", "--config", path)
+	if err != nil {
+		return err
+	}
+	return p.waitFor(ctx, "socket", time.Minute, func() bool {
+		_, err := n.ctr("version")
+		return err == nil
+	})
+}
+
+// Ctr runs containerd's CLI on the node's socket, in the CRI's namespace, and returns
+// its combined output.
+func (n *Node) Ctr(args ...string) ([]byte, error) { return n.ctr(args...) }
+
+// ctr runs containerd's CLI on the node's socket, in the CRI's namespace.
+func (n *Node) ctr(args ...string) ([]byte, error) {
+	cmd := exec.Command("ctr", append([]string{"--address", n.Containerd, "--namespace", "k8s.io"}, args...)...)
+	childproc.Tie(cmd)
+	return cmd.CombinedOutput()
+}
+
+func (n *Node) startScheduler() error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	_, err = n.run("kube-scheduler", "--kubeconfig="+n.cp.Kubeconfig, "--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--v=2")
+	return err
+}
+
+// startProxy runs kube-proxy in iptables mode: Pods reach kube-apiserver through the
+// `kubernetes` Service IP as in-cluster clients do, and kube-apiserver reaches webhook
+// Services through their cluster IPs.
+func (n *Node) startProxy() error {
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	metrics, err := freePort()
+	if err != nil {
+		return err
+	}
+	_, err = n.run("kube-proxy", "--kubeconfig="+n.cp.Kubeconfig, "--hostname-override="+n.Name,
+		"--proxy-mode=iptables", "--cluster-cidr="+podSubnet,
+		// A container host may not let it raise the conntrack table size.
+		"--conntrack-max-per-core=0",
+		"--healthz-bind-address=127.0.0.1:"+strconv.Itoa(health),
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(metrics), "--v=2")
+	return err
+}
+
+func (n *Node) startKubelet() error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	// A test node: cgroup v1 allowed (KEP-5573), no swap check, cgroupfs without QoS
+	// cgroups, anonymous access to its API (no kubelet client certificate on the
+	// control plane).
+	config := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+failSwapOn: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+containerRuntimeEndpoint: unix://%s
+address: %s
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization:
+  mode: AlwaysAllow
+clusterDomain: cluster.local
+resolvConf: ""
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {}
+`, n.Containerd, n.IP, port, health)
+	path := filepath.Join(n.dir, "kubelet.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		return err
+	}
+	_, err = n.run("kubelet", "--config="+path, "--kubeconfig="+n.cp.Kubeconfig,
+		"--root-dir="+filepath.Join(n.dir, "kubelet"), "--hostname-override="+n.Name,
+		"--node-ip="+n.IP, "--v=2")
+	return err
+}
+
+// waitReady waits for the Node object to say Ready.
+func (n *Node) waitReady(ctx context.Context, timeout time.Duration) error {
+	cs, err := kubernetes.NewForConfig(n.cp.Config)
+	if err != nil {
+		return err
+	}
+	kubelet := n.procs[len(n.procs)-1]
+	return kubelet.waitFor(ctx, "node Ready", timeout, func() bool {
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	})
+}
+
+// Log is the tail of one of the node's daemons' logs (containerd, kubelet,
+// kube-proxy, kube-scheduler), for a test's failure message.
+func (n *Node) Log(name string, lines int) string {
+	return tail(filepath.Join(n.dir, name+".log"), lines)
+}

@@ -1,0 +1,209 @@
+package testenv
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/upgradeguard/upgradeguard/internal/childproc"
+)
+
+// pauseImage is the sandbox image the node's containerd runs every Pod in.
+const pauseImage = "upgradeguard.test/pause:1"
+
+// buildPause builds ./internal/testenv/pause and packs it as a one-layer image archive.
+func (n *Node) buildPause() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(n.dir, "pause")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./internal/testenv/pause")
+	cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	childproc.TieGroup(cmd)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the pause image: %w\n%s", err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "pause", Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write(data); err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	if err != nil {
+		return "", err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return "", err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return "", err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Config = v1.Config{Entrypoint: []string{"/pause"}}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return "", err
+	}
+	tag, err := name.NewTag(pauseImage)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(n.dir, "pause.docker.tar")
+	return path, tarball.WriteToFile(path, tag, img)
+}
+
+// Stop removes every Pod from the node (the kubelet stops their containers and tears
+// down their networks through the CRI, as on a drained node), stops the node's daemons,
+// removes kube-proxy's iptables rules, the node's mounts and bridge, and its files.
+func (n *Node) Stop() error {
+	var errs []error
+	if n.kubeletRunning() {
+		errs = append(errs, n.drain(90*time.Second))
+	}
+	// Whatever the kubelet left (it did not run, or did not finish): kill it directly.
+	if out, err := n.ctr("tasks", "ls", "-q"); err == nil {
+		for _, id := range strings.Fields(string(out)) {
+			_, _ = n.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", id)
+			_, _ = n.ctr("tasks", "delete", "--force", id)
+		}
+	}
+	for i := len(n.procs) - 1; i >= 0; i-- {
+		errs = append(errs, n.procs[i].stop(20*time.Second))
+	}
+	n.procs = nil
+	if fileExists(filepath.Join(n.cp.KubeBin, "kube-proxy")) {
+		cmd := exec.Command(filepath.Join(n.cp.KubeBin, "kube-proxy"), "--cleanup", "--proxy-mode=iptables")
+		childproc.Tie(cmd)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("kube-proxy --cleanup: %w\n%s", err, out))
+		}
+	}
+	errs = append(errs, unmountUnder(n.dir))
+	if _, err := os.Stat("/sys/class/net/" + n.bridge); err == nil {
+		if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("delete bridge %s: %w\n%s", n.bridge, err, out))
+		}
+	}
+	errs = append(errs, n.cp.StopControllerManager(), os.RemoveAll(n.dir))
+	return errors.Join(errs...)
+}
+
+func (n *Node) kubeletRunning() bool {
+	for _, p := range n.procs {
+		if p.name == "kubelet" {
+			select {
+			case <-p.proc.Done():
+				return false
+			default:
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// drain deletes the Pods bound to the node at once and waits until containerd runs no
+// task: the kubelet has killed their containers and stopped their sandboxes.
+func (n *Node) drain(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(n.cp.Config)
+	if err != nil {
+		return err
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})
+	if err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	zero := int64(0)
+	for _, p := range pods.Items {
+		err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		if err != nil && !strings.Contains(err.Error(), "not found") {
+			return fmt.Errorf("drain: delete pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(context.Context) (bool, error) {
+		out, err := n.ctr("tasks", "ls", "-q")
+		return err == nil && len(bytes.TrimSpace(out)) == 0, nil
+	})
+	if err != nil {
+		out, _ := n.ctr("tasks", "ls")
+		return fmt.Errorf("drain: containers still run %s after their Pods were deleted:\n%s", timeout, out)
+	}
+	return nil
+}
+
+// stop sends SIGTERM to the daemon's process group and SIGKILL after timeout.
+func (p *nodeProc) stop(timeout time.Duration) error {
+	pid := p.proc.Cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	select {
+	case <-p.proc.Done():
+		return nil
+	case <-time.After(timeout):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-p.proc.Done()
+		return fmt.Errorf("%s did not stop within %s of SIGTERM and was killed", p.name, timeout)
+	}
+}
+
+// unmountUnder detaches every mount below dir (the kubelet's volumes, containerd's
+// snapshots and shm), deepest first.
+func unmountUnder(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			points = append(points, fields[4])
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	var errs []error
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,122 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+)
+
+// TestChartPod installs the chart as a user does, with only the image tag and pull policy
+// set, into a namespace that enforces Pod Security `restricted`, and checks the Pod that
+// the kubelet runs: Ready through its probes, the image's user and read-only root, and
+// /metrics served through the chart's Service.
+func TestChartPod(t *testing.T) {
+	tag, archive := buildImage(t, e2eVersion)
+	node := cp.StartNode(t, testenv.NodeOptions{Images: []string{archive}})
+	const ns = "upgradeguard-system"
+	kubectl(t, "create", "namespace", ns)
+	kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pods:\n%s\nkubelet:\n%s", kubectlOut("describe", "pods", "-n", ns), node.Log("kubelet", 40))
+		}
+	})
+	helm(t, "install", "upgradeguard", chartDir(t), "-n", ns,
+		"--set", "image.tag="+tag, "--set", "image.pullPolicy=Never", "--wait", "--timeout", "4m")
+
+	ctx := t.Context()
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	must(t, err, "clientset")
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=upgradeguard"})
+	must(t, err, "list pods")
+	if len(pods.Items) != 1 {
+		t.Fatalf("%d upgradeguard pods, want 1", len(pods.Items))
+	}
+	pod := pods.Items[0]
+	if !podReady(&pod) || pod.Spec.NodeName != node.Name {
+		t.Fatalf("pod %s: ready %v on node %q, want Ready on %s", pod.Name, podReady(&pod), pod.Spec.NodeName, node.Name)
+	}
+
+	// The container's main process, seen from the host: the image's user, a read-only root.
+	pid := containerPID(t, node, &pod)
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	must(t, err, "read the container process's status")
+	if uid := statusField(string(status), "Uid:"); uid == "" || strings.Fields(uid)[0] != "65532" {
+		t.Errorf("the controller runs as uid %q, want 65532 (the image's nonroot user)", uid)
+	}
+	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	must(t, err, "read the container's mounts")
+	if !rootReadOnly(string(mounts)) {
+		t.Errorf("the container's root file system is writable, want read-only (the chart's securityContext)")
+	}
+
+	// /metrics through the Service, as Prometheus scrapes it.
+	body, err := cs.CoreV1().Services(ns).ProxyGet("http", "upgradeguard", "8080", "/metrics", nil).DoRaw(ctx)
+	must(t, err, "GET /metrics through the Service")
+	for _, m := range []string{"upgradeguard_pending_migrations", "controller_runtime_reconcile_total"} {
+		if !strings.Contains(string(body), m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// containerPID is the host pid of the Pod's first container, from containerd.
+func containerPID(t *testing.T, node *testenv.Node, pod *corev1.Pod) int {
+	t.Helper()
+	if len(pod.Status.ContainerStatuses) == 0 {
+		t.Fatalf("pod %s has no container status", pod.Name)
+	}
+	id := pod.Status.ContainerStatuses[0].ContainerID // containerd://ID
+	_, id, _ = strings.Cut(id, "://")
+	out, err := node.Ctr("tasks", "ls")
+	must(t, err, "ctr tasks ls")
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == id {
+			pid, err := strconv.Atoi(f[1])
+			must(t, err, "pid of %s", id)
+			return pid
+		}
+	}
+	t.Fatalf("container %s is not among containerd's tasks:\n%s", id, out)
+	return 0
+}
+
+func statusField(status, key string) string {
+	for _, line := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(line, key); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// rootReadOnly reports whether the mount at / in a mountinfo is read-only.
+func rootReadOnly(mountinfo string) bool {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 5 && f[4] == "/" {
+			return strings.Split(f[5], ",")[0] == "ro"
+		}
+	}
+	return false
+}

@@ -1,0 +1,109 @@
+//go:build e2e
+
+// Package e2e_test runs upgradeguard the way users install it: the image `make image`
+// builds, deployed by charts/upgradeguard with the real Helm CLI onto a real node
+// (internal/testenv's Node: containerd, runc, the kubelet, kube-proxy and kube-scheduler)
+// registered to a real control plane. It needs root and the host packages that
+// hack/node-deps.sh installs; `make e2e` installs them and builds what else it needs.
+package e2e_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+)
+
+var cp *testenv.ControlPlane
+
+func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, &cp, testenv.Options{Node: true})) }
+
+// e2eVersion is the version the test image is built with.
+const e2eVersion = "v0.0.0-e2e"
+
+// buildImage runs `make image`'s builder for this machine's platform only and returns the
+// image's tag and its `docker save` archive.
+func buildImage(t *testing.T, version string) (tag, archive string) {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	cmd := exec.Command("go", "run", "./hack/dist", "-out", out, "-version", version,
+		"-platforms", "linux/"+runtime.GOARCH, "image")
+	cmd.Dir = root
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("build the image: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if a, ok := strings.CutPrefix(line, "docker archive "); ok {
+			archive = a
+		}
+		if ref, ok := strings.CutPrefix(line, "image "); ok {
+			tag = ref[strings.LastIndex(ref, ":")+1:]
+		}
+	}
+	if archive == "" || tag == "" {
+		t.Fatalf("the image builder printed no image and archive:\n%s", stdout.String())
+	}
+	return tag, archive
+}
+
+// kubectl runs the control plane's kubectl as its admin.
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(cp.KubeBin, "kubectl"), append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// kubectlOut is kubectl for diagnostics: its output, or the error.
+func kubectlOut(args ...string) string {
+	cmd := exec.Command(filepath.Join(cp.KubeBin, "kubectl"), append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("%s: %v", out, err)
+	}
+	return string(out)
+}
+
+// helm runs the real Helm 4 CLI against the control plane.
+func helm(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := cp.Helm(args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func chartDir(t *testing.T) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "charts", "upgradeguard")
+}
+
+func must(t *testing.T, err error, what string, args ...any) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", fmt.Sprintf(what, args...), err)
+	}
+}
