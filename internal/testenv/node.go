@@ -65,6 +65,18 @@ func servingForNode(api *envtest.APIServer) error {
 	if err := os.WriteFile(filepath.Join(api.CertDir, "apiserver.key"), keyPEM, 0o600); err != nil {
 		return err
 	}
+	// envtest writes the ServiceAccount signing key only beside a serving certificate
+	// of its own: write one too.
+	saCert, saKey, err := certutil.GenerateSelfSignedCertKey("service-accounts", nil, nil)
+	if err != nil {
+		return fmt.Errorf("service account signing key: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(api.CertDir, "sa-signer.crt"), saCert, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(api.CertDir, "sa-signer.key"), saKey, 0o600); err != nil {
+		return err
+	}
 	api.SecureServing.CA = bytes.TrimSpace(rest)
 	api.Configure().Set("bind-address", "0.0.0.0").Disable("disable-admission-plugins")
 	return nil
@@ -230,9 +242,11 @@ func (n *Node) start(ctx context.Context, opts NodeOptions) error {
 
 // NodeControllers are DefaultControllers and what Pods on a node need besides:
 // EndpointSlices for Services, the kube-root-ca.crt ConfigMap that every ServiceAccount
-// token volume mounts, and the pod garbage collector.
+// token volume mounts, the node lifecycle controller (it lifts the not-ready taint the
+// kubelet registers with) and the pod garbage collector.
 var NodeControllers = append(append([]string{}, DefaultControllers...),
-	"endpointslice-controller", "root-ca-certificate-publisher-controller", "pod-garbage-collector-controller")
+	"endpointslice-controller", "root-ca-certificate-publisher-controller", "node-lifecycle-controller",
+	"pod-garbage-collector-controller")
 
 // run starts one daemon of the node, its output in DIR/NAME.log.
 func (n *Node) run(name string, args ...string) (*nodeProc, error) {
@@ -418,7 +432,7 @@ evictionHard: {}
 	return err
 }
 
-// waitReady waits for the Node object to say Ready.
+// waitReady waits for the Node object to say Ready, with no taint that keeps Pods off.
 func (n *Node) waitReady(ctx context.Context, timeout time.Duration) error {
 	cs, err := kubernetes.NewForConfig(n.cp.Config)
 	if err != nil {
@@ -429,6 +443,11 @@ func (n *Node) waitReady(ctx context.Context, timeout time.Duration) error {
 		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
 			return false
+		}
+		for _, t := range node.Spec.Taints {
+			if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+				return false
+			}
 		}
 		for _, c := range node.Status.Conditions {
 			if c.Type == corev1.NodeReady {

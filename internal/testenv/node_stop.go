@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +23,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -87,7 +90,7 @@ func (n *Node) buildPause() (string, error) {
 	return path, tarball.WriteToFile(path, tag, img)
 }
 
-// Stop removes every Pod from the node (the kubelet stops their containers and tears
+// Stop drains the node (the kubelet stops their containers and tears
 // down their networks through the CRI, as on a drained node), stops the node's daemons,
 // removes kube-proxy's iptables rules, the node's mounts and bridge, and its files.
 func (n *Node) Stop() error {
@@ -95,6 +98,7 @@ func (n *Node) Stop() error {
 	if n.kubeletRunning() {
 		errs = append(errs, n.drain(90*time.Second))
 	}
+	netns := n.sandboxNetns()
 	// Whatever the kubelet left (it did not run, or did not finish): kill it directly.
 	if out, err := n.ctr("tasks", "ls", "-q"); err == nil {
 		for _, id := range strings.Fields(string(out)) {
@@ -113,7 +117,7 @@ func (n *Node) Stop() error {
 			errs = append(errs, fmt.Errorf("kube-proxy --cleanup: %w\n%s", err, out))
 		}
 	}
-	errs = append(errs, unmountUnder(n.dir))
+	errs = append(errs, removeKubeChains(), removeNetns(netns), unmountUnder(n.dir))
 	if _, err := os.Stat("/sys/class/net/" + n.bridge); err == nil {
 		if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("delete bridge %s: %w\n%s", n.bridge, err, out))
@@ -137,7 +141,7 @@ func (n *Node) kubeletRunning() bool {
 	return false
 }
 
-// drain deletes the Pods bound to the node at once and waits until containerd runs no
+// drain cordons the node, deletes the Pods bound to it at once and waits until containerd runs no
 // task: the kubelet has killed their containers and stopped their sandboxes.
 func (n *Node) drain(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -146,6 +150,11 @@ func (n *Node) drain(timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
+	// Cordoned first, so that controllers' replacement Pods stay Pending.
+	patch := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("drain: cordon %s: %w", n.Name, err)
+	}
 	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)
@@ -153,7 +162,7 @@ func (n *Node) drain(timeout time.Duration) error {
 	zero := int64(0)
 	for _, p := range pods.Items {
 		err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		if err != nil && !strings.Contains(err.Error(), "not found") {
+		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("drain: delete pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
@@ -206,4 +215,127 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sandboxNetns lists the network namespaces (bind mounts under /var/run/netns) of the
+// node's Pod sandboxes: containerd leaves them until a sandbox is removed, which the
+// kubelet does only minutes after a Pod has gone.
+func (n *Node) sandboxNetns() []string {
+	out, err := n.ctr("containers", "ls", "--quiet")
+	if err != nil {
+		return nil
+	}
+	var paths []string
+	for _, id := range strings.Fields(string(out)) {
+		info, err := n.ctr("containers", "info", id)
+		if err != nil {
+			continue
+		}
+		var c struct {
+			Spec struct {
+				Linux struct {
+					Namespaces []struct{ Type, Path string }
+				}
+			}
+		}
+		if json.Unmarshal(info, &c) != nil {
+			continue
+		}
+		for _, ns := range c.Spec.Linux.Namespaces {
+			if ns.Type == "network" && strings.HasPrefix(ns.Path, "/var/run/netns/") && !slices.Contains(paths, ns.Path) {
+				paths = append(paths, ns.Path)
+			}
+		}
+	}
+	return paths
+}
+
+// removeNetns unmounts and removes network namespaces: with the last reference gone the
+// kernel destroys them and the Pods' veth interfaces with them.
+func removeNetns(paths []string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeKubeChains removes the iptables chains the kubelet creates (KUBE-FIREWALL,
+// KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT) and any kube-proxy left, with the rules
+// that jump to them, for IPv4 and IPv6. `kube-proxy --cleanup` removes only its own.
+func removeKubeChains() error {
+	var errs []error
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			continue
+		}
+		for _, table := range []string{"filter", "nat", "mangle"} {
+			errs = append(errs, removeKubeChainsIn(bin, table))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func removeKubeChainsIn(bin, table string) error {
+	out, err := exec.Command(bin, "-w", "-t", table, "-S").Output()
+	if err != nil {
+		return nil // the table does not exist here
+	}
+	var chains []string
+	var errs []error
+	for _, line := range strings.Split(string(out), "\n") {
+		f := splitRule(line)
+		switch {
+		case len(f) == 2 && f[0] == "-N" && strings.HasPrefix(f[1], "KUBE-"):
+			chains = append(chains, f[1])
+		case len(f) > 2 && f[0] == "-A" && !strings.HasPrefix(f[1], "KUBE-") && slices.Contains(f, "-j") &&
+			strings.HasPrefix(f[slices.Index(f, "-j")+1], "KUBE-"):
+			// The rule spec as -S prints it is what -D takes.
+			args := append([]string{"-w", "-t", table, "-D"}, f[1:]...)
+			if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, out))
+			}
+		}
+	}
+	for _, c := range chains {
+		_ = exec.Command(bin, "-w", "-t", table, "-F", c).Run()
+	}
+	for _, c := range chains {
+		if out, err := exec.Command(bin, "-w", "-t", table, "-X", c).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("%s -t %s -X %s: %w: %s", bin, table, c, err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// splitRule splits a rule as `iptables -S` prints it into arguments: words, and
+// double-quoted strings (comments) as one argument without their quotes.
+func splitRule(line string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted, inWord := false, false
+	for _, r := range line {
+		switch {
+		case r == '"':
+			quoted, inWord = !quoted, true
+		case r == ' ' && !quoted:
+			if inWord {
+				out = append(out, cur.String())
+				cur.Reset()
+			}
+			inWord = false
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if inWord {
+		out = append(out, cur.String())
+	}
+	return out
 }

@@ -16,8 +16,9 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
 
-// TestChartPod installs the chart as a user does, with only the image tag and pull policy
-// set, into a namespace that enforces Pod Security `restricted`, and checks the Pod that
+// TestChartPod installs the chart as a user without cert-manager does, with only the image
+// tag, the pull policy and certManager.enabled=false (the chart generates the webhook's
+// certificate) set, into a namespace that enforces Pod Security `restricted`, and checks the Pod that
 // the kubelet runs: Ready through its probes, the image's user and read-only root, and
 // /metrics served through the chart's Service.
 func TestChartPod(t *testing.T) {
@@ -32,7 +33,8 @@ func TestChartPod(t *testing.T) {
 		}
 	})
 	helm(t, "install", "upgradeguard", chartDir(t), "-n", ns,
-		"--set", "image.tag="+tag, "--set", "image.pullPolicy=Never", "--wait", "--timeout", "4m")
+		"--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
+		"--set", "certManager.enabled=false", "--wait", "--timeout", "4m")
 
 	ctx := t.Context()
 	cs, err := kubernetes.NewForConfig(cp.Config)
