@@ -416,12 +416,13 @@ authentication:
 authorization:
   mode: AlwaysAllow
 clusterDomain: cluster.local
+podLogsDir: %s
 resolvConf: ""
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {}
-`, n.Containerd, n.IP, port, health)
+`, n.Containerd, n.IP, port, health, filepath.Join(n.dir, "pod-logs"))
 	path := filepath.Join(n.dir, "kubelet.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return err

@@ -3,14 +3,17 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -20,7 +23,8 @@ import (
 // tag, the pull policy and certManager.enabled=false (the chart generates the webhook's
 // certificate) set, into a namespace that enforces Pod Security `restricted`, and checks the Pod that
 // the kubelet runs: Ready through its probes, the image's user and read-only root, and
-// /metrics served through the chart's Service.
+// /metrics served through the chart's Service. Then `helm uninstall` leaves no webhook
+// configuration and nothing of the chart's but its CRDs and the leader-election Lease.
 func TestChartPod(t *testing.T) {
 	tag, archive := buildImage(t, e2eVersion)
 	node := cp.StartNode(t, testenv.NodeOptions{Images: []string{archive}})
@@ -69,6 +73,52 @@ func TestChartPod(t *testing.T) {
 		if !strings.Contains(string(body), m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
+	}
+
+	uninstalled(t, cs, ns)
+}
+
+// uninstalled runs `helm uninstall` and checks what it leaves: no webhook configuration
+// (a fail-closed webhook without its Pod would refuse every HelmRelease change), the CRDs
+// (Helm never deletes crds/) and the controller's leader-election Lease, and nothing else
+// in the namespace or the cluster.
+func uninstalled(t *testing.T, cs *kubernetes.Clientset, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	helm(t, "uninstall", "upgradeguard", "-n", ns, "--wait", "--timeout", "2m")
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=upgradeguard"}
+	vw, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, sel)
+	must(t, err, "list validating webhook configurations")
+	mw, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, sel)
+	must(t, err, "list mutating webhook configurations")
+	if len(vw.Items)+len(mw.Items) != 0 {
+		t.Errorf("after helm uninstall, %d validating and %d mutating webhook configurations remain", len(vw.Items), len(mw.Items))
+	}
+	for _, crd := range []string{"storagemigrations.upgradeguard.io", "storagemigrationpolicies.upgradeguard.io"} {
+		if out := kubectlOut("get", "crd", crd, "-o", "name"); !strings.Contains(out, crd) {
+			t.Errorf("after helm uninstall, CRD %s is gone (%s): Helm keeps crds/", crd, strings.TrimSpace(out))
+		}
+	}
+	// The Pod terminates after the Deployment is gone. The leader-election Lease stays:
+	// the controller creates it at run time, and Helm has deleted the Role that would let
+	// the stopping Pod delete it (the chart's README says so).
+	var extra []string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		extra = nil
+		for _, o := range strings.Fields(kubectlOut("get", "all,secrets,configmaps,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets",
+			"-n", ns, "-o", "name")) {
+			if o != "serviceaccount/default" && o != "configmap/kube-root-ca.crt" && o != "lease.coordination.k8s.io/upgradeguard-controller" {
+				extra = append(extra, o)
+			}
+		}
+		return len(extra) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("after helm uninstall, %s still holds %v", ns, extra)
+	}
+	cluster := kubectlOut("get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance=upgradeguard", "-o", "name")
+	if strings.TrimSpace(cluster) != "" && !strings.Contains(cluster, "No resources") {
+		t.Errorf("after helm uninstall, cluster-scoped objects remain: %s", cluster)
 	}
 }
 
