@@ -160,7 +160,7 @@ func DecideRemoved(op Operation, live *apiextv1.CustomResourceDefinition) Findin
 	f := Finding{Name: live.Name, Source: Templates, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
 	fillLive(&f, live)
 	f.Conversion = crdversions.Conversion(live)
-	if live.Annotations[KeepAnnotation] == KeepValue {
+	if Kept(live) {
 		f.Verdict = OK
 		f.Reason = fmt.Sprintf("no longer rendered by the %s target, but the live CRD carries %s=%s: Helm leaves it", op, KeepAnnotation, KeepValue)
 		return f
