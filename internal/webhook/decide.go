@@ -93,7 +93,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	sms.holds = fmt.Sprintf("holds the %s of HelmRelease %s/%s until the stored versions are migrated; the next apply of the change is admitted then", what, hr.Namespace, hr.Name)
 	name := sms.name
 	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, ObservedGeneration: hr.Generation,
-		PlanCommand: fmt.Sprintf("upgradeguard plan --helmrelease %s/%s --version %s", hr.Namespace, hr.Name, rep.ChartVersion)})
+		PlanCommand: predict.Command{Kind: predict.CommandPlanHelmRelease, Release: hr.Name, Namespace: hr.Namespace, ChartVersion: rep.ChartVersion}.String()})
 	if err != nil {
 		return g.errored(hr, subjectHR, change, err)
 	}

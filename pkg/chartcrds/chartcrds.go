@@ -12,18 +12,14 @@ import (
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
-// CRD is one CustomResourceDefinition a chart brings, with the file it came from.
-type CRD struct {
-	CRD    *apiextv1.CustomResourceDefinition
-	Source predict.Source
-	File   string
-}
+// CRD is one CustomResourceDefinition a chart brings, with the file it came from. It is
+// predict's type, so that the Helm lifecycle (predict.Apply) takes what this package reads.
+type CRD = predict.ChartCRD
 
 // FromManifest returns the CRDs in a rendered release manifest (templates/), naming each
 // by its "# Source:" file.

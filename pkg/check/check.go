@@ -20,26 +20,17 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
-// CRDPolicy says which CRDs the operation writes when they already exist.
-type CRDPolicy string
+// CRDPolicy says which CRDs the operation writes when they already exist (predict.Policy).
+type CRDPolicy = predict.Policy
 
+// The CRD policies (predict.PolicyHelm, predict.PolicyCreateReplace).
 const (
-	// PolicyHelm is plain Helm: CRDs in crds/ are created when missing and never upgraded.
-	PolicyHelm CRDPolicy = "helm"
-	// PolicyCreateReplace is Flux's upgrade.crds=CreateReplace: crds/ files are applied too.
-	PolicyCreateReplace CRDPolicy = "create-replace"
+	PolicyHelm          = predict.PolicyHelm
+	PolicyCreateReplace = predict.PolicyCreateReplace
 )
 
-// ParsePolicy validates a --crd-policy value.
-func ParsePolicy(s string) (CRDPolicy, error) {
-	switch p := CRDPolicy(s); p {
-	case PolicyHelm, PolicyCreateReplace:
-		return p, nil
-	case "":
-		return PolicyHelm, nil
-	}
-	return "", fmt.Errorf("unknown CRD policy %q: use %s (plain Helm) or %s (Flux upgrade.crds=CreateReplace)", s, PolicyHelm, PolicyCreateReplace)
-}
+// ParsePolicy validates a policy name (predict.ParsePolicy).
+func ParsePolicy(s string) (CRDPolicy, error) { return predict.ParsePolicy(s) }
 
 // History lets check look for a stepping-stone chart version when an upgrade needs one.
 type History interface {
@@ -153,7 +144,7 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	var judged []judgement
 	for _, in := range req.Incoming {
 		incoming[in.CRD.Name] = true
-		applied := in.Source == predict.Templates || req.Policy == PolicyCreateReplace
+		applied := req.Policy.Applies(in.Source)
 		f := predict.Decide(live[in.CRD.Name], predict.Incoming{CRD: in.CRD, Source: in.Source, Applied: applied})
 		rep.CRDs = append(rep.CRDs, CRDReport{Finding: f})
 		if applied && live[in.CRD.Name] != nil && !req.NoSchemaCheck {
@@ -162,7 +153,7 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	}
 	for _, cur := range req.Current {
 		l := live[cur.CRD.Name]
-		if cur.Source != predict.Templates || incoming[cur.CRD.Name] || l == nil {
+		if !predict.Dropped(cur, incoming[cur.CRD.Name]) || l == nil {
 			continue
 		}
 		incoming[cur.CRD.Name] = true
@@ -195,31 +186,32 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	return rep, nil
 }
 
-// nextSteps merges per-CRD actions: one migrate command for every migrate verdict, one
-// annotate command for every delete verdict, and each distinct bridge action once.
+// nextSteps merges per-CRD actions: one migrate command for every migrate fix, one
+// annotate command for every keep fix, and each distinct other action once.
 func nextSteps(crds []CRDReport) []string {
 	var migrate, keep []string
-	var bridges []string
+	var others []string
 	for _, c := range crds {
-		switch c.Verdict {
-		case predict.Migrate:
-			migrate = append(migrate, "--crd "+c.Name)
-		case predict.Delete:
+		switch predict.FixFor(c.Finding) {
+		case predict.NoFix:
+		case predict.FixMigrate:
+			migrate = append(migrate, c.Name)
+		case predict.FixKeep:
 			keep = append(keep, c.Name)
-		case predict.Bridge, predict.DataLoss:
-			if !slices.Contains(bridges, c.Action) {
-				bridges = append(bridges, c.Action)
+		default:
+			if !slices.Contains(others, c.Action) {
+				others = append(others, c.Action)
 			}
 		}
 	}
 	steps := []string{}
 	if len(keep) > 0 {
-		steps = append(steps, fmt.Sprintf("kubectl annotate crd %s %s=%s", strings.Join(keep, " "), predict.KeepAnnotation, predict.KeepValue))
+		steps = append(steps, predict.Command{Kind: predict.CommandKeep, CRDs: keep}.String())
 	}
 	if len(migrate) > 0 {
-		steps = append(steps, "upgradeguard migrate "+strings.Join(migrate, " "))
+		steps = append(steps, predict.Command{Kind: predict.CommandMigrate, CRDs: migrate}.String())
 	}
-	return append(steps, bridges...)
+	return append(steps, others...)
 }
 
 // migrating fills MigratingBy from the StorageVersionMigrations in progress, when the
@@ -346,43 +338,37 @@ func steppingStoneFits(live map[string]*apiextv1.CustomResourceDefinition, cand 
 	return true
 }
 
+// action words the fix of one finding (predict.FixFor) as the next command, or as advice
+// when no command carries it out.
 func action(req Request, c CRDReport) string {
-	ns := ""
-	if req.Namespace != "" {
-		ns = " -n " + req.Namespace
-	}
-	switch c.Verdict {
-	case predict.Migrate:
+	crd := []string{c.Name}
+	switch predict.FixFor(c.Finding) {
+	case predict.FixMigrate:
 		if len(c.MigratingBy) > 0 {
-			return fmt.Sprintf("wait: StorageVersionMigration %s is migrating it now; then check again (or: upgradeguard migrate --crd %s --wait)",
-				strings.Join(c.MigratingBy, ", "), c.Name)
+			return fmt.Sprintf("wait: StorageVersionMigration %s is migrating it now; then check again (or: %s)",
+				strings.Join(c.MigratingBy, ", "), predict.Command{Kind: predict.CommandMigrate, CRDs: crd, Wait: true})
 		}
-		return "upgradeguard migrate --crd " + c.Name
-	case predict.Delete:
-		return fmt.Sprintf("keep it: kubectl annotate crd %s %s=%s (the live annotation protects it from an upgrade or rollback)",
-			c.Name, predict.KeepAnnotation, predict.KeepValue)
-	case predict.DataLoss:
+		return predict.Command{Kind: predict.CommandMigrate, CRDs: crd}.String()
+	case predict.FixKeep:
+		return fmt.Sprintf("keep it: %s (the live annotation protects it from an upgrade or rollback)", predict.Command{Kind: predict.CommandKeep, CRDs: crd})
+	case predict.FixSchema:
 		return fmt.Sprintf("keep the data: declare %s in the incoming CRD's schema (or mark them x-kubernetes-preserve-unknown-fields) and check again; "+
-			"or, if the loss is intended, accept it: kubectl annotate crd %s %s=true",
-			strings.Join(c.Schema.PrunedPaths(), ", "), c.Name, predict.AllowFieldLossAnnotation)
-	case predict.Bridge:
-		switch {
-		case req.Operation == predict.Rollback && c.StorageSwitchTo != "":
-			to := ""
-			if req.ToRevision > 0 {
-				to = fmt.Sprintf(" --to-revision %d", req.ToRevision)
-			}
-			return fmt.Sprintf("upgradeguard migrate --rollback --release %s%s%s --allow-storage-switch (reverse migration: storage %s -> %s)",
-				req.Release, ns, to, c.LiveStorageVersion, c.StorageSwitchTo)
-		case c.StorageSwitchTo != "":
-			return fmt.Sprintf("upgradeguard migrate --crd %s --storage-version %s --allow-storage-switch", c.Name, c.StorageSwitchTo)
-		case c.SteppingStone != "":
-			return fmt.Sprintf("two steps: upgradeguard migrate --crd %s; upgrade to chart version %s; upgradeguard migrate --crd %s; then upgrade to %s",
-				c.Name, c.SteppingStone, c.Name, orUnknown(req.ChartVersion))
-		default:
-			return fmt.Sprintf("go through a chart version whose CRD serves %s and stores at one of %s: upgrade to it, migrate, then upgrade to %s (a chart from a repository or OCI registry lets check name one)",
-				c.LiveStorageVersion, versionList(c.IncomingVersions), orUnknown(req.ChartVersion))
+			"or, if the loss is intended, accept it: %s",
+			strings.Join(c.Schema.PrunedPaths(), ", "), predict.Command{Kind: predict.CommandAllowFieldLoss, CRDs: crd})
+	case predict.FixStorageSwitch:
+		if req.Operation == predict.Rollback {
+			return fmt.Sprintf("%s (reverse migration: storage %s -> %s)", predict.Command{Kind: predict.CommandReverseMigration,
+				Release: req.Release, Namespace: req.Namespace, Revision: req.ToRevision}, c.LiveStorageVersion, c.StorageSwitchTo)
 		}
+		return predict.Command{Kind: predict.CommandStorageSwitch, CRDs: crd, StorageVersion: c.StorageSwitchTo}.String()
+	case predict.FixSteppingStone:
+		if c.SteppingStone != "" {
+			migrate := predict.Command{Kind: predict.CommandMigrate, CRDs: crd}
+			return fmt.Sprintf("two steps: %s; upgrade to chart version %s; %s; then upgrade to %s",
+				migrate, c.SteppingStone, migrate, orUnknown(req.ChartVersion))
+		}
+		return fmt.Sprintf("go through a chart version whose CRD serves %s and stores at one of %s: upgrade to it, migrate, then upgrade to %s (a chart from a repository or OCI registry lets check name one)",
+			c.LiveStorageVersion, versionList(c.IncomingVersions), orUnknown(req.ChartVersion))
 	}
 	return ""
 }

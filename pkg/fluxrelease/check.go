@@ -3,7 +3,6 @@ package fluxrelease
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"helm.sh/helm/v4/pkg/cli"
@@ -72,13 +71,7 @@ type Result struct {
 // resolves; any other error means the prediction could not run.
 func Check(ctx context.Context, req Request) (*Result, error) {
 	hr := req.HelmRelease
-	// helm-controller composes the values before it loads the chart, and fails the
-	// release on a reference it cannot resolve: so does the prediction.
-	values, err := Values(ctx, req.Reader, hr)
-	if err != nil {
-		return nil, err
-	}
-	src, err := Source(ctx, req.Reader, hr)
+	rel, err := Read(ctx, req.Reader, hr)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +79,7 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Release: ReleaseName(hr), StorageNamespace: StorageNamespace(hr), Remote: remote, Operation: predict.Upgrade}
+	res := &Result{Release: rel.Name, StorageNamespace: rel.StorageNamespace, Remote: remote, Operation: predict.Upgrade}
 	tgt, err := connect(ctx, req.Clusters, cfg, remote, id)
 	if err != nil {
 		return nil, err
@@ -98,16 +91,11 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 	}
 	reader.WithMemory(tgt.Metadata, tgt.Releases)
 
-	src.ReleaseName, src.Namespace = res.Release, hr.GetReleaseNamespace()
-	src.KubeVersion = kubeVersion
-	src.BaseValues, src.Settings, src.Cache = values, req.Settings, req.Cache
-	policy := check.PolicyHelm
-	if CRDPolicyCreateReplace(hr) {
-		policy = check.PolicyCreateReplace
-	}
+	src := rel.Source
+	src.KubeVersion, src.Settings, src.Cache = kubeVersion, req.Settings, req.Cache
 	p, err := check.Predict(ctx, check.Sources{
 		Cluster: kc, Releases: reader, Release: res.Release, Namespace: res.StorageNamespace, ReleaseOptional: true,
-		Chart: chartsource.CheckChart(src), OlderIsRollback: true, Policy: policy, SteppingStones: &chartsource.History{Options: src},
+		Chart: chartsource.CheckChart(src), OlderIsRollback: true, Policy: rel.Policy, SteppingStones: &chartsource.History{Options: src},
 	})
 	if err != nil {
 		return nil, err
@@ -117,56 +105,29 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 	res.Chart, res.Version, res.CurrentVersion = rep.Chart, rep.ChartVersion, p.CurrentChartVersion
 	deployed := rep.FromRevision > 0
 	if RollbackRemediation(hr) && deployed && rep.Operation == predict.Upgrade {
-		res.RemediationRisk = remediationRisk(p.Live, p.Incoming, p.Current)
+		res.RemediationRisk = remediationRisk(p.Live, p.Incoming, p.Current, rel.Policy)
 	}
 	if UninstallRemediation(hr) && deployed {
-		res.UninstallRisk = uninstallRisk(p.Live, p.Incoming)
+		res.UninstallRisk = predict.Uninstalls(p.Live, p.Incoming)
 	}
 	return res, nil
 }
 
-// remediationRisk predicts helm-controller's rollback remediation after this upgrade:
-// the live CRDs as the upgrade leaves them (the incoming spec, the incoming storage
-// version added to storedVersions) against the current revision's CRDs.
-func remediationRisk(live map[string]*apiextv1.CustomResourceDefinition, incoming, current []chartcrds.CRD) []string {
-	after := map[string]*apiextv1.CustomResourceDefinition{}
-	for _, in := range incoming {
-		if in.Source != predict.Templates {
-			continue
-		}
-		c := in.CRD.DeepCopy()
-		if l := live[c.Name]; l != nil {
-			c.Status.StoredVersions = append([]string{}, l.Status.StoredVersions...)
-		}
-		for _, v := range c.Spec.Versions {
-			if v.Storage && !slices.Contains(c.Status.StoredVersions, v.Name) {
-				c.Status.StoredVersions = append(c.Status.StoredVersions, v.Name)
-			}
-		}
-		after[c.Name] = c
-	}
+// remediationRisk predicts helm-controller's rollback remediation after this upgrade: the
+// live CRDs as the upgrade under policy leaves them (predict.Apply), against the current
+// revision's CRDs that a rollback applies. A rollback is a Helm rollback whatever the
+// HelmRelease's upgrade.crds: it applies templates/ only.
+func remediationRisk(live map[string]*apiextv1.CustomResourceDefinition, incoming, current []chartcrds.CRD, policy predict.Policy) []string {
+	after := predict.Apply(live, incoming, current, policy)
 	var out []string
 	for _, cur := range current {
 		a := after[cur.CRD.Name]
-		if a == nil || cur.Source != predict.Templates {
+		if a == nil || !predict.PolicyHelm.Applies(cur.Source) {
 			continue
 		}
 		if f := predict.Decide(a, predict.Incoming{CRD: cur.CRD, Source: cur.Source, Applied: true}); f.Verdict == predict.Bridge {
 			out = append(out, f.Name)
 		}
-	}
-	return out
-}
-
-// uninstallRisk lists the incoming chart's templates/ CRDs that exist live and that the
-// chart does not mark helm.sh/resource-policy: keep.
-func uninstallRisk(live map[string]*apiextv1.CustomResourceDefinition, incoming []chartcrds.CRD) []string {
-	var out []string
-	for _, in := range incoming {
-		if in.Source != predict.Templates || live[in.CRD.Name] == nil || in.CRD.Annotations[predict.KeepAnnotation] == predict.KeepValue {
-			continue
-		}
-		out = append(out, in.CRD.Name)
 	}
 	return out
 }

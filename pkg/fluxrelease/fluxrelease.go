@@ -26,6 +26,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // Reader reads the HelmRelease's sources and Secrets on the cluster that holds it.
@@ -103,6 +104,38 @@ func shortenName(name string) string {
 	}
 	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(name)))
 	return name[:maxLength-(hashLength+1)] + "-" + sum[:hashLength]
+}
+
+// Release is a HelmRelease as helm-controller reads it for an upgrade: the Helm release
+// it owns and where it keeps its revisions, the chart it asks for rendered the way
+// helm-controller renders it, and the CRD policy of its upgrades.
+type Release struct {
+	// Name and StorageNamespace name the Helm release (ReleaseName, StorageNamespace).
+	Name, StorageNamespace string
+	// Source fetches the chart (Source) with the release name, the target namespace and
+	// the composed values (Values) set.
+	Source chartsource.Options
+	// Policy says which CRDs its upgrades apply (CRDPolicy).
+	Policy predict.Policy
+}
+
+// Read resolves what an upgrade of hr reads, the way helm-controller does. It composes
+// the values first, as helm-controller does before it loads the chart: a reference it
+// cannot resolve fails the release (a *ValuesError) whatever the chart. An
+// *UnsupportedError means the chart's source is not one Source resolves.
+func Read(ctx context.Context, r Reader, hr *helmv2.HelmRelease) (*Release, error) {
+	values, err := Values(ctx, r, hr)
+	if err != nil {
+		return nil, err
+	}
+	src, err := Source(ctx, r, hr)
+	if err != nil {
+		return nil, err
+	}
+	rel := &Release{Name: ReleaseName(hr), StorageNamespace: StorageNamespace(hr), Policy: CRDPolicy(hr)}
+	src.BaseValues, src.ReleaseName, src.Namespace = values, rel.Name, hr.GetReleaseNamespace()
+	rel.Source = src
+	return rel, nil
 }
 
 // UnsupportedError says that the HelmRelease's chart comes from a source the gate cannot
@@ -229,10 +262,13 @@ func target(ctx context.Context, r Reader, hr *helmv2.HelmRelease, local *rest.C
 	return cfg, true, id, err
 }
 
-// CRDPolicyCreateReplace reports whether the upgrade applies the chart's crds/ folder too
-// (spec.upgrade.crds: CreateReplace).
-func CRDPolicyCreateReplace(hr *helmv2.HelmRelease) bool {
-	return hr.GetUpgrade().CRDs == helmv2.CreateReplace
+// CRDPolicy is which CRDs the HelmRelease's upgrades apply: the chart's crds/ folder too
+// under spec.upgrade.crds: CreateReplace, else only templates/ as plain Helm.
+func CRDPolicy(hr *helmv2.HelmRelease) predict.Policy {
+	if hr.GetUpgrade().CRDs == helmv2.CreateReplace {
+		return predict.PolicyCreateReplace
+	}
+	return predict.PolicyHelm
 }
 
 // RollbackRemediation reports whether a failed upgrade makes helm-controller roll back

@@ -163,25 +163,6 @@ func TestUninstallRemediation(t *testing.T) {
 	}
 }
 
-func TestUninstallRisk(t *testing.T) {
-	live := map[string]*apiextv1.CustomResourceDefinition{ocirepos: crd("v1", []string{"v1"}, "v1")}
-	kept := crd("v1", nil, "v1")
-	kept.Annotations = map[string]string{predict.KeepAnnotation: predict.KeepValue}
-	for _, tc := range []struct {
-		name string
-		in   chartcrds.CRD
-		want int
-	}{
-		{"templates", chartcrds.CRD{CRD: crd("v1", nil, "v1"), Source: predict.Templates}, 1},
-		{"crds/ folder", chartcrds.CRD{CRD: crd("v1", nil, "v1"), Source: predict.CRDsDir}, 0},
-		{"keep", chartcrds.CRD{CRD: kept, Source: predict.Templates}, 0},
-	} {
-		if got := uninstallRisk(live, []chartcrds.CRD{tc.in}); len(got) != tc.want {
-			t.Errorf("%s: uninstallRisk = %v, want %d", tc.name, got, tc.want)
-		}
-	}
-}
-
 func TestOlder(t *testing.T) {
 	for _, tc := range []struct {
 		a, b string
@@ -214,12 +195,29 @@ func TestRemediationRisk(t *testing.T) {
 	live := map[string]*apiextv1.CustomResourceDefinition{name: crd("v1beta2", []string{"v1beta2"}, "v1beta2")}
 	incoming := []chartcrds.CRD{{CRD: crd("v1", nil, "v1beta2", "v1"), Source: predict.Templates}}
 	current := []chartcrds.CRD{{CRD: crd("v1beta2", nil, "v1beta2"), Source: predict.Templates}}
-	if got := remediationRisk(live, incoming, current); len(got) != 1 || got[0] != name {
+	if got := remediationRisk(live, incoming, current, predict.PolicyHelm); len(got) != 1 || got[0] != name {
 		t.Errorf("remediationRisk = %v, want [%s]", got, name)
 	}
 	// The same storage version on both sides: a rollback stays safe.
 	incoming[0].CRD = crd("v1beta2", nil, "v1beta2", "v1")
-	if got := remediationRisk(live, incoming, current); len(got) != 0 {
+	if got := remediationRisk(live, incoming, current, predict.PolicyHelm); len(got) != 0 {
 		t.Errorf("remediationRisk = %v, want none", got)
+	}
+}
+
+// TestRemediationRiskCreateReplace: the CRD moves from templates/ to crds/ with the new
+// storage version. Under upgrade.crds=CreateReplace the upgrade applies it, and the
+// rollback remediation (a Helm rollback, which applies templates/ only) re-applies the
+// old templates/ CRD, which lacks the new storage version: rejected. Under plain Helm the
+// upgrade leaves the live CRD as it is, and the rollback stays safe.
+func TestRemediationRiskCreateReplace(t *testing.T) {
+	live := map[string]*apiextv1.CustomResourceDefinition{ocirepos: crd("v1beta2", []string{"v1beta2"}, "v1beta2")}
+	incoming := []chartcrds.CRD{{CRD: crd("v1", nil, "v1beta2", "v1"), Source: predict.CRDsDir}}
+	current := []chartcrds.CRD{{CRD: crd("v1beta2", nil, "v1beta2"), Source: predict.Templates}}
+	if got := remediationRisk(live, incoming, current, predict.PolicyCreateReplace); len(got) != 1 || got[0] != ocirepos {
+		t.Errorf("create-replace: remediationRisk = %v, want [%s]", got, ocirepos)
+	}
+	if got := remediationRisk(live, incoming, current, predict.PolicyHelm); len(got) != 0 {
+		t.Errorf("helm: remediationRisk = %v, want none", got)
 	}
 }

@@ -196,20 +196,7 @@ func planCommand(rep *check.Report, o Options) string {
 	if o.PlanCommand != "" {
 		return o.PlanCommand
 	}
-	cmd := "upgradeguard plan"
-	if rep.Release != "" {
-		cmd += " --release " + rep.Release
-	}
-	if rep.Namespace != "" {
-		cmd += " -n " + rep.Namespace
-	}
-	if rep.Chart != "" {
-		cmd += " --chart " + rep.Chart
-	}
-	if rep.ChartVersion != "" {
-		cmd += " --version " + rep.ChartVersion
-	}
-	return cmd
+	return predict.Command{Kind: predict.CommandPlan, Release: rep.Release, Namespace: rep.Namespace, Chart: rep.Chart, ChartVersion: rep.ChartVersion}.String()
 }
 
 // Required is the StorageMigrationRequired message of a decision that migrates.

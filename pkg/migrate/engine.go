@@ -87,7 +87,7 @@ func (m *Migrator) chooseEngine(ctx context.Context, crd *apiextv1.CustomResourc
 	res.Engine = engine
 	switch engine {
 	case EngineClient:
-		res.EngineReason = "asked for (--engine client)"
+		res.EngineReason = "asked for"
 		return nil
 	case EngineBuiltin:
 		gvr, err := m.svmResource(ctx)
@@ -97,7 +97,7 @@ func (m *Migrator) chooseEngine(ctx context.Context, crd *apiextv1.CustomResourc
 		if gvr.Empty() {
 			return &BuiltinNotServedError{CRD: crd.Name}
 		}
-		res.EngineReason = "asked for (--engine builtin); " + gvr.GroupVersion().String() + " served"
+		res.EngineReason = "asked for; " + gvr.GroupVersion().String() + " served"
 		return nil
 	}
 	return m.auto(ctx, crd, res)

@@ -272,12 +272,12 @@ func newRunner(ctx context.Context, req Request) (*runner, error) {
 	}
 	if req.Commands.Upgrade == nil {
 		req.Commands.Upgrade = func(v string) string {
-			return fmt.Sprintf("helm upgrade %s CHART --version %s%s", req.Release, v, nsFlag(req.Namespace))
+			return predict.Command{Kind: predict.CommandHelmUpgrade, Release: req.Release, Namespace: req.Namespace, ChartVersion: v}.String()
 		}
 	}
 	if req.Commands.Rollback == nil {
 		req.Commands.Rollback = func(rev int) string {
-			return fmt.Sprintf("helm rollback %s %d%s", req.Release, rev, nsFlag(req.Namespace))
+			return predict.Command{Kind: predict.CommandHelmRollback, Release: req.Release, Namespace: req.Namespace, Revision: rev}.String()
 		}
 	}
 	live, err := req.Cluster.CRDs(ctx)
@@ -387,18 +387,18 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 	var blockers []Blocker
 	cur := s
 	for _, c := range rep.Findings() {
-		switch {
-		case c.Verdict == predict.Migrate:
+		switch fix := predict.FixFor(c.Finding); {
+		case fix == predict.FixMigrate:
 			migrate = append(migrate, c.Name)
 			if c.Objects != nil {
 				objects += *c.Objects
 			}
-		case c.Verdict == predict.Delete:
+		case fix == predict.FixKeep:
 			keep = append(keep, c.Name)
-		case c.Verdict == predict.Bridge && c.StorageSwitchTo != "" && r.req.AllowStorageSwitch:
+		case fix == predict.FixStorageSwitch && r.req.AllowStorageSwitch:
 			cur = cur.switched(c.Name, c.StorageSwitchTo)
 			st := Step{Kind: StorageSwitch, CRDs: []string{c.Name}, After: states(cur, c.Name),
-				Commands: []string{fmt.Sprintf("upgradeguard migrate --crd %s --storage-version %s --allow-storage-switch", c.Name, c.StorageSwitchTo)}}
+				Commands: []string{predict.Command{Kind: predict.CommandStorageSwitch, CRDs: []string{c.Name}, StorageVersion: c.StorageSwitchTo}.String()}}
 			if c.Objects != nil {
 				st.Objects = *c.Objects
 			}
@@ -413,15 +413,12 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 	if len(keep) > 0 {
 		cur = cur.kept(keep)
 		steps = append(steps, Step{Kind: Keep, CRDs: keep, After: states(cur, keep...),
-			Commands: []string{fmt.Sprintf("kubectl annotate crd %s %s=%s", strings.Join(keep, " "), predict.KeepAnnotation, predict.KeepValue)}})
+			Commands: []string{predict.Command{Kind: predict.CommandKeep, CRDs: keep}.String()}})
 	}
 	if len(migrate) > 0 {
 		cur = cur.migrated(migrate)
-		cmd := "upgradeguard migrate"
-		for _, m := range migrate {
-			cmd += " --crd " + m
-		}
-		steps = append(steps, Step{Kind: Migrate, CRDs: migrate, Objects: objects, After: states(cur, migrate...), Commands: []string{cmd}})
+		steps = append(steps, Step{Kind: Migrate, CRDs: migrate, Objects: objects, After: states(cur, migrate...),
+			Commands: []string{predict.Command{Kind: predict.CommandMigrate, CRDs: migrate}.String()}})
 	}
 	if len(steps) > 0 {
 		// The upgrade is judged again on the state the steps before it leave.
@@ -438,7 +435,7 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 	next := cur.upgraded(version, incoming, r.req.Policy)
 	var touched []string
 	for _, c := range rep.CRDs {
-		if c.Verdict == predict.OK && c.Source == predict.CRDsDir && r.req.Policy != check.PolicyCreateReplace && cur.crds[c.Name] != nil {
+		if c.Verdict == predict.OK && !r.req.Policy.Applies(c.Source) && cur.crds[c.Name] != nil {
 			continue // crds/ files are not upgraded by Helm
 		}
 		touched = append(touched, c.Name)
@@ -642,7 +639,7 @@ func (r *runner) rollbackFrom(ctx context.Context, s *state, rel *release.Releas
 		return rb, nil
 	}
 	for _, c := range rep.Findings() {
-		if c.Verdict == predict.Bridge && c.StorageSwitchTo == "" {
+		if predict.FixFor(c.Finding) == predict.FixSteppingStone {
 			rb.Why = append(rb.Why, c.Name+": "+c.Reason)
 		}
 	}
@@ -659,13 +656,6 @@ func revisionOf(r *release.Release) int {
 		return 0
 	}
 	return r.Version
-}
-
-func nsFlag(ns string) string {
-	if ns == "" {
-		return ""
-	}
-	return " -n " + ns
 }
 
 // LoadError says that one chart version could not be loaded or rendered.

@@ -89,56 +89,9 @@ func (s *state) kept(names []string) *state {
 	return n
 }
 
-// upgraded is s after Helm applies a chart version: applied CRDs take the incoming spec
-// and append its storage version to storedVersions (the API server's rule), new ones are
-// created, and CRDs from templates/ the chart drops are deleted unless kept.
-func (s *state) upgraded(version string, incoming []chartcrds.CRD, policy check.CRDPolicy) *state {
-	n := s.clone()
-	in := map[string]bool{}
-	for _, c := range incoming {
-		in[c.CRD.Name] = true
-		live := n.crds[c.CRD.Name]
-		applied := c.Source == predict.Templates || policy == check.PolicyCreateReplace
-		switch {
-		case live == nil:
-			crd := c.CRD.DeepCopy()
-			crd.Status.StoredVersions = []string{crdversions.StorageVersion(crd)}
-			n.crds[crd.Name] = crd
-		case applied:
-			crd := c.CRD.DeepCopy()
-			crd.Annotations = mergeAnnotations(live.Annotations, crd.Annotations)
-			crd.Status.StoredVersions = slices.Clone(live.Status.StoredVersions)
-			if sv := crdversions.StorageVersion(crd); !slices.Contains(crd.Status.StoredVersions, sv) {
-				crd.Status.StoredVersions = append(crd.Status.StoredVersions, sv)
-			}
-			n.crds[crd.Name] = crd
-		}
-	}
-	for _, c := range s.current {
-		live := n.crds[c.CRD.Name]
-		if in[c.CRD.Name] || c.Source != predict.Templates || live == nil {
-			continue
-		}
-		if live.Annotations[predict.KeepAnnotation] != predict.KeepValue {
-			delete(n.crds, c.CRD.Name)
-		}
-	}
-	n.current, n.version = incoming, version
-	return n
-}
-
-func mergeAnnotations(live, incoming map[string]string) map[string]string {
-	if len(live) == 0 {
-		return incoming
-	}
-	out := map[string]string{}
-	for k, v := range live {
-		out[k] = v
-	}
-	for k, v := range incoming {
-		out[k] = v
-	}
-	return out
+// upgraded is s after Helm applies a chart version (predict.Apply).
+func (s *state) upgraded(version string, incoming []chartcrds.CRD, policy predict.Policy) *state {
+	return &state{crds: predict.Apply(s.crds, incoming, s.current, policy), current: incoming, version: version}
 }
 
 func sortedNames[V any](m map[string]V) []string {

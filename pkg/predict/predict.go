@@ -1,7 +1,10 @@
 // Package predict owns the decision of what an upgrade or rollback will do to each CRD,
-// given the live CRD and the one the operation brings. It is pure: no I/O, no clocks, so
-// every rule is covered by table tests and the same answer is given by the CLI, the
-// controller and the admission gate.
+// given the live CRD and the one the operation brings; what Helm (and Flux's
+// upgrade.crds policies) applies and what the cluster's CRDs look like after it (Apply);
+// what fixes each verdict (FixFor); and the wording of every command a report, a plan or
+// a denial names (Command). It is pure: no I/O, no clocks, so every rule is covered by
+// table tests and the same answer is given by the CLI, the controller and the admission
+// gate.
 //
 // The rule comes from the API server: every write to a CRD is validated so that each entry
 // of status.storedVersions is still in spec.versions. An incoming CRD that drops a stored
@@ -160,7 +163,7 @@ func DecideRemoved(op Operation, live *apiextv1.CustomResourceDefinition) Findin
 	f := Finding{Name: live.Name, Source: Templates, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
 	fillLive(&f, live)
 	f.Conversion = crdversions.Conversion(live)
-	if live.Annotations[KeepAnnotation] == KeepValue {
+	if Kept(live) {
 		f.Verdict = OK
 		f.Reason = fmt.Sprintf("no longer rendered by the %s target, but the live CRD carries %s=%s: Helm leaves it", op, KeepAnnotation, KeepValue)
 		return f

@@ -1,0 +1,160 @@
+package predict
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Fix is what makes one finding safe. Every front end turns a verdict into next steps
+// through FixFor: check's actions and next steps, plan's steps and the admission gate's
+// automatic migrations, so that each door gives the same advice for the same finding.
+type Fix string
+
+const (
+	// NoFix is the fix of an ok finding: there is nothing to do.
+	NoFix Fix = ""
+	// FixMigrate migrates every object to the live storage version and prunes
+	// storedVersions (CommandMigrate). It is the only fix a tool may carry out unattended.
+	FixMigrate Fix = "migrate"
+	// FixKeep annotates the live CRD helm.sh/resource-policy=keep, so that Helm leaves it
+	// and its objects (CommandKeep).
+	FixKeep Fix = "keep"
+	// FixStorageSwitch switches the live storage version to Finding.StorageSwitchTo (served
+	// by both sides), then migrates and prunes (CommandStorageSwitch, or
+	// CommandReverseMigration before a rollback).
+	FixStorageSwitch Fix = "storage-switch"
+	// FixSteppingStone goes through a chart version whose CRD keeps the live storage
+	// version and stores at one the incoming CRD serves, migrating before and after it.
+	// A rollback cannot take it: its target is a fixed revision.
+	FixSteppingStone Fix = "stepping-stone"
+	// FixSchema changes the incoming schema so that it keeps what stored objects hold, or
+	// accepts the loss (CommandAllowFieldLoss). No migration helps.
+	FixSchema Fix = "schema"
+)
+
+// FixFor returns what fixes a finding.
+func FixFor(f Finding) Fix {
+	switch f.Verdict {
+	case Migrate:
+		return FixMigrate
+	case Delete:
+		return FixKeep
+	case DataLoss:
+		return FixSchema
+	case Bridge:
+		if f.StorageSwitchTo != "" {
+			return FixStorageSwitch
+		}
+		return FixSteppingStone
+	}
+	return NoFix
+}
+
+// Automatic reports whether a tool may carry the fix out unattended: a migration changes
+// where objects are stored, never what they hold or which chart runs.
+func (f Fix) Automatic() bool { return f == FixMigrate }
+
+// CommandKind names one command that a report, a plan step or a denial tells a person to
+// run.
+type CommandKind string
+
+const (
+	// CommandMigrate is `upgradeguard migrate --crd A --crd B` (with Wait: `--wait`).
+	CommandMigrate CommandKind = "migrate"
+	// CommandStorageSwitch is `upgradeguard migrate --crd A --storage-version V
+	// --allow-storage-switch`.
+	CommandStorageSwitch CommandKind = "storage-switch"
+	// CommandReverseMigration is the migration before a rollback: `upgradeguard migrate
+	// --rollback --release R -n NS --to-revision N --allow-storage-switch`.
+	CommandReverseMigration CommandKind = "reverse-migration"
+	// CommandKeep is `kubectl annotate crd A B helm.sh/resource-policy=keep`.
+	CommandKeep CommandKind = "keep"
+	// CommandAllowFieldLoss is `kubectl annotate crd A upgradeguard.io/allow-field-loss=true`.
+	CommandAllowFieldLoss CommandKind = "allow-field-loss"
+	// CommandPlan is `upgradeguard plan --release R -n NS --chart C --version V`, each flag
+	// only when its value is known.
+	CommandPlan CommandKind = "plan"
+	// CommandPlanHelmRelease is `upgradeguard plan --helmrelease NS/NAME --version V`.
+	CommandPlanHelmRelease CommandKind = "plan-helmrelease"
+	// CommandHelmUpgrade is `helm upgrade R CHART --version V -n NS`.
+	CommandHelmUpgrade CommandKind = "helm-upgrade"
+	// CommandHelmRollback is `helm rollback R N -n NS`.
+	CommandHelmRollback CommandKind = "helm-rollback"
+	// CommandHelmReleaseVersion moves a Flux HelmRelease NS/NAME to a chart version: the
+	// value to commit, and the kubectl patch that does the same on the cluster.
+	CommandHelmReleaseVersion CommandKind = "helmrelease-version"
+)
+
+// Command is one command to run. String words it: it is the one place that does, so a
+// check report, a plan and an admission denial name the same command for the same step.
+type Command struct {
+	Kind CommandKind
+	// CRDs are the CRDs the command acts on (migrate, storage switch, keep, field loss).
+	CRDs []string
+	// Wait, for CommandMigrate, waits for a migration someone else runs.
+	Wait bool
+	// StorageVersion is the version a storage switch moves to.
+	StorageVersion string
+	// Release and Namespace name the Helm release (a HelmRelease's name and namespace for
+	// CommandPlanHelmRelease and CommandHelmReleaseVersion).
+	Release, Namespace string
+	// Chart and ChartVersion name the chart a plan or an upgrade moves to.
+	Chart, ChartVersion string
+	// Revision is the release revision a rollback or reverse migration moves to (0: the
+	// previous one, for a reverse migration).
+	Revision int
+}
+
+// String words the command.
+func (c Command) String() string {
+	var b strings.Builder
+	switch c.Kind {
+	case CommandMigrate:
+		b.WriteString("upgradeguard migrate")
+		for _, n := range c.CRDs {
+			b.WriteString(" --crd " + n)
+		}
+		if c.Wait {
+			b.WriteString(" --wait")
+		}
+	case CommandStorageSwitch:
+		fmt.Fprintf(&b, "upgradeguard migrate --crd %s --storage-version %s --allow-storage-switch", strings.Join(c.CRDs, " --crd "), c.StorageVersion)
+	case CommandReverseMigration:
+		b.WriteString("upgradeguard migrate --rollback --release " + c.Release + nsFlag(c.Namespace))
+		if c.Revision > 0 {
+			fmt.Fprintf(&b, " --to-revision %d", c.Revision)
+		}
+		b.WriteString(" --allow-storage-switch")
+	case CommandKeep:
+		fmt.Fprintf(&b, "kubectl annotate crd %s %s=%s", strings.Join(c.CRDs, " "), KeepAnnotation, KeepValue)
+	case CommandAllowFieldLoss:
+		fmt.Fprintf(&b, "kubectl annotate crd %s %s=true", strings.Join(c.CRDs, " "), AllowFieldLossAnnotation)
+	case CommandPlan:
+		b.WriteString("upgradeguard plan")
+		for _, f := range [][2]string{{" --release ", c.Release}, {" -n ", c.Namespace}, {" --chart ", c.Chart}, {" --version ", c.ChartVersion}} {
+			if f[1] != "" {
+				b.WriteString(f[0] + f[1])
+			}
+		}
+	case CommandPlanHelmRelease:
+		fmt.Fprintf(&b, "upgradeguard plan --helmrelease %s/%s", c.Namespace, c.Release)
+		if c.ChartVersion != "" {
+			b.WriteString(" --version " + c.ChartVersion)
+		}
+	case CommandHelmUpgrade:
+		fmt.Fprintf(&b, "helm upgrade %s CHART --version %s%s", c.Release, c.ChartVersion, nsFlag(c.Namespace))
+	case CommandHelmRollback:
+		fmt.Fprintf(&b, "helm rollback %s %d%s", c.Release, c.Revision, nsFlag(c.Namespace))
+	case CommandHelmReleaseVersion:
+		fmt.Fprintf(&b, `commit spec.chart.spec.version: %q to HelmRelease %s/%s (or: kubectl patch helmrelease %s -n %s --type merge -p '{"spec":{"chart":{"spec":{"version":%q}}}}')`,
+			c.ChartVersion, c.Namespace, c.Release, c.Release, c.Namespace, c.ChartVersion)
+	}
+	return b.String()
+}
+
+func nsFlag(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	return " -n " + ns
+}
