@@ -157,7 +157,7 @@ func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Re
 	p, err := check.Predict(ctx, s)
 	var load *chartsource.LoadError
 	if errors.As(err, &load) {
-		return nil, couldNot("%w", err)
+		return nil, chartFailed(o.command(), err)
 	}
 	if err != nil {
 		return nil, classifyAs(o.command(), err, conn)

@@ -134,7 +134,7 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 		var load *chartsource.LoadError
 		var pl *plan.LoadError
 		if errors.As(err, &load) || errors.As(err, &pl) || errors.Is(err, plan.ErrNoVersions) {
-			return couldNot("%w", err)
+			return chartFailed(cmdPlan, err)
 		}
 		return classifyAs(cmdPlan, err, conn)
 	}

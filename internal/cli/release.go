@@ -154,7 +154,7 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 	o.chart.ReleaseName, o.chart.Namespace, o.chart.IsUpgrade, o.chart.KubeVersion = o.release, conn.namespace, true, conn.serverVersion
 	ch, err := chartsource.Load(ctx, o.chart)
 	if err != nil {
-		return couldNot("%w", err)
+		return chartFailed(o.command(), err)
 	}
 	vals, _ := o.chart.Values.MergeValues(getter.All(helmcli.New()))
 	rc := applycheck.ReleaseCheck{Release: o.release, Namespace: conn.namespace, History: history, Operation: applycheck.OpUpgrade,

@@ -128,7 +128,7 @@ func (o *releaseMigrateOptions) load(ctx context.Context, conn *connection) (cha
 	o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.newRelease, conn.namespace, conn.serverVersion
 	ch, err := chartsource.Load(ctx, o.chart)
 	if err != nil {
-		return src, nil, couldNot("%w", err)
+		return src, nil, chartFailed(cmdReleaseMigrate, err)
 	}
 	return src, ch, nil
 }
