@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
 	"github.com/upgradeguard/upgradeguard/pkg/registry"
@@ -22,7 +22,7 @@ import (
 type auditOptions struct {
 	allNamespaces bool
 	registry      string
-	helmDriver    string
+	helmDriver    *cliflag.HelmDriver
 	output        string
 	fleet         string
 	fleetKey      string
@@ -34,13 +34,13 @@ func newAuditCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Co
 	cmd := command("audit [-A | -n NAMESPACE]", "Report which releases' CRDs are protected from storedVersions failures, and by whom", auditLong, auditExample, cobra.NoArgs,
 		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
 	o.addFlags(cmd.Flags())
+	o.helmDriver = cliflag.AddHelmDriver(cmd)
 	return cmd
 }
 
 func (o *auditOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "audit every namespace (default: the namespace of -n or the kubeconfig)")
 	f.StringVar(&o.registry, "registry", "", "chart registry file that extends the built-in one; an entry replaces the built-in entry of the same name")
-	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
 	output.AddFlag(f, &o.output)
 	f.StringVar(&o.fleet, "fleet", "", "audit the target clusters whose kubeconfig Secrets (in the -n namespace) match this label selector")
 	f.StringVar(&o.fleetKey, "fleet-key", "", "Secret key holding the kubeconfig (default: value, value.yaml, then kubeconfig)")
@@ -59,7 +59,7 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	if o.fleet != "" {
 		return o.runFleet(ctx, streams, conn, reg)
 	}
-	src, err := audit.NewSources(conn.config, o.helmDriver)
+	src, err := audit.NewSources(conn.config, o.helmDriver.Driver())
 	if err != nil {
 		return couldNot("%w", err)
 	}
@@ -83,7 +83,7 @@ func (o *auditOptions) runFleet(ctx context.Context, streams Streams, conn *conn
 	if err != nil {
 		return couldNot("%w", err)
 	}
-	fo := audit.FleetOptions{Namespace: conn.namespace, Selector: sel, Key: o.fleetKey, Timeout: o.fleetTimeout, HelmDriver: o.helmDriver,
+	fo := audit.FleetOptions{Namespace: conn.namespace, Selector: sel, Key: o.fleetKey, Timeout: o.fleetTimeout, HelmDriver: o.helmDriver.Driver(),
 		Audit: audit.Options{Namespace: conn.namespace, Registry: reg}}
 	if o.allNamespaces {
 		fo.Audit.Namespace = ""

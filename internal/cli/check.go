@@ -3,15 +3,13 @@ package cli
 import (
 	"context"
 	"errors"
-	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
-	"helm.sh/helm/v4/pkg/cli/values"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -21,12 +19,11 @@ import (
 type checkOptions struct {
 	cmdName    string // the command, for error advice: check unless set
 	chart      chartsource.Options
-	values     values.Options
 	release    string
 	rollback   bool
 	toRevision int
-	helmDriver string
-	crdPolicy  string
+	helmDriver *cliflag.HelmDriver
+	crdPolicy  check.CRDPolicy
 	output     string
 	verbose    bool
 	noHistory  bool
@@ -73,37 +70,25 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
 			return o.run(cmd.Context(), streams, kube)
 		},
 	}
+	o.addPredictFlags(cmd)
 	f := cmd.Flags()
-	o.addPredictFlags(f)
 	output.AddFlag(f, &o.output)
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "show every CRD, not only those that change")
 	f.BoolVar(&o.noHistory, "no-stepping-stone", false, "do not search the chart's repository for a stepping-stone version")
 	return cmd
 }
 
-// addPredictFlags registers the flags that choose what is predicted: shared by check and
-// migrate (--chart and --rollback select CRDs there).
-func (o *checkOptions) addPredictFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.chart.Ref, "chart", "", "chart to upgrade to: a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path")
-	f.StringVar(&o.chart.Version, "version", "", "chart version or semver range (default: newest stable)")
-	f.StringVar(&o.chart.RepoURL, "repo", "", "chart repository URL")
-	f.StringArrayVarP(&o.values.ValueFiles, "values", "f", nil, "values file (can repeat)")
-	f.StringArrayVar(&o.values.Values, "set", nil, "set values on the command line (can repeat: key1=val1,key2=val2)")
-	f.StringArrayVar(&o.values.StringValues, "set-string", nil, "set STRING values on the command line (can repeat)")
-	f.StringArrayVar(&o.values.FileValues, "set-file", nil, "set values from files (can repeat: key=path)")
-	f.StringArrayVar(&o.values.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
-	f.StringVar(&o.chart.Username, "username", "", "chart repository or registry username")
-	f.StringVar(&o.chart.Password, "password", "", "chart repository or registry password")
-	f.StringVar(&o.chart.CAFile, "ca-file", "", "verify the chart server's certificate with this CA bundle")
-	f.StringVar(&o.chart.CertFile, "cert-file", "", "client certificate for the chart server")
-	f.StringVar(&o.chart.KeyFile, "key-file", "", "client key for the chart server")
-	f.BoolVar(&o.chart.InsecureSkipTLSVerify, "insecure-skip-tls-verify-chart", false, "skip TLS verification of the chart server")
-	f.BoolVar(&o.chart.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
+// addPredictFlags registers the flags that choose what is predicted: shared by check,
+// plan, release apply-check, and migrate and rbac (--chart and --rollback select CRDs
+// there).
+func (o *checkOptions) addPredictFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	cliflag.AddChartSource(f, cliflag.Chart, &o.chart)
 	f.StringVar(&o.release, "release", "", "Helm release name: finds CRDs the upgrade would delete; required with --rollback")
 	f.BoolVar(&o.rollback, "rollback", false, "predict a rollback of --release instead of an upgrade")
 	f.IntVar(&o.toRevision, "to-revision", 0, "rollback target revision (default: the previous one, as helm rollback)")
-	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
-	f.StringVar(&o.crdPolicy, "crd-policy", string(check.PolicyHelm), "which CRDs are applied: helm (crds/ never upgraded) or create-replace (Flux upgrade.crds=CreateReplace)")
+	o.helmDriver = cliflag.AddHelmDriver(cmd)
+	cliflag.AddCRDPolicy(cmd, &o.crdPolicy, cliflag.CRDPolicyUsage)
 }
 
 // command names the command these options belong to, for error advice.
@@ -126,9 +111,6 @@ func (o *checkOptions) validate() error {
 		return couldNot("--to-revision only applies with --rollback")
 	case o.toRevision < 0:
 		return couldNot("--to-revision must be a positive revision number")
-	}
-	if _, err := check.ParsePolicy(o.crdPolicy); err != nil {
-		return couldNot("%w", err)
 	}
 	return nil
 }
@@ -156,13 +138,11 @@ func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericcl
 
 // predict runs the upgrade or rollback prediction the flags describe: one check.Predict.
 func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Report, error) {
-	policy, _ := check.ParsePolicy(o.crdPolicy)
-	o.chart.Values = o.values
 	o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.release, conn.namespace, conn.serverVersion
-	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: conn.namespace, Policy: policy,
+	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: conn.namespace, Policy: o.crdPolicy,
 		Rollback: o.rollback, ToRevision: o.toRevision}
 	if o.release != "" {
-		reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
+		reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())
 		if err != nil {
 			return nil, couldNot("%w", err)
 		}
@@ -177,7 +157,7 @@ func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Re
 	p, err := check.Predict(ctx, s)
 	var load *chartsource.LoadError
 	if errors.As(err, &load) {
-		return nil, couldNot("%w", err)
+		return nil, chartFailed(o.command(), err)
 	}
 	if err != nil {
 		return nil, classifyAs(o.command(), err, conn)

@@ -119,6 +119,14 @@ func TestFlagErrorsExit2(t *testing.T) {
 		{[]string{"check", "--chart", "x", "--to-revision", "2"}, "--rollback"},
 		{[]string{"check", "--chart", "x", "-o", "yaml"}, "-o json"},
 		{[]string{"check", "--chart", "x", "--crd-policy", "always"}, "create-replace"},
+		{[]string{"plan", "--release", "x", "--chart", "y", "--crd-policy", "always"}, `invalid argument "always" for "--crd-policy" flag`},
+		{[]string{"release", "rollback-check", "x", "--crd-policy", "always"}, `invalid argument "always" for "--crd-policy" flag`},
+		{[]string{"check", "--chart", "x", "--helm-driver", "sql"}, `"--helm-driver" flag: unknown Helm storage driver "sql": use secret or configmap`},
+		{[]string{"audit", "--helm-driver", "sql"}, "use secret or configmap"},
+		{[]string{"release", "migrate", "x", "--to-chart", "y", "--plan", "--helm-driver", "sql"}, "use secret or configmap"},
+		{[]string{"release", "uninstall-check", "x", "--helm-driver", "sql"}, "use secret or configmap"},
+		{[]string{"release", "diff-failed", "x", "--helm-driver", "sql"}, "use secret or configmap"},
+		{[]string{"release", "rollback-check", "x", "--helm-driver", "sql"}, "use secret or configmap"},
 		{[]string{"check", "--no-such-flag"}, "unknown flag"},
 	}
 	for _, tc := range cases {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 )
 
@@ -24,7 +24,8 @@ const completionTimeout = 5 * time.Second
 // registerCompletions adds dynamic shell completion to the command tree (cobra's
 // `completion bash|zsh|fish|powershell` command loads it): release names for the
 // positional NAME and --release, CRD names for --crd, namespaces for -n, and the fixed
-// choices of -o and --helm-driver. Cluster lookups use the same kubeconfig flags as the
+// choices of -o (those of --helm-driver and --crd-policy come with the flags, from
+// internal/cliflag). Cluster lookups use the same kubeconfig flags as the
 // command line being completed.
 func registerCompletions(root *cobra.Command, kube *genericclioptions.ConfigFlags) {
 	_ = root.RegisterFlagCompletionFunc("namespace", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
@@ -55,9 +56,6 @@ func registerCompletions(root *cobra.Command, kube *genericclioptions.ConfigFlag
 		}
 		if c.Flags().Lookup("output") != nil {
 			_ = c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
-		}
-		if c.Flags().Lookup("helm-driver") != nil {
-			_ = c.RegisterFlagCompletionFunc("helm-driver", cobra.FixedCompletions([]string{"secret", "configmap"}, cobra.ShellCompDirectiveNoFileComp))
 		}
 		for _, sub := range c.Commands() {
 			walk(sub)
@@ -102,11 +100,7 @@ func releaseNames(ctx context.Context, kube *genericclioptions.ConfigFlags, cmd 
 	if err != nil {
 		return nil, err
 	}
-	driver := os.Getenv("HELM_DRIVER")
-	if f := cmd.Flags().Lookup("helm-driver"); f != nil {
-		driver = f.Value.String()
-	}
-	r, err := helmrelease.NewReader(cs, ns, driver)
+	r, err := helmrelease.NewReader(cs, ns, cliflag.DriverOf(cmd.Flags()))
 	if err != nil {
 		return nil, err
 	}

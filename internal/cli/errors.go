@@ -2,10 +2,12 @@ package cli
 
 import (
 	"errors"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
+	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/slots"
@@ -71,6 +73,12 @@ func classifyAs(command string, err error, conn *connection) error {
 	return couldNot("%w (API server %s)", err, conn.host)
 }
 
+// chartFailed is the exit-2 error of a chart that could not be fetched, loaded or
+// rendered, with what command's flags can do about it.
+func chartFailed(command string, err error) error {
+	return couldNot("%w%s", err, advice(command, err))
+}
+
 // classifyErr is classifyAs that keeps nil.
 func classifyErr(command string, err error, conn *connection) error {
 	if err == nil {
@@ -89,8 +97,11 @@ func advice(command string, err error) string {
 		mismatch *chartmigrate.RecordMismatchError
 		secret   *chartmigrate.MissingSecretError
 		nf       *helmrelease.NotFoundError
+		load     *chartsource.LoadError
 	)
 	switch {
+	case errors.As(err, &load) && load.Step == "fetch" && refusedCredentials(load.Err):
+		return "; the chart server wants credentials: pass --username and --password (and --ca-file, --cert-file and --key-file for TLS)"
 	case errors.As(err, &nf) && nf.Revision == 0 && nf.Driver == helmrelease.DriverSecret:
 		return "; pass --helm-driver configmap if it was installed with HELM_DRIVER=configmap"
 	case errors.As(err, new(*helmrelease.NotFailedError)):
@@ -124,4 +135,17 @@ func advice(command string, err error) string {
 		return "\n" + rbacNeeds[command]
 	}
 	return ""
+}
+
+// refusedCredentials says whether a chart fetch failed on the server's 401 or 403. Helm's
+// HTTP getter reports the status only in its message ("failed to fetch URL : 401
+// Unauthorized"); an OCI registry's error names its "unauthorized" or "denied" code.
+func refusedCredentials(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"401 Unauthorized", "403 Forbidden", "unauthorized:", "denied:"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }

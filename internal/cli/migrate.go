@@ -38,7 +38,7 @@ func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 	o := &migrateOptions{}
 	cmd := command("migrate (--crd NAME... | --chart REF | --rollback --release NAME | --all)", "Re-persist custom resources at the storage version and prune storedVersions", migrateLong, migrateExample, cobra.NoArgs,
 		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
-	o.predictOpts.addPredictFlags(cmd.Flags())
+	o.predictOpts.addPredictFlags(cmd)
 	o.addFlags(cmd.Flags())
 	return cmd
 }

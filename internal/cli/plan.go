@@ -17,7 +17,6 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
-	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
@@ -78,8 +77,8 @@ steps exists, 2 no path (the message names the blocking CRD and version) or coul
 			return o.run(cmd.Context(), streams, kube)
 		},
 	}
+	o.addPredictFlags(cmd)
 	f := cmd.Flags()
-	o.addPredictFlags(f)
 	f.Lookup("rollback").Usage = "also list every revision of the release as a rollback target: reachable now, after named steps, or unreachable"
 	f.Lookup("version").Usage = "target chart version or semver range (default: the newest stable one)"
 	_ = f.MarkHidden("to-revision")
@@ -108,9 +107,6 @@ func (o *planOptions) validate() error {
 	case o.toRevision != 0:
 		return couldNot("--to-revision does not apply to plan: --rollback lists every revision")
 	}
-	if _, err := check.ParsePolicy(o.crdPolicy); err != nil {
-		return couldNot("%w", err)
-	}
 	return nil
 }
 
@@ -138,7 +134,7 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 		var load *chartsource.LoadError
 		var pl *plan.LoadError
 		if errors.As(err, &load) || errors.As(err, &pl) || errors.Is(err, plan.ErrNoVersions) {
-			return couldNot("%w", err)
+			return chartFailed(cmdPlan, err)
 		}
 		return classifyAs(cmdPlan, err, conn)
 	}
@@ -153,9 +149,8 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 
 // request turns the flags into one plan.Request.
 func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Request, *plan.HelmRelease, error) {
-	policy, _ := check.ParsePolicy(o.crdPolicy)
 	req := plan.Request{Cluster: conn.cluster, Release: o.release, Namespace: conn.namespace, Target: o.chart.Version,
-		Latest: o.latest, Policy: policy, AllowStorageSwitch: o.allowSwitch, Rollbacks: o.rollback, KeepsRollback: o.keepsRollback}
+		Latest: o.latest, Policy: o.crdPolicy, AllowStorageSwitch: o.allowSwitch, Rollbacks: o.rollback, KeepsRollback: o.keepsRollback}
 	var hr *plan.HelmRelease
 	src := o.chart
 	if o.helmRelease != "" {
@@ -169,7 +164,6 @@ func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Reque
 			req.Target = o.chart.Version
 		}
 	} else {
-		src.Values = o.values
 		src.ReleaseName, src.Namespace = o.release, conn.namespace
 	}
 	src.KubeVersion, src.IsUpgrade, src.Version = conn.serverVersion, true, ""
@@ -181,7 +175,7 @@ func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Reque
 	}
 	history := &chartsource.History{Options: src, Local: o.local}
 	req.Versions = history
-	reader, err := helmrelease.NewReader(conn.clientset, req.Namespace, o.helmDriver)
+	reader, err := helmrelease.NewReader(conn.clientset, req.Namespace, o.helmDriver.Driver())
 	if err != nil {
 		return req, nil, couldNot("%w", err)
 	}
@@ -209,7 +203,7 @@ func (o *planOptions) upgradeCommand(ref, version, ns string) string {
 	if o.chart.PlainHTTP {
 		cmd += " --plain-http"
 	}
-	for _, f := range o.values.ValueFiles {
+	for _, f := range o.chart.Values.ValueFiles {
 		cmd += " -f " + f
 	}
 	return cmd + nsFlag(ns)

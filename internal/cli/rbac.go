@@ -27,7 +27,7 @@ func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Com
 	o := &rbacOptions{}
 	cmd := command("rbac (--crd NAME... | --chart REF)", "Print the least-privilege ClusterRole and Role for migrating CRDs", rbacLong, rbacExample, cobra.NoArgs,
 		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
-	o.predictOpts.addPredictFlags(cmd.Flags())
+	o.predictOpts.addPredictFlags(cmd)
 	o.addFlags(cmd.Flags())
 	return cmd
 }

@@ -94,8 +94,8 @@ appear in the output. Exit codes: 0 safe, 1 findings, 2 could not run.`,
 			return o.run(cmd.Context(), streams, kube)
 		},
 	}
+	o.addPredictFlags(cmd)
 	f := cmd.Flags()
-	o.addPredictFlags(f)
 	_ = f.MarkHidden("release")
 	_ = f.MarkHidden("rollback")
 	_ = f.MarkHidden("to-revision")
@@ -130,7 +130,7 @@ func (o *applyCheckOptions) open(ctx context.Context, kube *genericclioptions.Co
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
+	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())
 	if err != nil {
 		return nil, nil, nil, couldNot("%w", err)
 	}
@@ -150,13 +150,13 @@ func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return classifyAs(o.command(), err, conn)
 	}
-	o.chart.Values, o.chart.BaseValues = o.values, current.Config
+	o.chart.BaseValues = current.Config
 	o.chart.ReleaseName, o.chart.Namespace, o.chart.IsUpgrade, o.chart.KubeVersion = o.release, conn.namespace, true, conn.serverVersion
 	ch, err := chartsource.Load(ctx, o.chart)
 	if err != nil {
-		return couldNot("%w", err)
+		return chartFailed(o.command(), err)
 	}
-	vals, _ := o.values.MergeValues(getter.All(helmcli.New()))
+	vals, _ := o.chart.Values.MergeValues(getter.All(helmcli.New()))
 	rc := applycheck.ReleaseCheck{Release: o.release, Namespace: conn.namespace, History: history, Operation: applycheck.OpUpgrade,
 		TargetManifest: ch.Manifest, TargetHooks: ch.Hooks, Flags: o.flags, FieldManager: o.fieldManager, Values: vals}
 	return o.finish(ctx, streams, kube, conn, rc, []string{o.release, o.chart.Ref, "-n", conn.namespace})

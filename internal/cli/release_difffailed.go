@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
@@ -18,7 +18,7 @@ import (
 
 type diffFailedOptions struct {
 	revision   int
-	helmDriver string
+	helmDriver *cliflag.HelmDriver
 	output     string
 }
 
@@ -28,7 +28,7 @@ func newDiffFailedCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cob
 		func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, kube, args[0]) })
 	f := cmd.Flags()
 	f.IntVar(&o.revision, "revision", 0, "revision to compare with the one before it (default: the last one, which must have failed)")
-	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
+	o.helmDriver = cliflag.AddHelmDriver(cmd)
 	output.AddFlag(f, &o.output)
 	return cmd
 }
@@ -38,7 +38,7 @@ func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return err
 	}
-	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
+	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())
 	if err != nil {
 		return couldNot("%w", err)
 	}

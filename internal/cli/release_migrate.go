@@ -15,10 +15,10 @@ import (
 	"golang.org/x/term"
 	"helm.sh/helm/v4/pkg/action"
 	helmcli "helm.sh/helm/v4/pkg/cli"
-	"helm.sh/helm/v4/pkg/cli/values"
 	"helm.sh/helm/v4/pkg/getter"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
@@ -32,12 +32,12 @@ const migrateHelmVersion = "4.3.1"
 type releaseMigrateOptions struct {
 	release, newRelease string
 	chart               chartsource.Options
-	values              values.Options
 	plan, execute, yes  bool
 	override            bool
 	dir                 string
 	mapPVC, mapSecret   map[string]string
-	helmDriver, output  string
+	helmDriver          *cliflag.HelmDriver
+	output              string
 	timeout             time.Duration
 }
 
@@ -54,22 +54,10 @@ func newReleaseMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) 
 			return o.run(cmd.Context(), streams, kube)
 		},
 	}
-	o.addChartFlags(cmd.Flags())
+	cliflag.AddChartSource(cmd.Flags(), cliflag.ToChart, &o.chart)
 	o.addFlags(cmd.Flags())
+	o.helmDriver = cliflag.AddHelmDriver(cmd)
 	return cmd
-}
-
-// addChartFlags are the new chart and its values.
-func (o *releaseMigrateOptions) addChartFlags(f *pflag.FlagSet) {
-	f.StringVar(&o.chart.Ref, "to-chart", "", "the new chart: a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path")
-	f.StringVar(&o.chart.Version, "version", "", "chart version or semver range (default: newest stable)")
-	f.StringVar(&o.chart.RepoURL, "repo", "", "chart repository URL")
-	f.StringArrayVarP(&o.values.ValueFiles, "values", "f", nil, "values file for the new chart (can repeat)")
-	f.StringArrayVar(&o.values.Values, "set", nil, "set values on the command line (can repeat)")
-	f.StringArrayVar(&o.values.StringValues, "set-string", nil, "set STRING values on the command line (can repeat)")
-	f.StringArrayVar(&o.values.FileValues, "set-file", nil, "set values from files (can repeat)")
-	f.StringArrayVar(&o.values.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
-	f.BoolVar(&o.chart.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
 }
 
 func (o *releaseMigrateOptions) addFlags(f *pflag.FlagSet) {
@@ -81,7 +69,6 @@ func (o *releaseMigrateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.dir, "backup-dir", "", "directory for the backup and the migration record; re-use it to resume")
 	f.StringToStringVar(&o.mapPVC, "map-pvc", nil, "pair an old claim with a new one: OLD=NEW (can repeat)")
 	f.StringToStringVar(&o.mapSecret, "map-secret", nil, "restore an old Secret under a new name: OLD=NEW (can repeat)")
-	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for claims to go and to bind")
 	output.AddFlag(f, &o.output)
 }
@@ -138,10 +125,10 @@ func (o *releaseMigrateOptions) load(ctx context.Context, conn *connection) (cha
 	if err != nil {
 		return src, nil, err
 	}
-	o.chart.Values, o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.values, o.newRelease, conn.namespace, conn.serverVersion
+	o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.newRelease, conn.namespace, conn.serverVersion
 	ch, err := chartsource.Load(ctx, o.chart)
 	if err != nil {
-		return src, nil, couldNot("%w", err)
+		return src, nil, chartFailed(cmdReleaseMigrate, err)
 	}
 	return src, ch, nil
 }
@@ -152,11 +139,11 @@ func (o *releaseMigrateOptions) sources(conn *connection) (chartmigrate.Sources,
 	if err != nil {
 		return chartmigrate.Sources{}, couldNot("build client: %w", err)
 	}
-	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver)
+	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())
 	if err != nil {
 		return chartmigrate.Sources{}, couldNot("%w", err)
 	}
-	uopts := uninstall.Options{Release: o.release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: migrateHelmVersion}
+	uopts := uninstall.Options{Release: o.release, Namespace: conn.namespace, Driver: o.helmDriver.Driver(), HelmVersion: migrateHelmVersion}
 	return chartmigrate.Sources{Kube: conn.clientset, Releases: reader, Uninstall: uc, UninstallOptions: uopts}, nil
 }
 
@@ -186,7 +173,7 @@ func (o *releaseMigrateOptions) planOnly(streams Streams, p *chartmigrate.Plan) 
 
 func (o *releaseMigrateOptions) executePlan(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, conn *connection,
 	src chartmigrate.Sources, st *chartmigrate.State, ch *chartsource.Chart) error {
-	vals, err := o.values.MergeValues(getter.All(helmcli.New()))
+	vals, err := o.chart.Values.MergeValues(getter.All(helmcli.New()))
 	if err != nil {
 		return couldNot("values: %w", err)
 	}
@@ -208,7 +195,7 @@ func (o *releaseMigrateOptions) env(streams Streams, kube *genericclioptions.Con
 		Kube: conn.clientset, Uninstall: src.Uninstall, UninstallOptions: src.UninstallOptions,
 		Helm: func() (*action.Configuration, error) {
 			cfg := action.NewConfiguration()
-			if err := cfg.Init(kube, conn.namespace, o.helmDriver); err != nil {
+			if err := cfg.Init(kube, conn.namespace, string(o.helmDriver.Driver())); err != nil {
 				return nil, fmt.Errorf("initialise Helm: %w", err)
 			}
 			return cfg, nil

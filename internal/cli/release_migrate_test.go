@@ -378,3 +378,52 @@ func waitBound(t *testing.T, cs kubernetes.Interface, ns, name string) *corev1.P
 	}
 	return got
 }
+
+// TestReleaseMigrateChartCredentials: release migrate takes the new chart from a private
+// repository with the chart-source flags check takes. With --username and --password the
+// plan reads the chart from the repository (on loopback, behind basic auth); without
+// them the repository refuses and release migrate says so, exit 2, before it reads or
+// changes anything.
+func TestReleaseMigrateChartCredentials(t *testing.T) {
+	needCluster(t)
+	const ns = "mig-auth"
+	old, err := testenv.WriteChart(t.TempDir(), "app", "1.0.0", map[string]string{
+		"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-settings\n",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustHelm(t, nil, "install", "app", old, "-n", ns, "--create-namespace")
+	newChart, err := testenv.WriteChart(t.TempDir(), "private-app", "2.0.0", map[string]string{
+		"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-config\n",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repoDir := t.TempDir()
+	if _, err := testenv.Package(newChart, repoDir); err != nil {
+		t.Fatal(err)
+	}
+	url, stop, err := testenv.ServeRepoBasicAuth(repoDir, "reader", "s3cret-pass")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	args := []string{"release", "migrate", "app", "-n", ns, "--to-chart", "private-app", "--repo", url, "--version", "2.0.0"}
+
+	plan := safePlan(t, append(args, "--username", "reader", "--password", "s3cret-pass")...)
+	if plan.NewChart != "private-app" || plan.NewChartVersion != "2.0.0" || !slices.Contains(plan.Deletes, "ConfigMap/"+ns+"/app-settings") {
+		t.Errorf("plan with credentials: new chart %s-%s, deletes %v", plan.NewChart, plan.NewChartVersion, plan.Deletes)
+	}
+
+	for name, creds := range map[string][]string{
+		"no credentials":   nil,
+		"a wrong password": {"--username", "reader", "--password", "guess"},
+	} {
+		r := ug(t, append(args, append(creds, "--plan")...)...)
+		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "401 Unauthorized") || !strings.Contains(r.stderr, "--username") ||
+			strings.Contains(r.stderr, "s3cret-pass") || strings.Contains(r.stderr, "guess") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2 naming the 401 and --username/--password", name, r.code, r.stderr)
+		}
+	}
+}

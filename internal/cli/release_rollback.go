@@ -2,14 +2,13 @@ package cli
 
 import (
 	"context"
-	"os"
 	"strconv"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
-	"github.com/upgradeguard/upgradeguard/pkg/check"
 )
 
 func newRollbackCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -46,10 +45,9 @@ Secret data never appear in the output. Exit codes: 0 safe, 1 findings, 2 could 
 			return o.runRollback(cmd.Context(), streams, kube)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.crdPolicy, "crd-policy", string(check.PolicyHelm), "which CRDs the rollback applies: helm (crds/ never upgraded) or create-replace (Flux upgrade.crds=CreateReplace)")
-	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
-	o.addApplyFlags(f)
+	cliflag.AddCRDPolicy(cmd, &o.crdPolicy, "which CRDs the rollback applies: helm (crds/ never upgraded) or create-replace (Flux upgrade.crds=CreateReplace)")
+	o.helmDriver = cliflag.AddHelmDriver(cmd)
+	o.addApplyFlags(cmd.Flags())
 	return cmd
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 
@@ -14,13 +13,14 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
 type uninstallCheckOptions struct {
 	helmVersion string
-	helmDriver  string
+	helmDriver  *cliflag.HelmDriver
 	output      string
 	backup      string
 }
@@ -30,12 +30,12 @@ func newUninstallCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) 
 	cmd := command("uninstall-check NAME", "Predict what helm uninstall deletes, keeps or skips, and the traps that lose data", uninstallCheckLong, uninstallCheckExample, cobra.ExactArgs(1),
 		func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), streams, kube, args[0]) })
 	o.addFlags(cmd.Flags())
+	o.helmDriver = cliflag.AddHelmDriver(cmd)
 	return cmd
 }
 
 func (o *uninstallCheckOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.helmVersion, "helm-version", uninstall.DefaultHelmVersion, "version of the Helm that will run the uninstall (4.3 and newer skip objects whose live ownership does not name the release)")
-	f.StringVar(&o.helmDriver, "helm-driver", os.Getenv("HELM_DRIVER"), "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
 	output.AddFlag(f, &o.output)
 	f.StringVar(&o.backup, "backup", "", "write the release's Secrets, PVCs and PVs (sanitised for re-apply) to this new directory")
 }
@@ -69,7 +69,7 @@ func (o *uninstallCheckOptions) run(ctx context.Context, streams Streams, kube *
 
 // check runs the uninstall pre-flight on the connection's clients.
 func (o *uninstallCheckOptions) check(ctx context.Context, conn *connection, release string) (*uninstall.Clients, uninstall.Options, *uninstall.Report, error) {
-	opts := uninstall.Options{Release: release, Namespace: conn.namespace, Driver: o.helmDriver, HelmVersion: o.helmVersion}
+	opts := uninstall.Options{Release: release, Namespace: conn.namespace, Driver: o.helmDriver.Driver(), HelmVersion: o.helmVersion}
 	c, err := uninstall.NewClients(conn.config)
 	if err != nil {
 		return nil, opts, nil, couldNot("build client: %w", err)

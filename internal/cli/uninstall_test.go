@@ -118,7 +118,7 @@ func TestReleaseUninstallCheckNoLeaks(t *testing.T) {
 				}
 			}
 			rep := uninstallReport(t, outputs["json"])
-			if rep.Driver != driver || len(rep.Findings) != 1 || rep.Findings[0].Check != uninstall.CheckSecret ||
+			if string(rep.Driver) != driver || len(rep.Findings) != 1 || rep.Findings[0].Check != uninstall.CheckSecret ||
 				!strings.Contains(rep.Findings[0].Message, "keys password") || !strings.Contains(rep.Findings[0].Remediation, "--backup") {
 				t.Errorf("report: driver %q findings %+v", rep.Driver, rep.Findings)
 			}

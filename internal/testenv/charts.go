@@ -74,7 +74,25 @@ func Package(chartDir, outDir string) (string, error) {
 // ServeRepo serves dir (packaged charts) as a chart repository over loopback HTTP, with
 // an index.yaml made by the Helm SDK. Call the returned function to stop it.
 func ServeRepo(dir string) (url string, stop func(), err error) {
-	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	return serveRepo(dir, http.FileServer(http.Dir(dir)))
+}
+
+// ServeRepoBasicAuth is ServeRepo behind HTTP basic authentication: a request without
+// username and password gets 401 Unauthorized, as a private chart repository answers.
+func ServeRepoBasicAuth(dir, username, password string) (url string, stop func(), err error) {
+	files := http.FileServer(http.Dir(dir))
+	return serveRepo(dir, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != username || p != password {
+			w.Header().Set("WWW-Authenticate", `Basic realm="charts"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
+}
+
+func serveRepo(dir string, h http.Handler) (url string, stop func(), err error) {
+	srv := httptest.NewServer(h)
 	idx, err := repo.IndexDirectory(dir, srv.URL)
 	if err != nil {
 		srv.Close()

@@ -43,7 +43,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 
@@ -58,6 +57,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
 
 // HelmVersions are the Helm releases whose upgrade this package models. Their upgrade
@@ -239,9 +239,10 @@ type Options struct {
 	FieldManager string
 	// Force forces conflicts (helm --force-conflicts; Flux's helm-controller always does).
 	Force bool
-	// Redact lists strings that must never appear in the report (release values, Secret
-	// data). Every occurrence in an error is replaced with [redacted].
-	Redact []string
+	// Redact hides what must never appear in the report (release values, Secret data):
+	// every occurrence in an error or a field path is replaced with redact.Mask. Nil
+	// hides nothing.
+	Redact *redact.Redactor
 	// ClientSide models Helm's client-side apply (--server-side=false, or auto after a
 	// client-side revision): a three-way merge patch of the current manifest, the new
 	// one and the live object, sent without conflicts.
@@ -275,7 +276,7 @@ func Run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, u U
 	if o.ClientSide {
 		method = MethodCSA
 	}
-	r := &run{dyn: dyn, u: u, o: o, red: newRedactor(o.Redact), createErr: o.FlagError, createdNS: map[string]bool{}}
+	r := &run{dyn: dyn, u: u, o: o, red: o.Redact, createErr: o.FlagError, createdNS: map[string]bool{}}
 	r.rep = &Report{HelmVersions: HelmVersions, Operation: u.Operation, Method: method, FieldManager: o.FieldManager, Force: o.Force, Objects: []Object{}, Failing: []string{},
 		Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: orEmpty(u.PreUpgradeHooks), PostUpgradeHooks: orEmpty(u.PostUpgradeHooks),
 		Record: Record{Previous: u.Current, PreviousStatus: u.CurrentStatus}}
@@ -306,7 +307,7 @@ type run struct {
 	dyn                 dynamic.Interface
 	u                   Upgrade
 	o                   Options
-	red                 redactor
+	red                 *redact.Redactor
 	rep                 *Report
 	current, target     []item
 	createErr           string // a flag error stops Helm before the first object
@@ -328,7 +329,7 @@ func (r *run) build(mapper meta.RESTMapper) bool {
 		return false
 	}
 	for _, e := range append(cerrs, terrs...) {
-		rep.Objects = append(rep.Objects, Object{Object: e.subject, Step: Apply, Outcome: NotServed, Error: r.red.clean(e.err.Error())})
+		rep.Objects = append(rep.Objects, Object{Object: e.subject, Step: Apply, Outcome: NotServed, Error: r.red.String(e.err.Error())})
 		rep.Failing = append(rep.Failing, e.subject)
 	}
 	which := "new release manifest"
@@ -394,9 +395,9 @@ func (r *run) predict(ctx context.Context, t item) (Object, error) {
 	if err != nil {
 		return Object{}, err
 	}
-	res.Error = r.red.clean(res.Error)
+	res.Error = r.red.String(res.Error)
 	for i := range res.Conflicts {
-		res.Conflicts[i].Field = r.red.clean(res.Conflicts[i].Field)
+		res.Conflicts[i].Field = r.red.String(res.Conflicts[i].Field)
 	}
 	if r.u.Operation == OpRollback {
 		res.NotReverted = unreverted(res.NotReverted, originalOf(r.current, t), t)
@@ -404,13 +405,13 @@ func (r *run) predict(ctx context.Context, t item) (Object, error) {
 		res.NotReverted = nil
 	}
 	for i := range res.NotReverted {
-		res.NotReverted[i].Field = r.red.clean(res.NotReverted[i].Field)
+		res.NotReverted[i].Field = r.red.String(res.NotReverted[i].Field)
 	}
 	for i := range res.TakenOver {
-		res.TakenOver[i] = r.red.clean(res.TakenOver[i])
+		res.TakenOver[i] = r.red.String(res.TakenOver[i])
 	}
 	for i := range res.Overwrites {
-		res.Overwrites[i].Field = r.red.clean(res.Overwrites[i].Field)
+		res.Overwrites[i].Field = r.red.String(res.Overwrites[i].Field)
 	}
 	return res, nil
 }
@@ -458,7 +459,7 @@ func (r *run) deletes(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		res.Error = r.red.clean(res.Error)
+		res.Error = r.red.String(res.Error)
 		switch res.Outcome {
 		case NotDeleted:
 			rep.NotLanded = append(rep.NotLanded, res.Object)
@@ -746,28 +747,6 @@ func conflicts(err error) []FieldConflict {
 		out = append(out, FieldConflict{Field: c.Field, Manager: manager})
 	}
 	return out
-}
-
-type redactor []string
-
-func newRedactor(secrets []string) redactor {
-	set := map[string]bool{}
-	for _, s := range secrets {
-		if strings.TrimSpace(s) != "" {
-			set[s] = true
-		}
-	}
-	// Longest first, so that a value containing another is replaced whole.
-	out := slices.Collect(maps.Keys(set))
-	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
-	return out
-}
-
-func (r redactor) clean(s string) string {
-	for _, v := range r {
-		s = strings.ReplaceAll(s, v, "[redacted]")
-	}
-	return s
 }
 
 func orEmpty(s []string) []string {

@@ -26,6 +26,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
 
 const sentinel = "pw-sentinel-7f3a9c"
@@ -221,7 +222,7 @@ func TestConflictInTheMiddleMatchesHelm(t *testing.T) {
 		t.Fatalf("kubectl patch: %v\n%s", err, out)
 	}
 
-	rep := c.predict(t, v2, rel, ns, applycheck.Options{FieldManager: "helm", Redact: []string{sentinel}})
+	rep := c.predict(t, v2, rel, ns, applycheck.Options{FieldManager: "helm", Redact: redact.New(sentinel)})
 	wantOrder := []applycheck.Object{
 		{Object: "Secret/seed/creds", Step: applycheck.Apply, Outcome: applycheck.Unchanged},
 		{Object: "ConfigMap/seed/extra", Step: applycheck.Create, Outcome: applycheck.Created},
@@ -297,7 +298,7 @@ func TestConflictInTheMiddleMatchesHelm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep = c.predict(t, v3, rel, ns, applycheck.Options{FieldManager: "helm", Redact: []string{sentinel}})
+	rep = c.predict(t, v3, rel, ns, applycheck.Options{FieldManager: "helm", Redact: redact.New(sentinel)})
 	want := map[string]applycheck.Outcome{
 		"Secret/seed/creds": applycheck.Unchanged, "ConfigMap/seed/bad": applycheck.Failed, "ConfigMap/seed/extra": applycheck.NotReached,
 		"ConfigMap/seed/settings": applycheck.NotReached, "Service/seed/web": applycheck.NotReached, "Deployment/seed/jobs-manager": applycheck.NotReached,

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/pkg/redact"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -90,7 +91,7 @@ func CheckRelease(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMa
 			last = r
 		}
 	}
-	from, up, redact, err := rc.plan(last)
+	from, up, red, err := rc.plan(last)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +109,7 @@ func CheckRelease(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMa
 		// deployed one, not the last one) was client-side (releasingUpgrade).
 		rep.Mode.TakesOverClientSide = rep.Mode.ServerSide && from.ApplyMethod != MethodSSA
 	}
-	opts := Options{FieldManager: rc.FieldManager, Force: rc.Flags.ForceConflicts, Redact: redact,
+	opts := Options{FieldManager: rc.FieldManager, Force: rc.Flags.ForceConflicts, Redact: red,
 		ClientSide: !rep.Mode.ServerSide, TakeOverClientSide: rep.Mode.TakesOverClientSide, TakeOwnership: rc.Flags.TakeOwnership}
 	if rep.Mode.FlagErrorStage == BeforeRecord {
 		rep.Apply = &Report{HelmVersions: HelmVersions, Operation: rc.Operation, Method: rep.Mode.Method, FieldManager: rc.FieldManager, Result: Refused,
@@ -157,10 +158,11 @@ type planned struct {
 	target int
 }
 
-// plan picks the revisions the operation works from and to, as Helm does, and the
-// strings to redact.
-func (rc ReleaseCheck) plan(last *release.Release) (*release.Release, planned, []string, error) {
-	redact := ValueStrings(rc.Values)
+// plan picks the revisions the operation works from and to, as Helm does, and what to
+// redact: the values given and the values and Secret data of every revision involved.
+func (rc ReleaseCheck) plan(last *release.Release) (*release.Release, planned, *redact.Redactor, error) {
+	red := redact.New()
+	red.AddValues(rc.Values)
 	if rc.Operation == OpRollback {
 		want := rc.ToRevision
 		if want == 0 {
@@ -173,8 +175,8 @@ func (rc ReleaseCheck) plan(last *release.Release) (*release.Release, planned, [
 		u := Upgrade{Operation: OpRollback, Release: rc.Release, Namespace: rc.Namespace, CurrentManifest: last.Manifest, Current: last.Version,
 			CurrentStatus: statusOf(last), LastRevision: last.Version, LastStatus: statusOf(last), TargetManifest: target.Manifest}
 		u.PreUpgradeHooks, u.PostUpgradeHooks = hookNames(target.Hooks, release.HookPreRollback, release.HookPostRollback)
-		redact = append(redact, secretsOf(last, target)...)
-		return last, planned{Upgrade: u, target: want}, redact, nil
+		hide(red, last, target)
+		return last, planned{Upgrade: u, target: want}, red, nil
 	}
 	current := last
 	if statusOf(last) != common.StatusDeployed.String() {
@@ -191,24 +193,23 @@ func (rc ReleaseCheck) plan(last *release.Release) (*release.Release, planned, [
 	u := Upgrade{Operation: OpUpgrade, Release: rc.Release, Namespace: rc.Namespace, CurrentManifest: current.Manifest, Current: current.Version,
 		CurrentStatus: statusOf(current), LastRevision: last.Version, LastStatus: statusOf(last), TargetManifest: rc.TargetManifest}
 	u.PreUpgradeHooks, u.PostUpgradeHooks = hookNames(rc.TargetHooks, release.HookPreUpgrade, release.HookPostUpgrade)
-	redact = append(redact, secretsOf(current, last)...)
-	redact = append(redact, SecretStrings(rc.TargetManifest)...)
+	hide(red, current, last)
+	red.AddManifest(rc.TargetManifest)
 	for _, h := range rc.TargetHooks {
-		redact = append(redact, SecretStrings(h.Manifest)...)
+		red.AddManifest(h.Manifest)
 	}
-	return current, planned{Upgrade: u}, redact, nil
+	return current, planned{Upgrade: u}, red, nil
 }
 
-func secretsOf(revs ...*release.Release) []string {
-	var out []string
+// hide adds the values of each revision and the Secret data of its manifest and hooks.
+func hide(red *redact.Redactor, revs ...*release.Release) {
 	for _, r := range revs {
-		out = append(out, ValueStrings(r.Config)...)
-		out = append(out, SecretStrings(r.Manifest)...)
+		red.AddValues(r.Config)
+		red.AddManifest(r.Manifest)
 		for _, h := range r.Hooks {
-			out = append(out, SecretStrings(h.Manifest)...)
+			red.AddManifest(h.Manifest)
 		}
 	}
-	return out
 }
 
 // hookNames lists the hooks (Kind/name) that run before and after the operation, in

@@ -24,6 +24,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
@@ -90,7 +91,7 @@ type FleetOptions struct {
 	// Audit applies to each cluster (Namespace "" audits every namespace).
 	Audit Options
 	// HelmDriver is the Helm release storage on the targets (secret or configmap).
-	HelmDriver string
+	HelmDriver helmrelease.Driver
 }
 
 // Platform is how a fleet audit reads the platform cluster: the kubeconfig Secrets,
@@ -235,7 +236,7 @@ func auditCluster(ctx context.Context, s *corev1.Secret, guard *Guard, o FleetOp
 }
 
 // SourcesFor builds the Sources that read one cluster.
-func SourcesFor(cfg *rest.Config, helmDriver string) (Sources, error) {
+func SourcesFor(cfg *rest.Config, helmDriver helmrelease.Driver) (Sources, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return Sources{}, err

@@ -44,7 +44,7 @@ type ReleaseSource interface {
 type HelmStorage struct {
 	Clientset kubernetes.Interface
 	// Driver is secret (default) or configmap.
-	Driver string
+	Driver helmrelease.Driver
 }
 
 // Releases implements ReleaseSource.
@@ -383,7 +383,7 @@ func composeValues(ctx context.Context, r fluxrelease.Reader, inputs []input) er
 
 // NewSources builds the sources of an audit from one REST config: one client set, with
 // release storage read through driver ("secret" or "configmap"; "" is secret).
-func NewSources(cfg *rest.Config, driver string) (Sources, error) {
+func NewSources(cfg *rest.Config, driver helmrelease.Driver) (Sources, error) {
 	c, err := kubeclient.New(cfg)
 	if err != nil {
 		return Sources{}, fmt.Errorf("build clients: %w", err)

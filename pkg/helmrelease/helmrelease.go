@@ -25,42 +25,62 @@ import (
 	"k8s.io/utils/lru"
 )
 
-// Driver names, as HELM_DRIVER spells them.
+// Driver is a Helm release storage driver, spelled as HELM_DRIVER spells it.
+type Driver string
+
+// The storage drivers a Reader reads.
 const (
-	DriverSecret    = "secret"
-	DriverConfigMap = "configmap"
+	DriverSecret    Driver = "secret"
+	DriverConfigMap Driver = "configmap"
 )
+
+// Drivers are the driver names ParseDriver accepts, in their canonical spelling.
+var Drivers = []Driver{DriverSecret, DriverConfigMap}
+
+// ParseDriver returns the driver a name means: secret or configmap, their plurals as
+// Helm also takes them, and "" for secret, Helm's default. Any other name is an error
+// that lists the names there are.
+func ParseDriver(name string) (Driver, error) {
+	switch name {
+	case "", string(DriverSecret), "secrets":
+		return DriverSecret, nil
+	case string(DriverConfigMap), "configmaps":
+		return DriverConfigMap, nil
+	}
+	return "", fmt.Errorf("unknown Helm storage driver %q: use %s or %s", name, DriverSecret, DriverConfigMap)
+}
 
 // Reader reads release revisions from one namespace.
 type Reader struct {
 	store     *storage.Storage
 	namespace string
-	driver    string
+	driver    Driver
 	metadata  metadata.Interface
 	cache     *Cache
 }
 
-// NewReader returns a Reader over the Secret or ConfigMap driver. An empty driver name
-// means secret, Helm's default.
-func NewReader(cs kubernetes.Interface, namespace, driverName string) (*Reader, error) {
-	var d driver.Driver
-	switch driverName {
-	case "", DriverSecret, "secrets":
-		s := driver.NewSecrets(cs.CoreV1().Secrets(namespace))
-		d, driverName = s, DriverSecret
-	case DriverConfigMap, "configmaps":
-		c := driver.NewConfigMaps(cs.CoreV1().ConfigMaps(namespace))
-		d, driverName = c, DriverConfigMap
-	default:
-		return nil, fmt.Errorf("unknown Helm storage driver %q: use secret or configmap (the value of HELM_DRIVER)", driverName)
+// NewReader returns a Reader over the Secret or ConfigMap driver. An empty driver
+// means secret, Helm's default; a name ParseDriver rejects is an error.
+func NewReader(cs kubernetes.Interface, namespace string, name Driver) (*Reader, error) {
+	d, err := ParseDriver(string(name))
+	if err != nil {
+		return nil, err
 	}
-	return &Reader{store: storage.Init(d), namespace: namespace, driver: driverName}, nil
+	var store driver.Driver = driver.NewSecrets(cs.CoreV1().Secrets(namespace))
+	if d == DriverConfigMap {
+		store = driver.NewConfigMaps(cs.CoreV1().ConfigMaps(namespace))
+	}
+	return &Reader{store: storage.Init(store), namespace: namespace, driver: d}, nil
 }
+
+// Driver is the storage driver the reader reads, in its canonical spelling.
+func (r *Reader) Driver() Driver { return r.driver }
 
 // NotFoundError says that a release or revision does not exist.
 type NotFoundError struct {
-	Release, Namespace, Driver string
-	Revision                   int
+	Release, Namespace string
+	Driver             Driver
+	Revision           int
 }
 
 func (e *NotFoundError) Error() string {

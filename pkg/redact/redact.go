@@ -1,4 +1,6 @@
-// Package redact owns keeping release values and Secret data out of reports and errors.
+// Package redact owns keeping release values and Secret data out of reports and errors:
+// it is the one place that says what is hidden (see MinLen) and how, for every package
+// that reports on releases (applycheck, releasediff, ...).
 // A Redactor is built from what must never be shown (a release's values and the data of
 // the Secrets its manifests render) and replaces every occurrence in a string or an
 // error with [redacted]. Library reports that copy API-server messages (which echo the
@@ -18,16 +20,19 @@ import (
 // Mask replaces what a Redactor hides.
 const Mask = "[redacted]"
 
-// minLen is the shortest value hidden: shorter ones ("1", "true", "v1") are everywhere
-// in messages, and hiding them would hide the message, not a secret.
-const minLen = 4
+// MinLen is the shortest string hidden, for values and Secret data alike. Shorter ones
+// ("1", "on", "v1", "yes") are everywhere in messages: hiding them would hide the
+// message, not a secret, and a secret that short is guessed, not leaked. Its base64 form
+// (four bytes or more) is still hidden. A string of only white space is never hidden
+// (it would blank out indentation).
+const MinLen = 4
 
 // Redactor hides a set of strings.
 type Redactor struct {
 	secrets []string // longest first, so a secret inside another is not half-hidden
 }
 
-// New hides secrets (those shorter than four bytes are ignored).
+// New hides secrets (those shorter than MinLen bytes, or blank, are ignored).
 func New(secrets ...string) *Redactor {
 	r := &Redactor{}
 	r.Add(secrets...)
@@ -37,7 +42,7 @@ func New(secrets ...string) *Redactor {
 // Add hides more strings.
 func (r *Redactor) Add(secrets ...string) {
 	for _, s := range secrets {
-		if len(s) >= minLen && !slices.Contains(r.secrets, s) {
+		if len(s) >= MinLen && strings.TrimSpace(s) != "" && !slices.Contains(r.secrets, s) {
 			r.secrets = append(r.secrets, s)
 		}
 	}

@@ -58,3 +58,26 @@ func TestRedactor(t *testing.T) {
 		t.Error("nil error redacted to non-nil")
 	}
 }
+
+// TestWhatIsHidden pins the rule every report shares: values and Secret data alike are
+// hidden from MinLen bytes on, blank strings never, and a short Secret value's base64
+// form (which is longer) still is.
+func TestWhatIsHidden(t *testing.T) {
+	r := redact.New()
+	r.AddValues(map[string]any{"three": "abc", "four": "abcd", "blank": "     "})
+	r.AddManifest("apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\nstringData:\n  short: xyz\n  long: wxyz\n")
+	for in, want := range map[string]string{
+		"abc":           "abc",
+		"abcd":          redact.Mask,
+		"xyz":           "xyz",
+		"eHl6":          redact.Mask, // base64 of xyz
+		"wxyz":          redact.Mask,
+		"d3h5eg==":      redact.Mask, // base64 of wxyz
+		"a:     b":      "a:     b",
+		"abcde + xyzw.": redact.Mask + "e + xyzw.",
+	} {
+		if got := r.String(in); got != want {
+			t.Errorf("String(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package uninstall
 
-import "github.com/upgradeguard/upgradeguard/pkg/finding"
+import (
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+)
 
 // Action is what `helm uninstall` does to one object of the stored manifest.
 type Action string
@@ -31,9 +34,9 @@ type Report struct {
 	Release   string `json:"release"`
 	Namespace string `json:"namespace"`
 	// Driver is the Helm storage driver the release was read from (secret or configmap).
-	Driver       string `json:"driver"`
-	Chart        string `json:"chart"`
-	ChartVersion string `json:"chartVersion"`
+	Driver       helmrelease.Driver `json:"driver"`
+	Chart        string             `json:"chart"`
+	ChartVersion string             `json:"chartVersion"`
 	// Revision is the revision whose stored manifest is the delete list: the last one,
 	// whatever its status.
 	Revision int    `json:"revision"`

@@ -58,7 +58,7 @@ type Options struct {
 	Release   string
 	Namespace string
 	// Driver is the Helm storage driver: secret (default) or configmap.
-	Driver string
+	Driver helmrelease.Driver
 	// HelmVersion is the version of Helm that will run the uninstall, such as 4.3 or
 	// 3.18; empty means DefaultHelmVersion.
 	HelmVersion string
@@ -92,7 +92,7 @@ type manifestObject struct {
 type loaded struct {
 	last     *release.Release
 	deployed *release.Release
-	driver   string
+	driver   helmrelease.Driver
 }
 
 func load(ctx context.Context, c *Clients, o Options) (*loaded, error) {
@@ -107,13 +107,7 @@ func load(ctx context.Context, c *Clients, o Options) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &loaded{last: hist[len(hist)-1], driver: o.Driver}
-	if l.driver == "" || l.driver == "secrets" {
-		l.driver = helmrelease.DriverSecret
-	}
-	if l.driver == "configmaps" {
-		l.driver = helmrelease.DriverConfigMap
-	}
+	l := &loaded{last: hist[len(hist)-1], driver: reader.Driver()}
 	for i := len(hist) - 1; i >= 0; i-- {
 		if hist[i].Info != nil && hist[i].Info.Status == common.StatusDeployed {
 			l.deployed = hist[i]

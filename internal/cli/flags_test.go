@@ -1,0 +1,88 @@
+package cli_test
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
+	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+)
+
+// commands lists every command of the tree by its path ("release migrate").
+func commands() map[string]*cobra.Command {
+	out := map[string]*cobra.Command{}
+	var walk func(string, *cobra.Command)
+	walk = func(path string, c *cobra.Command) {
+		out[path] = c
+		for _, sub := range c.Commands() {
+			walk(strings.TrimSpace(path+" "+sub.Name()), sub)
+		}
+	}
+	walk("", cli.NewRootCmd(cli.Streams{Out: io.Discard, ErrOut: io.Discard}))
+	return out
+}
+
+// TestChartSourceFlags: every command that loads a chart takes the one chart-source flag
+// set, credentials included, with the same help; none declares a chart flag of its own.
+func TestChartSourceFlags(t *testing.T) {
+	loads := map[string]cliflag.ChartRef{
+		"check": cliflag.Chart, "plan": cliflag.Chart, "migrate": cliflag.Chart, "rbac": cliflag.Chart,
+		"release apply-check": cliflag.Chart, "release migrate": cliflag.ToChart,
+	}
+	cmds := commands()
+	for path, ref := range loads {
+		c, ok := cmds[path]
+		if !ok {
+			t.Errorf("no command %q", path)
+			continue
+		}
+		want := pflag.NewFlagSet(path, pflag.ContinueOnError)
+		cliflag.AddChartSource(want, ref, &chartsource.Options{})
+		want.VisitAll(func(w *pflag.Flag) {
+			got := c.Flags().Lookup(w.Name)
+			switch {
+			case got == nil:
+				t.Errorf("%s: no --%s", path, w.Name)
+			case got.Value.Type() != w.Value.Type() || got.Shorthand != w.Shorthand:
+				t.Errorf("%s --%s: %s -%s, want %s -%s", path, w.Name, got.Value.Type(), got.Shorthand, w.Value.Type(), w.Shorthand)
+			case got.Usage != w.Usage && path != "plan": // plan words --version as its target
+				t.Errorf("%s --%s: help %q, want the chart-source set's %q", path, w.Name, got.Usage, w.Usage)
+			}
+		})
+	}
+	for path, c := range cmds {
+		if _, ok := loads[path]; !ok && (c.Flags().Lookup("chart") != nil || c.Flags().Lookup("to-chart") != nil) {
+			t.Errorf("%s takes a chart: add it to this test's list of commands that load charts", path)
+		}
+	}
+}
+
+// TestTypedFlags: every --helm-driver and --crd-policy is the typed flag, validated when
+// the flags are parsed.
+func TestTypedFlags(t *testing.T) {
+	drivers, policies := 0, 0
+	for path, c := range commands() {
+		if f := c.Flags().Lookup(cliflag.HelmDriverFlag); f != nil {
+			drivers++
+			if _, ok := f.Value.(*cliflag.HelmDriver); !ok {
+				t.Errorf("%s: --helm-driver is a %T, not cliflag.AddHelmDriver's", path, f.Value)
+			}
+		}
+		if f := c.Flags().Lookup(cliflag.CRDPolicyFlag); f != nil {
+			policies++
+			if err := f.Value.Set("always"); err == nil {
+				t.Errorf("%s: --crd-policy always accepted: not cliflag.AddCRDPolicy's", path)
+			}
+		}
+	}
+	// check, plan, migrate, rbac, audit and release apply-check, rollback-check,
+	// uninstall-check, diff-failed and migrate; the CRD policy on those that predict CRDs.
+	if drivers != 10 || policies != 6 {
+		t.Errorf("%d commands take --helm-driver and %d --crd-policy, want 10 and 6", drivers, policies)
+	}
+}

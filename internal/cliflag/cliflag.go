@@ -1,0 +1,183 @@
+// Package cliflag holds the typed flags several commands share: --helm-driver,
+// --crd-policy and the chart-source flag set. Each one registers its flag, its default
+// and its shell completion in one call, and turns the text into the library's type when
+// the flags are parsed, so a wrong value fails before the command connects anywhere and
+// no command parses it a second time. Every -o flag is internal/output's.
+package cliflag
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+)
+
+// HelmDriverFlag is the name of the Helm storage driver flag.
+const HelmDriverFlag = "helm-driver"
+
+// HelmDriverEnv is the environment variable Helm reads its storage driver from, and the
+// flag's default.
+const HelmDriverEnv = "HELM_DRIVER"
+
+// HelmDriver is --helm-driver: the Helm release storage a command reads, as the library's
+// helmrelease.Driver. It is a pflag.Value; Set accepts what helmrelease.ParseDriver does.
+type HelmDriver struct {
+	name   string             // as given: the flag's value, else $HELM_DRIVER ("" when neither)
+	driver helmrelease.Driver // name parsed
+	envErr error              // $HELM_DRIVER names no driver (and the flag was not given)
+}
+
+// AddHelmDriver registers --helm-driver on cmd, with its default ($HELM_DRIVER, else
+// secret) and its completion (the driver names). A wrong --helm-driver fails when the
+// flags are parsed; a wrong $HELM_DRIVER, when the flag does not replace it, fails
+// before the command runs.
+func AddHelmDriver(cmd *cobra.Command) *HelmDriver {
+	d := &HelmDriver{name: os.Getenv(HelmDriverEnv)}
+	if d.driver, d.envErr = helmrelease.ParseDriver(d.name); d.envErr != nil {
+		d.envErr = fmt.Errorf("%s=%s: %w, or pass --%s", HelmDriverEnv, d.name, d.envErr, HelmDriverFlag)
+	}
+	cmd.Flags().Var(d, HelmDriverFlag, "Helm release storage: secret or configmap (default $HELM_DRIVER, else secret)")
+	names := make([]string, len(helmrelease.Drivers))
+	for i, n := range helmrelease.Drivers {
+		names[i] = string(n)
+	}
+	_ = cmd.RegisterFlagCompletionFunc(HelmDriverFlag, cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
+	beforeRun(cmd, func() error {
+		if d.envErr != nil && !cmd.Flags().Changed(HelmDriverFlag) {
+			return d.envErr
+		}
+		return nil
+	})
+	return d
+}
+
+// Driver is the driver to read releases with. A nil HelmDriver (a command without the
+// flag) is Helm's default, secret.
+func (d *HelmDriver) Driver() helmrelease.Driver {
+	if d == nil || d.driver == "" {
+		return helmrelease.DriverSecret
+	}
+	return d.driver
+}
+
+// String is the value as given, "" when neither the flag nor $HELM_DRIVER set it (help
+// then shows no default beside the usage's own words).
+func (d *HelmDriver) String() string { return d.name }
+
+// Type is the flag's type in help.
+func (d *HelmDriver) Type() string { return "string" }
+
+// Set parses a --helm-driver value.
+func (d *HelmDriver) Set(s string) error {
+	driver, err := helmrelease.ParseDriver(s)
+	if err != nil {
+		return err
+	}
+	d.name, d.driver, d.envErr = string(driver), driver, nil
+	return nil
+}
+
+// DriverOf is the Helm driver a parsed command line asks for: its --helm-driver, or, for a
+// command without the flag, $HELM_DRIVER (secret when unset or not a driver). Shell
+// completion reads releases with it.
+func DriverOf(fs *pflag.FlagSet) helmrelease.Driver {
+	if f := fs.Lookup(HelmDriverFlag); f != nil {
+		if d, ok := f.Value.(*HelmDriver); ok {
+			return d.Driver()
+		}
+	}
+	d, err := helmrelease.ParseDriver(os.Getenv(HelmDriverEnv))
+	if err != nil {
+		return helmrelease.DriverSecret
+	}
+	return d
+}
+
+// beforeRun makes check run before cmd's own pre-run hook.
+func beforeRun(cmd *cobra.Command, check func() error) {
+	prevE, prev := cmd.PreRunE, cmd.PreRun
+	cmd.PreRun = nil
+	cmd.PreRunE = func(c *cobra.Command, args []string) error {
+		if err := check(); err != nil {
+			return err
+		}
+		switch {
+		case prevE != nil:
+			return prevE(c, args)
+		case prev != nil:
+			prev(c, args)
+		}
+		return nil
+	}
+}
+
+// CRDPolicyFlag is the name of the CRD policy flag.
+const CRDPolicyFlag = "crd-policy"
+
+// CRDPolicyUsage is --crd-policy's help for an upgrade.
+const CRDPolicyUsage = "which CRDs are applied: helm (crds/ never upgraded) or create-replace (Flux upgrade.crds=CreateReplace)"
+
+// AddCRDPolicy registers --crd-policy on cmd, bound to policy and set to helm, with usage
+// as its help and the policies as its completion. A value check.ParsePolicy rejects
+// fails when the flags are parsed.
+func AddCRDPolicy(cmd *cobra.Command, policy *check.CRDPolicy, usage string) {
+	*policy = check.PolicyHelm
+	cmd.Flags().Var((*crdPolicyValue)(policy), CRDPolicyFlag, usage)
+	_ = cmd.RegisterFlagCompletionFunc(CRDPolicyFlag, cobra.FixedCompletions(
+		[]string{string(check.PolicyHelm), string(check.PolicyCreateReplace)}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+type crdPolicyValue check.CRDPolicy
+
+func (p *crdPolicyValue) String() string { return string(*p) }
+func (p *crdPolicyValue) Type() string   { return "string" }
+func (p *crdPolicyValue) Set(s string) error {
+	policy, err := check.ParsePolicy(s)
+	if err != nil {
+		return err
+	}
+	*p = crdPolicyValue(policy)
+	return nil
+}
+
+// ChartRef is the flag that names the chart: its name and help.
+type ChartRef struct{ Name, Usage string }
+
+// The chart reference flags: --chart, the chart to upgrade to (check, plan, migrate,
+// rbac, release apply-check), and --to-chart, the chart a release moves to (release
+// migrate).
+var (
+	Chart   = ChartRef{Name: "chart", Usage: "chart to upgrade to: " + chartRefForms}
+	ToChart = ChartRef{Name: "to-chart", Usage: "the new chart: " + chartRefForms}
+)
+
+const chartRefForms = "a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path"
+
+// AddChartSource registers the chart-source flag set on fs, bound to src: the chart
+// (ref), --version and --repo; the values (-f, --set, --set-string, --set-file,
+// --set-json) into src.Values; and the repository or registry credentials and TLS
+// settings (--username, --password, --ca-file, --cert-file, --key-file,
+// --insecure-skip-tls-verify-chart, --plain-http). Every command that loads a chart
+// takes the same set.
+func AddChartSource(fs *pflag.FlagSet, ref ChartRef, src *chartsource.Options) {
+	fs.StringVar(&src.Ref, ref.Name, "", ref.Usage)
+	fs.StringVar(&src.Version, "version", "", "chart version or semver range (default: newest stable)")
+	fs.StringVar(&src.RepoURL, "repo", "", "chart repository URL")
+	fs.StringArrayVarP(&src.Values.ValueFiles, "values", "f", nil, "values file (can repeat)")
+	fs.StringArrayVar(&src.Values.Values, "set", nil, "set values on the command line (can repeat: key1=val1,key2=val2)")
+	fs.StringArrayVar(&src.Values.StringValues, "set-string", nil, "set STRING values on the command line (can repeat)")
+	fs.StringArrayVar(&src.Values.FileValues, "set-file", nil, "set values from files (can repeat: key=path)")
+	fs.StringArrayVar(&src.Values.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
+	fs.StringVar(&src.Username, "username", "", "chart repository or registry username")
+	fs.StringVar(&src.Password, "password", "", "chart repository or registry password")
+	fs.StringVar(&src.CAFile, "ca-file", "", "verify the chart server's certificate with this CA bundle")
+	fs.StringVar(&src.CertFile, "cert-file", "", "client certificate for the chart server")
+	fs.StringVar(&src.KeyFile, "key-file", "", "client key for the chart server")
+	fs.BoolVar(&src.InsecureSkipTLSVerify, "insecure-skip-tls-verify-chart", false, "skip TLS verification of the chart server")
+	fs.BoolVar(&src.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
+}
