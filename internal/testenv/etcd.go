@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,7 +99,8 @@ func etcdRange(ctx context.Context, endpoint, prefix string) (map[string][]byte,
 			return out, nil
 		}
 		// The next page starts just after the last key.
-		key = append(page.KVs[len(page.KVs)-1].Key, 0)
+		last := page.KVs[len(page.KVs)-1].Key
+		key = append(slices.Clip(last), 0)
 	}
 }
 

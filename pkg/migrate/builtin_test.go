@@ -145,7 +145,7 @@ func TestBuiltinEngine(t *testing.T) {
 	withControllerManager(t, svmControllers...)
 	user := newMigrator(t, builtinUser(t, e, "svm-only", helmrepos))
 	before, _ := snapshot(t, e, hrV1)
-	storedAt(t, "before any migration", 10, "v1beta2")
+	storedAt(t, "before any migration", "v1beta2")
 
 	for _, engine := range []migrate.Engine{migrate.EngineAuto} {
 		o := builtinOpts(engine)
@@ -169,7 +169,7 @@ func TestBuiltinEngine(t *testing.T) {
 			t.Errorf("%s: storedVersions %v, want [v1]", engine, got)
 		}
 		svmGone(t, res.StorageVersionMigration)
-		storedAt(t, string(engine)+" as the builtin-role user", 10, "v1")
+		storedAt(t, string(engine)+" as the builtin-role user", "v1")
 	}
 	// The gate's in-process migrator runs the builtin engine too, a budget at a time: a
 	// call cut short leaves the StorageVersionMigration running, the next one follows it.
@@ -192,7 +192,7 @@ func TestBuiltinEngine(t *testing.T) {
 	} else {
 		svmGone(t, r.StorageVersionMigration)
 	}
-	storedAt(t, "the gate's builtin engine", 10, "v1")
+	storedAt(t, "the gate's builtin engine", "v1")
 
 	after, _ := snapshot(t, e, hrV1)
 	if len(after) != 10 || len(before) != len(after) {
@@ -208,13 +208,14 @@ func TestBuiltinEngine(t *testing.T) {
 	if res.Engine != migrate.EngineClient || !strings.Contains(res.EngineReason, "may patch") || res.Status != migrate.Migrated {
 		t.Errorf("admin auto: engine %s (%s), status %s; want client because it may patch", res.Engine, res.EngineReason, res.Status)
 	}
-	storedAt(t, "the admin's auto (client engine)", 10, "v1")
+	storedAt(t, "the admin's auto (client engine)", "v1")
 }
 
-// storedAt asserts what etcd holds after when: exactly n HelmRepositories, each stored at
-// source.toolkit.fluxcd.io/version. Read through the API every object looks the same at
+// storedAt asserts what etcd holds after when: exactly the 10 HelmRepositories
+// TestBuiltinEngine created, each stored at source.toolkit.fluxcd.io/version. Read through the API every object looks the same at
 // any storage version; only etcd shows which the engine rewrote.
-func storedAt(t *testing.T, when string, n int, version string) {
+func storedAt(t *testing.T, when, version string) {
+	const n = 10
 	t.Helper()
 	stored, err := cp.StoredVersions(t.Context(), hrV1.GroupResource())
 	if err != nil {
@@ -240,7 +241,7 @@ func unmigrate(t *testing.T, e env) {
 	if err := cp.Unmigrate(e.ctx, helmrepos, "v1beta2"); err != nil {
 		t.Fatal(err)
 	}
-	storedAt(t, "undone", 10, "v1beta2")
+	storedAt(t, "undone", "v1beta2")
 }
 
 // TestBuiltinMigratorNotRunning: kube-controller-manager runs without the migrator. The
