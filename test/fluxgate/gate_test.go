@@ -201,7 +201,7 @@ func retried(t *testing.T, s *fluxtest.Scenario, testToken string) {
 	}
 	cs := kubernetes.NewForConfigOrDie(s.CP.Config)
 	sm := webhook.MigrationName(s.HelmRelease.Namespace, s.HelmRelease.Name)
-	var hr *helmv2.HelmRelease
+	hr := s.HelmReleaseNow(t)
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		evs, err := cs.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 		if err != nil {
