@@ -19,6 +19,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/loader"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -257,4 +262,55 @@ func TestChartDefaultImage(t *testing.T) {
 	if rel.Tag() != chart.AppVersion {
 		t.Errorf("make image tags version %s as %s, the chart deploys tag %s", rel.Version, rel.Tag(), chart.AppVersion)
 	}
+	// What the chart deploys is its image template's output: render it with the Helm SDK.
+	want := ImageRepository + ":" + rel.Tag()
+	d := renderedDeployment(t, filepath.Join(root, "charts/upgradeguard"))
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Image != want || !slices.Contains(c.Args, "--job-image="+want) {
+			t.Errorf("rendered Deployment %s, container %s: image %q, args %q; want image %s, also for --job-image", d.Name, c.Name, c.Image, c.Args, want)
+		}
+	}
+	if len(d.Spec.Template.Spec.Containers) == 0 {
+		t.Errorf("rendered Deployment %s has no container", d.Name)
+	}
+}
+
+// renderedDeployment renders the chart at dir with its default values, as `helm install`
+// would (a client-side dry run of the Helm SDK), and returns its one Deployment.
+func renderedDeployment(t *testing.T, dir string) *appsv1.Deployment {
+	t.Helper()
+	ch, err := loader.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := action.NewInstall(action.NewConfiguration())
+	install.DryRunStrategy = action.DryRunClient
+	install.ReleaseName, install.Namespace = "upgradeguard", "upgradeguard-system"
+	// The SDK's default (1.20) is below the chart's kubeVersion; the image does not
+	// depend on the minor.
+	if install.KubeVersion, err = common.ParseKubeVersion("v1.37.0"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := install.RunWithContext(t.Context(), ch, map[string]any{})
+	if err != nil {
+		t.Fatalf("render %s: %v", dir, err)
+	}
+	rel, ok := r.(*release.Release)
+	if !ok {
+		t.Fatalf("render %s: release type %T", dir, r)
+	}
+	var found []*appsv1.Deployment
+	for doc := range strings.SplitSeq(rel.Manifest, "\n---") {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatalf("rendered manifest: %v\n%s", err, doc)
+		}
+		if d.Kind == "Deployment" {
+			found = append(found, &d)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("the chart renders %d Deployments, want 1", len(found))
+	}
+	return found[0]
 }

@@ -86,18 +86,25 @@ func TestMigrateEngines(t *testing.T) {
 	rev2 := fixtureChart(t, "flux2", "2.17.2", "charts/flux2-2.17.2/rendered/crds.yaml")
 	mustHelm(t, nil, "install", "fluxsvm", rev1, "-n", ns, "--create-namespace")
 	t.Cleanup(func() { _, _ = helm(t, nil, "uninstall", "fluxsvm", "-n", ns) })
-	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), helmrepos); err != nil {
-		t.Fatal(err)
+	for _, crd := range []string{buckets, charts, helmrepos} {
+		if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), crd); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
-		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
-		Kind: "HelmRepository", Namespaces: []string{ns}, PerNS: 3,
-		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
-	}); err != nil {
-		t.Fatal(err)
+	for _, o := range []testenv.Objects{
+		{GVR: sourceGVR("helmrepositories", "v1beta2"), Kind: "HelmRepository", Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"}},
+		{GVR: sourceGVR("buckets", "v1beta2"), Kind: "Bucket", Spec: map[string]any{"bucketName": "charts", "endpoint": "minio.example.com", "interval": "10m"}},
+		{GVR: sourceGVR("helmcharts", "v1beta2"), Kind: "HelmChart",
+			Spec: map[string]any{"chart": "podinfo", "interval": "10m", "sourceRef": map[string]any{"kind": "HelmRepository", "name": "obj-0"}}},
+	} {
+		o.Namespaces, o.PerNS = []string{ns}, 3
+		if err := testenv.CreateObjects(t.Context(), cp.Config, o); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mustHelm(t, nil, "upgrade", "fluxsvm", rev2, "-n", ns)
 	all := []string{buckets, charts, helmrepos}
+	sourceStoredAt(t, "before any migration", "v1beta2", all...)
 	user := builtinRoleUser(t, "svm-cli", ns, all...)
 	crdArgs := func(engine string, crds ...string) []string {
 		args := []string{"migrate", "--engine", engine, "--lease-namespace", ns}
@@ -135,6 +142,7 @@ func TestMigrateEngines(t *testing.T) {
 			t.Errorf("%s without the migrator: exit %d, stderr %q; want exit 2 naming storage-version-migrator-controller", engine, r.code, r.stderr)
 		}
 	}
+	sourceStoredAt(t, "builtin and auto without the migrator", "v1beta2", all...)
 	stopKCM(t)
 
 	// The migrator running: builtin for one CRD, auto for the other two.
@@ -144,10 +152,13 @@ func TestMigrateEngines(t *testing.T) {
 		t.Fatalf("builtin: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	results := migrateResults(t, r)
+	sourceStoredAt(t, "builtin", "v1", helmrepos)
+	sourceStoredAt(t, "builtin (not asked to migrate these)", "v1beta2", buckets, charts)
 	r = asUser(t, user, crdArgs("auto", buckets, charts)...)
 	if r.code != cli.ExitSafe || strings.Count(r.stdout, "builtin engine (auto: may not patch") != 2 || !strings.Contains(r.stdout, "storedVersions pruned by") {
 		t.Fatalf("auto as the builtin-role user: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	sourceStoredAt(t, "auto as the builtin-role user", "v1", all...)
 	for _, res := range results {
 		if res.Engine != migrate.EngineBuiltin || res.Status != migrate.Migrated || !slices.Equal(res.StoredVersionsAfter, []string{"v1"}) || res.Objects != 3 {
 			t.Errorf("builtin: %+v, want migrated by the builtin engine, 3 objects, storedVersions [v1]", res)
@@ -162,6 +173,36 @@ func TestMigrateEngines(t *testing.T) {
 	}
 	// The real upgrade that failed in the incident now succeeds.
 	mustHelm(t, nil, "upgrade", "fluxsvm", filepath.Join(fixturesDir(t), "charts/flux2-2.18.2"), "-n", ns)
+}
+
+func sourceGVR(resource, version string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: version, Resource: resource}
+}
+
+// sourceStoredAt asserts what etcd holds after when: for each CRD, exactly the three
+// objects the test created, each stored at source.toolkit.fluxcd.io/version. Read through
+// the API every object looks the same at any storage version; only etcd shows which
+// objects an engine rewrote.
+func sourceStoredAt(t *testing.T, when, version string, crds ...string) {
+	t.Helper()
+	want := "source.toolkit.fluxcd.io/" + version
+	for _, crd := range crds {
+		resource, _, _ := strings.Cut(crd, ".")
+		stored, err := cp.StoredVersions(t.Context(), sourceGVR(resource, version).GroupResource())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var other []string
+		for key, v := range stored {
+			if v != want {
+				other = append(other, key+" at "+v)
+			}
+		}
+		slices.Sort(other)
+		if len(stored) != 3 || len(other) > 0 {
+			t.Errorf("%s: etcd holds %d %s, want 3; not stored at %s: %v", when, len(stored), resource, want, other)
+		}
+	}
 }
 
 func startKCM(t *testing.T, controllers ...string) {

@@ -1,10 +1,12 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -35,7 +37,9 @@ func rbChart(t *testing.T, version, extra string, added bool) string {
 }
 
 // TestReleaseApplyCheckHelm3Release: a release installed by the real Helm 3 is checked
-// client-side, as Helm 4's --server-side=auto upgrades it, instead of exiting 2.
+// client-side, as Helm 4's --server-side=auto upgrades it, instead of exiting 2: an
+// upgrade that applies exits 0, one the API server refuses exits 1, and a user who may
+// not patch (so the dry run cannot tell) exits 2.
 func TestReleaseApplyCheckHelm3Release(t *testing.T) {
 	needCluster(t)
 	cp.NeedHelm3(t)
@@ -72,6 +76,76 @@ func TestReleaseApplyCheckHelm3Release(t *testing.T) {
 		strings.Contains(r.stdout, rbSentinel) {
 		t.Errorf("JSON: mode %+v method %s serverSide %v safe %v", got.Mode, got.Apply.Method, got.ServerSide != nil, got.Safe)
 	}
+
+	// Findings: a chart that changes the Secret's type, which the API server refuses to
+	// change. The client-side dry-run patch meets the refusal: exit 1.
+	v3 := h3TypeChangeChart(t)
+	r = ug(t, "release", "apply-check", "h3", "--chart", v3, "-n", "h3")
+	for _, want := range []string{
+		"helm upgrade h3 -n h3, client-side apply (three-way merge patch) as \"helm\"",
+		"The upgrade FAILS. Helm prints:",
+		`Secret "creds" is invalid: type: Invalid value: "kubernetes.io/basic-auth": field is immutable`,
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the Secret's type changed: output lacks %q:\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+	if r.code != cli.ExitFindings || strings.Contains(r.stdout+r.stderr, rbSentinel) {
+		t.Errorf("the Secret's type changed: exit %d (want 1), or the password leaked:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// Could not run: a user who may read everything but write nothing. Helm's client-side
+	// patch needs patch rights, so the dry run cannot tell: exit 2, never a verdict.
+	reader := readOnlyUser(t, "h3-reader")
+	r = asUser(t, reader, "release", "apply-check", "h3", "--chart", v2, "-n", "h3")
+	if r.code != cli.ExitCouldNot || r.stdout != "" || !strings.Contains(r.stderr, "dry-run patch") || !strings.Contains(r.stderr, "forbidden") ||
+		strings.Contains(r.stderr, rbSentinel) {
+		t.Errorf("a user who may not patch: exit %d (want 2 naming the forbidden dry-run patch, and no report), or the password leaked:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// h3TypeChangeChart is rbChart at 3.0.0 with the Secret's type changed (an immutable
+// field).
+func h3TypeChangeChart(t *testing.T) string {
+	t.Helper()
+	dir, err := testenv.WriteChart(t.TempDir(), "rb", "3.0.0", map[string]string{
+		"values.yaml": "password: unset\n",
+		"templates/secret.yaml": "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\ntype: kubernetes.io/basic-auth\n" +
+			"stringData:\n  password: {{ .Values.password | quote }}\n",
+		"templates/cfg.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\ndata:\n  mode: a\n",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// readOnlyUser is a user who may get, list and watch everything (Helm's release Secrets
+// included) and write nothing, until the test ends; it returns the user's kubeconfig.
+func readOnlyUser(t *testing.T, name string) string {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(cp.Config)
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: name}}}
+	if _, err := cs.RbacV1().ClusterRoles().Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.WithoutCancel(t.Context())
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+	kc, err := cp.UserKubeconfig(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }
 
 // TestReleaseRollbackCheck: revision 2 adds data.extra and a ConfigMap; kubectl-patch then

@@ -163,6 +163,17 @@ func TestFleetProactive(t *testing.T) {
 		st, err := clusterStatus(e.ctx, e.c, "c2")
 		return st != nil && st.State == v1alpha1.ClusterUnreachable && st.Reason != "", err
 	})
+	// The stop came mid-migration: part of c2's objects rewritten, the rest, and the
+	// prune, still to do.
+	midRun := &v1alpha1.StorageMigration{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: controller.FleetName("c2", helmrepos)}, midRun); err != nil {
+		t.Fatal(err)
+	}
+	if rs := midRun.Status.Resources; midRun.Status.Phase == v1alpha1.PhaseSucceeded || len(rs) != 1 || rs[0].Objects == 0 || rs[0].Objects >= n ||
+		rs[0].Phase == v1alpha1.PhaseSucceeded || slices.Equal(rs[0].StoredVersionsAfter, []string{"v1"}) {
+		t.Fatalf("c2 stopped mid-migration, yet its StorageMigration %s is %s with progress %+v; want part of the %d objects done and nothing pruned",
+			midRun.Name, midRun.Status.Phase, rs, n)
+	}
 	for _, i := range []int{0, 1, 3, 4} {
 		waitFor(t, 90*time.Second, fmt.Sprintf("c%d pruned while c2 is down", i), func() (bool, error) {
 			got, err := storedVersionsOn(e.ctx, f.Clusters[i])

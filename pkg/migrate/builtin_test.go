@@ -145,11 +145,9 @@ func TestBuiltinEngine(t *testing.T) {
 	withControllerManager(t, svmControllers...)
 	user := newMigrator(t, builtinUser(t, e, "svm-only", helmrepos))
 	before, _ := snapshot(t, e, hrV1)
+	storedAt(t, "before any migration", "v1beta2")
 
 	for _, engine := range []migrate.Engine{migrate.EngineAuto} {
-		if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
-			t.Fatal(err)
-		}
 		o := builtinOpts(engine)
 		var progress []migrate.Progress
 		o.Progress = func(p migrate.Progress) { progress = append(progress, p) }
@@ -171,12 +169,11 @@ func TestBuiltinEngine(t *testing.T) {
 			t.Errorf("%s: storedVersions %v, want [v1]", engine, got)
 		}
 		svmGone(t, res.StorageVersionMigration)
+		storedAt(t, string(engine)+" as the builtin-role user", "v1")
 	}
 	// The gate's in-process migrator runs the builtin engine too, a budget at a time: a
 	// call cut short leaves the StorageVersionMigration running, the next one follows it.
-	if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
-		t.Fatal(err)
-	}
+	unmigrate(t, e)
 	ip := &gate.InProcess{Target: builtinUser(t, e, "svm-gate", helmrepos), Budget: 15 * time.Second, Options: builtinOpts(migrate.EngineBuiltin)}
 	var p *gate.Progress
 	err := wait.PollUntilContextTimeout(e.ctx, 0, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -195,6 +192,7 @@ func TestBuiltinEngine(t *testing.T) {
 	} else {
 		svmGone(t, r.StorageVersionMigration)
 	}
+	storedAt(t, "the gate's builtin engine", "v1")
 
 	after, _ := snapshot(t, e, hrV1)
 	if len(after) != 10 || len(before) != len(after) {
@@ -202,9 +200,7 @@ func TestBuiltinEngine(t *testing.T) {
 	}
 
 	// An admin may patch: auto picks the client engine.
-	if err := testenv.SetStoredVersions(e.ctx, e.crds, helmrepos, "v1beta2", "v1"); err != nil {
-		t.Fatal(err)
-	}
+	unmigrate(t, e)
 	res, err := admin.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineAuto))
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +208,40 @@ func TestBuiltinEngine(t *testing.T) {
 	if res.Engine != migrate.EngineClient || !strings.Contains(res.EngineReason, "may patch") || res.Status != migrate.Migrated {
 		t.Errorf("admin auto: engine %s (%s), status %s; want client because it may patch", res.Engine, res.EngineReason, res.Status)
 	}
+	storedAt(t, "the admin's auto (client engine)", "v1")
+}
+
+// storedAt asserts what etcd holds after when: exactly the 10 HelmRepositories
+// TestBuiltinEngine created, each stored at source.toolkit.fluxcd.io/version. Read through the API every object looks the same at
+// any storage version; only etcd shows which the engine rewrote.
+func storedAt(t *testing.T, when, version string) {
+	const n = 10
+	t.Helper()
+	stored, err := cp.StoredVersions(t.Context(), hrV1.GroupResource())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := hrV1.Group + "/" + version
+	var other []string
+	for key, v := range stored {
+		if v != want {
+			other = append(other, key+" at "+v)
+		}
+	}
+	slices.Sort(other)
+	if len(stored) != n || len(other) > 0 {
+		t.Errorf("%s: etcd holds %d HelmRepositories, want %d; not stored at %s: %v", when, len(stored), n, want, other)
+	}
+}
+
+// unmigrate stores every HelmRepository at v1beta2 again, storedVersions [v1beta2 v1], so
+// the next engine has every object to rewrite.
+func unmigrate(t *testing.T, e env) {
+	t.Helper()
+	if err := cp.Unmigrate(e.ctx, helmrepos, "v1beta2"); err != nil {
+		t.Fatal(err)
+	}
+	storedAt(t, "undone", "v1beta2")
 }
 
 // TestBuiltinMigratorNotRunning: kube-controller-manager runs without the migrator. The
@@ -287,10 +317,16 @@ func TestBuiltinConversionWebhookFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", res)
-	if res.Status != migrate.Incomplete || !strings.HasPrefix(res.BuiltinFailure, "Failed=True") ||
-		!strings.Contains(res.Message, "condition Failed=True") || !strings.Contains(res.Message, "conversion webhook") ||
-		!strings.Contains(res.Message, "storedVersions left as they were") {
-		t.Errorf("status %s, failure %q, message %q; want incomplete naming the Failed condition and the conversion webhook", res.Status, res.BuiltinFailure, res.Message)
+	if res.Status != migrate.Incomplete || !strings.HasPrefix(res.BuiltinFailure, "Failed=True, reason StorageVersionMigrationFailed: ") ||
+		!strings.Contains(res.Message, "condition "+res.BuiltinFailure) || !strings.Contains(res.Message, "storedVersions left as they were") {
+		t.Errorf("status %s, failure %q, message %q; want incomplete quoting the server's Failed condition", res.Status, res.BuiltinFailure, res.Message)
+	}
+	// The CRD's spec names a conversion webhook whatever happens: only a LIST made after
+	// the failure meets the webhook down, at its address, and says so.
+	down := "listing gadgets.example.com fails: "
+	if _, after, ok := strings.Cut(res.Message, down); !ok || !strings.Contains(after, "conversion webhook for example.com/v1alpha1, Kind=Gadget failed") ||
+		!strings.Contains(after, closed+"/convert") || !strings.Contains(after, "connection refused") {
+		t.Errorf("message %q; want %q with the conversion webhook at %s refusing the connection", res.Message, down, closed)
 	}
 	if got := storedVersions(t, e, crd.Name); !slices.Equal(got, []string{"v1alpha1", "v1"}) {
 		t.Errorf("storedVersions %v, want untouched", got)
@@ -353,10 +389,12 @@ func TestStorageVersionMigrationInProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range rep.CRDs {
-		if c.Name == helmrepos && (!slices.Equal(c.MigratingBy, []string{"by-hand"}) || !strings.HasPrefix(c.Action, "wait: StorageVersionMigration by-hand")) {
-			t.Errorf("check: %s migratingBy %v, action %q; want by-hand and wait", c.Name, c.MigratingBy, c.Action)
-		}
+	i := slices.IndexFunc(rep.CRDs, func(c check.CRDReport) bool { return c.Name == helmrepos })
+	if i < 0 {
+		t.Fatalf("check reported %d CRDs without %s", len(rep.CRDs), helmrepos)
+	}
+	if c := rep.CRDs[i]; !slices.Equal(c.MigratingBy, []string{"by-hand"}) || !strings.HasPrefix(c.Action, "wait: StorageVersionMigration by-hand") {
+		t.Errorf("check: %s migratingBy %v, action %q; want by-hand and wait", c.Name, c.MigratingBy, c.Action)
 	}
 
 	m := newMigrator(t, cp.Config)

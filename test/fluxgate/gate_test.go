@@ -33,6 +33,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
@@ -186,14 +187,41 @@ func recordedOnHelmRelease(t *testing.T, s *fluxtest.Scenario, reasons ...string
 	}
 }
 
-// retried checks that the controller asked helm-controller to retry at once.
-func retried(t *testing.T, s *fluxtest.Scenario) {
+// retried checks that the controller asked helm-controller to retry at once once the
+// migration succeeded, and that helm-controller retried on that request: the
+// HelmRelease's requestedAt and resetAt carry a token the controller wrote (its event on
+// the StorageMigration names it; the test's own token, when it wrote one, is another),
+// and helm-controller's status says it handled that token, as a request and as a reset.
+func retried(t *testing.T, s *fluxtest.Scenario, testToken string) {
 	t.Helper()
 	ann := s.HelmReleaseNow(t).Annotations
-	if ann["reconcile.fluxcd.io/resetAt"] == "" || ann["reconcile.fluxcd.io/resetAt"] != ann[meta.ReconcileRequestAnnotation] {
-		t.Errorf("HelmRelease annotations = %v, want reconcile.fluxcd.io/requestedAt and resetAt set to the same token", ann)
+	token := ann[meta.ReconcileRequestAnnotation]
+	if token == "" || token == testToken || ann[annotationResetAt] != token {
+		t.Fatalf("HelmRelease annotations = %v, want requestedAt and resetAt set by the controller to one token (the test wrote %q)", ann, testToken)
+	}
+	cs := kubernetes.NewForConfigOrDie(s.CP.Config)
+	sm := webhook.MigrationName(s.HelmRelease.Namespace, s.HelmRelease.Name)
+	hr := s.HelmReleaseNow(t)
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := cs.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		asked := slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Kind == "StorageMigration" && e.Regarding.Name == sm && e.Reason == controller.EventRetryRequested && strings.Contains(e.Note, token)
+		})
+		hr = s.HelmReleaseNow(t)
+		return asked && hr.Status.LastHandledReconcileAt == token && hr.Status.LastHandledResetAt == token, nil
+	})
+	if err != nil {
+		t.Errorf("helm-controller did not retry on the controller's request %s (event %s on StorageMigration %s): lastHandledReconcileAt %q, lastHandledResetAt %q: %v",
+			token, controller.EventRetryRequested, sm, hr.Status.LastHandledReconcileAt, hr.Status.LastHandledResetAt, err)
 	}
 }
+
+// annotationResetAt asks helm-controller to reset its failure counters when it equals
+// requestedAt (what `flux reconcile helmrelease --reset` sets).
+const annotationResetAt = "reconcile.fluxcd.io/resetAt"
 
 func readyMessage(hr *helmv2.HelmRelease) string {
 	if c := apimeta.FindStatusCondition(hr.Status.Conditions, meta.ReadyCondition); c != nil {
@@ -265,7 +293,7 @@ func recordHeld(t *testing.T, s *fluxtest.Scenario) {
 	if err := s.Trigger(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	blockedOnDeletion(t, s, `admission webhook "release.upgradeguard.io" denied the request`, before, since)
+	asked := blockedOnDeletion(t, s, `admission webhook "release.upgradeguard.io" denied the request`, before, since)
 	sm := migration(t, s)
 	if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], fmt.Sprintf("upgrade of release %s/%s", s.Name, s.Name)) {
 		t.Errorf("StorageMigration holds annotation = %q", sm.Annotations[webhook.AnnotationHolds])
@@ -273,7 +301,7 @@ func recordHeld(t *testing.T, s *fluxtest.Scenario) {
 	hr := waitUpgraded(t, s)
 	t.Logf("Ready: %s", readyMessage(hr))
 	assertUpgraded(t, s, before)
-	retried(t, s)
+	retried(t, s, asked)
 	recordedOnHelmRelease(t, s, webhook.ReasonReleaseBlocked, webhook.ReasonReleaseHeld, webhook.ReasonReleaseAdmitted)
 }
 
@@ -307,7 +335,7 @@ func TestValuesSwitchHeldMigratedUpgraded(t *testing.T) {
 	}
 	t.Logf("Ready: %s", readyMessage(hr))
 	assertUpgraded(t, s, before)
-	retried(t, s)
+	retried(t, s, "")
 }
 
 // bumpThroughHelmReleaseGate applies the version bump the way GitOps does, again after
@@ -403,7 +431,7 @@ func TestCRDsCreateHeldByCRDGate(t *testing.T) {
 	migrationOf(t, s)
 	waitUpgraded(t, s)
 	assertUpgraded(t, s, before)
-	retried(t, s)
+	retried(t, s, "")
 }
 
 // TestCRDsCreateReplaceHeldByHelmReleaseGate: with upgrade.crds CreateReplace, the
@@ -425,8 +453,9 @@ func TestCRDsCreateReplaceHeldByHelmReleaseGate(t *testing.T) {
 // message carries the denial (from the gate named by denial), the gate annotation on the
 // HelmRelease says blocked with the reason, and no revision was stored. It then does what
 // the message says: keep the CRD, and ask helm-controller to retry with its failure
-// counters reset (what `flux reconcile helmrelease --reset` does).
-func blockedOnDeletion(t *testing.T, s *fluxtest.Scenario, denial string, before int, since string) {
+// counters reset (what `flux reconcile helmrelease --reset` does), and returns the token
+// it asked with.
+func blockedOnDeletion(t *testing.T, s *fluxtest.Scenario, denial string, before int, since string) string {
 	t.Helper()
 	const reason = "admissionreports.kyverno.io: no longer rendered by the upgrade target: Helm deletes the CRD and every object of its type"
 	msg := waitHeldMessage(t, s, since, reason)
@@ -457,8 +486,9 @@ func blockedOnDeletion(t *testing.T, s *fluxtest.Scenario, denial string, before
 		if hr.Annotations == nil {
 			hr.Annotations = map[string]string{}
 		}
-		hr.Annotations[meta.ReconcileRequestAnnotation], hr.Annotations["reconcile.fluxcd.io/resetAt"] = token, token
+		hr.Annotations[meta.ReconcileRequestAnnotation], hr.Annotations[annotationResetAt] = token, token
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return token
 }
