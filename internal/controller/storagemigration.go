@@ -287,9 +287,8 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	started := time.Now()
 	res, err := m.Migrate(ctx, migrate.Target{Name: rp.Name}, o)
 	metrics.MigrationDuration.Observe(time.Since(started).Seconds())
-	var held *migrate.LeaseHeldError
 	switch {
-	case errors.As(err, &held) || errors.As(err, new(*migrate.InProgressError)):
+	case migrate.IsMigratingElsewhere(err):
 		rp.Message = err.Error()
 		return nil, r.LeaseDuration, r.saveStatus(ctx, sm)
 	case err != nil && ctx.Err() != nil:
