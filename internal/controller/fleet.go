@@ -32,6 +32,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
+	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -452,12 +453,7 @@ func (t *fleetTarget) ensure(ctx context.Context, p *v1alpha1.StorageMigrationPo
 // FleetName is the name of the StorageMigration proactive mode keeps for a CRD of a
 // target cluster.
 func FleetName(cluster, crd string) string {
-	name := "fleet-" + cluster + "." + crd
-	if len(name) <= 253 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(cluster + "/" + crd))
-	return name[:240] + "-" + hex.EncodeToString(sum[:])[:12]
+	return kubename.Shorten("fleet-"+cluster+"."+crd, kubename.MaxName, cluster+"/"+crd)
 }
 
 // stateOf turns a failed sync into the target's state.

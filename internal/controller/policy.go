@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -22,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -180,12 +179,7 @@ func established(crd *apiextv1.CustomResourceDefinition) bool {
 
 // ProactiveName is the name of the StorageMigration proactive mode keeps for a CRD.
 func ProactiveName(crd string) string {
-	name := "proactive-" + crd
-	if len(name) <= 253 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(crd))
-	return name[:240] + "-" + hex.EncodeToString(sum[:])[:12]
+	return kubename.Shorten("proactive-"+crd, kubename.MaxName, crd)
 }
 
 // PolicyStatusReconciler keeps StorageMigrationPolicy status: how many CRDs it selects

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,13 +12,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
+	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -234,7 +233,7 @@ const AnnotationHolds = "upgradeguard.io/holds"
 // hrMigrations is the Migrator for a HelmRelease's chart change.
 func hrMigrations(g *Gate, hr *helmv2.HelmRelease, live map[string]*apiextv1.CustomResourceDefinition, dryRun bool) *storageMigrations {
 	m := &storageMigrations{g: g, name: MigrationName(hr.Namespace, hr.Name), live: live, dryRun: dryRun,
-		labels: map[string]string{LabelHelmReleaseNamespace: hr.Namespace, LabelHelmReleaseName: truncateLabel(hr.Name)}}
+		labels: map[string]string{LabelHelmReleaseNamespace: hr.Namespace, LabelHelmReleaseName: labelValue(hr.Name)}}
 	if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil {
 		m.kubeConfig = &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: hr.Namespace, Name: kc.SecretRef.Name, Key: kc.SecretRef.Key}}
 	}
@@ -323,27 +322,19 @@ func (g *Gate) policyFor(ctx context.Context, live map[string]*apiextv1.CustomRe
 }
 
 // MigrationName is the StorageMigration the gate creates for a HelmRelease:
-// hr-<namespace>-<name>, shortened with a hash when it is not a valid name.
+// hr-<namespace>-<name>, shortened with a hash when it is too long.
 func MigrationName(namespace, name string) string {
 	return migrationName("hr-", namespace, name)
 }
 
-// migrationName is prefix<namespace>-<name>, shortened with a hash when it is not a
-// valid name.
+// migrationName is prefix<namespace>-<name>, shortened with a hash when it is too long
+// (kubename.Shorten).
 func migrationName(prefix, namespace, name string) string {
 	n := prefix + name
 	if namespace != "" {
 		n = prefix + namespace + "-" + name
 	}
-	if len(n) <= validation.DNS1123SubdomainMaxLength && len(validation.IsDNS1123Subdomain(n)) == 0 {
-		return n
-	}
-	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(namespace+"/"+name)))
-	const keep = 50
-	if len(n) > keep {
-		n = n[:keep]
-	}
-	return strings.TrimRight(n, "-.") + "-" + sum[:10]
+	return kubename.Shorten(n, kubename.MaxName, namespace+"/"+name)
 }
 
 func (g *Gate) getMigration(ctx context.Context, name string) (*v1alpha1.StorageMigration, error) {
@@ -400,12 +391,8 @@ func (g *Gate) ensureMigration(ctx context.Context, m *storageMigrations, crds [
 	return want, true, nil
 }
 
-func truncateLabel(v string) string {
-	if len(v) <= validation.LabelValueMaxLength {
-		return v
-	}
-	return strings.TrimRight(v[:validation.LabelValueMaxLength], "-_.")
-}
+// labelValue is v as a label value: shortened with a hash when it is too long.
+func labelValue(v string) string { return kubename.Shorten(v, kubename.MaxLabelValue, v) }
 
 func succeeded(sm *v1alpha1.StorageMigration) bool {
 	return sm.Status.Phase == v1alpha1.PhaseSucceeded || meta.IsStatusConditionTrue(sm.Status.Conditions, v1alpha1.ConditionSucceeded)

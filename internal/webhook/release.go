@@ -102,7 +102,7 @@ func (o owner) migrations(g *Gate, live map[string]*apiextv1.CustomResourceDefin
 	m := &storageMigrations{g: g, live: live, dryRun: dryRun}
 	if o.flux() {
 		m.name = MigrationName(o.hrNamespace, o.hrName)
-		m.labels = map[string]string{LabelHelmReleaseNamespace: o.hrNamespace, LabelHelmReleaseName: truncateLabel(o.hrName)}
+		m.labels = map[string]string{LabelHelmReleaseNamespace: o.hrNamespace, LabelHelmReleaseName: labelValue(o.hrName)}
 		return m
 	}
 	if o.namespace == "" {
@@ -111,7 +111,7 @@ func (o owner) migrations(g *Gate, live map[string]*apiextv1.CustomResourceDefin
 		return m
 	}
 	m.name = migrationName("release-", o.namespace, o.release)
-	m.labels = map[string]string{LabelReleaseNamespace: o.namespace, LabelReleaseName: truncateLabel(o.release)}
+	m.labels = map[string]string{LabelReleaseNamespace: o.namespace, LabelReleaseName: labelValue(o.release)}
 	return m
 }
 

@@ -11,7 +11,6 @@ package fluxrelease
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"reflect"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
+	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 )
 
 // Reader reads the HelmRelease's sources and Secrets on the cluster that holds it.
@@ -96,14 +96,7 @@ func ReleaseName(hr *helmv2.HelmRelease) string {
 // StorageNamespace is where helm-controller keeps the release's revisions on the target.
 func StorageNamespace(hr *helmv2.HelmRelease) string { return hr.GetStorageNamespace() }
 
-func shortenName(name string) string {
-	const maxLength, hashLength = 53, 12
-	if len(name) <= maxLength {
-		return name
-	}
-	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(name)))
-	return name[:maxLength-(hashLength+1)] + "-" + sum[:hashLength]
-}
+func shortenName(name string) string { return kubename.Shorten(name, 53, name) }
 
 // UnsupportedError says that the HelmRelease's chart comes from a source the gate cannot
 // resolve (a GitRepository or Bucket, say). It is not a finding and not an outage: callers
