@@ -9,12 +9,11 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
@@ -100,7 +99,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	steps := strings.Join(gd.NextSteps(), "; then ")
 	switch {
 	case gd.Outcome == gate.Proceed:
-		if sm, _ := g.getMigration(ctx, name); sm != nil && succeeded(sm) {
+		if sm, _ := storagemigration.Get(ctx, g.reader, name); sm != nil && storagemigration.Succeeded(sm) {
 			d.conditions[0].Reason, d.migration = gate.ReasonMigrated, sm.Name
 		}
 		d.outcome, d.allowed, d.reason = OutcomeAdmitted, true, "ChartChangeAdmitted"
@@ -253,8 +252,8 @@ func (m *storageMigrations) Migrate(ctx context.Context, crds []string) (*gate.P
 	if err != nil {
 		return nil, err
 	}
-	if sm != nil && failed(sm) {
-		return &gate.Progress{State: gate.MigrationFailed, Name: m.name, Message: failureMessage(sm)}, nil
+	if sm != nil && storagemigration.Failed(sm) {
+		return &gate.Progress{State: gate.MigrationFailed, Name: m.name, Message: storagemigration.FailureMessage(sm)}, nil
 	}
 	return &gate.Progress{State: gate.MigrationRunning, Name: m.name, Created: created,
 		Message: fmt.Sprintf("StorageMigration %s migrates %s", m.name, strings.Join(crds, ", "))}, nil
@@ -337,83 +336,21 @@ func migrationName(prefix, namespace, name string) string {
 	return kubename.Shorten(n, kubename.MaxName, namespace+"/"+name)
 }
 
-func (g *Gate) getMigration(ctx context.Context, name string) (*v1alpha1.StorageMigration, error) {
-	var sm v1alpha1.StorageMigration
-	if err := g.reader.Get(ctx, client.ObjectKey{Name: name}, &sm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("get StorageMigration %s: %w", name, err)
-	}
-	return &sm, nil
-}
-
-// ensureMigration returns the HelmRelease's StorageMigration, creating it when there is
-// none, or replacing it when it succeeded earlier and a new migration is needed. A
-// running or failed one is returned as it is.
+// ensureMigration returns the StorageMigration of m, creating it when there is none, or
+// replacing it when it succeeded earlier and a new migration is needed. A running or
+// failed one is returned as it is: a failed one waits for an operator to delete it.
 func (g *Gate) ensureMigration(ctx context.Context, m *storageMigrations, crds []string,
 	policy *v1alpha1.StorageMigrationPolicy) (*v1alpha1.StorageMigration, bool, error) {
-	name, dryRun := m.name, m.dryRun
-	sm, err := g.getMigration(ctx, name)
-	if err != nil {
-		return nil, false, err
-	}
-	if sm != nil && !succeeded(sm) {
-		return sm, false, nil
-	}
-	if dryRun {
-		return nil, true, nil
-	}
-	if sm != nil {
-		// It succeeded, yet the check still finds stored versions to migrate (new
-		// objects, another chart): start over with what is needed now.
-		uid := sm.UID
-		if err := g.writer.Delete(ctx, sm, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-			return nil, false, fmt.Errorf("replace StorageMigration %s: %w", name, err)
-		}
-	}
 	want := &v1alpha1.StorageMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: m.labels},
+		ObjectMeta: metav1.ObjectMeta{Name: m.name, Labels: m.labels},
 		Spec: v1alpha1.StorageMigrationSpec{Resources: slices.Sorted(slices.Values(crds)), Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline,
 			KubeConfig: m.kubeConfig, Engine: policy.Spec.Engine, AllowFieldLoss: policy.Spec.AllowFieldLoss},
 	}
 	if m.holds != "" {
 		want.Annotations = map[string]string{AnnotationHolds: truncate(m.holds, 4000)}
 	}
-	if err := g.writer.Create(ctx, want); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Another replica (or a finalizer keeping the old one) got there first.
-			sm, gerr := g.getMigration(ctx, name)
-			return sm, false, gerr
-		}
-		return nil, false, fmt.Errorf("create StorageMigration %s: %w", name, err)
-	}
-	return want, true, nil
+	return storagemigration.Ensure(ctx, g.reader, g.writer, want, storagemigration.Options{DryRun: m.dryRun})
 }
 
 // labelValue is v as a label value: shortened with a hash when it is too long.
 func labelValue(v string) string { return kubename.Shorten(v, kubename.MaxLabelValue, v) }
-
-func succeeded(sm *v1alpha1.StorageMigration) bool {
-	return sm.Status.Phase == v1alpha1.PhaseSucceeded || meta.IsStatusConditionTrue(sm.Status.Conditions, v1alpha1.ConditionSucceeded)
-}
-
-func failed(sm *v1alpha1.StorageMigration) bool {
-	return sm.Status.Phase == v1alpha1.PhaseFailed || meta.IsStatusConditionTrue(sm.Status.Conditions, v1alpha1.ConditionFailed)
-}
-
-func failureMessage(sm *v1alpha1.StorageMigration) string {
-	if c := meta.FindStatusCondition(sm.Status.Conditions, v1alpha1.ConditionFailed); c != nil && c.Message != "" {
-		return c.Message
-	}
-	var msgs []string
-	for _, r := range sm.Status.Resources {
-		if r.Message != "" {
-			msgs = append(msgs, r.Name+": "+r.Message)
-		}
-	}
-	if len(msgs) == 0 {
-		return "no message (kubectl describe storagemigration " + sm.Name + ")"
-	}
-	return strings.Join(msgs, "; ")
-}
