@@ -27,19 +27,9 @@ const (
 	LabelHelmReleaseName      = v1alpha1.LabelHelmReleaseName
 )
 
-// Condition reasons the gate adds to pkg/gate's.
-const (
-	ReasonNotChecked = "NotChecked"
-	ReasonCheckError = "CheckFailed"
-	// ReasonValuesError is the event reason when a spec.valuesFrom reference cannot be
-	// resolved (helm-controller's own reason for that failure).
-	ReasonValuesError = "ValuesError"
-)
-
 // decision is one answer with what the event, annotation and metric need.
 type decision struct {
-	outcome    string
-	allowed    bool
+	kind       kind
 	message    string
 	warnings   []string
 	reason     string // event reason
@@ -69,10 +59,10 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 		// succeed as it stands, whether or not the gate runs with AllowOnError.
 		msg := fmt.Sprintf("upgradeguard denied the %s of %s (%s): its values cannot be composed as helm-controller composes them. %v; then re-apply the change (Flux retries on its next reconcile)",
 			change, subjectHR, fluxrelease.Describe(hr), err)
-		return decision{outcome: OutcomeBlocked, message: msg, reason: ReasonValuesError, chart: fluxrelease.Describe(hr), noState: true}
+		return decision{kind: kindInvalid, message: msg, reason: ReasonValuesError, chart: fluxrelease.Describe(hr), noState: true}
 	case errors.As(err, &unsupported):
 		msg := fmt.Sprintf("upgradeguard did not check the %s of %s: %s", change, subjectHR, unsupported.Reason)
-		return decision{outcome: OutcomeAdmitted, allowed: true, message: msg, warnings: []string{msg}, reason: "ChartChangeNotChecked",
+		return decision{kind: kindNotChecked, message: msg, warnings: []string{msg}, reason: ReasonChartChangeNotChecked,
 			chart: fluxrelease.Describe(hr), conditions: gate.Unknown(ReasonNotChecked, msg, hr.Generation)}
 	case err != nil:
 		return g.errored(hr, subjectHR, change, err)
@@ -95,52 +85,46 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	if err != nil {
 		return g.errored(hr, subjectHR, change, err)
 	}
-	d.conditions = gd.Conditions
+	d.conditions, d.kind = gd.Conditions, kindOf(gd)
 	steps := strings.Join(gd.NextSteps(), "; then ")
-	switch {
-	case gd.Outcome == gate.Proceed:
+	switch d.kind {
+	case kindAdmitted:
 		if sm, _ := storagemigration.Get(ctx, g.reader, name); sm != nil && storagemigration.Succeeded(sm) {
 			d.conditions[0].Reason, d.migration = gate.ReasonMigrated, sm.Name
 		}
-		d.outcome, d.allowed, d.reason = OutcomeAdmitted, true, "ChartChangeAdmitted"
+		d.reason = ReasonChartChangeAdmitted
 		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD of the incoming chart is accepted by the target's API server", what)
-		setMessages(d.conditions, d.message, "", "")
-	case len(gd.Unfixable) > 0:
-		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
+	case kindUnfixable:
+		d.reason = ReasonChartChangeBlocked
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no automatic migration fixes it. %s. Next steps%s: %s; then re-apply the change (Flux retries on its next reconcile)",
 			what, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), target, steps)
 		if gd.Plan != "" {
 			d.message += ". The whole safe path: " + gd.Plan
 		}
-		setMessages(d.conditions, d.message, "", "")
-	case gd.Migration.State == gate.MigrationNotAllowed:
-		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
+	case kindNoPolicy:
+		d.reason = ReasonChartChangeBlocked
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run%s: %s, then re-apply (Flux retries on its next reconcile); or create a StorageMigrationPolicy with autoMigrate: true that selects them",
 			what, required(gd), strings.Join(gd.Migration.NotAllowed, ", "), target, steps)
-		setMessages(d.conditions, required(gd), "", "")
-	case gd.Migration.State == gate.MigrationFailed:
-		d.migration = name
-		d.outcome, d.reason = OutcomeBlocked, "StorageMigrationFailed"
+	case kindMigrationFailed:
+		d.migration, d.reason = name, ReasonMigrationFailed
 		d.message = fmt.Sprintf("upgradeguard denied the %s: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the gate starts a new one on Flux's next retry, or run%s: %s",
 			what, required(gd), name, gd.Migration.Message, name, target, steps)
-		setMessages(d.conditions, required(gd), "", gd.Migration.Message)
 	default:
-		d.migration, d.created = name, gd.Migration.Created
-		d.outcome, d.reason = OutcomeMigrating, "ChartChangeHeld"
+		d.migration, d.created, d.reason = name, gd.Migration.Created, ReasonChartChangeHeld
 		switch {
 		case dryRun:
 			d.message = fmt.Sprintf("upgradeguard would hold the %s: %s; StorageMigration %s would be created to migrate them (dry run: nothing was created)",
 				what, required(gd), name)
 		case d.created:
-			d.reason = "StorageMigrationStarted"
+			d.reason = ReasonMigrationStarted
 			d.message = fmt.Sprintf("upgradeguard is holding the %s: %s. StorageMigration %s was created to migrate them; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
 				what, required(gd), name, name, name)
 		default:
 			d.message = fmt.Sprintf("upgradeguard is holding the %s: %s, and StorageMigration %s is in progress; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
 				what, required(gd), name, name, name)
 		}
-		setMessages(d.conditions, required(gd), d.message, "")
 	}
+	d.wordConditions(gd)
 	return d
 }
 
@@ -203,12 +187,6 @@ func required(d *gate.Decision) string {
 	return fmt.Sprintf("stored versions of %s are dropped by the incoming chart and must be migrated first", strings.Join(d.ToMigrate, ", "))
 }
 
-// setMessages words the three conditions (Required, InProgress, Failed) for the
-// HelmRelease's gate state.
-func setMessages(c []metav1.Condition, required, inProgress, failed string) {
-	c[0].Message, c[1].Message, c[2].Message = required, inProgress, failed
-}
-
 // storageMigrations is the gate's Migrator for HelmReleases: a StorageMigration the
 // controller runs, when a StorageMigrationPolicy with autoMigrate selects every CRD.
 type storageMigrations struct {
@@ -266,8 +244,9 @@ func (g *Gate) errored(hr *helmv2.HelmRelease, subject, change string, err error
 	} else {
 		msg += "It is denied until the check can run: fix the cause, and Flux's next retry is checked again (runbook: docs/operator-guide.md, \"Runbook: a blocked HelmRelease\")"
 	}
-	d := decision{outcome: OutcomeError, allowed: g.opts.AllowOnError, message: msg, reason: "GateError", chart: fluxrelease.Describe(hr), noState: true}
-	if d.allowed {
+	d := decision{kind: kindErrorDenied, message: msg, reason: ReasonGateError, chart: fluxrelease.Describe(hr), noState: true}
+	if g.opts.AllowOnError {
+		d.kind = kindErrorAdmitted
 		d.warnings = []string{msg}
 	}
 	return d
