@@ -479,10 +479,10 @@ func fleetSummary(p *v1alpha1.StorageMigrationPolicy, st *v1alpha1.StorageMigrat
 		}
 	}
 	if len(notReady) > 0 {
-		ready.Status, ready.Reason = metav1.ConditionFalse, "ClustersNotReady"
+		ready.Status, ready.Reason = metav1.ConditionFalse, v1alpha1.ReasonClustersNotReady
 		ready.Message = fmt.Sprintf("%d of %d target clusters not ready: %s", len(notReady), len(p.Status.Clusters), strings.Join(notReady, ", "))
 		return
 	}
-	ready.Reason = "Selected"
+	ready.Reason = v1alpha1.ReasonSelected
 	ready.Message = fmt.Sprintf("%d target clusters ready, %d CRDs selected, %d with stale storedVersions", len(p.Status.Clusters), st.EligibleCRDs, len(st.PendingCRDs))
 }

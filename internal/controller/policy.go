@@ -211,7 +211,7 @@ func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	// status.clusters belongs to the fleet reconciler.
 	st := v1alpha1.StorageMigrationPolicyStatus{ObservedGeneration: p.Generation, Conditions: p.Status.Conditions, PendingCRDs: []string{}, Clusters: p.Status.Clusters}
-	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Selected", ObservedGeneration: p.Generation}
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonSelected, ObservedGeneration: p.Generation}
 	if p.Spec.Targets != nil {
 		fleetSummary(p, &st, &ready)
 		crds.Items = nil
@@ -219,7 +219,7 @@ func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	for i := range crds.Items {
 		ok, err := p.Selects(&crds.Items[i])
 		if err != nil {
-			ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "InvalidSelector", Message: err.Error(), ObservedGeneration: p.Generation}
+			ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalidSelector, Message: err.Error(), ObservedGeneration: p.Generation}
 			break
 		}
 		if !ok {
