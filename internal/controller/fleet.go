@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -181,37 +178,15 @@ func (r *FleetReconciler) desired(ctx context.Context, p *v1alpha1.StorageMigrat
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
 		t := &fleetTarget{r: r, policy: p.Name, namespace: s.Namespace, secret: s.Name, cluster: kubeclient.ClusterName(s)}
-		key, data := kubeconfigData(s, p.Spec.Targets.Key)
-		t.key = key
-		sum := sha256.Sum256(data)
-		t.hash = hex.EncodeToString(sum[:])[:12]
-		if data == nil {
-			t.cfgErr = fmt.Errorf("the Secret has none of the keys %s", strings.Join(keysFor(p.Spec.Targets.Key), ", "))
-		} else if t.cfg, err = clientcmd.RESTConfigFromKubeConfig(data); err != nil {
-			t.cfgErr = fmt.Errorf("key %s is not a valid kubeconfig: %w", key, err)
-		}
+		var kc kubeclient.Kubeconfig
+		t.cfg, kc, t.cfgErr = kubeclient.ReadKubeconfig(s, p.Spec.Targets.Key)
+		t.key, t.hash = kc.Key, kc.Hash
 		if t.cfg != nil && t.cfg.Timeout == 0 {
 			t.cfg.Timeout = RemoteTimeout
 		}
 		out = append(out, t)
 	}
 	return out, nil
-}
-
-func keysFor(key string) []string {
-	if key != "" {
-		return []string{key}
-	}
-	return kubeclient.KubeconfigKeys
-}
-
-func kubeconfigData(s *corev1.Secret, key string) (string, []byte) {
-	for _, k := range keysFor(key) {
-		if d := s.Data[k]; len(d) > 0 {
-			return k, d
-		}
-	}
-	return "", nil
 }
 
 // sync starts the wanted targets that do not run yet (or run an older kubeconfig) and
@@ -344,7 +319,7 @@ func (t *fleetTarget) set(st v1alpha1.ClusterStatus) {
 func (t *fleetTarget) run(ctx context.Context) {
 	logger := log.FromContext(ctx).WithValues("policy", t.policy, "cluster", t.cluster)
 	if t.cfgErr != nil {
-		t.set(v1alpha1.ClusterStatus{State: v1alpha1.ClusterInvalid, Reason: fmt.Sprintf("Secret %s/%s: %v", t.namespace, t.secret, t.cfgErr)})
+		t.set(v1alpha1.ClusterStatus{State: v1alpha1.ClusterInvalid, Reason: t.cfgErr.Error()})
 		<-ctx.Done()
 		return
 	}
