@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -246,18 +245,7 @@ func (g *Gate) recordErrored(subject string, err error) decision {
 
 // localTarget is the local cluster, kept between decisions when the gate keeps targets.
 func (g *Gate) localTarget(ctx context.Context) (*check.Target, error) {
-	if g.clusters != nil {
-		return g.clusters.Get(ctx, check.Key(g.local.Host), g.local, true)
-	}
-	kc, err := check.NewKubeCluster(g.local)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(g.local)
-	if err != nil {
-		return nil, err
-	}
-	return &check.Target{Cluster: kc, Clientset: cs, Config: g.local}, nil
+	return g.clusters.Get(ctx, check.Key(g.local.Host), g.local, true)
 }
 
 // recordOnHelmRelease puts a release-record or CRD decision where Flux users look: an
