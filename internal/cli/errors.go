@@ -91,7 +91,6 @@ func classifyErr(command string, err error, conn *connection) error {
 // to add.
 func advice(command string, err error) string {
 	var (
-		held     *migrate.LeaseHeldError
 		sw       *migrate.StorageSwitchError
 		confirm  *chartmigrate.ConfirmationError
 		mismatch *chartmigrate.RecordMismatchError
@@ -110,7 +109,7 @@ func advice(command string, err error) string {
 		return " (--revision and --to-revision take a revision from `helm history`)"
 	case errors.Is(err, slots.ErrTooFewRefs):
 		return ": pass --ref at least twice, oldest release line first"
-	case (errors.As(err, &held) || errors.As(err, new(*migrate.InProgressError))) && command == cmdMigrate:
+	case migrate.IsMigratingElsewhere(err) && command == cmdMigrate:
 		return ": wait for it with --wait"
 	case errors.As(err, new(*migrate.BuiltinNotServedError)):
 		return ", use --engine client (it needs patch on the custom resources: `upgradeguard rbac --crd NAME`)"

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -32,6 +29,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
+	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -180,37 +178,15 @@ func (r *FleetReconciler) desired(ctx context.Context, p *v1alpha1.StorageMigrat
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
 		t := &fleetTarget{r: r, policy: p.Name, namespace: s.Namespace, secret: s.Name, cluster: kubeclient.ClusterName(s)}
-		key, data := kubeconfigData(s, p.Spec.Targets.Key)
-		t.key = key
-		sum := sha256.Sum256(data)
-		t.hash = hex.EncodeToString(sum[:])[:12]
-		if data == nil {
-			t.cfgErr = fmt.Errorf("the Secret has none of the keys %s", strings.Join(keysFor(p.Spec.Targets.Key), ", "))
-		} else if t.cfg, err = clientcmd.RESTConfigFromKubeConfig(data); err != nil {
-			t.cfgErr = fmt.Errorf("key %s is not a valid kubeconfig: %w", key, err)
-		}
+		var kc kubeclient.Kubeconfig
+		t.cfg, kc, t.cfgErr = kubeclient.ReadKubeconfig(s, p.Spec.Targets.Key)
+		t.key, t.hash = kc.Key, kc.Hash
 		if t.cfg != nil && t.cfg.Timeout == 0 {
 			t.cfg.Timeout = RemoteTimeout
 		}
 		out = append(out, t)
 	}
 	return out, nil
-}
-
-func keysFor(key string) []string {
-	if key != "" {
-		return []string{key}
-	}
-	return kubeclient.KubeconfigKeys
-}
-
-func kubeconfigData(s *corev1.Secret, key string) (string, []byte) {
-	for _, k := range keysFor(key) {
-		if d := s.Data[k]; len(d) > 0 {
-			return k, d
-		}
-	}
-	return "", nil
 }
 
 // sync starts the wanted targets that do not run yet (or run an older kubeconfig) and
@@ -343,7 +319,7 @@ func (t *fleetTarget) set(st v1alpha1.ClusterStatus) {
 func (t *fleetTarget) run(ctx context.Context) {
 	logger := log.FromContext(ctx).WithValues("policy", t.policy, "cluster", t.cluster)
 	if t.cfgErr != nil {
-		t.set(v1alpha1.ClusterStatus{State: v1alpha1.ClusterInvalid, Reason: fmt.Sprintf("Secret %s/%s: %v", t.namespace, t.secret, t.cfgErr)})
+		t.set(v1alpha1.ClusterStatus{State: v1alpha1.ClusterInvalid, Reason: t.cfgErr.Error()})
 		<-ctx.Done()
 		return
 	}
@@ -452,12 +428,7 @@ func (t *fleetTarget) ensure(ctx context.Context, p *v1alpha1.StorageMigrationPo
 // FleetName is the name of the StorageMigration proactive mode keeps for a CRD of a
 // target cluster.
 func FleetName(cluster, crd string) string {
-	name := "fleet-" + cluster + "." + crd
-	if len(name) <= 253 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(cluster + "/" + crd))
-	return name[:240] + "-" + hex.EncodeToString(sum[:])[:12]
+	return kubename.Shorten("fleet-"+cluster+"."+crd, kubename.MaxName, cluster+"/"+crd)
 }
 
 // stateOf turns a failed sync into the target's state.
@@ -483,10 +454,10 @@ func fleetSummary(p *v1alpha1.StorageMigrationPolicy, st *v1alpha1.StorageMigrat
 		}
 	}
 	if len(notReady) > 0 {
-		ready.Status, ready.Reason = metav1.ConditionFalse, "ClustersNotReady"
+		ready.Status, ready.Reason = metav1.ConditionFalse, v1alpha1.ReasonClustersNotReady
 		ready.Message = fmt.Sprintf("%d of %d target clusters not ready: %s", len(notReady), len(p.Status.Clusters), strings.Join(notReady, ", "))
 		return
 	}
-	ready.Reason = "Selected"
+	ready.Reason = v1alpha1.ReasonSelected
 	ready.Message = fmt.Sprintf("%d target clusters ready, %d CRDs selected, %d with stale storedVersions", len(p.Status.Clusters), st.EligibleCRDs, len(st.PendingCRDs))
 }

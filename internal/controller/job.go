@@ -23,6 +23,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
+	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -118,7 +119,7 @@ type JobObjectSet struct {
 
 // JobObjects builds the JobObjectSet of a StorageMigration.
 func JobObjects(sm *v1alpha1.StorageMigration, name, ns, image string, crds []*apiextv1.CustomResourceDefinition) JobObjectSet {
-	labels := map[string]string{"app.kubernetes.io/managed-by": "upgradeguard", LabelStorageMigration: sm.Name}
+	labels := map[string]string{"app.kubernetes.io/managed-by": "upgradeguard", LabelStorageMigration: kubename.Shorten(sm.Name, kubename.MaxLabelValue, sm.Name)}
 	om := metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}
 	perms := migrate.RBAC(name, ns, crds, false)
 	if sm.Spec.Engine == v1alpha1.EngineBuiltin {

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,7 +9,6 @@ import (
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
+	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -102,34 +101,17 @@ func (r *ProactiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // cluster kubeConfig points at, the local one when nil) for policy: it creates one, or
 // replaces one that succeeded earlier (a later storage switch), or that failed before the
 // CRD last changed or under another allowFieldLoss than the policy's now (an operator who
-// accepts the loss a refusal named). It reports whether it created one.
+// accepts the loss a refusal named). A pending or running one, or one that failed
+// otherwise, is kept: a failed one waits for an operator or a change to the CRD
+// (docs/operator-guide.md). It reports whether it created one.
 func ensureMigration(ctx context.Context, c client.Client, name string, crd *apiextv1.CustomResourceDefinition,
 	policy *v1alpha1.StorageMigrationPolicy, labels map[string]string, kubeConfig *v1alpha1.KubeConfigReference) (bool, error) {
-	existing := &v1alpha1.StorageMigration{}
-	err := c.Get(ctx, client.ObjectKey{Name: name}, existing)
 	generation := strconv.FormatInt(crd.Generation, 10)
-	switch {
-	case err == nil && (existing.Status.Phase == v1alpha1.PhaseSucceeded ||
-		existing.Status.Phase == v1alpha1.PhaseFailed && (existing.Annotations[AnnotationCRDGeneration] != generation ||
-			existing.Spec.AllowFieldLoss != policy.Spec.AllowFieldLoss)):
-		// An earlier migration finished, and the CRD needs another (a later storage
-		// switch); or it failed, and the CRD has changed since (an upgrade that may
-		// have fixed the cause): replace it.
-		if err := c.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); client.IgnoreNotFound(err) != nil {
-			return false, err
-		}
-	case err == nil:
-		// Pending or running; a failed one waits for an operator or a change to the CRD
-		// (docs/operator-guide.md).
-		return false, nil
-	case !apierrors.IsNotFound(err):
-		return false, err
-	}
 	l := map[string]string{LabelPolicy: policy.Name, LabelProactive: "true"}
 	for k, v := range labels {
 		l[k] = v
 	}
-	sm := &v1alpha1.StorageMigration{
+	want := &v1alpha1.StorageMigration{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
 			Labels:      l,
@@ -138,10 +120,18 @@ func ensureMigration(ctx context.Context, c client.Client, name string, crd *api
 		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{crd.Name}, KubeConfig: kubeConfig, Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline,
 			Mode: policy.Spec.Mode, Engine: policy.Spec.Engine, AllowFieldLoss: policy.Spec.AllowFieldLoss},
 	}
-	if err := c.Create(ctx, sm); err != nil && !apierrors.IsAlreadyExists(err) {
-		return false, fmt.Errorf("create StorageMigration %s for %s: %w", name, crd.Name, err)
+	_, created, err := storagemigration.Ensure(ctx, c, c, want, storagemigration.Options{
+		Replace: func(existing *v1alpha1.StorageMigration) bool {
+			// It failed, and the CRD or the allowance has changed since (an upgrade that
+			// may have fixed the cause): try again.
+			return storagemigration.Failed(existing) && (existing.Annotations[AnnotationCRDGeneration] != generation ||
+				existing.Spec.AllowFieldLoss != policy.Spec.AllowFieldLoss)
+		},
+	})
+	if err != nil {
+		return false, fmt.Errorf("StorageMigration for %s: %w", crd.Name, err)
 	}
-	return true, nil
+	return created, nil
 }
 
 // policyFor is the first proactive policy (by name) that selects crd, or nil.
@@ -180,12 +170,7 @@ func established(crd *apiextv1.CustomResourceDefinition) bool {
 
 // ProactiveName is the name of the StorageMigration proactive mode keeps for a CRD.
 func ProactiveName(crd string) string {
-	name := "proactive-" + crd
-	if len(name) <= 253 {
-		return name
-	}
-	sum := sha256.Sum256([]byte(crd))
-	return name[:240] + "-" + hex.EncodeToString(sum[:])[:12]
+	return kubename.Shorten("proactive-"+crd, kubename.MaxName, crd)
 }
 
 // PolicyStatusReconciler keeps StorageMigrationPolicy status: how many CRDs it selects
@@ -226,7 +211,7 @@ func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	// status.clusters belongs to the fleet reconciler.
 	st := v1alpha1.StorageMigrationPolicyStatus{ObservedGeneration: p.Generation, Conditions: p.Status.Conditions, PendingCRDs: []string{}, Clusters: p.Status.Clusters}
-	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Selected", ObservedGeneration: p.Generation}
+	ready := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonSelected, ObservedGeneration: p.Generation}
 	if p.Spec.Targets != nil {
 		fleetSummary(p, &st, &ready)
 		crds.Items = nil
@@ -234,7 +219,7 @@ func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	for i := range crds.Items {
 		ok, err := p.Selects(&crds.Items[i])
 		if err != nil {
-			ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "InvalidSelector", Message: err.Error(), ObservedGeneration: p.Generation}
+			ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalidSelector, Message: err.Error(), ObservedGeneration: p.Generation}
 			break
 		}
 		if !ok {

@@ -98,7 +98,7 @@ func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		st.StartTime = ptrTime(metav1.Now())
 	}
 	st.Phase = v1alpha1.PhaseRunning
-	setConditions(sm, metav1.ConditionTrue, "Migrating", "migrating "+fmt.Sprint(sm.Spec.Resources))
+	setConditions(sm, metav1.ConditionTrue, v1alpha1.ReasonMigrating, "migrating "+fmt.Sprint(sm.Spec.Resources))
 	if err := r.saveStatus(ctx, sm); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -158,12 +158,12 @@ func (r *StorageMigrationReconciler) succeed(ctx context.Context, sm *v1alpha1.S
 	now := metav1.Now()
 	st := &sm.Status
 	st.Phase, st.CompletionTime = v1alpha1.PhaseSucceeded, &now
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, "Completed", running, sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, "Migrated", done, sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionFalse, "Migrated", "", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationRequired, metav1.ConditionFalse, "Migrated", "storedVersions hold only the storage version", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, "Migrated", "", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionFalse, "Migrated", "", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, v1alpha1.ReasonCompleted, running, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionTrue, v1alpha1.ReasonMigrated, done, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionFalse, v1alpha1.ReasonMigrated, "", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationRequired, metav1.ConditionFalse, v1alpha1.ReasonMigrated, "storedVersions hold only the storage version", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, v1alpha1.ReasonMigrated, "", sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionFalse, v1alpha1.ReasonMigrated, "", sm))
 	r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventSucceeded, "Migrate", event, sm.Spec.Resources)
 	if err := r.saveStatus(ctx, sm); err != nil {
 		return ctrl.Result{}, err
@@ -287,9 +287,8 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	started := time.Now()
 	res, err := m.Migrate(ctx, migrate.Target{Name: rp.Name}, o)
 	metrics.MigrationDuration.Observe(time.Since(started).Seconds())
-	var held *migrate.LeaseHeldError
 	switch {
-	case errors.As(err, &held) || errors.As(err, new(*migrate.InProgressError)):
+	case migrate.IsMigratingElsewhere(err):
 		rp.Message = err.Error()
 		return nil, r.LeaseDuration, r.saveStatus(ctx, sm)
 	case err != nil && ctx.Err() != nil:
@@ -358,7 +357,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 }
 
 func (r *StorageMigrationReconciler) fail(ctx context.Context, sm *v1alpha1.StorageMigration, crd, msg string) (ctrl.Result, error) {
-	return r.stop(ctx, sm, crd, "MigrationFailed", EventFailed, msg)
+	return r.stop(ctx, sm, crd, v1alpha1.ReasonMigrationFailed, EventFailed, msg)
 }
 
 // refuse fails sm because migrating crd would drop fields its objects hold and the spec
@@ -370,7 +369,7 @@ func (r *StorageMigrationReconciler) refuse(ctx context.Context, sm *v1alpha1.St
 
 // ReasonFieldLossRefused is the reason of the Failed conditions of a migration refused for
 // the fields it would drop.
-const ReasonFieldLossRefused = "FieldLossRefused"
+const ReasonFieldLossRefused = v1alpha1.ReasonFieldLossRefused
 
 // stop marks sm Failed, with reason on its failure conditions and a warning event.
 func (r *StorageMigrationReconciler) stop(ctx context.Context, sm *v1alpha1.StorageMigration, crd, reason, event, msg string) (ctrl.Result, error) {
@@ -380,8 +379,8 @@ func (r *StorageMigrationReconciler) stop(ctx context.Context, sm *v1alpha1.Stor
 	if crd != "" {
 		msg = crd + ": " + msg
 	}
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, "Failed", msg, sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, "Failed", msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, metav1.ConditionFalse, v1alpha1.ReasonFailed, msg, sm))
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, v1alpha1.ReasonFailed, msg, sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionTrue, reason, msg, sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, metav1.ConditionFalse, reason, msg, sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionTrue, reason, msg, sm))
@@ -517,7 +516,7 @@ func setConditions(sm *v1alpha1.StorageMigration, running metav1.ConditionStatus
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionRunning, running, reason, msg, sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionSucceeded, metav1.ConditionFalse, reason, msg, sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionFailed, metav1.ConditionFalse, reason, "", sm))
-	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationRequired, metav1.ConditionTrue, "MigrationRequired",
+	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationRequired, metav1.ConditionTrue, v1alpha1.ReasonMigrationRequired,
 		"storedVersions hold versions other than the storage version", sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationInProgress, running, reason, msg, sm))
 	meta.SetStatusCondition(&st.Conditions, cond(v1alpha1.ConditionStorageMigrationFailed, metav1.ConditionFalse, reason, "", sm))

@@ -67,13 +67,10 @@ func (c *crdGate) Handle(ctx context.Context, req admission.Request) admission.R
 	ctx, cancel := context.WithTimeout(ctx, c.g.opts.RecordTimeout)
 	defer cancel()
 	d := c.decide(ctx, &crd, dropped, dryRun)
-	metrics.GateDecisions.WithLabelValues(d.outcome).Inc()
-	log.FromContext(ctx).Info("CRD update decision", "crd", crd.Name, "dropped", dropped, "outcome", d.outcome, "storageMigration", d.migration)
-	if d.allowed {
-		// An admitted update is left to the API server's own validation.
-		return admission.Allowed("").WithWarnings(d.warnings...)
-	}
-	return admission.Denied(d.message)
+	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
+	log.FromContext(ctx).Info("CRD update decision", "crd", crd.Name, "dropped", dropped, "outcome", d.kind.outcome(), "storageMigration", d.migration)
+	// An admitted update is left to the API server's own validation.
+	return respond(d)
 }
 
 // crdOwner is the HelmRelease (helm-controller's origin labels) or the Helm release
@@ -119,7 +116,7 @@ func (c *crdGate) decide(ctx context.Context, crd *apiextv1.CustomResourceDefini
 	d := g.judged(ctx, p.Report, sms, what, o)
 	d.operation, d.chart = predict.Upgrade, crd.Name
 	d.warnings = append(d.warnings, schemaWarnings(p.Report)...)
-	if d.allowed {
+	if d.kind.allowed() {
 		// The live CRD no longer lists the dropped versions (a migration just pruned
 		// them): the API server decides.
 		return d

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,16 +9,15 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
+	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -29,19 +27,9 @@ const (
 	LabelHelmReleaseName      = v1alpha1.LabelHelmReleaseName
 )
 
-// Condition reasons the gate adds to pkg/gate's.
-const (
-	ReasonNotChecked = "NotChecked"
-	ReasonCheckError = "CheckFailed"
-	// ReasonValuesError is the event reason when a spec.valuesFrom reference cannot be
-	// resolved (helm-controller's own reason for that failure).
-	ReasonValuesError = "ValuesError"
-)
-
 // decision is one answer with what the event, annotation and metric need.
 type decision struct {
-	outcome    string
-	allowed    bool
+	kind       kind
 	message    string
 	warnings   []string
 	reason     string // event reason
@@ -71,10 +59,10 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 		// succeed as it stands, whether or not the gate runs with AllowOnError.
 		msg := fmt.Sprintf("upgradeguard denied the %s of %s (%s): its values cannot be composed as helm-controller composes them. %v; then re-apply the change (Flux retries on its next reconcile)",
 			change, subjectHR, fluxrelease.Describe(hr), err)
-		return decision{outcome: OutcomeBlocked, message: msg, reason: ReasonValuesError, chart: fluxrelease.Describe(hr), noState: true}
+		return decision{kind: kindInvalid, message: msg, reason: ReasonValuesError, chart: fluxrelease.Describe(hr), noState: true}
 	case errors.As(err, &unsupported):
 		msg := fmt.Sprintf("upgradeguard did not check the %s of %s: %s", change, subjectHR, unsupported.Reason)
-		return decision{outcome: OutcomeAdmitted, allowed: true, message: msg, warnings: []string{msg}, reason: "ChartChangeNotChecked",
+		return decision{kind: kindNotChecked, message: msg, warnings: []string{msg}, reason: ReasonChartChangeNotChecked,
 			chart: fluxrelease.Describe(hr), conditions: gate.Unknown(ReasonNotChecked, msg, hr.Generation)}
 	case err != nil:
 		return g.errored(hr, subjectHR, change, err)
@@ -97,52 +85,46 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	if err != nil {
 		return g.errored(hr, subjectHR, change, err)
 	}
-	d.conditions = gd.Conditions
+	d.conditions, d.kind = gd.Conditions, kindOf(gd)
 	steps := strings.Join(gd.NextSteps(), "; then ")
-	switch {
-	case gd.Outcome == gate.Proceed:
-		if sm, _ := g.getMigration(ctx, name); sm != nil && succeeded(sm) {
+	switch d.kind {
+	case kindAdmitted:
+		if sm, _ := storagemigration.Get(ctx, g.reader, name); sm != nil && storagemigration.Succeeded(sm) {
 			d.conditions[0].Reason, d.migration = gate.ReasonMigrated, sm.Name
 		}
-		d.outcome, d.allowed, d.reason = OutcomeAdmitted, true, "ChartChangeAdmitted"
+		d.reason = ReasonChartChangeAdmitted
 		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD of the incoming chart is accepted by the target's API server", what)
-		setMessages(d.conditions, d.message, "", "")
-	case len(gd.Unfixable) > 0:
-		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
+	case kindUnfixable:
+		d.reason = ReasonChartChangeBlocked
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no automatic migration fixes it. %s. Next steps%s: %s; then re-apply the change (Flux retries on its next reconcile)",
 			what, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), target, steps)
 		if gd.Plan != "" {
 			d.message += ". The whole safe path: " + gd.Plan
 		}
-		setMessages(d.conditions, d.message, "", "")
-	case gd.Migration.State == gate.MigrationNotAllowed:
-		d.outcome, d.reason = OutcomeBlocked, "ChartChangeBlocked"
+	case kindNoPolicy:
+		d.reason = ReasonChartChangeBlocked
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run%s: %s, then re-apply (Flux retries on its next reconcile); or create a StorageMigrationPolicy with autoMigrate: true that selects them",
 			what, required(gd), strings.Join(gd.Migration.NotAllowed, ", "), target, steps)
-		setMessages(d.conditions, required(gd), "", "")
-	case gd.Migration.State == gate.MigrationFailed:
-		d.migration = name
-		d.outcome, d.reason = OutcomeBlocked, "StorageMigrationFailed"
+	case kindMigrationFailed:
+		d.migration, d.reason = name, ReasonMigrationFailed
 		d.message = fmt.Sprintf("upgradeguard denied the %s: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the gate starts a new one on Flux's next retry, or run%s: %s",
 			what, required(gd), name, gd.Migration.Message, name, target, steps)
-		setMessages(d.conditions, required(gd), "", gd.Migration.Message)
 	default:
-		d.migration, d.created = name, gd.Migration.Created
-		d.outcome, d.reason = OutcomeMigrating, "ChartChangeHeld"
+		d.migration, d.created, d.reason = name, gd.Migration.Created, ReasonChartChangeHeld
 		switch {
 		case dryRun:
 			d.message = fmt.Sprintf("upgradeguard would hold the %s: %s; StorageMigration %s would be created to migrate them (dry run: nothing was created)",
 				what, required(gd), name)
 		case d.created:
-			d.reason = "StorageMigrationStarted"
+			d.reason = ReasonMigrationStarted
 			d.message = fmt.Sprintf("upgradeguard is holding the %s: %s. StorageMigration %s was created to migrate them; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
 				what, required(gd), name, name, name)
 		default:
 			d.message = fmt.Sprintf("upgradeguard is holding the %s: %s, and StorageMigration %s is in progress; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
 				what, required(gd), name, name, name)
 		}
-		setMessages(d.conditions, required(gd), d.message, "")
 	}
+	d.wordConditions(gd)
 	return d
 }
 
@@ -205,12 +187,6 @@ func required(d *gate.Decision) string {
 	return fmt.Sprintf("stored versions of %s are dropped by the incoming chart and must be migrated first", strings.Join(d.ToMigrate, ", "))
 }
 
-// setMessages words the three conditions (Required, InProgress, Failed) for the
-// HelmRelease's gate state.
-func setMessages(c []metav1.Condition, required, inProgress, failed string) {
-	c[0].Message, c[1].Message, c[2].Message = required, inProgress, failed
-}
-
 // storageMigrations is the gate's Migrator for HelmReleases: a StorageMigration the
 // controller runs, when a StorageMigrationPolicy with autoMigrate selects every CRD.
 type storageMigrations struct {
@@ -234,7 +210,7 @@ const AnnotationHolds = "upgradeguard.io/holds"
 // hrMigrations is the Migrator for a HelmRelease's chart change.
 func hrMigrations(g *Gate, hr *helmv2.HelmRelease, live map[string]*apiextv1.CustomResourceDefinition, dryRun bool) *storageMigrations {
 	m := &storageMigrations{g: g, name: MigrationName(hr.Namespace, hr.Name), live: live, dryRun: dryRun,
-		labels: map[string]string{LabelHelmReleaseNamespace: hr.Namespace, LabelHelmReleaseName: truncateLabel(hr.Name)}}
+		labels: map[string]string{LabelHelmReleaseNamespace: hr.Namespace, LabelHelmReleaseName: labelValue(hr.Name)}}
 	if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil {
 		m.kubeConfig = &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: hr.Namespace, Name: kc.SecretRef.Name, Key: kc.SecretRef.Key}}
 	}
@@ -254,8 +230,8 @@ func (m *storageMigrations) Migrate(ctx context.Context, crds []string) (*gate.P
 	if err != nil {
 		return nil, err
 	}
-	if sm != nil && failed(sm) {
-		return &gate.Progress{State: gate.MigrationFailed, Name: m.name, Message: failureMessage(sm)}, nil
+	if sm != nil && storagemigration.Failed(sm) {
+		return &gate.Progress{State: gate.MigrationFailed, Name: m.name, Message: storagemigration.FailureMessage(sm)}, nil
 	}
 	return &gate.Progress{State: gate.MigrationRunning, Name: m.name, Created: created,
 		Message: fmt.Sprintf("StorageMigration %s migrates %s", m.name, strings.Join(crds, ", "))}, nil
@@ -268,8 +244,9 @@ func (g *Gate) errored(hr *helmv2.HelmRelease, subject, change string, err error
 	} else {
 		msg += "It is denied until the check can run: fix the cause, and Flux's next retry is checked again (runbook: docs/operator-guide.md, \"Runbook: a blocked HelmRelease\")"
 	}
-	d := decision{outcome: OutcomeError, allowed: g.opts.AllowOnError, message: msg, reason: "GateError", chart: fluxrelease.Describe(hr), noState: true}
-	if d.allowed {
+	d := decision{kind: kindErrorDenied, message: msg, reason: ReasonGateError, chart: fluxrelease.Describe(hr), noState: true}
+	if g.opts.AllowOnError {
+		d.kind = kindErrorAdmitted
 		d.warnings = []string{msg}
 	}
 	return d
@@ -323,110 +300,36 @@ func (g *Gate) policyFor(ctx context.Context, live map[string]*apiextv1.CustomRe
 }
 
 // MigrationName is the StorageMigration the gate creates for a HelmRelease:
-// hr-<namespace>-<name>, shortened with a hash when it is not a valid name.
+// hr-<namespace>-<name>, shortened with a hash when it is too long.
 func MigrationName(namespace, name string) string {
 	return migrationName("hr-", namespace, name)
 }
 
-// migrationName is prefix<namespace>-<name>, shortened with a hash when it is not a
-// valid name.
+// migrationName is prefix<namespace>-<name>, shortened with a hash when it is too long
+// (kubename.Shorten).
 func migrationName(prefix, namespace, name string) string {
 	n := prefix + name
 	if namespace != "" {
 		n = prefix + namespace + "-" + name
 	}
-	if len(n) <= validation.DNS1123SubdomainMaxLength && len(validation.IsDNS1123Subdomain(n)) == 0 {
-		return n
-	}
-	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(namespace+"/"+name)))
-	const keep = 50
-	if len(n) > keep {
-		n = n[:keep]
-	}
-	return strings.TrimRight(n, "-.") + "-" + sum[:10]
+	return kubename.Shorten(n, kubename.MaxName, namespace+"/"+name)
 }
 
-func (g *Gate) getMigration(ctx context.Context, name string) (*v1alpha1.StorageMigration, error) {
-	var sm v1alpha1.StorageMigration
-	if err := g.reader.Get(ctx, client.ObjectKey{Name: name}, &sm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("get StorageMigration %s: %w", name, err)
-	}
-	return &sm, nil
-}
-
-// ensureMigration returns the HelmRelease's StorageMigration, creating it when there is
-// none, or replacing it when it succeeded earlier and a new migration is needed. A
-// running or failed one is returned as it is.
+// ensureMigration returns the StorageMigration of m, creating it when there is none, or
+// replacing it when it succeeded earlier and a new migration is needed. A running or
+// failed one is returned as it is: a failed one waits for an operator to delete it.
 func (g *Gate) ensureMigration(ctx context.Context, m *storageMigrations, crds []string,
 	policy *v1alpha1.StorageMigrationPolicy) (*v1alpha1.StorageMigration, bool, error) {
-	name, dryRun := m.name, m.dryRun
-	sm, err := g.getMigration(ctx, name)
-	if err != nil {
-		return nil, false, err
-	}
-	if sm != nil && !succeeded(sm) {
-		return sm, false, nil
-	}
-	if dryRun {
-		return nil, true, nil
-	}
-	if sm != nil {
-		// It succeeded, yet the check still finds stored versions to migrate (new
-		// objects, another chart): start over with what is needed now.
-		uid := sm.UID
-		if err := g.writer.Delete(ctx, sm, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-			return nil, false, fmt.Errorf("replace StorageMigration %s: %w", name, err)
-		}
-	}
 	want := &v1alpha1.StorageMigration{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: m.labels},
+		ObjectMeta: metav1.ObjectMeta{Name: m.name, Labels: m.labels},
 		Spec: v1alpha1.StorageMigrationSpec{Resources: slices.Sorted(slices.Values(crds)), Rate: policy.Spec.Rate, Deadline: policy.Spec.Deadline,
 			KubeConfig: m.kubeConfig, Engine: policy.Spec.Engine, AllowFieldLoss: policy.Spec.AllowFieldLoss},
 	}
 	if m.holds != "" {
 		want.Annotations = map[string]string{AnnotationHolds: truncate(m.holds, 4000)}
 	}
-	if err := g.writer.Create(ctx, want); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Another replica (or a finalizer keeping the old one) got there first.
-			sm, gerr := g.getMigration(ctx, name)
-			return sm, false, gerr
-		}
-		return nil, false, fmt.Errorf("create StorageMigration %s: %w", name, err)
-	}
-	return want, true, nil
+	return storagemigration.Ensure(ctx, g.reader, g.writer, want, storagemigration.Options{DryRun: m.dryRun})
 }
 
-func truncateLabel(v string) string {
-	if len(v) <= validation.LabelValueMaxLength {
-		return v
-	}
-	return strings.TrimRight(v[:validation.LabelValueMaxLength], "-_.")
-}
-
-func succeeded(sm *v1alpha1.StorageMigration) bool {
-	return sm.Status.Phase == v1alpha1.PhaseSucceeded || meta.IsStatusConditionTrue(sm.Status.Conditions, v1alpha1.ConditionSucceeded)
-}
-
-func failed(sm *v1alpha1.StorageMigration) bool {
-	return sm.Status.Phase == v1alpha1.PhaseFailed || meta.IsStatusConditionTrue(sm.Status.Conditions, v1alpha1.ConditionFailed)
-}
-
-func failureMessage(sm *v1alpha1.StorageMigration) string {
-	if c := meta.FindStatusCondition(sm.Status.Conditions, v1alpha1.ConditionFailed); c != nil && c.Message != "" {
-		return c.Message
-	}
-	var msgs []string
-	for _, r := range sm.Status.Resources {
-		if r.Message != "" {
-			msgs = append(msgs, r.Name+": "+r.Message)
-		}
-	}
-	if len(msgs) == 0 {
-		return "no message (kubectl describe storagemigration " + sm.Name + ")"
-	}
-	return strings.Join(msgs, "; ")
-}
+// labelValue is v as a label value: shortened with a hash when it is too long.
+func labelValue(v string) string { return kubename.Shorten(v, kubename.MaxLabelValue, v) }

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -48,13 +47,6 @@ const (
 	LabelFluxNamespace = "helm.toolkit.fluxcd.io/namespace"
 )
 
-// Event reasons of the release-record and CRD gates on a HelmRelease.
-const (
-	ReasonReleaseHeld     = "UpgradeHeld"
-	ReasonReleaseBlocked  = "UpgradeBlocked"
-	ReasonReleaseAdmitted = "UpgradeAdmitted"
-)
-
 // releaseGate is the admission.Handler of ReleasePath.
 type releaseGate struct{ g *Gate }
 
@@ -78,13 +70,10 @@ func (r *releaseGate) Handle(ctx context.Context, req admission.Request) admissi
 	ctx, cancel := context.WithTimeout(ctx, r.g.opts.RecordTimeout)
 	defer cancel()
 	d := r.decide(ctx, &sec, dryRun)
-	metrics.GateDecisions.WithLabelValues(d.outcome).Inc()
+	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
 	log.FromContext(ctx).Info("release record decision", "release", sec.Namespace+"/"+sec.Labels[helmrelease.LabelName],
-		"revision", sec.Labels[helmrelease.LabelVersion], "outcome", d.outcome, "storageMigration", d.migration)
-	if d.allowed {
-		return admission.Allowed(d.message).WithWarnings(d.warnings...)
-	}
-	return admission.Denied(d.message).WithWarnings(d.warnings...)
+		"revision", sec.Labels[helmrelease.LabelVersion], "outcome", d.kind.outcome(), "storageMigration", d.migration)
+	return respond(d)
 }
 
 // owner is what a held release or CRD belongs to: a Flux HelmRelease, or a Helm release
@@ -102,7 +91,7 @@ func (o owner) migrations(g *Gate, live map[string]*apiextv1.CustomResourceDefin
 	m := &storageMigrations{g: g, live: live, dryRun: dryRun}
 	if o.flux() {
 		m.name = MigrationName(o.hrNamespace, o.hrName)
-		m.labels = map[string]string{LabelHelmReleaseNamespace: o.hrNamespace, LabelHelmReleaseName: truncateLabel(o.hrName)}
+		m.labels = map[string]string{LabelHelmReleaseNamespace: o.hrNamespace, LabelHelmReleaseName: labelValue(o.hrName)}
 		return m
 	}
 	if o.namespace == "" {
@@ -111,7 +100,7 @@ func (o owner) migrations(g *Gate, live map[string]*apiextv1.CustomResourceDefin
 		return m
 	}
 	m.name = migrationName("release-", o.namespace, o.release)
-	m.labels = map[string]string{LabelReleaseNamespace: o.namespace, LabelReleaseName: truncateLabel(o.release)}
+	m.labels = map[string]string{LabelReleaseNamespace: o.namespace, LabelReleaseName: labelValue(o.release)}
 	return m
 }
 
@@ -183,34 +172,33 @@ func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrat
 	if err != nil {
 		return g.recordErrored(what, err)
 	}
-	d := decision{conditions: gd.Conditions}
+	d := decision{conditions: gd.Conditions, kind: kindOf(gd)}
 	steps := strings.Join(gd.NextSteps(), "; then ")
-	switch {
-	case gd.Outcome == gate.Proceed:
-		d.outcome, d.allowed, d.reason = OutcomeAdmitted, true, ReasonReleaseAdmitted
+	switch d.kind {
+	case kindAdmitted:
+		d.reason = ReasonReleaseAdmitted
 		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD it brings is accepted by the API server", what)
-	case len(gd.Unfixable) > 0:
-		d.outcome, d.reason = OutcomeBlocked, ReasonReleaseBlocked
+	case kindUnfixable:
+		d.reason = ReasonReleaseBlocked
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no automatic migration fixes it. %s. Next steps: %s; %s",
 			what, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), steps, again)
 		if gd.Plan != "" {
 			d.message += ". The whole safe path: " + gd.Plan
 		}
-	case gd.Migration.State == gate.MigrationNotAllowed:
-		d.outcome, d.reason = OutcomeBlocked, ReasonReleaseBlocked
+	case kindNoPolicy:
+		d.reason = ReasonReleaseBlocked
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run: %s; %s. Or create a StorageMigrationPolicy with autoMigrate: true that selects them",
 			what, required(gd), strings.Join(gd.Migration.NotAllowed, ", "), steps, again)
-	case gd.Migration.State == gate.MigrationFailed:
-		d.migration = sms.name
-		d.outcome, d.reason = OutcomeBlocked, "StorageMigrationFailed"
+	case kindMigrationFailed:
+		d.migration, d.reason = sms.name, ReasonMigrationFailed
 		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the next attempt starts a new one, or run: %s",
 			what, required(gd), sms.name, gd.Migration.Message, sms.name, steps)
 	default:
-		d.migration, d.created = sms.name, gd.Migration.Created
-		d.outcome, d.reason = OutcomeMigrating, ReasonReleaseHeld
+		d.migration, d.created, d.reason = sms.name, gd.Migration.Created, ReasonReleaseHeld
 		d.message = fmt.Sprintf("upgradeguard is holding the %s before anything was applied: %s. StorageMigration %s migrates them (kubectl get storagemigration %s); %s",
 			what, required(gd), sms.name, sms.name, retry)
 	}
+	d.wordConditions(gd)
 	return d
 }
 
@@ -252,23 +240,12 @@ func chartOf(rel *release.Release) string {
 // webhooks fail open (failurePolicy Ignore), and so does their own error.
 func (g *Gate) recordErrored(subject string, err error) decision {
 	msg := fmt.Sprintf("upgradeguard could not check the %s and admits it unchecked: %v", subject, err)
-	return decision{outcome: OutcomeError, allowed: true, message: msg, warnings: []string{msg}, reason: "GateError", noState: true}
+	return decision{kind: kindErrorAdmitted, message: msg, warnings: []string{msg}, reason: ReasonGateError, noState: true}
 }
 
 // localTarget is the local cluster, kept between decisions when the gate keeps targets.
 func (g *Gate) localTarget(ctx context.Context) (*check.Target, error) {
-	if g.clusters != nil {
-		return g.clusters.Get(ctx, check.Key(g.local.Host), g.local, true)
-	}
-	kc, err := check.NewKubeCluster(g.local)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(g.local)
-	if err != nil {
-		return nil, err
-	}
-	return &check.Target{Cluster: kc, Clientset: cs, Config: g.local}, nil
+	return g.clusters.Get(ctx, check.Key(g.local.Host), g.local, true)
 }
 
 // recordOnHelmRelease puts a release-record or CRD decision where Flux users look: an
@@ -282,7 +259,7 @@ func (g *Gate) recordOnHelmRelease(ctx context.Context, o owner, d decision) {
 		}
 		return
 	}
-	if d.outcome == OutcomeAdmitted && ParseState(&hr).Decision == OutcomeAdmitted {
+	if d.kind.outcome() == OutcomeAdmitted && ParseState(&hr).Decision == OutcomeAdmitted {
 		return
 	}
 	g.record(&hr, d)

@@ -50,10 +50,7 @@ func ParseState(obj metav1.Object) State {
 // record emits the event and queues the annotation for a decision.
 func (g *Gate) record(old *helmv2.HelmRelease, d decision) {
 	typ := corev1.EventTypeWarning
-	if d.allowed && d.outcome != OutcomeError {
-		typ = corev1.EventTypeNormal
-	}
-	if d.reason == "StorageMigrationStarted" {
+	if d.kind == kindAdmitted || d.kind == kindNotChecked || d.reason == ReasonMigrationStarted {
 		typ = corev1.EventTypeNormal
 	}
 	note := d.message
@@ -69,7 +66,7 @@ func (g *Gate) record(old *helmv2.HelmRelease, d decision) {
 	g.recorder.Eventf(old, nil, typ, d.reason, truncate("Gate "+d.chart, 128), "%s", truncate(note, 1000))
 
 	prev := ParseState(old)
-	next := State{Decision: d.outcome, Operation: string(d.operation), Chart: d.chart, StorageMigration: d.migration, Message: d.message,
+	next := State{Decision: d.kind.outcome(), Operation: string(d.operation), Chart: d.chart, StorageMigration: d.migration, Message: d.message,
 		Conditions: prev.Conditions}
 	if !d.noState {
 		now := metav1.NewTime(time.Now().Truncate(time.Second))

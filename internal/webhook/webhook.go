@@ -200,15 +200,12 @@ func (g *Gate) Handle(ctx context.Context, req admission.Request) admission.Resp
 	ctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
 	defer cancel()
 	d := g.decide(ctx, &hr, dryRun, valuesOnly)
-	metrics.GateDecisions.WithLabelValues(d.outcome).Inc()
-	logger.Info("gate decision", "outcome", d.outcome, "chart", fluxrelease.Describe(&hr), "storageMigration", d.migration)
+	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
+	logger.Info("gate decision", "outcome", d.kind.outcome(), "chart", fluxrelease.Describe(&hr), "storageMigration", d.migration)
 	if !dryRun {
 		g.record(&old, d)
 	}
-	if d.allowed {
-		return admission.Allowed(d.message).WithWarnings(d.warnings...)
-	}
-	return admission.Denied(d.message).WithWarnings(d.warnings...)
+	return respond(d)
 }
 
 // runWithin runs f and gives up when ctx ends first. Helm's chart download does not take

@@ -42,6 +42,11 @@ func NewKubeCluster(cfg *rest.Config) (*KubeCluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newKubeCluster(c, cfg)
+}
+
+// newKubeCluster is the Cluster of the clients c, built from cfg.
+func newKubeCluster(c *kubeclient.Clients, cfg *rest.Config) (*KubeCluster, error) {
 	// The schema check reads objects at old versions on purpose: the API server's
 	// deprecation warnings for those reads would only be noise on the user's terminal.
 	quiet := rest.CopyConfig(cfg)

@@ -131,8 +131,12 @@ func Key(parts ...string) string {
 }
 
 // Get returns the target named key, built from cfg on first use. local says that cfg is
-// the local cluster, whose CRDs ClustersOptions.Local holds.
+// the local cluster, whose CRDs ClustersOptions.Local holds. A nil Clusters keeps
+// nothing: it connects for this one call (Connect).
 func (c *Clusters) Get(ctx context.Context, key string, cfg *rest.Config, local bool) (*Target, error) {
+	if c == nil {
+		return Connect(ctx, cfg)
+	}
 	c.mu.Lock()
 	v, ok := c.targets.Get(key)
 	if !ok {
@@ -209,16 +213,13 @@ func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 	if cfg.QPS == 0 && cfg.RateLimiter == nil {
 		cfg.QPS, cfg.Burst = 50, 100
 	}
-	kc, err := NewKubeCluster(cfg)
+	tgt, err := newTarget(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("target cluster: %w", err)
+		return nil, err
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("target cluster: %w", err)
-	}
-	t := &cachedTarget{target: Target{Cluster: kc, Clientset: cs, Config: cfg, Metadata: kc.metadata,
-		Releases: helmrelease.NewCache(0), Memo: NewMemo(0)}}
+	kc := tgt.Cluster
+	tgt.Releases, tgt.Memo = helmrelease.NewCache(0), NewMemo(0)
+	t := &cachedTarget{target: *tgt}
 	switch {
 	case local && c.o.Local != nil:
 		t.reader, t.synced = c.o.Local, func() bool { return true }

@@ -2,12 +2,10 @@ package fluxrelease
 
 import (
 	"context"
-	"fmt"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"helm.sh/helm/v4/pkg/cli"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
@@ -133,22 +131,7 @@ func remediationRisk(live map[string]*apiextv1.CustomResourceDefinition, incomin
 }
 
 // connect returns the target's clients and Kubernetes version: kept in clusters when
-// given, else built for this check.
+// given, else built for this check (a nil Clusters connects once).
 func connect(ctx context.Context, clusters *check.Clusters, cfg *rest.Config, remote bool, id string) (*check.Target, error) {
-	if clusters != nil {
-		return clusters.Get(ctx, check.Key(cfg.Host, id), cfg, !remote)
-	}
-	kc, err := check.NewKubeCluster(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("target cluster: %w", err)
-	}
-	version, err := kc.ServerVersion(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("cannot reach the target API server at %s: %w", cfg.Host, err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("target cluster: %w", err)
-	}
-	return &check.Target{Cluster: kc, Clientset: cs, Version: version, Config: cfg}, nil
+	return clusters.Get(ctx, check.Key(cfg.Host, id), cfg, !remote)
 }

@@ -11,7 +11,6 @@ package fluxrelease
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"reflect"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
+	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -97,14 +97,7 @@ func ReleaseName(hr *helmv2.HelmRelease) string {
 // StorageNamespace is where helm-controller keeps the release's revisions on the target.
 func StorageNamespace(hr *helmv2.HelmRelease) string { return hr.GetStorageNamespace() }
 
-func shortenName(name string) string {
-	const maxLength, hashLength = 53, 12
-	if len(name) <= maxLength {
-		return name
-	}
-	sum := fmt.Sprintf("%x", sha256.Sum256([]byte(name)))
-	return name[:maxLength-(hashLength+1)] + "-" + sum[:hashLength]
-}
+func shortenName(name string) string { return kubename.Shorten(name, 53, name) }
 
 // Release is a HelmRelease as helm-controller reads it for an upgrade: the Helm release
 // it owns and where it keeps its revisions, the chart it asks for rendered the way

@@ -44,18 +44,18 @@ const (
 	ConditionFailed     = v1alpha1.ConditionStorageMigrationFailed
 )
 
-// Condition reasons.
+// Condition reasons: the API's (api/v1alpha1 declares them once for every writer).
 const (
-	ReasonNotRequired       = "NoMigrationRequired"
-	ReasonMigrationRequired = "MigrationRequired"
-	ReasonBridgeRequired    = "BridgeRequired"
-	ReasonCRDDeletion       = "CRDWouldBeDeleted"
-	ReasonDataLoss          = "FieldsWouldBeLost"
-	ReasonMigrating         = "Migrating"
-	ReasonMigrated          = "Migrated"
-	ReasonMigrationFailed   = "MigrationFailed"
-	ReasonAutoMigrationOff  = "AutomaticMigrationDisabled"
-	ReasonIdle              = "Idle"
+	ReasonNotRequired       = v1alpha1.ReasonNoMigrationRequired
+	ReasonMigrationRequired = v1alpha1.ReasonMigrationRequired
+	ReasonBridgeRequired    = v1alpha1.ReasonBridgeRequired
+	ReasonCRDDeletion       = v1alpha1.ReasonCRDWouldBeDeleted
+	ReasonDataLoss          = v1alpha1.ReasonFieldsWouldBeLost
+	ReasonMigrating         = v1alpha1.ReasonMigrating
+	ReasonMigrated          = v1alpha1.ReasonMigrated
+	ReasonMigrationFailed   = v1alpha1.ReasonMigrationFailed
+	ReasonAutoMigrationOff  = v1alpha1.ReasonAutomaticMigrationDisabled
+	ReasonIdle              = v1alpha1.ReasonIdle
 )
 
 // Options tune Decide.

@@ -81,9 +81,8 @@ func (m *InProcess) Migrate(ctx context.Context, crds []string) (*Progress, erro
 	p := &Progress{}
 	for _, name := range crds {
 		res, err := mig.Migrate(budgetCtx, migrate.Target{Name: name}, mo)
-		var held *migrate.LeaseHeldError
 		switch {
-		case errors.As(err, &held) || errors.As(err, new(*migrate.InProgressError)):
+		case migrate.IsMigratingElsewhere(err):
 			// Another run (the CLI, another controller, a StorageVersionMigration made by
 			// hand) is migrating it: wait for it.
 			p.State, p.Message = MigrationRunning, err.Error()

@@ -4,6 +4,8 @@
 package kubeclient
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -63,20 +65,38 @@ var KubeconfigKeys = []string{"value", "value.yaml", "kubeconfig"}
 // ConfigFromSecret reads the kubeconfig in a Secret: under key, or under the first of
 // KubeconfigKeys present when key is empty. Errors name the Secret and key, never data.
 func ConfigFromSecret(s *corev1.Secret, key string) (*rest.Config, error) {
+	cfg, _, err := ReadKubeconfig(s, key)
+	return cfg, err
+}
+
+// Kubeconfig says which kubeconfig of a Secret a config was read from.
+type Kubeconfig struct {
+	// Key is the key it was read from; "" when the Secret has none of the keys.
+	Key string
+	// Hash is the first 12 hex digits of the SHA-256 of its bytes ("" without a key): a
+	// rotated kubeconfig changes it, and it holds nothing of the content.
+	Hash string
+}
+
+// ReadKubeconfig is ConfigFromSecret with which kubeconfig it read: the Kubeconfig is
+// filled even when the kubeconfig does not parse, so a caller tells a rotated Secret.
+func ReadKubeconfig(s *corev1.Secret, key string) (*rest.Config, Kubeconfig, error) {
 	keys := KubeconfigKeys
 	if key != "" {
 		keys = []string{key}
 	}
 	for _, k := range keys {
 		if data := s.Data[k]; len(data) > 0 {
+			sum := sha256.Sum256(data)
+			kc := Kubeconfig{Key: k, Hash: hex.EncodeToString(sum[:])[:12]}
 			cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 			if err != nil {
-				return nil, fmt.Errorf("kubeconfig Secret %s/%s key %s is not a valid kubeconfig: %w", s.Namespace, s.Name, k, err)
+				return nil, kc, fmt.Errorf("kubeconfig Secret %s/%s key %s is not a valid kubeconfig: %w", s.Namespace, s.Name, k, err)
 			}
-			return cfg, nil
+			return cfg, kc, nil
 		}
 	}
-	return nil, fmt.Errorf("kubeconfig Secret %s/%s has none of the keys %s: name the key in the reference", s.Namespace, s.Name, strings.Join(keys, ", "))
+	return nil, Kubeconfig{}, fmt.Errorf("kubeconfig Secret %s/%s has none of the keys %s: name the key in the reference", s.Namespace, s.Name, strings.Join(keys, ", "))
 }
 
 // LabelCAPICluster is the label Cluster API puts on a <cluster>-kubeconfig Secret.

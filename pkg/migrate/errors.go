@@ -125,3 +125,14 @@ func (e *PatchForbiddenError) Unwrap() error { return e.Err }
 type CRDNotFoundError struct{ Name string }
 
 func (e *CRDNotFoundError) Error() string { return "CRD " + e.Name + " not found" }
+
+// IsMigratingElsewhere reports whether err says that someone else is migrating the CRD:
+// another run holds its migration Lease (*LeaseHeldError), or a StorageVersionMigration
+// upgradeguard did not create is in progress (*InProgressError). Every caller treats both
+// the same way: wait for the other run, or stop and say so. It is the one place that
+// classification is made.
+func IsMigratingElsewhere(err error) bool {
+	var held *LeaseHeldError
+	var inProgress *InProgressError
+	return errors.As(err, &held) || errors.As(err, &inProgress)
+}

@@ -1,0 +1,37 @@
+package v1alpha1
+
+// Condition reasons, declared once for every writer: the controller on StorageMigrations
+// and StorageMigrationPolicies, pkg/gate (and so the admission gate) on what a gate holds.
+const (
+	// ReasonMigrationRequired: storedVersions hold versions other than the storage one.
+	ReasonMigrationRequired = "MigrationRequired"
+	// ReasonNoMigrationRequired: the incoming CRDs need no migration.
+	ReasonNoMigrationRequired = "NoMigrationRequired"
+	// ReasonBridgeRequired, ReasonCRDWouldBeDeleted, ReasonFieldsWouldBeLost: what no
+	// automatic migration fixes.
+	ReasonBridgeRequired    = "BridgeRequired"
+	ReasonCRDWouldBeDeleted = "CRDWouldBeDeleted"
+	ReasonFieldsWouldBeLost = "FieldsWouldBeLost"
+	// ReasonMigrating: a migration is running.
+	ReasonMigrating = "Migrating"
+	// ReasonMigrated: the migration succeeded.
+	ReasonMigrated = "Migrated"
+	// ReasonCompleted: Running is False because the migration succeeded.
+	ReasonCompleted = "Completed"
+	// ReasonFailed: Running and Succeeded are False because the migration failed.
+	ReasonFailed = "Failed"
+	// ReasonMigrationFailed: the migration failed and needs an operator.
+	ReasonMigrationFailed = "MigrationFailed"
+	// ReasonFieldLossRefused: the migration was refused for the fields it would drop
+	// (spec.allowFieldLoss); nothing was written.
+	ReasonFieldLossRefused = "FieldLossRefused"
+	// ReasonAutomaticMigrationDisabled: a migration is required and nothing may start it.
+	ReasonAutomaticMigrationDisabled = "AutomaticMigrationDisabled"
+	// ReasonIdle: nothing is migrating, nothing failed.
+	ReasonIdle = "Idle"
+
+	// StorageMigrationPolicy Ready condition reasons.
+	ReasonSelected         = "Selected"
+	ReasonInvalidSelector  = "InvalidSelector"
+	ReasonClustersNotReady = "ClustersNotReady"
+)
