@@ -20,8 +20,11 @@ import (
 type Options struct {
 	// Replace, when set, says whether an existing StorageMigration that has not succeeded
 	// is replaced all the same (proactive mode: a failed one, once the CRD has changed).
-	// A succeeded one is always replaced: the caller needs another migration.
 	Replace func(existing *v1alpha1.StorageMigration) bool
+	// ReplaceSucceeded, when set, says whether an existing StorageMigration that has
+	// succeeded is replaced (the caller needs another migration) or returned as it is.
+	// Unset, a succeeded one is always replaced.
+	ReplaceSucceeded func(existing *v1alpha1.StorageMigration) bool
 	// DryRun deletes and creates nothing: Ensure reports what it would do.
 	DryRun bool
 }
@@ -39,6 +42,9 @@ func Ensure(ctx context.Context, r client.Reader, w client.Writer, want *v1alpha
 		return nil, false, err
 	}
 	if existing != nil && !Succeeded(existing) && (o.Replace == nil || !o.Replace(existing)) {
+		return existing, false, nil
+	}
+	if existing != nil && Succeeded(existing) && o.ReplaceSucceeded != nil && !o.ReplaceSucceeded(existing) {
 		return existing, false, nil
 	}
 	if o.DryRun {

@@ -40,6 +40,10 @@ func TestEnsure(t *testing.T) {
 		{"failed is replaced when Replace says so", existing(v1alpha1.PhaseFailed, ""), storagemigration.Options{Replace: failedAgain}, true, true},
 		{"succeeded is replaced", existing(v1alpha1.PhaseSucceeded, ""), storagemigration.Options{}, true, true},
 		{"succeeded by condition is replaced", existing("", v1alpha1.ConditionSucceeded), storagemigration.Options{}, true, true},
+		{"succeeded during the decision is kept", existing(v1alpha1.PhaseSucceeded, ""),
+			storagemigration.Options{ReplaceSucceeded: func(*v1alpha1.StorageMigration) bool { return false }}, false, false},
+		{"succeeded before the decision is replaced", existing(v1alpha1.PhaseSucceeded, ""),
+			storagemigration.Options{ReplaceSucceeded: func(*v1alpha1.StorageMigration) bool { return true }}, true, true},
 		{"dry run creates nothing", nil, storagemigration.Options{DryRun: true}, true, false},
 		{"dry run replaces nothing", existing(v1alpha1.PhaseSucceeded, ""), storagemigration.Options{DryRun: true}, true, false},
 	} {

@@ -90,6 +90,8 @@ func crdOwner(crd *apiextv1.CustomResourceDefinition) owner {
 func (c *crdGate) decide(ctx context.Context, crd *apiextv1.CustomResourceDefinition, dropped []string, dryRun bool) decision {
 	g := c.g
 	o := crdOwner(crd)
+	sms := o.migrations(g, dryRun)
+	sms.readBefore(ctx)
 	p, err := runWithin(ctx, func(ctx context.Context) (*check.Prediction, error) {
 		tgt, err := g.localTarget(ctx)
 		if err != nil {
@@ -112,7 +114,7 @@ func (c *crdGate) decide(ctx context.Context, crd *apiextv1.CustomResourceDefini
 	if o.flux() {
 		what += fmt.Sprintf(", applied for HelmRelease %s/%s", o.hrNamespace, o.hrName)
 	}
-	sms := o.migrations(g, p.Live, dryRun)
+	sms.live = p.Live
 	d := g.judged(ctx, p.Report, sms, what, o)
 	d.operation, d.chart = predict.Upgrade, crd.Name
 	d.warnings = append(d.warnings, schemaWarnings(p.Report)...)

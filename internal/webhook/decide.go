@@ -11,6 +11,7 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
@@ -42,6 +43,8 @@ type decision struct {
 }
 
 func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, valuesOnly bool) decision {
+	sms := hrMigrations(g, hr, dryRun)
+	sms.readBefore(ctx)
 	res, err := runWithin(ctx, func(ctx context.Context) (*fluxrelease.Result, error) {
 		return fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: hr, Reader: g.reader, Local: g.local, Settings: g.settings, Cache: g.cache, Clusters: g.clusters,
 			NoObjectCounts: true})
@@ -77,7 +80,7 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 	if res.Remote {
 		target = fmt.Sprintf(" (against the cluster of the kubeConfig Secret %s/%s)", hr.Namespace, hr.Spec.KubeConfig.SecretRef.Name)
 	}
-	sms := hrMigrations(g, hr, res.LiveCRDs, dryRun)
+	sms.live = res.LiveCRDs
 	sms.holds = fmt.Sprintf("holds the %s of HelmRelease %s/%s until the stored versions are migrated; the next apply of the change is admitted then", what, hr.Namespace, hr.Name)
 	name := sms.name
 	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, ObservedGeneration: hr.Generation,
@@ -201,6 +204,21 @@ type storageMigrations struct {
 	holds  string
 	live   map[string]*apiextv1.CustomResourceDefinition
 	dryRun bool
+	// succeededBefore is the UID of the StorageMigration if it had already succeeded
+	// when the decision started, before the prediction read the CRDs (readBefore).
+	succeededBefore types.UID
+}
+
+// readBefore notes whether m's StorageMigration has already succeeded, before the
+// prediction reads the CRDs. Only such a one may be replaced by a new migration: one
+// that succeeds while the prediction reads (its last CRD pruned between the CRD reads
+// and now) has done what the prediction, made partly before it, asks again. Replacing it
+// would start a migration of CRDs that need none and hold a safe upgrade; returning it
+// holds the change once more, and the retry is decided on the migrated CRDs.
+func (m *storageMigrations) readBefore(ctx context.Context) {
+	if sm, err := storagemigration.Get(ctx, m.g.reader, m.name); err == nil && sm != nil && storagemigration.Succeeded(sm) {
+		m.succeededBefore = sm.UID
+	}
 }
 
 // AnnotationHolds on a StorageMigration the gate created says what it holds and why:
@@ -208,8 +226,8 @@ type storageMigrations struct {
 const AnnotationHolds = "upgradeguard.io/holds"
 
 // hrMigrations is the Migrator for a HelmRelease's chart change.
-func hrMigrations(g *Gate, hr *helmv2.HelmRelease, live map[string]*apiextv1.CustomResourceDefinition, dryRun bool) *storageMigrations {
-	m := &storageMigrations{g: g, name: MigrationName(hr.Namespace, hr.Name), live: live, dryRun: dryRun,
+func hrMigrations(g *Gate, hr *helmv2.HelmRelease, dryRun bool) *storageMigrations {
+	m := &storageMigrations{g: g, name: MigrationName(hr.Namespace, hr.Name), dryRun: dryRun,
 		labels: map[string]string{LabelHelmReleaseNamespace: hr.Namespace, LabelHelmReleaseName: labelValue(hr.Name)}}
 	if kc := hr.Spec.KubeConfig; kc != nil && kc.SecretRef != nil {
 		m.kubeConfig = &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: hr.Namespace, Name: kc.SecretRef.Name, Key: kc.SecretRef.Key}}
@@ -328,7 +346,10 @@ func (g *Gate) ensureMigration(ctx context.Context, m *storageMigrations, crds [
 	if m.holds != "" {
 		want.Annotations = map[string]string{AnnotationHolds: truncate(m.holds, 4000)}
 	}
-	return storagemigration.Ensure(ctx, g.reader, g.writer, want, storagemigration.Options{DryRun: m.dryRun})
+	return storagemigration.Ensure(ctx, g.reader, g.writer, want, storagemigration.Options{DryRun: m.dryRun,
+		ReplaceSucceeded: func(existing *v1alpha1.StorageMigration) bool {
+			return m.succeededBefore != "" && existing.UID == m.succeededBefore
+		}})
 }
 
 // labelValue is v as a label value: shortened with a hash when it is too long.

@@ -12,7 +12,6 @@ import (
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -87,8 +86,8 @@ func (o owner) flux() bool { return o.hrName != "" }
 
 // migrations is the Migrator for what o holds: the HelmRelease's own StorageMigration
 // (the same one its chart-change gate creates), else one per Helm release.
-func (o owner) migrations(g *Gate, live map[string]*apiextv1.CustomResourceDefinition, dryRun bool) *storageMigrations {
-	m := &storageMigrations{g: g, live: live, dryRun: dryRun}
+func (o owner) migrations(g *Gate, dryRun bool) *storageMigrations {
+	m := &storageMigrations{g: g, dryRun: dryRun}
 	if o.flux() {
 		m.name = MigrationName(o.hrNamespace, o.hrName)
 		m.labels = map[string]string{LabelHelmReleaseNamespace: o.hrNamespace, LabelHelmReleaseName: labelValue(o.hrName)}
@@ -131,6 +130,8 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 	}
 	o := owner{namespace: sec.Namespace, release: rel.Name}
 	o.hrNamespace, o.hrName = fluxOwner(rel.Manifest)
+	sms := o.migrations(g, dryRun)
+	sms.readBefore(ctx)
 
 	p, err := runWithin(ctx, func(ctx context.Context) (*check.Prediction, error) {
 		tgt, err := g.localTarget(ctx)
@@ -148,7 +149,7 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 		return g.recordErrored(fmt.Sprintf("revision %d of release %s/%s", rel.Version, sec.Namespace, rel.Name), err)
 	}
 	what := describeRecord(rel, p)
-	sms := o.migrations(g, p.Live, dryRun)
+	sms.live = p.Live
 	d := g.judged(ctx, p.Report, sms, what, o)
 	d.operation, d.chart = p.Report.Operation, chartOf(rel)
 	if !dryRun && o.flux() {
