@@ -105,8 +105,8 @@ func fieldLossGolden() (refused, allowed *migrateOutput) {
 		Message: "refused: re-writing the objects stored at v2beta2 as v2 would permanently drop fields the v2 schema does not declare: " +
 			"spec.chart.spec.valuesFile (5 objects, e.g. apps/api, apps/web, team-a/cache); status.lastAppliedRevision (1 objects, e.g. apps/web). " +
 			"Nothing was written and storedVersions is untouched. To keep the fields, add them to the v2 schema of the CRD (or mark their parent " +
-			"x-kubernetes-preserve-unknown-fields) and migrate again; if losing them is intended, migrate again allowing it (--allow-field-loss, " +
-			"spec.allowFieldLoss on a StorageMigration, or the CRD annotation upgradeguard.io/allow-field-loss=true). See " + migrate.FieldLossRunbook}}}
+			"x-kubernetes-preserve-unknown-fields) and migrate again; if losing them is intended, migrate again allowing the loss, " +
+			"or annotate the CRD upgradeguard.io/allow-field-loss=true. See " + migrate.FieldLossRunbook}}}
 	allowed = &migrateOutput{CRDs: []*migrate.Result{{Name: hr, Status: migrate.Migrated, StorageVersion: "v2",
 		StoredVersionsBefore: []string{"v2beta2", "v2"}, StoredVersionsAfter: []string{"v2"}, Objects: 12, Rewritten: 12, Failed: []migrate.ObjectError{},
 		DurationSeconds: 0.4, Engine: migrate.EngineClient, EngineReason: "asked for (--engine client)", FieldLoss: loss()}}}

@@ -86,7 +86,7 @@ func fieldLossMessage(storage string, rep *crdschema.Report) string {
 	return fmt.Sprintf("refused: re-writing the objects stored at %s as %s would permanently drop fields the %s schema does not declare: %s. "+
 		"Nothing was written and storedVersions is untouched. To keep the fields, add them to the %s schema of the CRD "+
 		"(or mark their parent x-kubernetes-preserve-unknown-fields) and migrate again; if losing them is intended, "+
-		"migrate again allowing it (--allow-field-loss, spec.allowFieldLoss on a StorageMigration, or the CRD annotation %s=true). See %s",
+		"migrate again allowing the loss, or annotate the CRD %s=true. See %s",
 		strings.Join(from, ", "), storage, storage, strings.Join(paths, "; "), storage, predict.AllowFieldLossAnnotation, FieldLossRunbook)
 }
 
