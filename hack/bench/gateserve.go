@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -67,7 +68,7 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		if t.c.seen == nil {
 			t.c.seen = map[string]int{}
 		}
-		t.c.seen[req.Method+" "+req.URL.Path]++
+		t.c.seen[req.Method+" "+req.URL.Path+queryNames(req.URL.Query())]++
 		t.c.mu.Unlock()
 	}
 	return t.rt.RoundTrip(req)
@@ -156,4 +157,13 @@ func gateServe(ctx context.Context, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// queryNames are a request's query parameter names ("?limit&resourceVersion"), which tell
+// an informer's LIST from a decision's own.
+func queryNames(q url.Values) string {
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + strings.Join(slices.Sorted(maps.Keys(q)), "&")
 }

@@ -151,8 +151,8 @@ func (c *Clusters) Get(ctx context.Context, key string, cfg *rest.Config, local 
 			return nil, err
 		}
 		// Before Start there is nothing to run an informer under: keep the target only
-		// once it reads from memory.
-		if t.reader != nil {
+		// once Start has begun (a target kept earlier would never get its informers).
+		if t.reader != nil && c.ctx != nil {
 			c.targets.Add(key, t)
 		}
 		v = t

@@ -97,7 +97,7 @@ func TestClustersFromMemory(t *testing.T) {
 
 	// With VerifyCRDs, one metadata LIST per call proves the informer fresh, so a change
 	// made a moment ago is seen at once, caught up or not.
-	verified, _ := countedTarget(t, check.ClustersOptions{VerifyCRDs: true})
+	verified, _ := countedTarget(t, check.ClustersOptions{VerifyCRDs: true}, false)
 	if _, err := verified.Cluster.CRDs(ctx); err != nil { // waits for the first sync
 		t.Fatal(err)
 	}

@@ -17,11 +17,13 @@ import (
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
@@ -44,7 +46,7 @@ func (c requests) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // countedTarget is a target of a running Clusters whose clients count their requests.
-func countedTarget(t *testing.T, o check.ClustersOptions) (*check.Target, *atomic.Int64) {
+func countedTarget(t *testing.T, o check.ClustersOptions, local bool) (*check.Target, *atomic.Int64) {
 	t.Helper()
 	ctx := t.Context()
 	n := &atomic.Int64{}
@@ -58,11 +60,11 @@ func countedTarget(t *testing.T, o check.ClustersOptions) (*check.Target, *atomi
 	// Start runs in its own goroutine: a target is kept once Start has begun.
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
-		target, err = clusters.Get(ctx, check.Key(t.Name()), cfg, false)
+		target, err = clusters.Get(ctx, check.Key(t.Name()), cfg, local)
 		if err != nil {
 			return false, err
 		}
-		again, err := clusters.Get(ctx, check.Key(t.Name()), cfg, false)
+		again, err := clusters.Get(ctx, check.Key(t.Name()), cfg, local)
 		return err == nil && again.Cluster == target.Cluster, err
 	})
 	if err != nil {
@@ -113,13 +115,34 @@ func TestDecisionFromMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the control plane")
 	}
+	t.Run("remote target", func(t *testing.T) { decisionFromMemory(t, "memory.example.io", false) })
+	// The local cluster's CRDs come from the controller manager's cache.
+	t.Run("local target", func(t *testing.T) { decisionFromMemory(t, "local.memory.example.io", true) })
+}
+
+func decisionFromMemory(t *testing.T, group string, local bool) {
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	const group = "memory.example.io"
 	if err := testenv.ApplyCRD(ctx, cs, fieldsCRD(group, "a", "b")); err != nil {
 		t.Fatal(err)
 	}
-	target, n := countedTarget(t, check.ClustersOptions{})
+	o := check.ClustersOptions{}
+	if local {
+		scheme := runtime.NewScheme()
+		if err := apiextv1.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		c, err := cache.New(cp.Config, cache.Options{Scheme: scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = c.Start(ctx) }()
+		if !c.WaitForCacheSync(ctx) {
+			t.Fatal("cache not synced")
+		}
+		o.Local = c
+	}
+	target, n := countedTarget(t, o, local)
 	incoming := fieldsCRD(group, "b") // drops spec.a
 	decide := func() (*check.CRDReport, int64, error) {
 		before := n.Load()
@@ -183,7 +206,7 @@ func TestReleaseFromMemory(t *testing.T) {
 	if err := d.Create(key(1), rel(1, common.StatusDeployed)); err != nil {
 		t.Fatal(err)
 	}
-	target, n := countedTarget(t, check.ClustersOptions{})
+	target, n := countedTarget(t, check.ClustersOptions{}, false)
 	reader, err := helmrelease.NewReader(target.Clientset, ns, helmrelease.DriverSecret)
 	if err != nil {
 		t.Fatal(err)
