@@ -350,7 +350,7 @@ func (cr *coldRunner) once(exe, helmDir string, decide, settle func() error) (ti
 	out := bufio.NewScanner(stdout)
 	out.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	if !out.Scan() || out.Text() != "ready" {
-		return 0, 0, 0, "", fmt.Errorf("gate-serve did not start: %q %v", out.Text(), out.Err())
+		return 0, 0, 0, "", errors.Join(fmt.Errorf("gate-serve did not start: %q", out.Text()), out.Err())
 	}
 	start := time.Now()
 	if err := decide(); err != nil {
@@ -364,7 +364,7 @@ func (cr *coldRunner) once(exe, helmDir string, decide, settle func() error) (ti
 		return 0, 0, 0, "", err
 	}
 	if !out.Scan() {
-		return 0, 0, 0, "", fmt.Errorf("gate-serve did not count: %v", out.Err())
+		return 0, 0, 0, "", errors.Join(errors.New("gate-serve did not count"), out.Err())
 	}
 	f := strings.SplitN(out.Text(), " ", 3)
 	if len(f) < 2 {

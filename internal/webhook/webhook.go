@@ -114,7 +114,7 @@ func Setup(mgr manager.Manager, o Options) error {
 	if o.LocalCRDs == nil {
 		o.LocalCRDs = mgr.GetCache()
 	}
-	var reader client.Reader = mgr.GetAPIReader()
+	reader := mgr.GetAPIReader()
 	if o.ChartCacheSize >= 0 {
 		// The gate keeps state between decisions: so does what it reads (memoryReader).
 		reader = newMemoryReader(mgr.GetCache(), mgr.GetAPIReader())
