@@ -24,6 +24,9 @@ type result struct {
 	name   string
 	median time.Duration
 	allocs uint64 // bytes allocated per round
+	// reads and writes are API requests per round, seen what they were (gate only).
+	reads, writes float64
+	seen          string
 }
 
 func measure(name string, rounds int, f func() error) (result, error) {

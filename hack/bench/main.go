@@ -34,6 +34,7 @@ func run() error {
 	objects := flag.Int("objects", 2000, "check: HelmRepository objects to count")
 	n := flag.Int("n", 20000, "migrate: objects stored at the old version")
 	concurrency := flag.Int("concurrency", migrate.DefaultConcurrency, "migrate: patch concurrency for the raw loop and migrate --qps 0")
+	coldRuns := flag.Int("cold-runs", 5, "gate: fresh processes whose first decision is timed, per case (median)")
 	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
 	migrateRounds := flag.Int("migrate-rounds", 1, "migrate: run the selected cases this many times in turn and also print each case's median (for a noisy machine)")
 	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,g,e1,e2,d,f,h (f: a hand-made built-in StorageVersionMigration, h: migrate --engine builtin; both from Kubernetes 1.37)")
@@ -66,7 +67,7 @@ func run() error {
 		if err := benchMigrate(ctx, *n, *concurrency, *migrateRounds, *cases); err != nil {
 			return err
 		}
-		if err := benchGate(ctx, *rounds, *gateCache); err != nil {
+		if err := benchGate(ctx, *rounds, *coldRuns, *gateCache); err != nil {
 			return err
 		}
 		if err := benchPlan(ctx, min(*rounds, 5)); err != nil {
@@ -80,11 +81,13 @@ func run() error {
 	case "migrate":
 		return benchMigrate(ctx, *n, *concurrency, *migrateRounds, *cases)
 	case "gate":
-		return benchGate(ctx, *rounds, *gateCache)
+		return benchGate(ctx, *rounds, *coldRuns, *gateCache)
 	case "plan":
 		return benchPlan(ctx, min(*rounds, 5))
 	case "fleet":
 		return benchFleet(ctx, *targets, *fleetObjects)
+	case "gate-serve":
+		return gateServe(ctx, flag.Args()[1:])
 	case "raw":
 		return rawLoop(ctx, flag.Args()[1:])
 	default:

@@ -114,7 +114,12 @@ func Setup(mgr manager.Manager, o Options) error {
 	if o.LocalCRDs == nil {
 		o.LocalCRDs = mgr.GetCache()
 	}
-	g, err := New(mgr.GetAPIReader(), mgr.GetClient(), mgr.GetConfig(), mgr.GetEventRecorder("upgradeguard-gate"), o)
+	reader := mgr.GetAPIReader()
+	if o.ChartCacheSize >= 0 {
+		// The gate keeps state between decisions: so does what it reads (memoryReader).
+		reader = newMemoryReader(mgr.GetCache(), mgr.GetAPIReader())
+	}
+	g, err := New(reader, mgr.GetClient(), mgr.GetConfig(), mgr.GetEventRecorder("upgradeguard-gate"), o)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
@@ -34,6 +35,10 @@ type KubeCluster struct {
 	dynamic  dynamic.Interface
 	// memory, when set (Clusters), reads the CRDs from an informer's cache.
 	memory *memoryCRDs
+	// judges, when set (Clusters), keeps the schema check's compiled judges.
+	judges *crdschema.Judges
+	// watch, when set (Clusters), keeps informers that answer repeated reads.
+	watch *watches
 }
 
 // NewKubeCluster builds a Cluster from a REST config.
@@ -63,7 +68,7 @@ func (k *KubeCluster) MigrationsInProgress(ctx context.Context) (map[string][]sv
 	if k.dynamic == nil {
 		return map[string][]svm.Migration{}, nil
 	}
-	return svm.Active(ctx, k.disco, k.dynamic)
+	return k.watch.migrationsInProgress(ctx, k)
 }
 
 // ServerVersion returns the API server's git version, for rendering charts against it.
@@ -76,20 +81,15 @@ func (k *KubeCluster) ServerVersion(_ context.Context) (string, error) {
 }
 
 // CRDs lists every CRD in pages, or reads them from memory for a cluster of Clusters
-// whose informer has synced.
+// whose informer has synced (checked against a metadata LIST first with
+// ClustersOptions.VerifyCRDs).
 func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
-	m, ok, err := k.memory.crds(ctx)
+	m, ok, err := k.crdsFromMemory(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if ok {
-		fresh, err := k.fresh(ctx, m)
-		if err != nil {
-			return nil, err
-		}
-		if fresh {
-			return m, nil
-		}
+		return m, nil
 	}
 	out := map[string]*apiextv1.CustomResourceDefinition{}
 	opts := metav1.ListOptions{Limit: 500}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 )
 
@@ -56,6 +57,14 @@ type ClustersOptions struct {
 	// SyncTimeout bounds how long a decision waits for a new target's first sync before
 	// it lists the CRDs from the API server instead. Default 10s.
 	SyncTimeout time.Duration
+	// VerifyCRDs checks the informer's CRDs against one metadata-only LIST of the CRDs
+	// before each decision uses them (one request per decision), so a decision never
+	// reads CRDs older than the API server's. Default false: a decision trusts the
+	// informer, which lags the API server by what its watch has not delivered yet.
+	VerifyCRDs bool
+	// MaxJudges bounds how many compiled schema judges each target keeps (see
+	// crdschema.Judges). Default 32.
+	MaxJudges int
 }
 
 // Clusters keeps one Target per target cluster between decisions, so a repeated decision
@@ -146,8 +155,8 @@ func (c *Clusters) Get(ctx context.Context, key string, cfg *rest.Config, local 
 			return nil, err
 		}
 		// Before Start there is nothing to run an informer under: keep the target only
-		// once it reads from memory.
-		if t.reader != nil {
+		// once Start has begun (a target kept earlier would never get its informers).
+		if t.reader != nil && c.ctx != nil {
 			c.targets.Add(key, t)
 		}
 		v = t
@@ -220,15 +229,23 @@ func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 	kc := tgt.Cluster
 	tgt.Releases, tgt.Memo = helmrelease.NewCache(0), NewMemo(0)
 	t := &cachedTarget{target: *tgt}
+	var tctx context.Context
+	if c.ctx != nil {
+		tctx, t.cancel = context.WithCancel(c.ctx)
+		kc.watch = newWatches(tctx)
+		t.target.Releases.SetRecords(&helmRecords{w: kc.watch, md: kc.metadata})
+	}
 	switch {
 	case local && c.o.Local != nil:
 		t.reader, t.synced = c.o.Local, func() bool { return true }
-	case c.ctx != nil:
-		if err := c.inform(t, cfg); err != nil {
+	case tctx != nil:
+		if err := c.inform(tctx, t, cfg); err != nil {
+			t.cancel()
 			return nil, err
 		}
 	}
-	kc.memory = &memoryCRDs{reader: t.reader, synced: t.synced, waitSync: t.waitSync, wait: c.o.SyncTimeout}
+	kc.memory = &memoryCRDs{reader: t.reader, synced: t.synced, waitSync: t.waitSync, wait: c.o.SyncTimeout, verify: c.o.VerifyCRDs}
+	kc.judges = crdschema.NewJudges(c.o.MaxJudges)
 	return t, nil
 }
 
@@ -239,7 +256,7 @@ const watchTimeout = 10 * time.Second
 
 // inform starts an informer on the target's CRDs, running until the target is evicted
 // or Clusters stops.
-func (c *Clusters) inform(t *cachedTarget, cfg *rest.Config) error {
+func (c *Clusters) inform(ctx context.Context, t *cachedTarget, cfg *rest.Config) error {
 	cs, err := apiextclient.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("target cluster: CRD informer: %w", err)
@@ -254,10 +271,9 @@ func (c *Clusters) inform(t *cachedTarget, cfg *rest.Config) error {
 		},
 	}
 	inf := toolscache.NewSharedIndexInformer(lw, &apiextv1.CustomResourceDefinition{}, 0, toolscache.Indexers{})
-	ctx, cancel := context.WithCancel(c.ctx)
 	go inf.RunWithContext(ctx)
 	t.reader, t.informer = &storeReader{store: inf.GetStore()}, inf
-	t.synced, t.cancel = inf.HasSynced, cancel
+	t.synced = inf.HasSynced
 	t.waitSync = func(ctx context.Context) bool { return toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) }
 	return nil
 }
@@ -290,6 +306,8 @@ type memoryCRDs struct {
 	waitSync func(ctx context.Context) bool
 	wait     time.Duration
 	once     sync.Once
+	// verify checks the CRDs against a metadata LIST before they are used.
+	verify bool
 }
 
 func (m *memoryCRDs) crds(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, bool, error) {

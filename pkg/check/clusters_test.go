@@ -31,8 +31,9 @@ func (c crdLists) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // TestClustersFromMemory: a target of Clusters reads its CRDs from an informer once it
-// has synced (no full LIST per decision), and a change the API server made a moment ago
-// is seen at once, whether or not the informer has caught up.
+// has synced (no full LIST per decision), and sees a change once the watch delivers it;
+// with VerifyCRDs, a change the API server made a moment ago is seen at once, whether or
+// not the informer has caught up.
 func TestClustersFromMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the control plane")
@@ -88,11 +89,26 @@ func TestClustersFromMemory(t *testing.T) {
 	if err := testenv.SetStoredVersions(ctx, cs, name, "v1alpha1", "v1"); err != nil {
 		t.Fatal(err)
 	}
-	crds, err = target.Cluster.CRDs(ctx)
+	// The informer answers once its watch delivers the change.
+	eventually(t, "the new storedVersions seen", func() (bool, error) {
+		crds, err := target.Cluster.CRDs(ctx)
+		return err == nil && len(crds[name].Status.StoredVersions) == 2, err
+	})
+
+	// With VerifyCRDs, one metadata LIST per call proves the informer fresh, so a change
+	// made a moment ago is seen at once, caught up or not.
+	verified, _ := countedTarget(t, check.ClustersOptions{VerifyCRDs: true}, false)
+	if _, err := verified.Cluster.CRDs(ctx); err != nil { // waits for the first sync
+		t.Fatal(err)
+	}
+	if err := testenv.SetStoredVersions(ctx, cs, name, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	crds, err = verified.Cluster.CRDs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := crds[name].Status.StoredVersions; len(got) != 2 {
-		t.Errorf("storedVersions right after the change = %v, want [v1alpha1 v1]", got)
+	if got := crds[name].Status.StoredVersions; len(got) != 1 {
+		t.Errorf("VerifyCRDs: storedVersions right after the change = %v, want [v1]", got)
 	}
 }

@@ -20,9 +20,11 @@ type ObjectLister interface {
 	ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
 }
 
-// ListObjects lists one page of a custom resource's objects in every namespace.
+// ListObjects lists one page of a custom resource's objects in every namespace; for a
+// cluster of Clusters, a small collection unchanged since its last LIST is answered from
+// memory. The objects returned must not be modified.
 func (k *KubeCluster) ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
-	return k.dynamic.Resource(gvr).List(ctx, opts)
+	return k.watch.listObjects(ctx, k, gvr, opts)
 }
 
 // judgement is one CRD the operation writes over a live one.
@@ -49,15 +51,16 @@ func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds
 	for i := range crds {
 		byName[crds[i].Name] = i
 	}
+	judges := judgesOf(cluster)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
 	for _, j := range judged {
-		if !crdschema.Changed(j.live, j.next) {
-			continue // no schema that stored objects meet changes: nothing to compile or read
-		}
 		c := &crds[byName[j.next.Name]]
 		g.Go(func() error {
-			judge, err := crdschema.New(j.live, j.next)
+			judge, changed, err := judges.Get(j.live, j.next)
+			if !changed {
+				return nil // no schema that stored objects meet changes: nothing to compile or read
+			}
 			if err != nil {
 				c.SchemaError = err.Error()
 				return nil
@@ -80,4 +83,16 @@ func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds
 		})
 	}
 	return g.Wait()
+}
+
+// judgesOf is the cache of compiled judges the cluster keeps between runs (a KubeCluster
+// of Clusters), or nil: every judge is then compiled for this run.
+func judgesOf(cluster Cluster) *crdschema.Judges {
+	if r, ok := cluster.(*recordingCluster); ok {
+		cluster = r.Cluster
+	}
+	if k, ok := cluster.(*KubeCluster); ok {
+		return k.judges
+	}
+	return nil
 }

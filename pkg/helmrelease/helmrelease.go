@@ -263,7 +263,26 @@ func (r *Reader) FailedPair(ctx context.Context, name string, revision int) (fai
 // Cache keeps decoded revisions by the identity of the object that stores them (its UID
 // and resourceVersion, hashed), so a Reader asked again for an unchanged revision does not
 // decode it again. It is safe for concurrent use.
-type Cache struct{ revisions *lru.Cache }
+type Cache struct {
+	revisions *lru.Cache
+	records   Records
+}
+
+// Records answers, from memory, which storage objects hold a release's revisions: the
+// metadata (labels, UID, resourceVersion) of the Secrets Helm's secret driver wrote, as an
+// informer on them keeps it. ok is false when it cannot answer (not synced yet): the
+// Reader then lists them from the API server.
+type Records interface {
+	Records(namespace, name string) (items []*metav1.PartialObjectMetadata, ok bool)
+}
+
+// SetRecords lets Deployed find the release's storage Secrets in r instead of listing
+// them, so an unchanged release is read with no API call. r lags the API server by what
+// its watch has not delivered yet: a revision written a moment ago may not be seen.
+func (c *Cache) SetRecords(r Records) *Cache {
+	c.records = r
+	return c
+}
 
 // NewCache keeps up to n revisions (default 64).
 func NewCache(n int) *Cache {
@@ -294,19 +313,13 @@ func (r *Reader) Deployed(ctx context.Context, name string) (*release.Release, s
 		}
 		return Deployed(h), "", nil
 	}
-	resource := "secrets"
-	if r.driver == DriverConfigMap {
-		resource = "configmaps"
-	}
-	list, err := r.metadata.Resource(schema.GroupVersionResource{Version: "v1", Resource: resource}).Namespace(r.namespace).
-		List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + name})
+	items, err := r.records(ctx, name)
 	if err != nil {
-		return nil, "", fmt.Errorf("read history of release %s in namespace %s: %w", name, r.namespace, err)
+		return nil, "", err
 	}
 	var pick *metav1.PartialObjectMetadata
 	pickVersion, pickDeployed := 0, false
-	for i := range list.Items {
-		m := &list.Items[i]
+	for _, m := range items {
 		v, err := strconv.Atoi(m.Labels["version"])
 		if err != nil {
 			continue
@@ -338,4 +351,28 @@ func (r *Reader) Deployed(ctx context.Context, name string) (*release.Release, s
 		r.cache.revisions.Add(key, rel)
 	}
 	return rel, key, nil
+}
+
+// records are the metadata of the release's storage objects: from the cache's Records
+// when it can answer, else one metadata-only LIST.
+func (r *Reader) records(ctx context.Context, name string) ([]*metav1.PartialObjectMetadata, error) {
+	if r.cache != nil && r.cache.records != nil && r.driver == DriverSecret {
+		if items, ok := r.cache.records.Records(r.namespace, name); ok {
+			return items, nil
+		}
+	}
+	resource := "secrets"
+	if r.driver == DriverConfigMap {
+		resource = "configmaps"
+	}
+	list, err := r.metadata.Resource(schema.GroupVersionResource{Version: "v1", Resource: resource}).Namespace(r.namespace).
+		List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + name})
+	if err != nil {
+		return nil, fmt.Errorf("read history of release %s in namespace %s: %w", name, r.namespace, err)
+	}
+	items := make([]*metav1.PartialObjectMetadata, 0, len(list.Items))
+	for i := range list.Items {
+		items = append(items, &list.Items[i])
+	}
+	return items, nil
 }

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -98,9 +99,14 @@ func Active(ctx context.Context, disco discovery.DiscoveryInterface, dyn dynamic
 	if err != nil {
 		return nil, fmt.Errorf("list StorageVersionMigrations: %w", err)
 	}
+	return ActiveOf(list.Items)
+}
+
+// ActiveOf is Active over StorageVersionMigrations already read (an informer's).
+func ActiveOf(items []unstructured.Unstructured) (map[string][]Migration, error) {
 	out := map[string][]Migration{}
-	for i := range list.Items {
-		s, err := Convert(list.Items[i].Object)
+	for i := range items {
+		s, err := Convert(items[i].Object)
 		if err != nil {
 			return nil, err
 		}

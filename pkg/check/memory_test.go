@@ -1,0 +1,234 @@
+package check_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/release/common"
+	release "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage/driver"
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// requests counts every API request but watches (an informer's watch is one long request).
+type requests struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (c requests) RoundTrip(r *http.Request) (*http.Response, error) {
+	if w := r.URL.Query().Get("watch"); w != "true" && w != "1" {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// countedTarget is a target of a running Clusters whose clients count their requests.
+func countedTarget(t *testing.T, o check.ClustersOptions, local bool) (*check.Target, *atomic.Int64) {
+	t.Helper()
+	ctx := t.Context()
+	n := &atomic.Int64{}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return requests{rt: rt, n: n} })
+	clusters := check.NewClusters(o)
+	runCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go func() { _ = clusters.Start(runCtx) }()
+	var target *check.Target
+	// Start runs in its own goroutine: a target is kept once Start has begun.
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		target, err = clusters.Get(ctx, check.Key(t.Name()), cfg, local)
+		if err != nil {
+			return false, err
+		}
+		again, err := clusters.Get(ctx, check.Key(t.Name()), cfg, local)
+		return err == nil && again.Cluster == target.Cluster, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return target, n
+}
+
+// eventually polls f until it says done: what an informer delivers arrives a moment after
+// the write, and the test waits for that delivery, not for a fixed time.
+func eventually(t *testing.T, what string, f func() (bool, error)) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		ok, err := f()
+		last = err
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("%s: never happened (last error: %v)", what, last)
+	}
+}
+
+// fieldsCRD is a one-version CRD whose spec declares the named string fields.
+func fieldsCRD(group string, fields ...string) *apiextv1.CustomResourceDefinition {
+	props := map[string]apiextv1.JSONSchemaProps{}
+	for _, f := range fields {
+		props[f] = apiextv1.JSONSchemaProps{Type: "string"}
+	}
+	return &apiextv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadgets." + group},
+		Spec: apiextv1.CustomResourceDefinitionSpec{
+			Group: group, Scope: apiextv1.NamespaceScoped,
+			Names: apiextv1.CustomResourceDefinitionNames{Plural: "gadgets", Singular: "gadget", Kind: "Gadget", ListKind: "GadgetList"},
+			Versions: []apiextv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextv1.JSONSchemaProps{
+					"spec": {Type: "object", Properties: props}}}}}},
+		},
+	}
+}
+
+// TestDecisionFromMemory: a repeated decision of a target of Clusters (the CRDs, the
+// compiled schema judge, the schema check's LIST of the objects) makes no API request,
+// and each thing it keeps is dropped when the API server's changes: an object created
+// that the incoming schema prunes, then the live CRD changed so that it no longer does,
+// are each seen by the decisions that follow.
+func TestDecisionFromMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	t.Run("remote target", func(t *testing.T) { decisionFromMemory(t, "memory.example.io", false) })
+	// The local cluster's CRDs come from the controller manager's cache.
+	t.Run("local target", func(t *testing.T) { decisionFromMemory(t, "local.memory.example.io", true) })
+}
+
+func decisionFromMemory(t *testing.T, group string, local bool) {
+	ctx := t.Context()
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	if err := testenv.ApplyCRD(ctx, cs, fieldsCRD(group, "a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	o := check.ClustersOptions{}
+	if local {
+		scheme := runtime.NewScheme()
+		if err := apiextv1.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		c, err := cache.New(cp.Config, cache.Options{Scheme: scheme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = c.Start(ctx) }()
+		if !c.WaitForCacheSync(ctx) {
+			t.Fatal("cache not synced")
+		}
+		o.Local = c
+	}
+	target, n := countedTarget(t, o, local)
+	incoming := fieldsCRD(group, "b") // drops spec.a
+	decide := func() (*check.CRDReport, int64, error) {
+		before := n.Load()
+		rep, err := check.Run(ctx, target.Cluster, check.Request{Operation: predict.Upgrade, NoObjectCounts: true,
+			Incoming: []chartcrds.CRD{{CRD: incoming, Source: predict.Templates}}})
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(rep.CRDs) != 1 {
+			return nil, 0, fmt.Errorf("%d CRDs in the report, want 1", len(rep.CRDs))
+		}
+		return &rep.CRDs[0], n.Load() - before, nil
+	}
+	verdictFromMemory := func(want predict.Verdict) func() (bool, error) {
+		return func() (bool, error) {
+			c, reqs, err := decide()
+			if err != nil || c.Verdict != want {
+				return false, err
+			}
+			return reqs == 0, nil
+		}
+	}
+	eventually(t, "nothing stored: ok, decided with no API request", verdictFromMemory(predict.OK))
+
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "g", "namespace": "default"}, "spec": map[string]any{"a": "kept", "b": "x"}}}
+	if _, err := dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Namespace("default").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "an object holding spec.a: field loss found, then decided from memory again", verdictFromMemory(predict.DataLoss))
+
+	if err := testenv.ApplyCRD(ctx, cs, fieldsCRD(group, "b", "c")); err != nil {
+		t.Fatal(err)
+	}
+	// The live schema no longer declares spec.a (the API server already prunes it on
+	// read): the incoming CRD loses nothing more, and a judge kept for the old live CRD
+	// would still say it does.
+	eventually(t, "the live CRD changed: ok again, then decided from memory", verdictFromMemory(predict.OK))
+}
+
+// TestReleaseFromMemory: a target of Clusters finds a release's deployed revision with
+// no API request once it has read it, and a revision written since is seen by the next
+// reads.
+func TestReleaseFromMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	ctx := t.Context()
+	const ns = "memory-releases"
+	kc := kubernetes.NewForConfigOrDie(cp.Config)
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := driver.NewSecrets(kc.CoreV1().Secrets(ns))
+	rel := func(v int, status common.Status) *release.Release {
+		return &release.Release{Name: "web", Namespace: ns, Version: v, Info: &release.Info{Status: status},
+			Chart: &chart.Chart{Metadata: &chart.Metadata{Name: "web", Version: fmt.Sprintf("1.%d.0", v)}}}
+	}
+	key := func(v int) string { return fmt.Sprintf("sh.helm.release.v1.web.v%d", v) }
+	if err := d.Create(key(1), rel(1, common.StatusDeployed)); err != nil {
+		t.Fatal(err)
+	}
+	target, n := countedTarget(t, check.ClustersOptions{}, false)
+	reader, err := helmrelease.NewReader(target.Clientset, ns, helmrelease.DriverSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader.WithMemory(target.Metadata, target.Releases)
+	deployedFromMemory := func(want int) func() (bool, error) {
+		return func() (bool, error) {
+			before := n.Load()
+			r, _, err := reader.Deployed(ctx, "web")
+			if err != nil || r.Version != want {
+				return false, err
+			}
+			return n.Load() == before, nil
+		}
+	}
+	eventually(t, "revision 1 read with no API request", deployedFromMemory(1))
+
+	if err := d.Update(key(1), rel(1, common.StatusSuperseded)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Create(key(2), rel(2, common.StatusDeployed)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "revision 2 seen, then read with no API request", deployedFromMemory(2))
+}

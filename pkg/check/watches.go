@@ -1,0 +1,244 @@
+package check
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/lru"
+
+	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
+)
+
+// watches are the informers a target of Clusters starts on first use, besides its CRD
+// informer, so that a repeated decision reads from memory what it would otherwise ask the
+// API server each time: the metadata of the Helm release Secrets, the metadata of the
+// objects the schema check reads (to know when a kept LIST is still the API server's),
+// and the StorageVersionMigrations. Each lives until the target is dropped. What an
+// informer answers lags the API server by what its watch has not delivered yet
+// (milliseconds on a healthy connection; longer while a broken watch relists): the same
+// kind of race a decision already has with a write that lands just after it reads.
+type watches struct {
+	ctx       context.Context
+	max       int
+	mu        sync.Mutex
+	informers map[string]*watched
+	// pages keeps the schema check's complete, single-page LISTs by resource, with the
+	// count of changes the resource's informer had delivered before the LIST.
+	pages *lru.Cache
+	// svmAt is when the StorageVersionMigration resource was resolved by discovery.
+	svmMu  sync.Mutex
+	svmGVR schema.GroupVersionResource
+	svmAt  time.Time
+}
+
+// maxWatches bounds the informers one target keeps (one per resource the schema check
+// reads, plus two).
+const maxWatches = 64
+
+// maxKeptPage bounds the objects of a kept LIST: a larger collection is read afresh at
+// every decision that judges it.
+const maxKeptPage = 500
+
+func newWatches(ctx context.Context) *watches {
+	return &watches{ctx: ctx, max: maxWatches, informers: map[string]*watched{}, pages: lru.New(maxWatches)}
+}
+
+// watched is one informer and how many changes it has delivered (every add, update and
+// delete, relists included): an unchanged count means nothing changed as far as the
+// watch has delivered. (The informer's last resourceVersion is no such measure: the API
+// server's bookmarks move it with every write to any resource.)
+type watched struct {
+	inf     toolscache.SharedIndexInformer
+	changes atomic.Int64
+}
+
+// watchTweak bounds every watch of these informers (see watchTimeout).
+func watchTweak(o *metav1.ListOptions) {
+	secs := int64(watchTimeout / time.Second)
+	o.TimeoutSeconds = &secs
+}
+
+// informer returns the informer named key, started with build on first use, and whether
+// it has synced. It returns nil when w is nil or holds its maximum.
+func (w *watches) informer(key string, build func() toolscache.SharedIndexInformer) (toolscache.SharedIndexInformer, bool) {
+	wd := w.get(key, build)
+	if wd == nil {
+		return nil, false
+	}
+	return wd.inf, wd.inf.HasSynced()
+}
+
+func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *watched {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wd, ok := w.informers[key]
+	if !ok {
+		if len(w.informers) >= w.max {
+			return nil
+		}
+		wd = &watched{inf: build()}
+		changed := func() { wd.changes.Add(1) }
+		if _, err := wd.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { changed() }, UpdateFunc: func(any, any) { changed() }, DeleteFunc: func(any) { changed() },
+		}); err != nil {
+			return nil
+		}
+		w.informers[key] = wd
+		go wd.inf.RunWithContext(w.ctx)
+	}
+	return wd
+}
+
+// releaseIndex indexes Helm release Secrets by namespace and release name.
+const releaseIndex = "release"
+
+// helmRecords is helmrelease.Records from a metadata informer on every Secret labelled
+// owner=helm.
+type helmRecords struct {
+	w  *watches
+	md metadata.Interface
+}
+
+func (h *helmRecords) Records(namespace, name string) ([]*metav1.PartialObjectMetadata, bool) {
+	inf, synced := h.w.informer("helm-records", func() toolscache.SharedIndexInformer {
+		return metadatainformer.NewFilteredMetadataInformer(h.md, schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, metav1.NamespaceAll, 0,
+			toolscache.Indexers{releaseIndex: func(obj any) ([]string, error) {
+				m, ok := obj.(*metav1.PartialObjectMetadata)
+				if !ok {
+					return nil, nil
+				}
+				return []string{m.Namespace + "/" + m.Labels["name"]}, nil
+			}},
+			func(o *metav1.ListOptions) { o.LabelSelector = "owner=helm"; watchTweak(o) }).Informer()
+	})
+	if !synced {
+		return nil, false
+	}
+	objs, err := inf.GetIndexer().ByIndex(releaseIndex, namespace+"/"+name)
+	if err != nil {
+		return nil, false
+	}
+	out := make([]*metav1.PartialObjectMetadata, 0, len(objs))
+	for _, o := range objs {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+			out = append(out, m)
+		}
+	}
+	return out, true
+}
+
+var _ helmrelease.Records = (*helmRecords)(nil)
+
+type keptPage struct {
+	rv   string
+	list *unstructured.UnstructuredList
+}
+
+// listObjects is ListObjects through memory: the first page of a resource whose LIST
+// was complete in one page, kept while the resource's metadata informer has delivered no
+// change since before that LIST (no object of the resource was created, changed or
+// deleted since, as far as the watch has delivered) and its CRD is at the
+// same resourceVersion (which decides how the objects are served). Anything else lists.
+func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.GroupVersionResource,
+	opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	md, dyn := k.metadata, k.dynamic
+	list := func() (*unstructured.UnstructuredList, error) { return dyn.Resource(gvr).List(ctx, opts) }
+	if w == nil || opts.Continue != "" || opts.LabelSelector != "" || opts.FieldSelector != "" {
+		return list()
+	}
+	// How the API server serves the objects (pruned, converted) follows their CRD: a
+	// page is kept for one resourceVersion of it.
+	crds, ok, err := k.memory.crds(ctx)
+	if err != nil || !ok || crds[gvr.Resource+"."+gvr.Group] == nil {
+		return list()
+	}
+	crdRV := crds[gvr.Resource+"."+gvr.Group].ResourceVersion
+	wd := w.get("objects/"+gvr.String(), func() toolscache.SharedIndexInformer {
+		return metadatainformer.NewFilteredMetadataInformer(md, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
+	})
+	if wd == nil || !wd.inf.HasSynced() {
+		return list()
+	}
+	rv := strconv.FormatInt(wd.changes.Load(), 10)
+	key := gvr.String() + "?limit=" + strconv.FormatInt(opts.Limit, 10) + "&crd=" + crdRV
+	if v, ok := w.pages.Get(key); ok && rv != "" && v.(keptPage).rv == rv {
+		// Callers only read the objects (crdschema's Judge never modifies one).
+		return v.(keptPage).list, nil
+	}
+	l, err := list()
+	if err == nil && rv != "" && l.GetContinue() == "" && len(l.Items) <= maxKeptPage {
+		w.pages.Add(key, keptPage{rv: rv, list: l})
+	}
+	return l, err
+}
+
+// svmTTL is how long the resolution of the StorageVersionMigration resource by discovery
+// is reused.
+const svmTTL = 5 * time.Minute
+
+// migrationsInProgress is svm.Active from a dynamic informer on StorageVersionMigrations,
+// once it has synced.
+func (w *watches) migrationsInProgress(ctx context.Context, k *KubeCluster) (map[string][]svm.Migration, error) {
+	if w == nil {
+		return svm.Active(ctx, k.disco, k.dynamic)
+	}
+	w.svmMu.Lock()
+	if w.svmAt.IsZero() || time.Since(w.svmAt) > svmTTL {
+		gvr, err := svm.Resource(k.disco)
+		if err != nil {
+			w.svmMu.Unlock()
+			return svm.Active(ctx, k.disco, k.dynamic)
+		}
+		w.svmGVR, w.svmAt = gvr, time.Now()
+	}
+	gvr := w.svmGVR
+	w.svmMu.Unlock()
+	if gvr.Empty() {
+		return map[string][]svm.Migration{}, nil
+	}
+	inf, synced := w.informer("svm/"+gvr.String(), func() toolscache.SharedIndexInformer {
+		return dynamicinformer.NewFilteredDynamicInformer(k.dynamic, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
+	})
+	if !synced {
+		return svm.Active(ctx, k.disco, k.dynamic)
+	}
+	var items []unstructured.Unstructured
+	for _, o := range inf.GetStore().List() {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			items = append(items, *u)
+		}
+	}
+	return svm.ActiveOf(items)
+}
+
+// crdsFromMemory reads the CRDs from the informer when VerifyCRDs is off, and otherwise
+// only once a metadata LIST proves them fresh.
+func (k *KubeCluster) crdsFromMemory(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, bool, error) {
+	m, ok, err := k.memory.crds(ctx)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	if !k.memory.verify {
+		return m, true, nil
+	}
+	fresh, err := k.fresh(ctx, m)
+	if err != nil {
+		return nil, false, err
+	}
+	return m, fresh, nil
+}
