@@ -77,7 +77,7 @@ func servingForNode(api *envtest.APIServer) error {
 	if err := os.WriteFile(filepath.Join(api.CertDir, "sa-signer.key"), saKey, 0o600); err != nil {
 		return err
 	}
-	api.SecureServing.CA = bytes.TrimSpace(rest)
+	api.CA = bytes.TrimSpace(rest)
 	api.Configure().Set("bind-address", "0.0.0.0").Disable("disable-admission-plugins")
 	return nil
 }
@@ -282,7 +282,7 @@ func (p *nodeProc) waitFor(ctx context.Context, what string, timeout time.Durati
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		select {
 		case <-p.proc.Done():
-			return false, fmt.Errorf("%s exited (%v)", p.name, p.proc.Err())
+			return false, fmt.Errorf("%s exited: %w", p.name, p.proc.Err())
 		default:
 		}
 		return cond(), nil

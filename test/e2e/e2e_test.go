@@ -61,15 +61,14 @@ func buildImage(t *testing.T, version string) (tag, archive string) {
 	return tag, archive
 }
 
-// kubectl runs the control plane's kubectl as its admin.
-func kubectl(t *testing.T, args ...string) string {
+// kubectl runs the control plane's kubectl as its admin, failing the test if it fails.
+func kubectl(t *testing.T, args ...string) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(cp.KubeBin, "kubectl"), append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
 }
 
 // kubectlOut is kubectl for diagnostics: its output, or the error.
@@ -82,14 +81,13 @@ func kubectlOut(args ...string) string {
 	return string(out)
 }
 
-// helm runs the real Helm 4 CLI against the control plane.
-func helm(t *testing.T, args ...string) string {
+// helm runs the real Helm 4 CLI against the control plane, failing the test if it fails.
+func helm(t *testing.T, args ...string) {
 	t.Helper()
 	out, err := cp.Helm(args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
 }
 
 func chartDir(t *testing.T) string {
