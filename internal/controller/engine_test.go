@@ -43,7 +43,7 @@ func TestStorageMigrationBuiltinEngine(t *testing.T) {
 		}
 		return
 	}
-	if sm.Status.Phase != v1alpha1.PhaseSucceeded || rp.Engine != v1alpha1.EngineBuiltin || !strings.Contains(rp.EngineReason, "builtin") ||
+	if sm.Status.Phase != v1alpha1.PhaseSucceeded || rp.Engine != v1alpha1.EngineBuiltin || !strings.HasPrefix(rp.EngineReason, "asked for") ||
 		!slices.Equal(rp.StoredVersionsAfter, []string{"v1"}) {
 		t.Fatalf("phase %s, %+v; want Succeeded by the builtin engine with storedVersions [v1]", sm.Status.Phase, rp)
 	}

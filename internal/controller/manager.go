@@ -132,7 +132,10 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	fleet := &FleetReconciler{Client: mgr.GetClient(), Options: o.Fleet,
 		// Its own Clusters, large enough never to evict a target a policy selects.
-		Clusters: check.NewClusters(check.ClustersOptions{MaxTargets: 4096})}
+		Clusters: check.NewClusters(check.ClustersOptions{MaxTargets: 4096,
+			// Each sync is the target's probe: its CRDs are checked against one LIST, so a
+			// target that stopped answering is reported Unreachable, not read from memory.
+			VerifyCRDs: true})}
 	if err := fleet.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}

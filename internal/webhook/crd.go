@@ -66,7 +66,7 @@ func (c *crdGate) Handle(ctx context.Context, req admission.Request) admission.R
 	dryRun := req.DryRun != nil && *req.DryRun
 	ctx, cancel := context.WithTimeout(ctx, c.g.opts.RecordTimeout)
 	defer cancel()
-	d := c.decide(ctx, &crd, dropped, dryRun)
+	d := c.decide(ctx, &old, &crd, dropped, dryRun)
 	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
 	log.FromContext(ctx).Info("CRD update decision", "crd", crd.Name, "dropped", dropped, "outcome", d.kind.outcome(), "storageMigration", d.migration)
 	// An admitted update is left to the API server's own validation.
@@ -87,7 +87,7 @@ func crdOwner(crd *apiextv1.CustomResourceDefinition) owner {
 	return o
 }
 
-func (c *crdGate) decide(ctx context.Context, crd *apiextv1.CustomResourceDefinition, dropped []string, dryRun bool) decision {
+func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceDefinition, dropped []string, dryRun bool) decision {
 	g := c.g
 	o := crdOwner(crd)
 	sms := o.migrations(g, dryRun)
@@ -98,7 +98,9 @@ func (c *crdGate) decide(ctx context.Context, crd *apiextv1.CustomResourceDefini
 			return nil, err
 		}
 		// The incoming CRD as the update applies it; the one prediction engine decides.
-		return check.Predict(ctx, check.Sources{Cluster: tgt.Cluster, NoObjectCounts: true,
+		// The request's old object is the live CRD as the API server has it now,
+		// whatever the gate's informer has delivered yet.
+		return check.Predict(ctx, check.Sources{Cluster: tgt.Cluster, Live: []*apiextv1.CustomResourceDefinition{old}, NoObjectCounts: true,
 			Chart: func(context.Context, bool) (*check.Chart, error) {
 				return &check.Chart{Name: "CustomResourceDefinition", CRDs: []chartcrds.CRD{{CRD: crd, Source: predict.Templates}}}, nil
 			}})

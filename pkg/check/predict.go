@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -39,6 +40,10 @@ type ChartLoader func(ctx context.Context, upgrade bool) (*Chart, error)
 type Sources struct {
 	// Cluster is the live cluster.
 	Cluster Cluster
+	// Live are CRDs as the caller knows them live, fresher than Cluster's view (which
+	// may be an informer's): an admission request's old object is the API server's own.
+	// They replace Cluster's CRDs of the same names.
+	Live []*apiextv1.CustomResourceDefinition
 	// Releases reads the release's revisions. Nil predicts without a release (no CRD is
 	// found deleted, and the chart renders as a first install).
 	Releases *helmrelease.Reader
@@ -116,7 +121,7 @@ func Predict(ctx context.Context, s Sources) (*Prediction, error) {
 	} else if err := s.upgrade(ctx, &req, p); err != nil {
 		return nil, err
 	}
-	cluster := &recordingCluster{Cluster: s.Cluster}
+	cluster := &recordingCluster{Cluster: s.Cluster, known: s.Live}
 	rep, err := Run(ctx, cluster, req)
 	if err != nil {
 		return nil, err
@@ -288,12 +293,22 @@ func Older(version, than string) bool {
 // LIST.
 type recordingCluster struct {
 	Cluster
-	mu   sync.Mutex
-	live map[string]*apiextv1.CustomResourceDefinition
+	known []*apiextv1.CustomResourceDefinition // Sources.Live
+	mu    sync.Mutex
+	live  map[string]*apiextv1.CustomResourceDefinition
 }
 
 func (r *recordingCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
 	m, err := r.Cluster.CRDs(ctx)
+	if err == nil && len(r.known) > 0 {
+		m = maps.Clone(m)
+		if m == nil {
+			m = map[string]*apiextv1.CustomResourceDefinition{}
+		}
+		for _, c := range r.known {
+			m[c.Name] = c
+		}
+	}
 	r.mu.Lock()
 	r.live = m
 	r.mu.Unlock()
