@@ -93,13 +93,15 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 	sms := o.migrations(g, dryRun)
 	sms.readBefore(ctx)
 	p, err := runWithin(ctx, func(ctx context.Context) (*check.Prediction, error) {
-		tgt, err := g.localTarget(ctx)
+		// The CRD door reads the API server itself, not the gate's memory: it is the
+		// last line for a chart change the other doors admitted on state an informer had
+		// not delivered yet, and CRD updates are rare. The request's old object is the
+		// live CRD as the API server has it now.
+		tgt, err := check.Connect(ctx, g.local)
 		if err != nil {
 			return nil, err
 		}
 		// The incoming CRD as the update applies it; the one prediction engine decides.
-		// The request's old object is the live CRD as the API server has it now,
-		// whatever the gate's informer has delivered yet.
 		return check.Predict(ctx, check.Sources{Cluster: tgt.Cluster, Live: []*apiextv1.CustomResourceDefinition{old}, NoObjectCounts: true,
 			Chart: func(context.Context, bool) (*check.Chart, error) {
 				return &check.Chart{Name: "CustomResourceDefinition", CRDs: []chartcrds.CRD{{CRD: crd, Source: predict.Templates}}}, nil
