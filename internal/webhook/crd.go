@@ -89,6 +89,7 @@ func crdOwner(crd *apiextv1.CustomResourceDefinition) owner {
 
 func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceDefinition, dropped []string, dryRun bool) decision {
 	g := c.g
+	ctx = readFresh(ctx) // policies and StorageMigrations too, not only the CRDs
 	o := crdOwner(crd)
 	sms := o.migrations(g, dryRun)
 	sms.readBefore(ctx)

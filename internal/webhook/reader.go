@@ -30,7 +30,19 @@ func newMemoryReader(cache, api client.Reader) *memoryReader {
 	return &memoryReader{cache: cache, api: api, secrets: lru.New(maxKeptSecrets)}
 }
 
+// freshKey marks a decision that reads through to the API server (readFresh).
+type freshKey struct{}
+
+// readFresh makes a memoryReader read through to the API server for the decision of
+// ctx: the CRD door's, the last line for what the other doors admitted on lagging state.
+func readFresh(ctx context.Context) context.Context { return context.WithValue(ctx, freshKey{}, true) }
+
+func isFresh(ctx context.Context) bool { return ctx.Value(freshKey{}) != nil }
+
 func (r *memoryReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if isFresh(ctx) {
+		return r.api.Get(ctx, key, obj, opts...)
+	}
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
 		return r.api.Get(ctx, key, obj, opts...)
@@ -41,6 +53,9 @@ func (r *memoryReader) Get(ctx context.Context, key client.ObjectKey, obj client
 }
 
 func (r *memoryReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if isFresh(ctx) {
+		return r.api.List(ctx, list, opts...)
+	}
 	switch list.(type) {
 	case *corev1.ConfigMapList, *corev1.SecretList:
 		return r.api.List(ctx, list, opts...)
