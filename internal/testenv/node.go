@@ -224,7 +224,7 @@ func (n *Node) start(ctx context.Context, opts NodeOptions) error {
 		return err
 	}
 	for _, img := range append([]string{pause}, opts.Images...) {
-		if out, err := n.ctr("images", "import", "--all-platforms", img); err != nil {
+		if out, err := n.Ctr("images", "import", "--all-platforms", img); err != nil {
 			return fmt.Errorf("import %s into the node: %w\n%s", filepath.Base(img), err, out)
 		}
 	}
@@ -338,17 +338,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 		return err
 	}
 	return p.waitFor(ctx, "socket", time.Minute, func() bool {
-		_, err := n.ctr("version")
+		_, err := n.Ctr("version")
 		return err == nil
 	})
 }
 
 // Ctr runs containerd's CLI on the node's socket, in the CRI's namespace, and returns
 // its combined output.
-func (n *Node) Ctr(args ...string) ([]byte, error) { return n.ctr(args...) }
-
-// ctr runs containerd's CLI on the node's socket, in the CRI's namespace.
-func (n *Node) ctr(args ...string) ([]byte, error) {
+func (n *Node) Ctr(args ...string) ([]byte, error) {
 	cmd := exec.Command("ctr", append([]string{"--address", n.Containerd, "--namespace", "k8s.io"}, args...)...)
 	childproc.Tie(cmd)
 	return cmd.CombinedOutput()

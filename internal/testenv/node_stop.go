@@ -100,10 +100,10 @@ func (n *Node) Stop() error {
 	}
 	netns := n.sandboxNetns()
 	// Whatever the kubelet left (it did not run, or did not finish): kill it directly.
-	if out, err := n.ctr("tasks", "ls", "-q"); err == nil {
+	if out, err := n.Ctr("tasks", "ls", "-q"); err == nil {
 		for _, id := range strings.Fields(string(out)) {
-			_, _ = n.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", id)
-			_, _ = n.ctr("tasks", "delete", "--force", id)
+			_, _ = n.Ctr("tasks", "kill", "--all", "--signal", "SIGKILL", id)
+			_, _ = n.Ctr("tasks", "delete", "--force", id)
 		}
 	}
 	for i := len(n.procs) - 1; i >= 0; i-- {
@@ -167,11 +167,11 @@ func (n *Node) drain(timeout time.Duration) error {
 		}
 	}
 	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(context.Context) (bool, error) {
-		out, err := n.ctr("tasks", "ls", "-q")
+		out, err := n.Ctr("tasks", "ls", "-q")
 		return err == nil && len(bytes.TrimSpace(out)) == 0, nil
 	})
 	if err != nil {
-		out, _ := n.ctr("tasks", "ls")
+		out, _ := n.Ctr("tasks", "ls")
 		return fmt.Errorf("drain: containers still run %s after their Pods were deleted:\n%s", timeout, out)
 	}
 	return nil
@@ -221,13 +221,13 @@ func unmountUnder(dir string) error {
 // node's Pod sandboxes: containerd leaves them until a sandbox is removed, which the
 // kubelet does only minutes after a Pod has gone.
 func (n *Node) sandboxNetns() []string {
-	out, err := n.ctr("containers", "ls", "--quiet")
+	out, err := n.Ctr("containers", "ls", "--quiet")
 	if err != nil {
 		return nil
 	}
 	var paths []string
 	for _, id := range strings.Fields(string(out)) {
-		info, err := n.ctr("containers", "info", id)
+		info, err := n.Ctr("containers", "info", id)
 		if err != nil {
 			continue
 		}
