@@ -37,6 +37,10 @@ type watches struct {
 	// pages keeps the schema check's complete, single-page LISTs by resource, with the
 	// count of changes the resource's informer had delivered before the LIST.
 	pages *lru.Cache
+	// seen is, by CRD name, the resourceVersion listObjects last read in memory and when
+	// it first did (see crdSettle).
+	seen map[string]seenCRD
+	now  func() time.Time
 	// svmAt is when the StorageVersionMigration resource was resolved by discovery.
 	svmMu  sync.Mutex
 	svmGVR schema.GroupVersionResource
@@ -51,8 +55,21 @@ const maxWatches = 64
 // every decision that judges it.
 const maxKeptPage = 500
 
+// crdSettle is how long after a CRD's change is first read in memory a LIST of its
+// objects is not kept. The API server serves custom resources through storage built for
+// the CRD its own informer holds, and swaps that storage only when that informer
+// delivers the change, which may be after ours: a LIST in between is served (pruned,
+// converted) by the old CRD, and kept under the new resourceVersion it would be repeated
+// until an object changed. Lists in that window are answered but not kept.
+const crdSettle = 3 * time.Second
+
+type seenCRD struct {
+	rv string
+	at time.Time
+}
+
 func newWatches(ctx context.Context) *watches {
-	return &watches{ctx: ctx, max: maxWatches, informers: map[string]*watched{}, pages: lru.New(maxWatches)}
+	return &watches{ctx: ctx, max: maxWatches, informers: map[string]*watched{}, pages: lru.New(maxWatches), seen: map[string]seenCRD{}, now: time.Now}
 }
 
 // watched is one informer and how many changes it has delivered (every add, update and
@@ -167,7 +184,9 @@ func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.Gr
 	if err != nil || !ok || crds[gvr.Resource+"."+gvr.Group] == nil {
 		return list()
 	}
-	crdRV := crds[gvr.Resource+"."+gvr.Group].ResourceVersion
+	crdName := gvr.Resource + "." + gvr.Group
+	crdRV := crds[crdName].ResourceVersion
+	settled := w.settled(crdName, crdRV)
 	wd := w.get("objects/"+gvr.String(), func() toolscache.SharedIndexInformer {
 		return metadatainformer.NewFilteredMetadataInformer(md, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
 	})
@@ -181,10 +200,23 @@ func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.Gr
 		return v.(keptPage).list, nil
 	}
 	l, err := list()
-	if err == nil && rv != "" && l.GetContinue() == "" && len(l.Items) <= maxKeptPage {
+	if err == nil && settled && rv != "" && l.GetContinue() == "" && len(l.Items) <= maxKeptPage {
 		w.pages.Add(key, keptPage{rv: rv, list: l})
 	}
 	return l, err
+}
+
+// settled says whether the CRD named name has been at resourceVersion rv in memory for
+// crdSettle.
+func (w *watches) settled(name, rv string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, ok := w.seen[name]
+	if !ok || s.rv != rv {
+		w.seen[name] = seenCRD{rv: rv, at: w.now()}
+		return false
+	}
+	return w.now().Sub(s.at) >= crdSettle
 }
 
 // svmTTL is how long the resolution of the StorageVersionMigration resource by discovery
