@@ -20,6 +20,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 type planOptions struct {
@@ -192,28 +193,12 @@ func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Reque
 // upgradeCommand is the helm upgrade of one step. Values files are named by path;
 // --set values are never printed (the header says to add them).
 func (o *planOptions) upgradeCommand(ref, version, ns string) string {
-	cmd := "helm upgrade " + o.release + " " + ref
-	switch {
-	case len(o.local) > 0:
-	case o.chart.RepoURL != "":
-		cmd += " --repo " + o.chart.RepoURL + " --version " + version
-	default:
-		cmd += " --version " + version
+	c := predict.Command{Kind: predict.CommandHelmUpgrade, Release: o.release, Namespace: ns, Chart: ref,
+		Repo: o.chart.RepoURL, PlainHTTP: o.chart.PlainHTTP, ValuesFiles: o.chart.Values.ValueFiles}
+	if len(o.local) == 0 {
+		c.ChartVersion = version
 	}
-	if o.chart.PlainHTTP {
-		cmd += " --plain-http"
-	}
-	for _, f := range o.chart.Values.ValueFiles {
-		cmd += " -f " + f
-	}
-	return cmd + nsFlag(ns)
-}
-
-func nsFlag(ns string) string {
-	if ns == "" {
-		return ""
-	}
-	return " -n " + ns
+	return c.String()
 }
 
 func readHelmRelease(ctx context.Context, conn *connection, ns, name string) (*plan.HelmRelease, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
 )
 
@@ -105,8 +106,8 @@ func diffFailedSummary(w io.Writer, rep *releasediff.Report) {
 		for _, r := range rep.StoredVersionsRejected {
 			fmt.Fprintf(w, "  %s\n    API server: %s\n", r, r.Message)
 		}
-		fmt.Fprintf(w, "Next: migrate those objects off the dropped versions, then retry: `upgradeguard check --release %s -n %s --chart <the chart of revision %d>` "+
-			"names the migrate commands (runbook: storedversions-rejected).\n", rep.Release, rep.Namespace, rep.FailedRevision)
+		check := predict.Command{Kind: predict.CommandCheck, Release: rep.Release, Namespace: rep.Namespace, Chart: fmt.Sprintf("<the chart of revision %d>", rep.FailedRevision)}
+		fmt.Fprintf(w, "Next: migrate those objects off the dropped versions, then retry: `%s` names the migrate commands (runbook: storedversions-rejected).\n", check)
 		if onlyRejected(rep) {
 			return
 		}

@@ -175,8 +175,8 @@ func lastAttemptWarnings(hr *helmv2.HelmRelease) []string {
 func remediationWarnings(res *fluxrelease.Result) []string {
 	var warnings []string
 	if len(res.RemediationRisk) > 0 {
-		warnings = append(warnings, fmt.Sprintf("if this upgrade fails after applying its CRDs, helm-controller's rollback remediation would be rejected on %s (the older chart lacks the new storage version); consider spec.upgrade.remediation.retries: 0 for this upgrade, and a reverse migration (upgradeguard migrate --rollback) before any rollback",
-			strings.Join(res.RemediationRisk, ", ")))
+		warnings = append(warnings, fmt.Sprintf("if this upgrade fails after applying its CRDs, helm-controller's rollback remediation would be rejected on %s (the older chart lacks the new storage version); consider spec.upgrade.remediation.retries: 0 for this upgrade, and a reverse migration (%s) before any rollback",
+			strings.Join(res.RemediationRisk, ", "), predict.Command{Kind: predict.CommandReverseMigration, Release: res.Release, Namespace: res.StorageNamespace}))
 	}
 	if len(res.UninstallRisk) > 0 {
 		warnings = append(warnings, fmt.Sprintf("if this upgrade fails, helm-controller's uninstall remediation (spec.upgrade.remediation.strategy: uninstall) deletes %s and every object of their types; annotate them helm.sh/resource-policy=keep in the chart, or use the rollback strategy",

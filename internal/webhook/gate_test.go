@@ -357,6 +357,9 @@ func TestGateRollbackDenied(t *testing.T) {
 	if !strings.Contains(got, "helm-controller's rollback remediation would be rejected on "+envcfgs) {
 		t.Errorf("no remediation warning on the upgrade; warnings: %q", got)
 	}
+	if want := "a reverse migration (upgradeguard migrate --rollback --release crossplane -n " + ns + " --allow-storage-switch)"; !strings.Contains(got, want) {
+		t.Errorf("the remediation warning does not name %q; warnings: %q", want, got)
+	}
 
 	// helm-controller's upgrade, done here by the real Helm CLI.
 	if out, err := s.cp.Helm("upgrade", "crossplane", s.charts["crossplane-1.18.0"], "-n", ns).CombinedOutput(); err != nil {

@@ -207,7 +207,7 @@ func (d *Decision) Required() string {
 func (d *Decision) migrate(ctx context.Context, o Options) (*Decision, error) {
 	required := d.Required()
 	if o.Migrator == nil {
-		d.Outcome, d.Message = Blocked, required+" (automatic migration is off: run upgradeguard migrate)"
+		d.Outcome, d.Message = Blocked, required+" (automatic migration is off: run "+predict.Command{Kind: predict.CommandMigrate, CRDs: d.ToMigrate}.String()+")"
 		d.conditions(o, metav1.ConditionTrue, ReasonAutoMigrationOff, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)
 		d.Conditions[0].Message, d.Conditions[1].Message = required, d.Message
 		return d, nil

@@ -3,6 +3,7 @@ package gate_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +96,10 @@ func TestDecideConverges(t *testing.T) {
 	}
 	if c := condition(t, d, gate.ConditionInProgress); c.Status != metav1.ConditionFalse || c.Reason != gate.ReasonAutoMigrationOff {
 		t.Errorf("in-progress condition %+v", c)
+	}
+	// The message names the command that migrates exactly the CRDs to migrate.
+	if want := (predict.Command{Kind: predict.CommandMigrate, CRDs: d.ToMigrate}).String(); len(d.ToMigrate) == 0 || !strings.Contains(d.Message, want) {
+		t.Errorf("message %q does not name %q", d.Message, want)
 	}
 
 	// A rate limit and a short budget: the first call cannot finish.

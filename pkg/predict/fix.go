@@ -74,9 +74,13 @@ const (
 	// CommandPlan is `upgradeguard plan --release R -n NS --chart C --version V`, each flag
 	// only when its value is known.
 	CommandPlan CommandKind = "plan"
+	// CommandCheck is `upgradeguard check --release R -n NS --chart C`, C a placeholder
+	// the reader replaces when the chart is not known.
+	CommandCheck CommandKind = "check"
 	// CommandPlanHelmRelease is `upgradeguard plan --helmrelease NS/NAME --version V`.
 	CommandPlanHelmRelease CommandKind = "plan-helmrelease"
-	// CommandHelmUpgrade is `helm upgrade R CHART --version V -n NS`.
+	// CommandHelmUpgrade is `helm upgrade R CHART --repo URL --version V --plain-http -f
+	// FILE -n NS`, each flag only when its value is known (CHART when the chart is not).
 	CommandHelmUpgrade CommandKind = "helm-upgrade"
 	// CommandHelmRollback is `helm rollback R N -n NS`.
 	CommandHelmRollback CommandKind = "helm-rollback"
@@ -100,6 +104,11 @@ type Command struct {
 	Release, Namespace string
 	// Chart and ChartVersion name the chart a plan or an upgrade moves to.
 	Chart, ChartVersion string
+	// Repo, PlainHTTP and ValuesFiles are the chart repository, its plain-HTTP access and
+	// the values files of a Helm upgrade (values set inline are never worded).
+	Repo        string
+	PlainHTTP   bool
+	ValuesFiles []string
 	// Revision is the release revision a rollback or reverse migration moves to (0: the
 	// previous one, for a reverse migration).
 	Revision int
@@ -142,7 +151,25 @@ func (c Command) String() string {
 			b.WriteString(" --version " + c.ChartVersion)
 		}
 	case CommandHelmUpgrade:
-		fmt.Fprintf(&b, "helm upgrade %s CHART --version %s%s", c.Release, c.ChartVersion, nsFlag(c.Namespace))
+		chart := c.Chart
+		if chart == "" {
+			chart = "CHART"
+		}
+		b.WriteString("helm upgrade " + c.Release + " " + chart)
+		for _, f := range [][2]string{{" --repo ", c.Repo}, {" --version ", c.ChartVersion}} {
+			if f[1] != "" {
+				b.WriteString(f[0] + f[1])
+			}
+		}
+		if c.PlainHTTP {
+			b.WriteString(" --plain-http")
+		}
+		for _, f := range c.ValuesFiles {
+			b.WriteString(" -f " + f)
+		}
+		b.WriteString(nsFlag(c.Namespace))
+	case CommandCheck:
+		fmt.Fprintf(&b, "upgradeguard check --release %s%s --chart %s", c.Release, nsFlag(c.Namespace), c.Chart)
 	case CommandHelmRollback:
 		fmt.Fprintf(&b, "helm rollback %s %d%s", c.Release, c.Revision, nsFlag(c.Namespace))
 	case CommandHelmReleaseVersion:
