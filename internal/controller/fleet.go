@@ -181,9 +181,6 @@ func (r *FleetReconciler) desired(ctx context.Context, p *v1alpha1.StorageMigrat
 		var kc kubeclient.Kubeconfig
 		t.cfg, kc, t.cfgErr = kubeclient.ReadKubeconfig(s, p.Spec.Targets.Key)
 		t.key, t.hash = kc.Key, kc.Hash
-		if t.cfg != nil && t.cfg.Timeout == 0 {
-			t.cfg.Timeout = RemoteTimeout
-		}
 		out = append(out, t)
 	}
 	return out, nil

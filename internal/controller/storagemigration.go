@@ -408,21 +408,9 @@ func (r *StorageMigrationReconciler) target(ctx context.Context, sm *v1alpha1.St
 		return rest.CopyConfig(r.Config), nil
 	}
 	ref := sm.Spec.KubeConfig.SecretRef
-	secret := &corev1.Secret{}
 	// Uncached: the controller never watches Secrets.
-	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, secret); err != nil {
-		return nil, fmt.Errorf("read kubeconfig Secret %s/%s: %w", ref.Namespace, ref.Name, err)
-	}
-	cfg, err := kubeclient.ConfigFromSecret(secret, ref.Key)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Timeout == 0 {
-		// A remote target that stops answering fails the request instead of holding a
-		// worker that other targets' migrations need.
-		cfg.Timeout = RemoteTimeout
-	}
-	return cfg, nil
+	cfg, _, err := kubeclient.ConfigFromSecretRef(ctx, r.Reader, ref.Namespace, ref.Name, ref.Key)
+	return cfg, err
 }
 
 // unreachableNow asks the target for the CRD once more, to tell an attempt cut short by
@@ -433,10 +421,6 @@ func unreachableNow(ctx context.Context, c *kubeclient.Clients, crd string) bool
 	_, err := c.CRDs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd, metav1.GetOptions{})
 	return Unreachable(err)
 }
-
-// RemoteTimeout bounds each request to a remote target cluster whose kubeconfig sets no
-// timeout.
-const RemoteTimeout = time.Minute
 
 // ClusterOf names the target cluster of a StorageMigration for metrics and logs: its
 // upgradeguard.io/cluster label (set on the migrations of a policy's targets), else the

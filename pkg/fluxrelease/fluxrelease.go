@@ -245,12 +245,10 @@ func target(ctx context.Context, r Reader, hr *helmv2.HelmRelease, local *rest.C
 	if kc.SecretRef == nil {
 		return nil, true, "", &UnsupportedError{Reason: "spec.kubeConfig without secretRef (a ConfigMap reference) is not resolved by the gate"}
 	}
-	var s corev1.Secret
-	if err := r.Get(ctx, types.NamespacedName{Namespace: hr.Namespace, Name: kc.SecretRef.Name}, &s); err != nil {
-		return nil, true, "", fmt.Errorf("kubeConfig Secret %s/%s: %w", hr.Namespace, kc.SecretRef.Name, err)
+	cfg, s, err := kubeclient.ConfigFromSecretRef(ctx, r, hr.Namespace, kc.SecretRef.Name, kc.SecretRef.Key)
+	if s == nil {
+		return nil, true, "", err
 	}
-	s.Namespace = hr.Namespace
-	cfg, err = kubeclient.ConfigFromSecret(&s, kc.SecretRef.Key)
 	id = fmt.Sprintf("Secret %s/%s key=%s uid=%s resourceVersion=%s", s.Namespace, s.Name, kc.SecretRef.Key, s.UID, s.ResourceVersion)
 	return cfg, true, id, err
 }

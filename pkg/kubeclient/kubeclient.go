@@ -4,10 +4,12 @@
 package kubeclient
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Clients are the API clients built from one config.
@@ -62,6 +65,25 @@ func New(cfg *rest.Config) (*Clients, error) {
 // names none: Flux's (value, value.yaml; Cluster API uses value too), then a plain kubeconfig key.
 var KubeconfigKeys = []string{"value", "value.yaml", "kubeconfig"}
 
+// RemoteTimeout bounds each request to a cluster reached through a kubeconfig Secret (a
+// kubeconfig file has no timeout of its own): a remote target that stops answering fails the
+// request instead of holding a worker or an admission decision other targets need.
+// (Watches of remote targets end sooner on their own: see check's watchTimeout.)
+const RemoteTimeout = time.Minute
+
+// ConfigFromSecretRef reads the Secret namespace/name through r and the kubeconfig in it
+// (ConfigFromSecret). The Secret is returned too, for callers that key caches on its
+// identity; its data is never in an error.
+func ConfigFromSecretRef(ctx context.Context, r client.Reader, namespace, name, key string) (*rest.Config, *corev1.Secret, error) {
+	s := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
+		return nil, nil, fmt.Errorf("read kubeconfig Secret %s/%s: %w", namespace, name, err)
+	}
+	s.Namespace = namespace
+	cfg, err := ConfigFromSecret(s, key)
+	return cfg, s, err
+}
+
 // ConfigFromSecret reads the kubeconfig in a Secret: under key, or under the first of
 // KubeconfigKeys present when key is empty. Errors name the Secret and key, never data.
 func ConfigFromSecret(s *corev1.Secret, key string) (*rest.Config, error) {
@@ -80,6 +102,7 @@ type Kubeconfig struct {
 
 // ReadKubeconfig is ConfigFromSecret with which kubeconfig it read: the Kubeconfig is
 // filled even when the kubeconfig does not parse, so a caller tells a rotated Secret.
+// Requests are bounded by RemoteTimeout.
 func ReadKubeconfig(s *corev1.Secret, key string) (*rest.Config, Kubeconfig, error) {
 	keys := KubeconfigKeys
 	if key != "" {
@@ -93,6 +116,7 @@ func ReadKubeconfig(s *corev1.Secret, key string) (*rest.Config, Kubeconfig, err
 			if err != nil {
 				return nil, kc, fmt.Errorf("kubeconfig Secret %s/%s key %s is not a valid kubeconfig: %w", s.Namespace, s.Name, k, err)
 			}
+			cfg.Timeout = RemoteTimeout
 			return cfg, kc, nil
 		}
 	}
