@@ -35,15 +35,10 @@ func TestCheckDataLoss(t *testing.T) {
 	if err := testenv.WaitEstablished(ctx, apiextclient.NewForConfigOrDie(cp.Config), crd); err != nil {
 		t.Fatal(err)
 	}
-	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(schema.GroupVersionResource{Group: "kro.run", Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
-	const secretish = "deployer-with-a-long-name"
-	rgd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kro.run/v1alpha1", "kind": "ResourceGraphDefinition",
-		"metadata": map[string]any{"name": "web"},
-		"spec": map[string]any{"defaultServiceAccounts": map[string]any{"default": secretish},
-			"schema": map[string]any{"apiVersion": "v1alpha1", "kind": "Web", "spec": map[string]any{"name": "string"}}}}}
-	if _, err := ri.Create(ctx, rgd, metav1.CreateOptions{}); err != nil {
+	if err := testenv.CreateKroGraph(ctx, cp.Config, "kro.run", "web"); err != nil {
 		t.Fatal(err)
 	}
+	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(schema.GroupVersionResource{Group: "kro.run", Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
 
 	r := ug(t, "check", "--chart", rev2, "--release", "kro", "-n", "kro", "-o", "json")
 	if r.code != cli.ExitFindings {
@@ -60,7 +55,7 @@ func TestCheckDataLoss(t *testing.T) {
 			t.Errorf("text output lacks %q:\n%s", want, text.stdout)
 		}
 	}
-	if strings.Contains(text.stdout+r.stdout, secretish) {
+	if strings.Contains(text.stdout+r.stdout, testenv.KroLostValue) {
 		t.Errorf("a field's value reached the output")
 	}
 
@@ -91,7 +86,7 @@ func TestPlanDataLoss(t *testing.T) {
 	const ns = "plan-loss"
 	dir := t.TempDir()
 	chart := func(v string) string {
-		p, err := testenv.RegroupedFixtureChart(filepath.Join(dir, v), "kro", v, "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml", "kro.run", group)
+		p, err := testenv.KroChart(filepath.Join(dir, v), v, group)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,12 +103,7 @@ func TestPlanDataLoss(t *testing.T) {
 	if err := testenv.WaitEstablished(ctx, cs, crd); err != nil {
 		t.Fatal(err)
 	}
-	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
-	rgd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1alpha1", "kind": "ResourceGraphDefinition",
-		"metadata": map[string]any{"name": "web"},
-		"spec": map[string]any{"defaultServiceAccounts": map[string]any{"default": "deployer"},
-			"schema": map[string]any{"apiVersion": "v1alpha1", "kind": "Web", "spec": map[string]any{"name": "string"}}}}}
-	if _, err := ri.Create(ctx, rgd, metav1.CreateOptions{}); err != nil {
+	if err := testenv.CreateKroGraph(ctx, cp.Config, group, "web"); err != nil {
 		t.Fatal(err)
 	}
 

@@ -29,7 +29,7 @@ func TestReleaseRecordDataLoss(t *testing.T) {
 	const crd = "resourcegraphdefinitions." + group
 	namespace(t, s.c, ns)
 	chart := func(v string) string {
-		p, err := testenv.RegroupedFixtureChart(t.TempDir(), "kro", v, "crds/kro/v"+v+"/kro.run_resourcegraphdefinitions.yaml", "kro.run", group)
+		p, err := testenv.KroChart(t.TempDir(), v, group)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,14 +40,10 @@ func TestReleaseRecordDataLoss(t *testing.T) {
 	if err := testenv.WaitEstablished(ctx, cs, crd); err != nil {
 		t.Fatal(err)
 	}
-	ri := dynamic.NewForConfigOrDie(s.cp.Config).Resource(schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
-	rgd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1alpha1", "kind": "ResourceGraphDefinition",
-		"metadata": map[string]any{"name": "web"},
-		"spec": map[string]any{"defaultServiceAccounts": map[string]any{"default": "deployer"},
-			"schema": map[string]any{"apiVersion": "v1alpha1", "kind": "Web", "spec": map[string]any{"name": "string"}}}}}
-	if _, err := ri.Create(ctx, rgd, metav1.CreateOptions{}); err != nil {
+	if err := testenv.CreateKroGraph(ctx, s.cp.Config, group, "web"); err != nil {
 		t.Fatal(err)
 	}
+	ri := dynamic.NewForConfigOrDie(s.cp.Config).Resource(schema.GroupVersionResource{Group: group, Version: "v1alpha1", Resource: "resourcegraphdefinitions"})
 	before := revisions(t, ns)
 
 	out, err := helmCLI(t, "upgrade", "kro-loss", chart("0.9.3"), "-n", ns)
