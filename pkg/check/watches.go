@@ -37,8 +37,8 @@ type watches struct {
 	// pages keeps the schema check's complete, single-page LISTs by resource, with the
 	// count of changes the resource's informer had delivered before the LIST.
 	pages *lru.Cache
-	// seen is, by CRD name, the resourceVersion listObjects last read in memory and when
-	// it first did (see crdSettle).
+	// seen is, by name, the resourceVersion of a CRD without managedFields listObjects
+	// last read in memory and when it first did (see crdSettle).
 	seen map[string]seenCRD
 	now  func() time.Time
 	// svmAt is when the StorageVersionMigration resource was resolved by discovery.
@@ -55,12 +55,14 @@ const maxWatches = 64
 // every decision that judges it.
 const maxKeptPage = 500
 
-// crdSettle is how long after a CRD's change is first read in memory a LIST of its
-// objects is not kept. The API server serves custom resources through storage built for
-// the CRD its own informer holds, and swaps that storage only when that informer
-// delivers the change, which may be after ours: a LIST in between is served (pruned,
-// converted) by the old CRD, and kept under the new resourceVersion it would be repeated
-// until an object changed. Lists in that window are answered but not kept.
+// crdSettle is how long after a CRD's last write a LIST of its objects is not kept. The
+// API server serves custom resources through storage built for the CRD its own informer
+// holds, and swaps that storage only when that informer delivers the change, which may
+// be after ours: a LIST in between is served (pruned, converted) by the old CRD, and kept
+// under the new resourceVersion it would be repeated until an object changed. Lists in
+// that window are answered but not kept. The last write is the newest time in the CRD's
+// managedFields (the API server's clock; a skew of ours shortens or lengthens the
+// window), or, for a CRD without them, when listObjects first read this resourceVersion.
 const crdSettle = 3 * time.Second
 
 type seenCRD struct {
@@ -184,9 +186,9 @@ func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.Gr
 	if err != nil || !ok || crds[gvr.Resource+"."+gvr.Group] == nil {
 		return list()
 	}
-	crdName := gvr.Resource + "." + gvr.Group
-	crdRV := crds[crdName].ResourceVersion
-	settled := w.settled(crdName, crdRV)
+	crd := crds[gvr.Resource+"."+gvr.Group]
+	crdRV := crd.ResourceVersion
+	settled := w.settled(crd)
 	wd := w.get("objects/"+gvr.String(), func() toolscache.SharedIndexInformer {
 		return metadatainformer.NewFilteredMetadataInformer(md, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
 	})
@@ -206,17 +208,25 @@ func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.Gr
 	return l, err
 }
 
-// settled says whether the CRD named name has been at resourceVersion rv in memory for
-// crdSettle.
-func (w *watches) settled(name, rv string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s, ok := w.seen[name]
-	if !ok || s.rv != rv {
-		w.seen[name] = seenCRD{rv: rv, at: w.now()}
-		return false
+// settled says whether crd was last written at least crdSettle ago.
+func (w *watches) settled(crd *apiextv1.CustomResourceDefinition) bool {
+	var written time.Time
+	for _, mf := range crd.ManagedFields {
+		if mf.Time != nil && mf.Time.After(written) {
+			written = mf.Time.Time
+		}
 	}
-	return w.now().Sub(s.at) >= crdSettle
+	if written.IsZero() {
+		w.mu.Lock()
+		s, ok := w.seen[crd.Name]
+		if !ok || s.rv != crd.ResourceVersion {
+			s = seenCRD{rv: crd.ResourceVersion, at: w.now()}
+			w.seen[crd.Name] = s
+		}
+		w.mu.Unlock()
+		written = s.at
+	}
+	return w.now().Sub(written) >= crdSettle
 }
 
 // svmTTL is how long the resolution of the StorageVersionMigration resource by discovery
