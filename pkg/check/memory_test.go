@@ -126,6 +126,10 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 	if err := testenv.ApplyCRD(ctx, cs, fieldsCRD(group, "a", "b")); err != nil {
 		t.Fatal(err)
 	}
+	// Its objects go with it: a second run starts with nothing stored.
+	t.Cleanup(func() {
+		_ = cp.DeleteCRDs(context.Background(), func(c *apiextv1.CustomResourceDefinition) bool { return c.Spec.Group != group })
+	})
 	o := check.ClustersOptions{}
 	if local {
 		scheme := runtime.NewScheme()
