@@ -109,13 +109,17 @@ func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomReso
 }
 
 // CountObjects asks for one object's metadata and reads the remaining item count the
-// API server reports, so counting costs one call whatever the number of objects.
+// API server reports, so counting costs one call whatever the number of objects. A target
+// of Clusters counts from memory once the resource's metadata informer has synced.
 func (k *KubeCluster) CountObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (int64, error) {
 	version := crdversions.ServedVersion(crd)
 	if version == "" {
 		return 0, fmt.Errorf("%s serves no version, so its objects cannot be listed", crd.Name)
 	}
 	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Spec.Names.Plural}
+	if n, ok := k.watch.countObjects(k, gvr); ok {
+		return n, nil
+	}
 	opts := metav1.ListOptions{Limit: 1}
 	var n int64
 	for {

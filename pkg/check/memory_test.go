@@ -107,7 +107,8 @@ func fieldsCRD(group string, fields ...string) *apiextv1.CustomResourceDefinitio
 }
 
 // TestDecisionFromMemory: a repeated decision of a target of Clusters (the CRDs, the
-// compiled schema judge, the schema check's LIST of the objects) makes no API request,
+// compiled schema judge, the schema check's LIST of the objects, the count of objects)
+// makes no API request,
 // and each thing it keeps is dropped when the API server's changes: an object created
 // that the incoming schema prunes, then the live CRD changed so that it no longer does,
 // are each seen by the decisions that follow.
@@ -150,7 +151,7 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 	incoming := fieldsCRD(group, "b") // drops spec.a
 	decide := func() (*check.CRDReport, int64, error) {
 		before := n.Load()
-		rep, err := check.Run(ctx, target.Cluster, check.Request{Operation: predict.Upgrade, NoObjectCounts: true,
+		rep, err := check.Run(ctx, target.Cluster, check.Request{Operation: predict.Upgrade,
 			Incoming: []chartcrds.CRD{{CRD: incoming, Source: predict.Templates}}})
 		if err != nil {
 			return nil, 0, err
@@ -160,16 +161,16 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 		}
 		return &rep.CRDs[0], n.Load() - before, nil
 	}
-	verdictFromMemory := func(want predict.Verdict) func() (bool, error) {
+	verdictFromMemory := func(want predict.Verdict, objects int64) func() (bool, error) {
 		return func() (bool, error) {
 			c, reqs, err := decide()
-			if err != nil || c.Verdict != want {
+			if err != nil || c.Verdict != want || c.Objects == nil || *c.Objects != objects {
 				return false, err
 			}
 			return reqs == 0, nil
 		}
 	}
-	eventually(t, "nothing stored: ok, decided with no API request", verdictFromMemory(predict.OK))
+	eventually(t, "nothing stored: ok, no object counted, decided with no API request", verdictFromMemory(predict.OK, 0))
 
 	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
 	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "Gadget",
@@ -177,7 +178,7 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 	if _, err := dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Namespace("default").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "an object holding spec.a: field loss found, then decided from memory again", verdictFromMemory(predict.DataLoss))
+	eventually(t, "an object holding spec.a: counted, field loss found, then decided from memory again", verdictFromMemory(predict.DataLoss, 1))
 
 	if err := testenv.ApplyCRD(ctx, cs, fieldsCRD(group, "b", "c")); err != nil {
 		t.Fatal(err)
@@ -185,7 +186,7 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 	// The live schema no longer declares spec.a (the API server already prunes it on
 	// read): the incoming CRD loses nothing more, and a judge kept for the old live CRD
 	// would still say it does.
-	eventually(t, "the live CRD changed: ok again, then decided from memory", verdictFromMemory(predict.OK))
+	eventually(t, "the live CRD changed: ok again, then decided from memory", verdictFromMemory(predict.OK, 1))
 }
 
 // TestReleaseFromMemory: a target of Clusters finds a release's deployed revision with

@@ -175,8 +175,7 @@ type keptPage struct {
 // same resourceVersion (which decides how the objects are served). Anything else lists.
 func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.GroupVersionResource,
 	opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
-	md, dyn := k.metadata, k.dynamic
-	list := func() (*unstructured.UnstructuredList, error) { return dyn.Resource(gvr).List(ctx, opts) }
+	list := func() (*unstructured.UnstructuredList, error) { return k.dynamic.Resource(gvr).List(ctx, opts) }
 	if w == nil || opts.Continue != "" || opts.LabelSelector != "" || opts.FieldSelector != "" {
 		return list()
 	}
@@ -189,9 +188,7 @@ func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.Gr
 	crd := crds[gvr.Resource+"."+gvr.Group]
 	crdRV := crd.ResourceVersion
 	settled := w.settled(crd)
-	wd := w.get("objects/"+gvr.String(), func() toolscache.SharedIndexInformer {
-		return metadatainformer.NewFilteredMetadataInformer(md, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
-	})
+	wd := w.objects(k, gvr)
 	if wd == nil || !wd.inf.HasSynced() {
 		return list()
 	}
@@ -206,6 +203,38 @@ func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.Gr
 		w.pages.Add(key, keptPage{rv: rv, list: l})
 	}
 	return l, err
+}
+
+// objects is the metadata informer on a resource's objects, started on first use, which
+// keeps of each object only what tells it apart and says it changed (name, namespace,
+// UID, resourceVersion): counting and noticing changes need nothing more, and a large
+// collection's labels, annotations and managedFields are not held.
+func (w *watches) objects(k *KubeCluster, gvr schema.GroupVersionResource) *watched {
+	return w.get("objects/"+gvr.String(), func() toolscache.SharedIndexInformer {
+		inf := metadatainformer.NewFilteredMetadataInformer(k.metadata, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
+		_ = inf.SetTransform(func(o any) (any, error) {
+			if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+				return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+					Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}}, nil
+			}
+			return o, nil
+		})
+		return inf
+	})
+}
+
+// countObjects counts a resource's objects from its metadata informer once it has
+// synced; ok is false before that (or when w is nil or full), and the caller asks the API
+// server.
+func (w *watches) countObjects(k *KubeCluster, gvr schema.GroupVersionResource) (n int64, ok bool) {
+	if w == nil {
+		return 0, false
+	}
+	wd := w.objects(k, gvr)
+	if wd == nil || !wd.inf.HasSynced() {
+		return 0, false
+	}
+	return int64(len(wd.inf.GetStore().ListKeys())), true
 }
 
 // settled says whether crd was last written at least crdSettle ago.
