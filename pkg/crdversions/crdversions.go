@@ -194,11 +194,11 @@ func Documents(file string, data []byte) ([]Document, error) {
 
 // decode reads the document's objects: a JSON stream value by value, YAML in one parse.
 func (d *Document) decode() error {
-	trimmed := bytes.TrimSpace(d.Raw)
-	if trimmed[0] != '{' && trimmed[0] != '[' {
+	body, ok := jsonBody(d.Raw)
+	if !ok {
 		return d.object(d.Raw, "")
 	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	for n := 1; ; n++ {
 		var v json.RawMessage
 		err := dec.Decode(&v)
@@ -216,6 +216,20 @@ func (d *Document) decode() error {
 			return err
 		}
 	}
+}
+
+// jsonBody is the document without the lines before its content (blank, comments, the
+// "---" the YAML reader keeps at the start of a file), and whether that content is JSON.
+func jsonBody(raw []byte) ([]byte, bool) {
+	for len(raw) > 0 {
+		line, rest, _ := bytes.Cut(raw, []byte("\n"))
+		t := bytes.TrimSpace(line)
+		if len(t) > 0 && t[0] != '#' && !bytes.Equal(t, []byte("---")) {
+			return raw, t[0] == '{' || t[0] == '['
+		}
+		raw = rest
+	}
+	return nil, false
 }
 
 // object decodes one YAML or JSON value: an object, a List of objects or an array of
