@@ -198,8 +198,8 @@ const ManifestsFlag = "manifests"
 // directories and YAML and JSON files. The command checks that no other chart or release
 // source is given with it (ManifestsConflict).
 func AddManifests(cmd *cobra.Command, path *string) {
-	cmd.Flags().StringVar(path, ManifestsFlag, "", "rendered manifests to check instead of a chart: a file, a directory of *.yaml, *.yml and *.json files, "+
-		"or - for standard input (helm template --include-crds, kustomize build); every CRD in them counts as applied, as kubectl apply and Argo CD do")
+	cmd.Flags().StringVar(path, ManifestsFlag, "", "rendered manifests instead of a chart: a file, a directory (its *.yaml, *.yml, *.json) or - for stdin; "+
+		"every CRD in them is applied, as kubectl apply and Argo CD do (create-replace)")
 	_ = cmd.MarkFlagFilename(ManifestsFlag, "yaml", "yml", "json")
 }
 
