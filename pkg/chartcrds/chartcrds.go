@@ -171,9 +171,9 @@ func ReadRendered(path string, stdin io.Reader) (*Rendered, error) {
 }
 
 // Add reads one file of rendered manifests. A CRD's source is read from the "# Source:"
-// line Helm writes above each document (a crds/ file's later documents carry the line of
-// its first): crds/ or templates/ of the chart or a subchart, and templates/ when there
-// is none. Its file is that source, else the file and document index.
+// line Helm writes above each document (a crds/ file's later documents, and the
+// document after a Source line that stands alone, carry the last line seen): crds/ or
+// templates/ of the chart or a subchart, and templates/ when there is none. Its file is that source, else the file and document index.
 func (r *Rendered) Add(file string, data []byte) error {
 	name := file
 	if file == Stdin {
@@ -189,9 +189,11 @@ func (r *Rendered) Add(file string, data []byte) error {
 	r.Files = append(r.Files, file)
 	source := ""
 	for _, d := range docs {
-		r.Documents++
 		if s := sourceFile(string(d.Raw), ""); s != "" {
 			source = s
+		}
+		if len(d.CRDs) > 0 || len(d.Objects) > 0 {
+			r.Documents++
 		}
 		for _, o := range d.Objects {
 			r.Objects[schema.GroupKind{Group: o.Group(), Kind: o.Kind}]++

@@ -40,7 +40,8 @@ func TestRenderedSources(t *testing.T) {
 	// What `helm template app ./app --include-crds` prints for a chart with a crds/ file
 	// of two CRDs, a subchart crds/ file, and a template CRD.
 	rendered := "---\n# Source: app/crds/both.yaml\n" + crd("a.example.com", "Alpha", "v1") + "---\n" + crd("a.example.com", "Beta", "v1") +
-		"\n---\n# Source: app/charts/sub/crds/sub.yaml\n" + crd("s.example.com", "Sub", "v1") +
+		// A crds/ file that starts with "---": its Source line is a document of its own.
+		"\n---\n# Source: app/charts/sub/crds/sub.yaml\n---\n" + crd("s.example.com", "Sub", "v1") +
 		"---\n# Source: app/templates/crds/gamma.yaml\n" + crd("a.example.com", "Gamma", "v1") +
 		"---\n# Source: app/templates/widgets.yaml\napiVersion: a.example.com/v1\nkind: Alpha\nmetadata: {name: x}\n" +
 		"---\n# Source: app/templates/widgets.yaml\napiVersion: a.example.com/v2\nkind: Alpha\nmetadata: {name: y}\n" +

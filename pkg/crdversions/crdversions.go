@@ -163,8 +163,10 @@ func (h Head) Group() string {
 // Documents splits a manifest into its documents and decodes each, the way kubectl
 // reads a file: YAML documents separated by "---", JSON objects (one or a stream), a
 // JSON array of objects, and List kinds (kind: List, or any kind ending in List that has
-// items), whose items count as objects of their own. Documents that hold no object
-// (empty, comments only, no kind) are left out. A
+// items), whose items count as objects of their own. Blank documents are left out;
+// those that hold no object (comments only, no kind) are kept, with none: helm template
+// writes a crds/ file's "# Source:" line as a document of its own when the file starts
+// with "---". A
 // document that is not valid YAML or JSON, or a CustomResourceDefinition that does not
 // decode strictly or lacks the fields the API server requires, is a *ParseError naming
 // the file and the document.
@@ -186,9 +188,7 @@ func Documents(file string, data []byte) ([]Document, error) {
 		if err := d.decode(); err != nil {
 			return nil, &ParseError{File: file, Document: doc, Err: err}
 		}
-		if len(d.CRDs) > 0 || len(d.Objects) > 0 {
-			out = append(out, d)
-		}
+		out = append(out, d)
 	}
 }
 

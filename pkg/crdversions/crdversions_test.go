@@ -87,9 +87,9 @@ func TestDocuments(t *testing.T) {
 		want       []doc
 		errHas     string
 	}{
-		{name: "YAML documents, comments and empty ones left out",
-			data: "# Source: chart/templates/a.yaml\n---\n" + good + "---\n# Source: chart/templates/empty.yaml\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n",
-			want: []doc{{Index: 2, CRDs: []string{"widgets.example.com"}}, {Index: 4, Objects: []Head{widgetHead}}}},
+		{name: "YAML documents, comment-only ones kept without objects, blank ones left out",
+			data: "# Source: chart/templates/a.yaml\n---\n" + good + "---\n# Source: chart/templates/empty.yaml\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n---\n\n---\n",
+			want: []doc{{Index: 1}, {Index: 2, CRDs: []string{"widgets.example.com"}}, {Index: 3}, {Index: 4, Objects: []Head{widgetHead}}}},
 		{name: "one JSON object", data: goodJSON, want: []doc{{Index: 1, CRDs: []string{"widgets.example.com"}}}},
 		{name: "JSON after a leading separator and a comment", data: "---\n# Source: x.json\n" + widget + "\n" + cm,
 			want: []doc{{Index: 1, Objects: []Head{widgetHead, cmHead}}}},
