@@ -227,7 +227,7 @@ func (o *checkOptions) predictManifests(ctx context.Context, conn *connection) (
 	if err != nil {
 		return nil, couldNot("read --%s: %w; fix the manifests, or the command that renders them", cliflag.ManifestsFlag, err)
 	}
-	p, err := check.PredictManifests(ctx, check.Sources{Cluster: conn.cluster, Namespace: conn.namespace}, r)
+	p, err := check.PredictManifests(ctx, check.Sources{Cluster: conn.cluster}, r)
 	if err != nil {
 		return nil, classifyAs(o.command(), err, conn)
 	}
