@@ -147,6 +147,17 @@ func TestCheckManifestsFlux(t *testing.T) {
 		t.Errorf("text: exit %d, want 1", text.code)
 	}
 
+	// rbac --manifests grants exactly what migrating those CRDs needs.
+	role := ugIn(t, rendered, "rbac", "--manifests", "-")
+	for _, name := range migrate {
+		if role.code != cli.ExitSafe || !strings.Contains(role.stdout, strings.SplitN(name, ".", 2)[0]) {
+			t.Errorf("rbac --manifests (exit %d) does not grant %s:\n%s%s", role.code, name, role.stdout, role.stderr)
+		}
+	}
+	if strings.Contains(role.stdout, "kustomizations") {
+		t.Errorf("rbac --manifests grants on kustomizations, which need no migration:\n%s", role.stdout)
+	}
+
 	// migrate --manifests selects what check finds, and changes nothing with --dry-run.
 	dry := ugIn(t, rendered, "migrate", "--manifests", "-", "--dry-run", "-o", "json")
 	for _, name := range migrate {
@@ -266,6 +277,14 @@ func TestCheckManifestsSources(t *testing.T) {
 			if !strings.Contains(r.stderr, bad+" (document 3): not valid YAML") && !strings.Contains(r.stderr, `standard input (document 2): invalid CustomResourceDefinition: json: unknown field "scopez"`) {
 				t.Errorf("stderr %q names neither the file and document nor the fault", r.stderr)
 			}
+		}
+	})
+
+	t.Run("nothing rendered", func(t *testing.T) {
+		// helm template failed before the pipe: nothing to judge is not "safe".
+		r := ugIn(t, "", "check", "--manifests", "-")
+		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "standard input holds no Kubernetes object") {
+			t.Errorf("exit %d, stderr %q; want 2 saying nothing was read", r.code, r.stderr)
 		}
 	})
 

@@ -128,8 +128,28 @@ const Stdin = "-"
 
 // ReadRendered reads rendered manifests from path: a file, a directory (its *.yaml,
 // *.yml and *.json files, in lexical order, not its subdirectories) or Stdin (read from
-// stdin).
+// stdin). Manifests without a single object are an error (*EmptyError): in a pipeline
+// they mean that the command rendering them failed, not that there is nothing to apply.
 func ReadRendered(path string, stdin io.Reader) (*Rendered, error) {
+	r, err := readRendered(path, stdin)
+	if err == nil && r.Documents == 0 {
+		name := path
+		if path == Stdin {
+			name = "standard input"
+		}
+		return nil, &EmptyError{Name: name}
+	}
+	return r, err
+}
+
+// EmptyError says that rendered manifests hold no object at all.
+type EmptyError struct{ Name string }
+
+func (e *EmptyError) Error() string {
+	return e.Name + " holds no Kubernetes object: if a command renders it, check that it succeeded (in a shell pipeline, set -o pipefail)"
+}
+
+func readRendered(path string, stdin io.Reader) (*Rendered, error) {
 	r := &Rendered{Objects: map[schema.GroupKind]int{}}
 	if path == Stdin {
 		data, err := io.ReadAll(stdin)

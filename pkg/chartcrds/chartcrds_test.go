@@ -124,6 +124,8 @@ func TestRenderedErrors(t *testing.T) {
 		{"a directory without manifests", dir, "", dir + " holds no *.yaml, *.yml or *.json file"},
 		{"a missing file", filepath.Join(dir, "nope.yaml"), "", "no such file"},
 		{"a bad document in a file", bad, "", bad + " (document 2): not valid YAML"},
+		{"nothing on stdin", chartcrds.Stdin, "", "standard input holds no Kubernetes object"},
+		{"comments only", chartcrds.Stdin, "---\n# Source: app/templates/off.yaml\n", "set -o pipefail"},
 		{"a bad document on stdin", chartcrds.Stdin, "---\napiVersion: v1\nkind: ConfigMap\n---\n{\"kind\": ", "standard input (document 2): not valid JSON"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
