@@ -205,6 +205,12 @@ func (d *Document) decode() error {
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
+		if err != nil && n == 1 {
+			// YAML flow style ({kind: List, items: [...]}) starts like JSON.
+			if yerr := d.object(d.Raw, ""); yerr == nil {
+				return nil
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("not valid JSON: %w", err)
 		}

@@ -103,6 +103,8 @@ func TestDocuments(t *testing.T) {
 			want: []doc{{Index: 1, Objects: []Head{cmHead, cmHead}}}},
 		{name: "a List nested in a List", data: `{"kind":"List","items":[{"kind":"List","items":[` + widget + `]}]}`,
 			want: []doc{{Index: 1, Objects: []Head{widgetHead}}}},
+		{name: "YAML flow style", data: "{apiVersion: v1, kind: List, items: [{apiVersion: example.com/v1, kind: Widget}]}\n",
+			want: []doc{{Index: 1, Objects: []Head{widgetHead}}}},
 		{name: "a kind that ends in List but has no items is an object", data: "apiVersion: example.com/v1\nkind: AccessList\nspec: {}\n",
 			want: []doc{{Index: 1, Objects: []Head{{"example.com/v1", "AccessList"}}}}},
 		{name: "bad YAML names the document", data: good + "---\n" + "kind: [\n", errHas: "(document 2): "},
