@@ -13,7 +13,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Execute(ctx, os.Args[1:], cli.Streams{Out: os.Stdout, ErrOut: os.Stderr})
+	code := cli.Execute(ctx, os.Args[1:], cli.Streams{Out: os.Stdout, ErrOut: os.Stderr, In: os.Stdin})
 	stop()
 	os.Exit(code)
 }

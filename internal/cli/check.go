@@ -3,14 +3,18 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
+	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
@@ -27,12 +31,17 @@ type checkOptions struct {
 	output     string
 	verbose    bool
 	noHistory  bool
+	// manifests is --manifests (rendered manifests instead of a chart), read from stdin
+	// when it is "-"; flags is the command's flag set, to refuse other sources beside it.
+	manifests string
+	stdin     io.Reader
+	flags     *pflag.FlagSet
 }
 
 func newCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
-		Use:   "check [RELEASE] (--chart REF | --rollback --release NAME)",
+		Use:   "check [RELEASE] (--chart REF | --rollback --release NAME | --manifests FILE|DIR|-)",
 		Short: "Predict whether an upgrade or rollback will fail on CRD storage versions",
 		Long: `check compares the CRDs an upgrade or rollback brings with the live CRDs and says, for
 each one, what the API server will do:
@@ -44,6 +53,13 @@ each one, what the API server will do:
            move first (a storage switch, or a stepping-stone chart version)
   delete   the release stops rendering a live CRD: Helm deletes it and every
            object of its type
+
+--manifests judges rendered manifests instead of a chart (helm template --include-crds,
+kustomize build, argocd app manifests): multi-document YAML, JSON, and List kinds, from a
+file, a directory or standard input (-). Applied whole, as kubectl apply and Argo CD do,
+they write every CRD they carry, from crds/ or templates/ alike: the prediction is the
+upgrade under --crd-policy create-replace, with no release (nothing is found deleted).
+Other objects are not judged; those of a CRD's kind are counted.
 
 check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not run.`,
 		Example: `  # Upgrade of a release to a chart in a repository
@@ -58,7 +74,11 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
   upgradeguard check --rollback --release flux -n flux-system -o json
 
   # The release as a positional argument, as Helm takes it
-  upgradeguard check flux --chart ./charts/flux2 -n flux-system`,
+  upgradeguard check flux --chart ./charts/flux2 -n flux-system
+
+  # Rendered manifests in CI, from standard input
+  helm template flux2 ./charts/flux2 --include-crds -n flux-system | upgradeguard check --manifests -
+  kustomize build ./clusters/prod | upgradeguard check --manifests -`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 { // the release as Helm takes it: check RELEASE --chart REF
@@ -71,6 +91,7 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
 		},
 	}
 	o.addPredictFlags(cmd)
+	o.addManifestsFlag(cmd, streams)
 	f := cmd.Flags()
 	output.AddFlag(f, &o.output)
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "show every CRD, not only those that change")
@@ -91,6 +112,13 @@ func (o *checkOptions) addPredictFlags(cmd *cobra.Command) {
 	cliflag.AddCRDPolicy(cmd, &o.crdPolicy, cliflag.CRDPolicyUsage)
 }
 
+// addManifestsFlag registers --manifests: check, migrate and rbac take rendered manifests
+// in place of --chart (plan refuses them with advice).
+func (o *checkOptions) addManifestsFlag(cmd *cobra.Command, streams Streams) {
+	cliflag.AddManifests(cmd, &o.manifests)
+	o.stdin, o.flags = streams.In, cmd.Flags()
+}
+
 // command names the command these options belong to, for error advice.
 func (o *checkOptions) command() string {
 	if o.cmdName == "" {
@@ -100,6 +128,9 @@ func (o *checkOptions) command() string {
 }
 
 func (o *checkOptions) validate() error {
+	if o.manifests != "" {
+		return o.validateManifests()
+	}
 	switch {
 	case o.rollback && o.chart.Ref != "":
 		return couldNot("--rollback and --chart do not go together: a rollback's CRDs come from the stored revision")
@@ -111,6 +142,23 @@ func (o *checkOptions) validate() error {
 		return couldNot("--to-revision only applies with --rollback")
 	case o.toRevision < 0:
 		return couldNot("--to-revision must be a positive revision number")
+	}
+	return nil
+}
+
+// validateManifests refuses what does not go with --manifests: rendered manifests are the
+// whole incoming side, applied whole.
+func (o *checkOptions) validateManifests() error {
+	switch {
+	case o.flags.Changed(cliflag.CRDPolicyFlag):
+		return couldNot("--%s does not apply to --%s: applying rendered manifests writes every CRD in them, from crds/ or templates/ "+
+			"(create-replace); drop --%s", cliflag.CRDPolicyFlag, cliflag.ManifestsFlag, cliflag.CRDPolicyFlag)
+	case o.release != "" && !o.flags.Changed("release"):
+		return couldNot("--%s and release %q do not go together: rendered manifests are judged without a release; drop the release, "+
+			"or drop --%s to check a chart upgrade of the release", cliflag.ManifestsFlag, o.release, cliflag.ManifestsFlag)
+	}
+	if err := cliflag.ManifestsConflict(o.flags, "release", "rollback", "to-revision", cliflag.HelmDriverFlag, "no-stepping-stone"); err != nil {
+		return couldNot("%w", err)
 	}
 	return nil
 }
@@ -138,6 +186,9 @@ func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericcl
 
 // predict runs the upgrade or rollback prediction the flags describe: one check.Predict.
 func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Report, error) {
+	if o.manifests != "" {
+		return o.predictManifests(ctx, conn)
+	}
 	o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.release, conn.namespace, conn.serverVersion
 	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: conn.namespace, Policy: o.crdPolicy,
 		Rollback: o.rollback, ToRevision: o.toRevision}
@@ -159,6 +210,24 @@ func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Re
 	if errors.As(err, &load) {
 		return nil, chartFailed(o.command(), err)
 	}
+	if err != nil {
+		return nil, classifyAs(o.command(), err, conn)
+	}
+	return p.Report, nil
+}
+
+// predictManifests judges --manifests: check.PredictManifests, the upgrade prediction
+// with every CRD of the manifests applied.
+func (o *checkOptions) predictManifests(ctx context.Context, conn *connection) (*check.Report, error) {
+	stdin := o.stdin
+	if stdin == nil {
+		stdin = os.Stdin
+	}
+	r, err := chartcrds.ReadRendered(o.manifests, stdin)
+	if err != nil {
+		return nil, couldNot("read --%s: %w; fix the manifests, or the command that renders them", cliflag.ManifestsFlag, err)
+	}
+	p, err := check.PredictManifests(ctx, check.Sources{Cluster: conn.cluster}, r)
 	if err != nil {
 		return nil, classifyAs(o.command(), err, conn)
 	}

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,5 +85,32 @@ func TestTypedFlags(t *testing.T) {
 	// uninstall-check, diff-failed and migrate; the CRD policy on those that predict CRDs.
 	if drivers != 10 || policies != 6 {
 		t.Errorf("%d commands take --helm-driver and %d --crd-policy, want 10 and 6", drivers, policies)
+	}
+}
+
+// TestManifestsFlag: the commands that judge a chart's CRDs take --manifests, cliflag's
+// one flag; plan takes it hidden, to refuse it with advice.
+func TestManifestsFlag(t *testing.T) {
+	var path string
+	ref := &cobra.Command{Use: "ref"}
+	cliflag.AddManifests(ref, &path)
+	w := ref.Flags().Lookup(cliflag.ManifestsFlag)
+	var got []string
+	for name, c := range commands() {
+		f := c.Flags().Lookup(cliflag.ManifestsFlag)
+		if f == nil {
+			continue
+		}
+		got = append(got, name)
+		if f.Usage != w.Usage || f.Value.Type() != w.Value.Type() {
+			t.Errorf("%s --manifests: %q, want cliflag.AddManifests's %q", name, f.Usage, w.Usage)
+		}
+		if f.Hidden != (name == "plan") {
+			t.Errorf("%s --manifests hidden: %v", name, f.Hidden)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"check", "migrate", "plan", "rbac"}) {
+		t.Errorf("commands with --manifests: %v, want check, migrate, plan and rbac", got)
 	}
 }

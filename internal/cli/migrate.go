@@ -36,9 +36,10 @@ type migrateOptions struct {
 
 func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &migrateOptions{}
-	cmd := command("migrate (--crd NAME... | --chart REF | --rollback --release NAME | --all)", "Re-persist custom resources at the storage version and prune storedVersions", migrateLong, migrateExample, cobra.NoArgs,
+	cmd := command("migrate (--crd NAME... | --chart REF | --manifests FILE|DIR|- | --rollback --release NAME | --all)", "Re-persist custom resources at the storage version and prune storedVersions", migrateLong, migrateExample, cobra.NoArgs,
 		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
 	o.predictOpts.addPredictFlags(cmd)
+	o.predictOpts.addManifestsFlag(cmd, streams)
 	o.addFlags(cmd.Flags())
 	return cmd
 }
@@ -80,8 +81,8 @@ func addEngineFlags(f *pflag.FlagSet, engine *string, startTimeout *time.Duratio
 
 func (o *migrateOptions) validate() error {
 	switch {
-	case count(len(o.crds) > 0, o.predictOpts.chart.Ref != "", o.predictOpts.rollback, o.all) != 1:
-		return couldNot("choose the CRDs with exactly one of --crd, --chart, --rollback --release or --all")
+	case count(len(o.crds) > 0, o.predictOpts.chart.Ref != "", o.predictOpts.manifests != "", o.predictOpts.rollback, o.all) != 1:
+		return couldNot("choose the CRDs with exactly one of --crd, --chart, --manifests, --rollback --release or --all")
 	case o.storage != "" && len(o.crds) != 1:
 		return couldNot("--storage-version applies to exactly one --crd")
 	case o.qps < 0 || o.burst < 0 || o.opts.Concurrency < 1 || o.opts.PageSize < 1:
@@ -90,7 +91,7 @@ func (o *migrateOptions) validate() error {
 		return couldNot("--engine %q: use auto, client or builtin", o.engine)
 	case o.opts.BackupFields != "" && !o.opts.AllowFieldLoss:
 		return couldNot("--backup-fields saves what --allow-field-loss lets a migration drop: pass both")
-	case o.predictOpts.chart.Ref != "" || o.predictOpts.rollback:
+	case o.predictOpts.chart.Ref != "" || o.predictOpts.manifests != "" || o.predictOpts.rollback:
 		return o.predictOpts.validate()
 	}
 	return nil
@@ -373,6 +374,7 @@ StorageVersionMigration within --builtin-start-timeout, the run stops and says s
 Selecting CRDs:
   --crd NAME               these CRDs (repeat the flag)
   --chart REF ...          the CRDs 'upgradeguard check' says need migrating for that chart
+  --manifests FILE|DIR|-   the same for rendered manifests (every CRD in them applied)
   --rollback --release R   the CRDs a rollback needs migrated; reverse migrations (storage
                            switches) need --allow-storage-switch
   --all                    every CRD whose storedVersions is not exactly [storageVersion]

@@ -15,6 +15,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
@@ -79,7 +80,9 @@ steps exists, 2 no path (the message names the blocking CRD and version) or coul
 		},
 	}
 	o.addPredictFlags(cmd)
+	o.addManifestsFlag(cmd, streams)
 	f := cmd.Flags()
+	f.Lookup(cliflag.ManifestsFlag).Hidden = true // refused with advice: plan needs chart versions
 	f.Lookup("rollback").Usage = "also list every revision of the release as a rollback target: reachable now, after named steps, or unreachable"
 	f.Lookup("version").Usage = "target chart version or semver range (default: the newest stable one)"
 	_ = f.MarkHidden("to-revision")
@@ -93,6 +96,10 @@ steps exists, 2 no path (the message names the blocking CRD and version) or coul
 
 func (o *planOptions) validate() error {
 	switch {
+	case o.manifests != "":
+		return couldNot("plan searches the chart versions a repository or local charts offer, and rendered manifests are one fixed version: "+
+			"run `upgradeguard check --%s %s` to judge them (and `upgradeguard migrate --%s %s` for what it finds to migrate)",
+			cliflag.ManifestsFlag, o.manifests, cliflag.ManifestsFlag, o.manifests)
 	case o.helmRelease != "" && (o.release != "" || o.chart.Ref != "" || len(o.local) > 0):
 		return couldNot("--helmrelease reads the release and the chart source from the HelmRelease: drop --release, --chart and local charts")
 	case o.helmRelease != "" && strings.Count(o.helmRelease, "/") != 1:

@@ -25,9 +25,10 @@ type rbacOptions struct {
 
 func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &rbacOptions{}
-	cmd := command("rbac (--crd NAME... | --chart REF)", "Print the least-privilege ClusterRole and Role for migrating CRDs", rbacLong, rbacExample, cobra.NoArgs,
+	cmd := command("rbac (--crd NAME... | --chart REF | --manifests FILE|DIR|-)", "Print the least-privilege ClusterRole and Role for migrating CRDs", rbacLong, rbacExample, cobra.NoArgs,
 		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
 	o.predictOpts.addPredictFlags(cmd)
+	o.predictOpts.addManifestsFlag(cmd, streams)
 	o.addFlags(cmd.Flags())
 	return cmd
 }
@@ -45,8 +46,8 @@ func (o *rbacOptions) validate() error {
 	if o.engine != string(migrate.EngineClient) && o.engine != string(migrate.EngineBuiltin) {
 		return couldNot("--engine %q: use client or builtin (auto runs one of them; grant that one's role)", o.engine)
 	}
-	if (len(o.crds) > 0) == (o.predictOpts.chart.Ref != "" || o.predictOpts.rollback) {
-		return couldNot("choose the CRDs with exactly one of --crd or --chart (or --rollback --release)")
+	if (len(o.crds) > 0) == (o.predictOpts.chart.Ref != "" || o.predictOpts.manifests != "" || o.predictOpts.rollback) {
+		return couldNot("choose the CRDs with exactly one of --crd, --chart or --manifests (or --rollback --release)")
 	}
 	if len(o.crds) == 0 {
 		return o.predictOpts.validate()

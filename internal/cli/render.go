@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -20,7 +21,12 @@ func renderText(w io.Writer, verbose bool, rep *check.Report) error {
 	findings := rep.Findings()
 	fmt.Fprintf(w, "%s\n", title(rep))
 	if len(rep.CRDs) == 0 {
-		fmt.Fprintln(w, "No CRDs are brought or dropped: nothing to check.")
+		if rep.Manifests != nil {
+			fmt.Fprintln(w, "The manifests bring no CRDs: nothing to check.")
+		} else {
+			fmt.Fprintln(w, "No CRDs are brought or dropped: nothing to check.")
+		}
+		renderManifests(w, rep.Manifests)
 		return nil
 	}
 	if rep.Safe {
@@ -34,19 +40,36 @@ func renderText(w io.Writer, verbose bool, rep *check.Report) error {
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "(use -v to list every CRD)")
+		renderManifests(w, rep.Manifests)
 		return nil
 	}
 	return renderRows(w, verbose, rep, rows)
 }
 
+// renderManifests says what rendered manifests held besides the CRDs: how many objects,
+// and those of kinds live CRDs serve that the manifests do not bring.
+func renderManifests(w io.Writer, m *check.ManifestSummary) {
+	if m == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nManifests: %d document(s), %d CRD(s), %d other object(s) (not judged for storage).\n", m.Documents, m.CRDs, m.Objects)
+	for _, c := range m.LiveCRDObjects {
+		fmt.Fprintf(w, "  %d %s object(s) of live CRD %s, which the manifests do not bring\n", c.Objects, c.Kind, c.CRD)
+	}
+}
+
 // renderRows is the table of CRDs, why each needs action and the next steps.
 func renderRows(w io.Writer, verbose bool, rep *check.Report, rows []check.CRDReport) error {
 	fmt.Fprintln(w)
-	t := output.NewTable(w, "CRD", "VERDICT", "OBJECTS", "STORED (LIVE)", "INCOMING")
-	for _, c := range rows {
-		t.Row(c.Name, c.Verdict, objects(c), stored(c), incoming(c.IncomingVersions))
-	}
-	if err := t.Flush(); err != nil {
+	if rep.Manifests != nil {
+		t := output.NewTable(w, "CRD", "VERDICT", "OBJECTS", "IN MANIFESTS", "STORED (LIVE)", "INCOMING")
+		for _, c := range rows {
+			t.Row(c.Name, c.Verdict, objects(c), inManifests(c), stored(c), incoming(c.IncomingVersions))
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
+	} else if err := crdTable(w, rows); err != nil {
 		return err
 	}
 	if verbose {
@@ -63,8 +86,17 @@ func renderRows(w io.Writer, verbose bool, rep *check.Report, rows []check.CRDRe
 		}
 	}
 	renderSchemas(w, rep.CRDs)
+	renderManifests(w, rep.Manifests)
 	renderNextSteps(w, rep.NextSteps)
 	return nil
+}
+
+func crdTable(w io.Writer, rows []check.CRDReport) error {
+	t := output.NewTable(w, "CRD", "VERDICT", "OBJECTS", "STORED (LIVE)", "INCOMING")
+	for _, c := range rows {
+		t.Row(c.Name, c.Verdict, objects(c), stored(c), incoming(c.IncomingVersions))
+	}
+	return t.Flush()
 }
 
 // renderSchemas lists, per CRD, the stored fields the incoming schema drops and the
@@ -165,6 +197,15 @@ func target(rep *check.Report) string {
 		}
 	case rep.Chart != "":
 		fmt.Fprintf(&b, " to %s %s", rep.Chart, rep.ChartVersion)
+	case rep.Manifests != nil:
+		files := make([]string, len(rep.Manifests.Files))
+		for i, f := range rep.Manifests.Files {
+			files[i] = f
+			if f == chartcrds.Stdin {
+				files[i] = "standard input"
+			}
+		}
+		fmt.Fprintf(&b, " to the rendered manifests in %s (every CRD applied)", strings.Join(files, ", "))
 	}
 	return b.String()
 }
@@ -177,6 +218,14 @@ func objects(c check.CRDReport) string {
 		return "?"
 	}
 	return "-"
+}
+
+// inManifests is how many objects of the CRD's kind the rendered manifests carry.
+func inManifests(c check.CRDReport) string {
+	if c.ManifestObjects == nil {
+		return "-"
+	}
+	return strconv.Itoa(*c.ManifestObjects)
 }
 
 func stored(c check.CRDReport) string {

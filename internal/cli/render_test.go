@@ -62,6 +62,16 @@ func goldenReport() *check.Report {
 func TestRenderGolden(t *testing.T) {
 	safe := &check.Report{Operation: predict.Rollback, Safe: true, Release: "xp", Namespace: "crossplane-system", FromRevision: 2, ToRevision: 1,
 		Chart: "crossplane", ChartVersion: "1.17.3", CRDs: goldenReport().CRDs[2:], NextSteps: []string{}}
+	manifests := goldenReport()
+	manifests.Release, manifests.Namespace, manifests.Chart, manifests.ChartVersion = "", "", "", ""
+	for i := range manifests.CRDs {
+		n := 2 * i
+		manifests.CRDs[i].ManifestObjects = &n
+	}
+	manifests.Manifests = &check.ManifestSummary{Files: []string{"-"}, Documents: 9, CRDs: len(manifests.CRDs), Objects: 6,
+		LiveCRDObjects: []check.CustomResourceCount{{CRD: "helmreleases.helm.toolkit.fluxcd.io", Kind: "HelmRelease", Objects: 3}}}
+	noCRDs := &check.Report{Operation: predict.Upgrade, Safe: true, CRDs: []check.CRDReport{}, NextSteps: []string{},
+		Manifests: &check.ManifestSummary{Files: []string{"out/a.yaml", "out/b.json"}, Documents: 2, Objects: 2}}
 	cases := []struct {
 		name    string
 		format  string
@@ -72,6 +82,9 @@ func TestRenderGolden(t *testing.T) {
 		{"upgrade-blocked-verbose.txt", "text", true, goldenReport()},
 		{"upgrade-blocked.json", "json", false, goldenReport()},
 		{"rollback-safe.txt", "text", false, safe},
+		{"manifests-blocked.txt", "text", false, manifests},
+		{"manifests-blocked.json", "json", false, manifests},
+		{"manifests-no-crds.txt", "text", false, noCRDs},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -63,10 +63,12 @@ func finish(streams Streams, format string, v any, text func(io.Writer) error, f
 	return nil
 }
 
-// Streams are where commands write: Out for results, ErrOut for progress and errors.
+// Streams are where commands write: Out for results, ErrOut for progress and errors;
+// and In, what they read when a flag names "-" (os.Stdin when nil).
 type Streams struct {
 	Out    io.Writer
 	ErrOut io.Writer
+	In     io.Reader
 }
 
 // NewRootCmd builds the upgradeguard command tree.

@@ -1,13 +1,16 @@
 // Package cliflag holds the typed flags several commands share: --helm-driver,
-// --crd-policy and the chart-source flag set. Each one registers its flag, its default
-// and its shell completion in one call, and turns the text into the library's type when
-// the flags are parsed, so a wrong value fails before the command connects anywhere and
-// no command parses it a second time. Every -o flag is internal/output's.
+// --crd-policy, the chart-source flag set and --manifests (rendered manifests in place of
+// a chart). Each one registers its flag, its default and its shell completion in one
+// call, and turns the text into the library's type when the flags are parsed, so a wrong
+// value fails before the command connects anywhere and no command parses it a second
+// time. Every -o flag is internal/output's.
 package cliflag
 
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -158,6 +161,11 @@ var (
 
 const chartRefForms = "a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path"
 
+// chartSourceFlags are the flags AddChartSource registers besides the chart reference
+// (whose name is the command's: --chart or --to-chart).
+var chartSourceFlags = []string{"chart", "to-chart", "version", "repo", "values", "set", "set-string", "set-file", "set-json",
+	"username", "password", "ca-file", "cert-file", "key-file", "insecure-skip-tls-verify-chart", "plain-http"}
+
 // AddChartSource registers the chart-source flag set on fs, bound to src: the chart
 // (ref), --version and --repo; the values (-f, --set, --set-string, --set-file,
 // --set-json) into src.Values; and the repository or registry credentials and TLS
@@ -180,4 +188,34 @@ func AddChartSource(fs *pflag.FlagSet, ref ChartRef, src *chartsource.Options) {
 	fs.StringVar(&src.KeyFile, "key-file", "", "client key for the chart server")
 	fs.BoolVar(&src.InsecureSkipTLSVerify, "insecure-skip-tls-verify-chart", false, "skip TLS verification of the chart server")
 	fs.BoolVar(&src.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
+}
+
+// ManifestsFlag is the name of the rendered-manifests flag.
+const ManifestsFlag = "manifests"
+
+// AddManifests registers --manifests on cmd, bound to path: rendered manifests (a file, a
+// directory, or - for standard input) judged instead of a chart, with completion of
+// directories and YAML and JSON files. The command checks that no other chart or release
+// source is given with it (ManifestsConflict).
+func AddManifests(cmd *cobra.Command, path *string) {
+	cmd.Flags().StringVar(path, ManifestsFlag, "", "rendered manifests instead of a chart: a file, a directory (its *.yaml, *.yml, *.json) or - for stdin; "+
+		"every CRD in them is applied, as kubectl apply and Argo CD do (create-replace)")
+	_ = cmd.MarkFlagFilename(ManifestsFlag, "yaml", "yml", "json")
+}
+
+// ManifestsConflict is the error for --manifests given with a flag of the chart-source
+// set (AddChartSource) or one of others (flag names without dashes: a command's release
+// flags), or nil when none is set. It says what to do.
+func ManifestsConflict(fs *pflag.FlagSet, others ...string) error {
+	var set []string
+	for _, name := range append(slices.Clone(chartSourceFlags), others...) {
+		if f := fs.Lookup(name); f != nil && f.Changed {
+			set = append(set, "--"+name)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--%s and %s do not go together: rendered manifests are the whole incoming side and are judged without a chart or release; "+
+		"drop %s, or drop --%s to check a chart or release", ManifestsFlag, strings.Join(set, ", "), strings.Join(set, ", "), ManifestsFlag)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
@@ -163,6 +164,42 @@ func TestChartSource(t *testing.T) {
 		want.Values.FileValues, want.Values.JSONValues = []string{"c=f"}, []string{`d={}`}
 		if diff := cmp.Diff(want, src); diff != "" {
 			t.Errorf("--%s (-want +got):\n%s", ref.Name, diff)
+		}
+	}
+}
+
+// TestManifestsConflict: --manifests refuses every flag of the chart-source set (so a
+// flag added to AddChartSource is refused too) and the command's own release flags.
+func TestManifestsConflict(t *testing.T) {
+	for _, ref := range []cliflag.ChartRef{cliflag.Chart, cliflag.ToChart} {
+		var src chartsource.Options
+		var manifests, release string
+		cmd := &cobra.Command{Use: "t"}
+		cliflag.AddChartSource(cmd.Flags(), ref, &src)
+		cliflag.AddManifests(cmd, &manifests)
+		cmd.Flags().StringVar(&release, "release", "", "")
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Name == cliflag.ManifestsFlag || f.Name == "release" {
+				return
+			}
+			fs := cmd.Flags()
+			if err := fs.Set(f.Name, "true"); err != nil {
+				t.Fatalf("set --%s: %v", f.Name, err)
+			}
+			defer func() { f.Changed = false }()
+			err := cliflag.ManifestsConflict(fs)
+			if err == nil || !strings.Contains(err.Error(), "--manifests and --"+f.Name+" do not go together") || !strings.Contains(err.Error(), "drop --"+f.Name) {
+				t.Errorf("--%s with --manifests: %v", f.Name, err)
+			}
+		})
+		if err := cliflag.ManifestsConflict(cmd.Flags(), "release"); err != nil {
+			t.Errorf("nothing set: %v", err)
+		}
+		if err := cmd.Flags().Set("release", "x"); err != nil {
+			t.Fatal(err)
+		}
+		if err := cliflag.ManifestsConflict(cmd.Flags(), "release"); err == nil || !strings.Contains(err.Error(), "--release") {
+			t.Errorf("--release with --manifests: %v", err)
 		}
 	}
 }

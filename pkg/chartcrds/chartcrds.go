@@ -1,17 +1,24 @@
 // Package chartcrds owns the answer to "which CRDs does this chart bring, and from where":
-// the CRDs rendered into a release manifest from templates/, and the files in the crds/
-// folders of the chart and its subcharts. Rendered charts and stored release revisions
-// both go through it, so an upgrade and a rollback are judged from the same inputs.
+// the CRDs rendered into a release manifest from templates/, the files in the crds/
+// folders of the chart and its subcharts, and the CRDs of rendered manifests applied
+// whole (Rendered). Rendered charts, stored release revisions and rendered manifests all
+// go through it, so an upgrade and a rollback are judged from the same inputs.
 package chartcrds
 
 import (
+	"fmt"
+	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -100,4 +107,145 @@ func sourceFile(content, fallback string) string {
 		}
 	}
 	return fallback
+}
+
+// Rendered is what rendered manifests bring (helm template --include-crds, kustomize
+// build, argocd app manifests): their CRDs, and the kinds of their other objects.
+type Rendered struct {
+	// Files are the files read, in order ("-" is standard input).
+	Files []string
+	// Documents counts the documents that hold objects.
+	Documents int
+	// CRDs are the CustomResourceDefinitions, each once: a CRD that appears twice is
+	// the later copy, the one an apply leaves.
+	CRDs []CRD
+	// Objects counts the other objects by API group and kind (List items each count).
+	Objects map[schema.GroupKind]int
+}
+
+// Stdin is the name ReadRendered gives standard input.
+const Stdin = "-"
+
+// ReadRendered reads rendered manifests from path: a file, a directory (its *.yaml,
+// *.yml and *.json files, in lexical order, not its subdirectories) or Stdin (read from
+// stdin). Manifests without a single object are an error (*EmptyError): in a pipeline
+// they mean that the command rendering them failed, not that there is nothing to apply.
+func ReadRendered(path string, stdin io.Reader) (*Rendered, error) {
+	r, err := readRendered(path, stdin)
+	if err == nil && r.Documents == 0 {
+		name := path
+		if path == Stdin {
+			name = "standard input"
+		}
+		return nil, &EmptyError{Name: name}
+	}
+	return r, err
+}
+
+// EmptyError says that rendered manifests hold no object at all.
+type EmptyError struct{ Name string }
+
+func (e *EmptyError) Error() string {
+	return e.Name + " holds no Kubernetes object: if a command renders it, check that it succeeded (in a shell pipeline, set -o pipefail)"
+}
+
+func readRendered(path string, stdin io.Reader) (*Rendered, error) {
+	r := &Rendered{Objects: map[schema.GroupKind]int{}}
+	if path == Stdin {
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("read manifests from standard input: %w", err)
+		}
+		return r, r.Add(Stdin, data)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	files := []string{path}
+	if info.IsDir() {
+		entries, err := os.ReadDir(path) // sorted by name
+		if err != nil {
+			return nil, err
+		}
+		files = files[:0]
+		for _, e := range entries {
+			if e.Type().IsRegular() && slices.Contains([]string{".yaml", ".yml", ".json"}, filepath.Ext(e.Name())) {
+				files = append(files, filepath.Join(path, e.Name()))
+			}
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("%s holds no *.yaml, *.yml or *.json file", path)
+		}
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if err := r.Add(f, data); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Add reads one file of rendered manifests. A CRD's source is read from the "# Source:"
+// line Helm writes above each document (a crds/ file's later documents, and the
+// document after a Source line that stands alone, carry the last line seen): crds/ or
+// templates/ of the chart or a subchart, and templates/ when there is none. Its file is that source, else the file and document index.
+func (r *Rendered) Add(file string, data []byte) error {
+	name := file
+	if file == Stdin {
+		name = "standard input"
+	}
+	docs, err := crdversions.Documents(name, data)
+	if err != nil {
+		return err
+	}
+	if r.Objects == nil {
+		r.Objects = map[schema.GroupKind]int{}
+	}
+	r.Files = append(r.Files, file)
+	source := ""
+	for _, d := range docs {
+		if s := sourceFile(string(d.Raw), ""); s != "" {
+			source = s
+		}
+		if len(d.CRDs) > 0 || len(d.Objects) > 0 {
+			r.Documents++
+		}
+		for _, o := range d.Objects {
+			r.Objects[schema.GroupKind{Group: o.Group(), Kind: o.Kind}]++
+		}
+		for _, c := range d.CRDs {
+			in := CRD{CRD: c, Source: predict.Templates, File: source}
+			if source == "" {
+				in.File = fmt.Sprintf("%s (document %d)", name, d.Index)
+			} else if inCRDsDir(source) {
+				in.Source = predict.CRDsDir
+			}
+			if i := slices.IndexFunc(r.CRDs, func(x CRD) bool { return x.CRD.Name == c.Name }); i >= 0 {
+				r.CRDs = slices.Delete(r.CRDs, i, i+1)
+			}
+			r.CRDs = append(r.CRDs, in)
+		}
+	}
+	return nil
+}
+
+// ObjectsOf counts the objects of crd's kind (any version) the manifests hold.
+func (r *Rendered) ObjectsOf(crd *apiextv1.CustomResourceDefinition) int {
+	return r.Objects[schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}]
+}
+
+// inCRDsDir reports whether a Helm source path (chart/crds/x.yaml,
+// chart/charts/sub/crds/x.yaml) is a file of a crds/ folder rather than templates/.
+func inCRDsDir(source string) bool {
+	parts := strings.Split(source, "/")
+	i := 1
+	for i+1 < len(parts) && parts[i] == "charts" {
+		i += 2
+	}
+	return i < len(parts)-1 && parts[i] == "crds"
 }

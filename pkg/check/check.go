@@ -90,6 +90,9 @@ type CRDReport struct {
 	// SchemaError says why the objects could not be judged (a conversion webhook down,
 	// say); the verdict then rests on storedVersions alone.
 	SchemaError string `json:"schemaError,omitempty"`
+	// ManifestObjects is how many objects of this CRD's kind the rendered manifests
+	// carry, for a prediction made from them (PredictManifests); nil otherwise.
+	ManifestObjects *int `json:"manifestObjects,omitempty"`
 }
 
 // MigrationLister is what a Cluster implements when it can tell which CRDs a
@@ -112,6 +115,9 @@ type Report struct {
 	// NextSteps are the actions of all findings, merged into as few commands as possible
 	// and in the order to run them.
 	NextSteps []string `json:"nextSteps"`
+	// Manifests says what the rendered manifests a prediction was made from hold
+	// (PredictManifests); nil for a chart or a release.
+	Manifests *ManifestSummary `json:"manifests,omitempty"`
 }
 
 // Findings returns the CRDs whose verdict is not ok.

@@ -123,8 +123,56 @@ func (e *ParseError) Unwrap() error { return e.Err }
 // decode strictly, or lacks the fields the API server requires, is an error, so that a
 // broken chart is reported instead of silently ignored.
 func FromManifest(file string, data []byte) ([]*apiextv1.CustomResourceDefinition, error) {
-	reader := utilyaml.NewYAMLReader(bufioReader(data))
+	docs, err := Documents(file, data)
+	if err != nil {
+		return nil, err
+	}
 	var out []*apiextv1.CustomResourceDefinition
+	for _, d := range docs {
+		out = append(out, d.CRDs...)
+	}
+	return out, nil
+}
+
+// Document is one document of a manifest, decoded.
+type Document struct {
+	// Index is the document's place in its file, from 1.
+	Index int
+	// Raw is the document as written, comments included.
+	Raw []byte
+	// CRDs are the CustomResourceDefinitions it holds.
+	CRDs []*apiextv1.CustomResourceDefinition
+	// Objects are the heads of the other objects it holds.
+	Objects []Head
+}
+
+// Head is what an object says it is.
+type Head struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// Group is the API group of the object's apiVersion ("" for the core group).
+func (h Head) Group() string {
+	if g, _, ok := strings.Cut(h.APIVersion, "/"); ok {
+		return g
+	}
+	return ""
+}
+
+// Documents splits a manifest into its documents and decodes each, the way kubectl
+// reads a file: YAML documents separated by "---", JSON objects (one or a stream), a
+// JSON array of objects, and List kinds (kind: List, or any kind ending in List that has
+// items), whose items count as objects of their own. Blank documents are left out;
+// those that hold no object (comments only, no kind) are kept, with none: helm template
+// writes a crds/ file's "# Source:" line as a document of its own when the file starts
+// with "---". A
+// document that is not valid YAML or JSON, or a CustomResourceDefinition that does not
+// decode strictly or lacks the fields the API server requires, is a *ParseError naming
+// the file and the document.
+func Documents(file string, data []byte) ([]Document, error) {
+	reader := utilyaml.NewYAMLReader(bufioReader(data))
+	var out []Document
 	for doc := 1; ; doc++ {
 		raw, err := reader.Read()
 		if errors.Is(err, io.EOF) {
@@ -136,43 +184,139 @@ func FromManifest(file string, data []byte) ([]*apiextv1.CustomResourceDefinitio
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		// One YAML parse per document (CRDs are large and a chart can hold megabytes of
-		// them): strictly, so that a CRD with a duplicate key is refused, and leniently
-		// only when that fails, for the documents of other kinds.
-		js, strictErr := yaml.YAMLToJSONStrict(raw)
-		if strictErr != nil {
-			if js, err = yaml.YAMLToJSON(raw); err != nil {
-				return nil, &ParseError{File: file, Document: doc, Err: fmt.Errorf("not valid YAML: %w", err)}
-			}
-		}
-		var head struct {
-			APIVersion string `json:"apiVersion"`
-			Kind       string `json:"kind"`
-		}
-		if err := json.Unmarshal(js, &head); err != nil {
-			return nil, &ParseError{File: file, Document: doc, Err: fmt.Errorf("not valid YAML: %w", err)}
-		}
-		if head.Kind != "CustomResourceDefinition" {
-			continue
-		}
-		if head.APIVersion != apiextv1.SchemeGroupVersion.String() {
-			return nil, &ParseError{File: file, Document: doc,
-				Err: fmt.Errorf("CustomResourceDefinition has apiVersion %q; only %s is served by current API servers", head.APIVersion, apiextv1.SchemeGroupVersion)}
-		}
-		if strictErr != nil {
-			return nil, &ParseError{File: file, Document: doc, Err: fmt.Errorf("invalid CustomResourceDefinition: %w", strictErr)}
-		}
-		crd := &apiextv1.CustomResourceDefinition{}
-		dec := json.NewDecoder(bytes.NewReader(js))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(crd); err != nil {
-			return nil, &ParseError{File: file, Document: doc, Err: fmt.Errorf("invalid CustomResourceDefinition: %w", err)}
-		}
-		if err := validate(crd); err != nil {
+		d := Document{Index: doc, Raw: raw}
+		if err := d.decode(); err != nil {
 			return nil, &ParseError{File: file, Document: doc, Err: err}
 		}
-		out = append(out, crd)
+		out = append(out, d)
 	}
+}
+
+// decode reads the document's objects: a JSON stream value by value, YAML in one parse.
+func (d *Document) decode() error {
+	body, ok := jsonBody(d.Raw)
+	if !ok {
+		return d.object(d.Raw, "")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for n := 1; ; n++ {
+		var v json.RawMessage
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil && n == 1 {
+			// YAML flow style ({kind: List, items: [...]}) starts like JSON.
+			if yerr := d.object(d.Raw, ""); yerr == nil {
+				return nil
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("not valid JSON: %w", err)
+		}
+		where := ""
+		if n > 1 || dec.More() {
+			where = fmt.Sprintf("JSON value %d: ", n)
+		}
+		if err := d.object(v, where); err != nil {
+			return err
+		}
+	}
+}
+
+// jsonBody is the document without the lines before its content (blank, comments, the
+// "---" the YAML reader keeps at the start of a file), and whether that content is JSON.
+func jsonBody(raw []byte) ([]byte, bool) {
+	for len(raw) > 0 {
+		line, rest, _ := bytes.Cut(raw, []byte("\n"))
+		t := bytes.TrimSpace(line)
+		if len(t) > 0 && t[0] != '#' && !bytes.Equal(t, []byte("---")) {
+			return raw, t[0] == '{' || t[0] == '['
+		}
+		raw = rest
+	}
+	return nil, false
+}
+
+// object decodes one YAML or JSON value: an object, a List of objects or an array of
+// them. where prefixes errors with the value's place in the document.
+func (d *Document) object(raw []byte, where string) error {
+	// One YAML parse per value (CRDs are large and a chart can hold megabytes of them):
+	// strictly, so that a CRD with a duplicate key is refused, and leniently only when
+	// that fails, for the values of other kinds.
+	js, strictErr := yaml.YAMLToJSONStrict(raw)
+	if strictErr != nil {
+		var err error
+		if js, err = yaml.YAMLToJSON(raw); err != nil {
+			return fmt.Errorf("%snot valid YAML: %w", where, err)
+		}
+	}
+	return d.value(js, strictErr, where)
+}
+
+func (d *Document) value(js []byte, strictErr error, where string) error {
+	js = bytes.TrimSpace(js)
+	if len(js) > 0 && js[0] == '[' {
+		var items []json.RawMessage
+		if err := json.Unmarshal(js, &items); err != nil {
+			return fmt.Errorf("%snot valid YAML: %w", where, err)
+		}
+		return d.items(items, strictErr, where)
+	}
+	var head struct {
+		Head
+		Items *[]json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(js, &head); err != nil {
+		return fmt.Errorf("%snot a Kubernetes object: %w", where, err)
+	}
+	switch {
+	case head.Kind == "":
+		// Comments only, or not an object at all: kubectl and Helm refuse the latter
+		// when they apply it; it brings no CRD either way.
+		return nil
+	case strings.HasSuffix(head.Kind, "List") && head.Items != nil:
+		return d.items(*head.Items, strictErr, where)
+	case head.Kind != "CustomResourceDefinition":
+		d.Objects = append(d.Objects, head.Head)
+		return nil
+	}
+	crd, err := decodeCRD(head.APIVersion, js, strictErr)
+	if err != nil {
+		return fmt.Errorf("%s%w", where, err)
+	}
+	d.CRDs = append(d.CRDs, crd)
+	return nil
+}
+
+func (d *Document) items(items []json.RawMessage, strictErr error, where string) error {
+	for i, it := range items {
+		if err := d.value(it, strictErr, fmt.Sprintf("%sitem %d: ", where, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeCRD decodes a CustomResourceDefinition strictly and checks what the API server
+// requires. strictErr is the strict YAML parse's error, if it failed.
+func decodeCRD(apiVersion string, js []byte, strictErr error) (*apiextv1.CustomResourceDefinition, error) {
+	if apiVersion != apiextv1.SchemeGroupVersion.String() {
+		return nil, fmt.Errorf("CustomResourceDefinition has apiVersion %q; only %s is served by current API servers", apiVersion, apiextv1.SchemeGroupVersion)
+	}
+	if strictErr != nil {
+		return nil, fmt.Errorf("invalid CustomResourceDefinition: %w", strictErr)
+	}
+	crd := &apiextv1.CustomResourceDefinition{}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(crd); err != nil {
+		return nil, fmt.Errorf("invalid CustomResourceDefinition: %w", err)
+	}
+	if err := validate(crd); err != nil {
+		return nil, err
+	}
+	return crd, nil
 }
 
 func validate(crd *apiextv1.CustomResourceDefinition) error {
