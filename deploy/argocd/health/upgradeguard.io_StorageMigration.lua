@@ -106,7 +106,9 @@ end
 if #waiting > 0 then
   table.insert(parts, "waiting: " .. table.concat(waiting, ", "))
 end
-if #parts == 0 then
+if #parts == 0 and total > 0 and done == total then
+  table.insert(parts, "migrated " .. crds() .. "; the controller is recording the result")
+elseif #parts == 0 then
   table.insert(parts, "migrating " .. crds())
 end
 hs.status = "Progressing"
