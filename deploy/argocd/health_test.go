@@ -54,7 +54,22 @@ func setup(t *testing.T) env {
 // storage version (both served), as a chart release does: storedVersions [v1alpha1 v1].
 func switchedCRD(t *testing.T, e env, plural, kind string, n int) *apiextv1.CustomResourceDefinition {
 	t.Helper()
+	return switchCRD(t, e, testenv.TwoVersionCRD(group, plural, kind), n)
+}
+
+// narrowedCRD is switchedCRD with a v1 schema that does not declare the objects'
+// spec.size: migrating them to v1 would drop it.
+func narrowedCRD(t *testing.T, e env, plural, kind string, n int) *apiextv1.CustomResourceDefinition {
+	t.Helper()
 	crd := testenv.TwoVersionCRD(group, plural, kind)
+	crd.Spec.Versions[1].Schema = &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{Type: "object",
+		Properties: map[string]apiextv1.JSONSchemaProps{"spec": {Type: "object", Properties: map[string]apiextv1.JSONSchemaProps{"color": {Type: "string"}}}}}}
+	return switchCRD(t, e, crd, n)
+}
+
+func switchCRD(t *testing.T, e env, crd *apiextv1.CustomResourceDefinition, n int) *apiextv1.CustomResourceDefinition {
+	t.Helper()
+	plural, kind := crd.Spec.Names.Plural, crd.Spec.Names.Kind
 	if err := testenv.ApplyCRD(e.ctx, e.crds, crd); err != nil {
 		t.Fatal(err)
 	}
@@ -237,6 +252,22 @@ func TestCRDHealth(t *testing.T) {
 	wantHealth(t, "after a storage switch", judge(t, keyCRD, get(t, e, crdGVR, switched.Name)),
 		health{"Healthy", "CRD is healthy; objects may still be stored at v1alpha1 (status.storedVersions [v1alpha1 v1], storage version v1): migrate them before a release removes v1alpha1"})
 
+	// kube-controller-manager's answer when the CRD changed while its migration ran: the
+	// migration succeeded, storedVersions were not pruned. Written through the status
+	// subresource as the migrator writes it (its exact condition), since making the CRD
+	// change land between the migrator's start and end is a race a test cannot win every time.
+	live := getCRD(t, e, switched.Name)
+	live.Status.Conditions = append(live.Status.Conditions, apiextv1.CustomResourceDefinitionCondition{Type: apiextv1.StorageMigrating,
+		Status: apiextv1.ConditionFalse, Reason: "MigrationSucceeded", LastTransitionTime: metav1.Now(),
+		Message: "The migration has succeeded but the stored versions have not been updated due to a generation mismatch"})
+	updated, err := api.UpdateStatus(e.ctx, live, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switched = updated
+	wantHealth(t, "migrated but not pruned", judge(t, keyCRD, get(t, e, crdGVR, switched.Name)),
+		health{"Healthy", "CRD is healthy; the last storage migration succeeded; objects may still be stored at v1alpha1 (status.storedVersions [v1alpha1 v1], storage version v1): migrate them before a release removes v1alpha1"})
+
 	// Deleted while it has objects: the API server holds it terminating while it deletes them.
 	w := record(e, crdGVR, switched.Name, switched.ResourceVersion, time.Minute, func(obj map[string]any) bool {
 		_, deleting, _ := unstructured.NestedString(obj, "metadata", "deletionTimestamp")
@@ -375,6 +406,23 @@ func TestStorageMigrationHealth(t *testing.T) {
 	}
 	wantHealth(t, "failed", judge(t, keyStorageMigration, failed), health{"Degraded",
 		"migration failed (MigrationFailed): " + missing + ": CRD " + missing + " not found on the target cluster: fix spec.resources"})
+
+	// A real refusal: migrating would drop spec.size, which v1 does not declare.
+	narrowed := narrowedCRD(t, e, "thingamajigs", "Thingamajig", 4)
+	createStorageMigration(t, e, "argocd-refused", narrowed.Name)
+	var refused map[string]any
+	if err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		refused = get(t, e, smGVR, "argocd-refused")
+		return phase(refused) == "Failed", nil
+	}); err != nil {
+		t.Fatalf("StorageMigration argocd-refused never failed: %v", err)
+	}
+	if c := condition(refused, "Failed"); c["reason"] != "FieldLossRefused" {
+		t.Fatalf("argocd-refused failed with %v, want reason FieldLossRefused", c)
+	}
+	t.Logf("what Argo CD shows for a refused migration: %s", judge(t, keyStorageMigration, refused).Message)
+	wantHealth(t, "refused for field loss", judge(t, keyStorageMigration, refused), health{"Degraded",
+		"migration failed (FieldLossRefused): " + message(refused, "Failed")})
 
 	// The spec fixed while the controller is down: the status is of the last generation.
 	stop()
