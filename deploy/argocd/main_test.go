@@ -7,6 +7,8 @@ package argocd_test
 import (
 	"log/slog"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -17,9 +19,21 @@ import (
 
 var cp *testenv.ControlPlane
 
-// TestMain starts one control plane with storagemigration.k8s.io/v1beta1 served beside
-// v1, so a StorageVersionMigration is read at both versions.
+// TestMain starts one control plane. From 1.35 on it also serves
+// storagemigration.k8s.io/v1beta1 (off by default), beside v1 from 1.37, so a
+// StorageVersionMigration is read at both versions.
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4})))
-	os.Exit(testenv.RunTests(m, &cp, testenv.Options{RuntimeConfig: []string{"storagemigration.k8s.io/v1beta1=true"}}))
+	var o testenv.Options
+	if minor, err := testenv.KubeMinor(); err == nil {
+		if _, m, _ := strings.Cut(minor, "."); atLeast(m, 35) {
+			o.RuntimeConfig = []string{"storagemigration.k8s.io/v1beta1=true"}
+		}
+	}
+	os.Exit(testenv.RunTests(m, &cp, o))
+}
+
+func atLeast(minor string, want int) bool {
+	n, err := strconv.Atoi(minor)
+	return err == nil && n >= want
 }
