@@ -270,6 +270,22 @@ func TestCRDHealth(t *testing.T) {
 	wantHealth(t, "migrated but not pruned", judge(t, keyCRD, get(t, e, crdGVR, switched.Name)),
 		health{"Healthy", "CRD is healthy; the last storage migration succeeded; objects may still be stored at v1alpha1 (status.storedVersions [v1alpha1 v1], storage version v1): migrate them before a release removes v1alpha1"})
 
+	// The v1beta1 migrator (Kubernetes' source before 1.37's migration runner) ends a failed
+	// migration with StorageMigrating True and reason MigrationFailed. Written through the
+	// status subresource as it writes it: no minor built here runs that migrator.
+	for i := range switched.Status.Conditions {
+		if c := &switched.Status.Conditions[i]; c.Type == apiextv1.StorageMigrating {
+			c.Status, c.Reason, c.Message = apiextv1.ConditionTrue, "MigrationFailed", "The migration has failed"
+		}
+	}
+	if switched, err = api.UpdateStatus(e.ctx, switched, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantHealth(t, "failed, as the v1beta1 migrator says it", judge(t, keyCRD, get(t, e, crdGVR, switched.Name)), health{"Degraded",
+		"the last storage migration failed: The migration has failed; status.storedVersions [v1alpha1 v1]" +
+			": objects may still be stored at older versions; fix the cause and migrate again (a new StorageVersionMigration," +
+			" or upgradeguard migrate --crd " + switched.Name + " --engine builtin), which also clears this condition"})
+
 	// Deleted while it has objects: the API server holds it terminating while it deletes them.
 	w := record(e, crdGVR, switched.Name, switched.ResourceVersion, time.Minute, func(obj map[string]any) bool {
 		_, deleting, _ := unstructured.NestedString(obj, "metadata", "deletionTimestamp")

@@ -89,19 +89,21 @@ for _, v in ipairs(stored) do
 end
 local storedText = "status.storedVersions [" .. table.concat(stored, " ") .. "]"
 
+-- The migrator's reason decides before the status: kube-controller-manager 1.37 ends a
+-- failed migration with False and reason MigrationFailed, the v1beta1 migrator with True.
 local migrating = byType["StorageMigrating"]
+if migrating ~= nil and migrating.reason == "MigrationFailed" then
+  hs.status = "Degraded"
+  hs.message = "the last storage migration failed" .. said(migrating) .. "; " .. storedText ..
+    ": objects may still be stored at older versions; fix the cause and migrate again (a new StorageVersionMigration," ..
+    " or upgradeguard migrate --crd " .. obj.metadata.name .. " --engine builtin), which also clears this condition"
+  return hs
+end
 if migrating ~= nil and migrating.status == "True" then
   hs.status = "Progressing"
   hs.message = "storage migration running" .. said(migrating) .. "; objects are being re-persisted at " ..
     tostring(storage) .. ", " .. storedText ..
     " (the StorageVersionMigration it names clears this when it ends; if it was deleted first, a new one does)"
-  return hs
-end
-if migrating ~= nil and migrating.status == "False" and migrating.reason == "MigrationFailed" then
-  hs.status = "Degraded"
-  hs.message = "the last storage migration failed" .. said(migrating) .. "; " .. storedText ..
-    ": objects may still be stored at older versions; fix the cause and migrate again (a new StorageVersionMigration," ..
-    " or upgradeguard migrate --crd " .. obj.metadata.name .. " --engine builtin), which also clears this condition"
   return hs
 end
 
