@@ -33,7 +33,9 @@ var validStatuses = map[string]bool{"Unknown": true, "Progressing": true, "Suspe
 //   - a one-second deadline on the script;
 //   - the global obj converted from the object the way Argo's decodeValue converts
 //     (numbers of any Go type to Lua numbers, json.Number to a string, arrays to
-//     sequences, maps to tables, nil and anything else to nil);
+//     sequences, maps to tables, nil and anything else to nil); newer Argo CD versions
+//     may leave metadata.managedFields and the last-applied annotation out of a health
+//     script's obj, which these scripts never read;
 //   - the value the chunk returns encoded with gopher-json and decoded into a health
 //     status: an empty table (encoded as []) and nil give an empty status, a status Argo
 //     does not know gives Unknown with Argo's message, any other type is an error.
