@@ -117,6 +117,9 @@ type Options struct {
 	// Service IP, and admits Pods with their ServiceAccount token. StartNode runs
 	// kube-controller-manager itself: leave ControllerManager unset.
 	Node bool
+	// RuntimeConfig enables API versions the minor serves only when asked
+	// (kube-apiserver --runtime-config), e.g. "storagemigration.k8s.io/v1beta1=true".
+	RuntimeConfig []string
 }
 
 // Start starts a control plane of the Kubernetes minor KubeMinor names. The binaries come
@@ -191,6 +194,9 @@ func Start(opts ...Options) (*ControlPlane, error) {
 		}
 		env.ControlPlane.GetAPIServer().Configure().Set("token-auth-file", path)
 		cp.tokens = o.Tokens
+	}
+	if len(o.RuntimeConfig) > 0 {
+		api.Configure().Set("runtime-config", strings.Join(o.RuntimeConfig, ","))
 	}
 	if o.Webhooks != nil {
 		env.WebhookInstallOptions = *o.Webhooks
