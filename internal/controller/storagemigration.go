@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -364,7 +365,7 @@ func (r *StorageMigrationReconciler) fail(ctx context.Context, sm *v1alpha1.Stor
 // does not allow that: the message names the paths and counts, and nothing was written.
 // The phase is terminal, so the migration is not retried until its spec changes.
 func (r *StorageMigrationReconciler) refuse(ctx context.Context, sm *v1alpha1.StorageMigration, crd, msg string) (ctrl.Result, error) {
-	msg += " Here the loss is allowed by spec.allowFieldLoss: true on a new StorageMigration (a policy's allowFieldLoss for the ones it creates)."
+	msg = strings.TrimRight(msg, ". ") + ". Here the loss is allowed by spec.allowFieldLoss: true on a new StorageMigration (a policy's allowFieldLoss for the ones it creates)."
 	return r.stop(ctx, sm, crd, ReasonFieldLossRefused, EventFieldLossRefused, msg)
 }
 
