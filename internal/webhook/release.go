@@ -142,6 +142,7 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 		if err != nil {
 			return nil, err
 		}
+		reader.WithMemory(tgt.Metadata, tgt.Releases)
 		return check.Predict(ctx, check.Sources{Cluster: tgt.Cluster, Releases: reader, Release: rel.Name, Namespace: sec.Namespace,
 			Record: rel, NoObjectCounts: true})
 	})

@@ -37,6 +37,8 @@ type KubeCluster struct {
 	memory *memoryCRDs
 	// judges, when set (Clusters), keeps the schema check's compiled judges.
 	judges *crdschema.Judges
+	// memo, when set (Clusters), keeps the CRDs of release revisions between predictions.
+	memo *revisionCRDs
 	// watch, when set (Clusters), keeps informers that answer repeated reads.
 	watch *watches
 }

@@ -37,10 +37,9 @@ type Target struct {
 	Config *rest.Config
 	// Metadata reads objects' metadata only (Helm storage labels).
 	Metadata metadata.Interface
-	// Releases and Memo keep decoded release revisions and their CRDs between
-	// decisions; nil for a target built for one check.
+	// Releases keeps decoded release revisions between decisions (the Cluster keeps
+	// their CRDs); nil for a target built for one check.
 	Releases *helmrelease.Cache
-	Memo     *Memo
 }
 
 // ClustersOptions tune Clusters.
@@ -227,7 +226,7 @@ func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 		return nil, err
 	}
 	kc := tgt.Cluster
-	tgt.Releases, tgt.Memo = helmrelease.NewCache(0), NewMemo(0)
+	tgt.Releases, kc.memo = helmrelease.NewCache(0), newMemo(0)
 	t := &cachedTarget{target: *tgt}
 	var tctx context.Context
 	if c.ctx != nil {

@@ -237,3 +237,65 @@ func TestReleaseFromMemory(t *testing.T) {
 	}
 	eventually(t, "revision 2 seen, then read with no API request", deployedFromMemory(2))
 }
+
+// TestRevisionCRDsFromMemory: a target of Clusters parses the CRDs of a deployed
+// revision once: the next prediction of the same stored revision reuses them (the same
+// values, not a new parse), and a revision written since is parsed afresh. Wiring is not
+// left to callers: every Predict on the target's Cluster goes through it.
+func TestRevisionCRDsFromMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	ctx := t.Context()
+	const ns = "memory-revision-crds"
+	kc := kubernetes.NewForConfigOrDie(cp.Config)
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	manifest := func(group string) string {
+		return "---\n# Source: web/templates/crd.yaml\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gadgets." + group +
+			"\nspec:\n  group: " + group + "\n  scope: Namespaced\n  names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}\n" +
+			"  versions:\n  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}\n"
+	}
+	d := driver.NewSecrets(kc.CoreV1().Secrets(ns))
+	rel := func(v int, status common.Status, group string) *release.Release {
+		return &release.Release{Name: "web", Namespace: ns, Version: v, Info: &release.Info{Status: status}, Manifest: manifest(group),
+			Chart: &chart.Chart{Metadata: &chart.Metadata{Name: "web", Version: fmt.Sprintf("1.%d.0", v)}}}
+	}
+	if err := d.Create("sh.helm.release.v1.web.v1", rel(1, common.StatusDeployed, "one.example.io")); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := countedTarget(t, check.ClustersOptions{}, false)
+	predictCurrent := func() []chartcrds.CRD {
+		t.Helper()
+		reader, err := helmrelease.NewReader(target.Clientset, ns, helmrelease.DriverSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reader.WithMemory(target.Metadata, target.Releases)
+		p, err := check.Predict(ctx, check.Sources{Cluster: target.Cluster, Releases: reader, Release: "web", Namespace: ns, NoObjectCounts: true,
+			Chart: func(context.Context, bool) (*check.Chart, error) { return &check.Chart{Name: "web", Version: "9.0.0"}, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Current) != 1 {
+			t.Fatalf("%d current CRDs, want 1", len(p.Current))
+		}
+		return p.Current
+	}
+	// Once the release's records are in memory, a prediction reuses the CRDs the one
+	// before it parsed.
+	eventually(t, "the same stored revision's CRDs kept between predictions", func() (bool, error) {
+		return predictCurrent()[0].CRD == predictCurrent()[0].CRD, nil
+	})
+
+	if err := d.Update("sh.helm.release.v1.web.v1", rel(1, common.StatusSuperseded, "one.example.io")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Create("sh.helm.release.v1.web.v2", rel(2, common.StatusDeployed, "two.example.io")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "revision 2's CRDs read", func() (bool, error) {
+		return predictCurrent()[0].CRD.Name == "gadgets.two.example.io", nil
+	})
+}

@@ -79,8 +79,6 @@ type Sources struct {
 	// SteppingStones, when set, is searched for a stepping-stone chart version when an
 	// upgrade needs a bridge (chartsource.History is one).
 	SteppingStones History
-	// Memo, when set, keeps the CRDs of the release's revisions between predictions.
-	Memo *Memo
 	// NoObjectCounts skips counting each CRD's objects (Request.NoObjectCounts).
 	NoObjectCounts bool
 }
@@ -222,13 +220,15 @@ func (s Sources) upgrade(ctx context.Context, req *Request, p *Prediction) error
 	return nil
 }
 
-// currentMemo is current through s.Memo: the CRDs of a stored revision that has not
+// currentMemo is current through the Cluster's memo (a target of Clusters keeps one):
+// the CRDs of a stored revision that has not
 // changed since they were read are not read again.
 func (s Sources) currentMemo(current *release.Release, key string, req *Request, p *Prediction) error {
-	if s.Memo == nil || key == "" {
+	memo := memoOf(s.Cluster)
+	if memo == nil || key == "" {
 		return s.current(current, req, p)
 	}
-	if v, ok := s.Memo.current.Get(key); ok {
+	if v, ok := memo.current.Get(key); ok {
 		req.FromRevision, req.Current = current.Version, v.([]chartcrds.CRD)
 		if current.Chart != nil && current.Chart.Metadata != nil {
 			p.CurrentChartVersion = current.Chart.Metadata.Version
@@ -238,21 +238,32 @@ func (s Sources) currentMemo(current *release.Release, key string, req *Request,
 	if err := s.current(current, req, p); err != nil {
 		return err
 	}
-	s.Memo.current.Add(key, req.Current)
+	memo.current.Add(key, req.Current)
 	return nil
 }
 
-// Memo keeps what Predict reads from a release between predictions: the CRDs of each
+// revisionCRDs keeps what Predict reads from a release between predictions: the CRDs of each
 // stored revision, by the key helmrelease.Reader.Deployed gives it. It is safe for
 // concurrent use.
-type Memo struct{ current *lru.Cache }
+type revisionCRDs struct{ current *lru.Cache }
 
-// NewMemo keeps the CRDs of up to n revisions (default 64).
-func NewMemo(n int) *Memo {
+// memoOf is the memo of a KubeCluster of Clusters, or nil.
+func memoOf(cluster Cluster) *revisionCRDs {
+	if r, ok := cluster.(*recordingCluster); ok {
+		cluster = r.Cluster
+	}
+	if k, ok := cluster.(*KubeCluster); ok {
+		return k.memo
+	}
+	return nil
+}
+
+// newMemo keeps the CRDs of up to n revisions (default 64).
+func newMemo(n int) *revisionCRDs {
 	if n <= 0 {
 		n = 64
 	}
-	return &Memo{current: lru.New(n)}
+	return &revisionCRDs{current: lru.New(n)}
 }
 
 func (s Sources) current(current *release.Release, req *Request, p *Prediction) error {
