@@ -1,10 +1,12 @@
 // Package chartcrds owns the answer to "which CRDs does this chart bring, and from where":
 // the CRDs rendered into a release manifest from templates/, and the files in the crds/
 // folders of the chart and its subcharts. Rendered charts and stored release revisions
-// both go through it, so an upgrade and a rollback are judged from the same inputs.
+// both go through it, so an upgrade and a rollback are judged from the same inputs. It
+// also reads the StorageVersionMigrations a chart bundles with its CRDs.
 package chartcrds
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -12,9 +14,11 @@ import (
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // CRD is one CustomResourceDefinition a chart brings, with the file it came from. It is
@@ -100,4 +104,55 @@ func sourceFile(content, fallback string) string {
 		}
 	}
 	return fallback
+}
+
+// Migration is one StorageVersionMigration a chart renders (predict's type, which judges it).
+type Migration = predict.ChartMigration
+
+// MigrationsFromManifest returns the StorageVersionMigrations (storagemigration.k8s.io,
+// any version) in a rendered manifest, naming each by its "# Source:" file. It takes the
+// manifest text alone, so a release manifest, a chart render and rendered manifests from
+// elsewhere are read the same way.
+func MigrationsFromManifest(manifest string) ([]Migration, error) {
+	if manifest == "" {
+		return nil, nil
+	}
+	docs := releaseutil.SplitManifests(manifest)
+	keys := slices.Collect(maps.Keys(docs))
+	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+	var out []Migration
+	for _, k := range keys {
+		content := docs[k]
+		// Only a document that names the kind can be one: the others are not parsed.
+		if !strings.Contains(content, "StorageVersionMigration") {
+			continue
+		}
+		file := sourceFile(content, k)
+		var obj struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name         string `json:"name"`
+				GenerateName string `json:"generateName"`
+			} `json:"metadata"`
+			Spec struct {
+				Resource struct {
+					Group    string `json:"group"`
+					Resource string `json:"resource"`
+				} `json:"resource"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(content), &obj); err != nil {
+			return nil, fmt.Errorf("%s: read the StorageVersionMigration: %w", file, err)
+		}
+		if obj.Kind != "StorageVersionMigration" || !strings.HasPrefix(obj.APIVersion, svm.Group+"/") {
+			continue
+		}
+		if obj.Spec.Resource.Resource == "" {
+			return nil, fmt.Errorf("%s: StorageVersionMigration %s has no spec.resource.resource: the API server refuses it", file, obj.Metadata.Name)
+		}
+		out = append(out, Migration{Name: obj.Metadata.Name, APIVersion: obj.APIVersion, File: file,
+			Group: obj.Spec.Resource.Group, Resource: obj.Spec.Resource.Resource})
+	}
+	return out, nil
 }

@@ -210,6 +210,6 @@ func CheckChart(o Options) func(ctx context.Context, upgrade bool) (*check.Chart
 		if err != nil {
 			return nil, err
 		}
-		return &check.Chart{Name: ch.Name, Version: ch.Version, CRDs: ch.CRDs}, nil
+		return &check.Chart{Name: ch.Name, Version: ch.Version, CRDs: ch.CRDs, Migrations: ch.Migrations}, nil
 	}
 }

@@ -49,6 +49,9 @@ type Request struct {
 	// the incoming side drops are deleted by Helm. Nil when there is no release.
 	Current []chartcrds.CRD
 	Policy  CRDPolicy
+	// Migrations are the StorageVersionMigrations the incoming side renders
+	// (chartcrds.MigrationsFromManifest): each is judged beside the CRD it covers.
+	Migrations []chartcrds.Migration
 	// History, when set, is searched for a stepping stone for bridge verdicts.
 	History History
 	// MaxSteppingStones bounds how many older chart versions are loaded (default 10).
@@ -90,6 +93,17 @@ type CRDReport struct {
 	// SchemaError says why the objects could not be judged (a conversion webhook down,
 	// say); the verdict then rests on storedVersions alone.
 	SchemaError string `json:"schemaError,omitempty"`
+	// BundledMigrations are the StorageVersionMigrations the incoming chart renders for
+	// this CRD, each with whether it will run and what to do instead. Advice: they never
+	// change the verdict.
+	BundledMigrations []predict.BundledMigration `json:"bundledMigrations,omitempty"`
+}
+
+// ExistingMigrationLister is what a Cluster implements when it can tell which
+// StorageVersionMigrations exist, finished or not (KubeCluster does). ok is false when it
+// cannot tell (none served, or not allowed to list them).
+type ExistingMigrationLister interface {
+	ExistingMigrations(ctx context.Context) (m map[string]svm.Existing, ok bool, err error)
 }
 
 // MigrationLister is what a Cluster implements when it can tell which CRDs a
@@ -109,6 +123,13 @@ type Report struct {
 	FromRevision int               `json:"fromRevision,omitempty"`
 	ToRevision   int               `json:"toRevision,omitempty"`
 	CRDs         []CRDReport       `json:"crds"`
+	// BundledMigrations are the StorageVersionMigrations the incoming chart renders for a
+	// CRD that has no entry in CRDs (one only live, or none at all).
+	BundledMigrations []predict.BundledMigration `json:"bundledMigrations,omitempty"`
+	// BundledMigrationsUnknown says the chart renders StorageVersionMigrations but the
+	// cluster could not say which names are taken (none served, or not allowed to list
+	// them): "will not run" cannot be told from "will run".
+	BundledMigrationsUnknown bool `json:"bundledMigrationsUnknown,omitempty"`
 	// NextSteps are the actions of all findings, merged into as few commands as possible
 	// and in the order to run them.
 	NextSteps []string `json:"nextSteps"`
@@ -183,7 +204,57 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		}
 	}
 	rep.NextSteps = nextSteps(rep.CRDs)
+	if err := bundled(ctx, cluster, req, live, rep); err != nil {
+		return nil, err
+	}
 	return rep, nil
+}
+
+// bundled judges the StorageVersionMigrations the incoming side renders
+// (predict.DecideBundled), each beside the CRD it covers. They are advice: Safe and the
+// next steps stay what the CRDs' verdicts make them.
+func bundled(ctx context.Context, cluster Cluster, req Request, live map[string]*apiextv1.CustomResourceDefinition, rep *Report) error {
+	if len(req.Migrations) == 0 {
+		return nil
+	}
+	existing, known := map[string]svm.Existing{}, false
+	if el, ok := cluster.(ExistingMigrationLister); ok {
+		m, ok, err := el.ExistingMigrations(ctx)
+		if err != nil {
+			return fmt.Errorf("read StorageVersionMigrations: %w", err)
+		}
+		existing, known = m, ok
+	}
+	rep.BundledMigrationsUnknown = !known
+	incoming := map[string]chartcrds.CRD{}
+	for _, in := range req.Incoming {
+		incoming[in.CRD.Name] = in
+	}
+	index := map[string]int{}
+	for i, c := range rep.CRDs {
+		index[c.Name] = i
+	}
+	for _, m := range req.Migrations {
+		name := m.CRD()
+		facts := predict.BundledFacts{Operation: req.Operation, Live: live[name]}
+		if in, ok := incoming[name]; ok {
+			facts.Incoming, facts.Applied = in.CRD, live[name] == nil || req.Policy.Applies(in.Source)
+		}
+		if e, ok := existing[m.Name]; ok && m.Name != "" {
+			facts.Existing = &predict.LiveMigration{CRD: e.CRD, State: e.State}
+		}
+		i, reported := index[name]
+		if reported {
+			facts.Finding = &rep.CRDs[i].Finding
+		}
+		b := predict.DecideBundled(m, facts)
+		if reported {
+			rep.CRDs[i].BundledMigrations = append(rep.CRDs[i].BundledMigrations, b)
+		} else {
+			rep.BundledMigrations = append(rep.BundledMigrations, b)
+		}
+	}
+	return nil
 }
 
 // nextSteps merges per-CRD actions: one migrate command for every migrate fix, one
