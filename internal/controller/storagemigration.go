@@ -48,6 +48,10 @@ const (
 	EventFailed    = "MigrationFailed"
 	EventResumed   = "MigrationResumed"
 	EventRestarted = "MigrationRestarted"
+	// EventRerun: the built-in migrator succeeded but skipped pruning storedVersions
+	// because the CRD's generation changed while it ran; the builtin engine ran a new
+	// StorageVersionMigration (migrate.Result.BuiltinReruns).
+	EventRerun = "BuiltinMigrationRerun"
 	EventSucceeded = "Succeeded"
 	// EventFieldLossRefused: the migration would drop fields objects hold, and the spec
 	// does not allow it (spec.allowFieldLoss). Nothing was written.
@@ -315,6 +319,11 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 		count(atToken)
 	}
 	metrics.ObjectsRewritten.WithLabelValues(cluster, rp.Name).Add(float64(max(rp.Rewritten-base.Rewritten, 0)))
+	for _, re := range res.BuiltinReruns {
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventRerun, action(rp.Name),
+			"%s: StorageVersionMigration %s succeeded, but the built-in migrator skipped pruning storedVersions (generation %d -> %d during it); re-ran it as a new StorageVersionMigration",
+			rp.Name, re.StorageVersionMigration, re.GenerationBefore, re.GenerationAfter)
+	}
 	switch {
 	case res.Restart && ctx.Err() == nil:
 		// A chart upgrade changed the CRD during the attempt: the next one starts over.
