@@ -51,11 +51,7 @@ func renderCRDs(w io.Writer, verbose bool, rep *check.Report) error {
 // it covers, whether it will run, why, and what to do instead. They are advice: the
 // verdicts above and the exit code do not depend on them.
 func renderBundled(w io.Writer, rep *check.Report) {
-	var all []predict.BundledMigration
-	for _, c := range rep.CRDs {
-		all = append(all, c.BundledMigrations...)
-	}
-	all = append(all, rep.BundledMigrations...)
+	all := bundledOf(rep)
 	if len(all) == 0 {
 		return
 	}
@@ -76,6 +72,16 @@ func renderBundled(w io.Writer, rep *check.Report) {
 }
 
 // renderRows is the table of CRDs, why each needs action and the next steps.
+// bundledOf are every bundled StorageVersionMigration of a report: per CRD, then those
+// with no CRD entry.
+func bundledOf(rep *check.Report) []predict.BundledMigration {
+	var all []predict.BundledMigration
+	for _, c := range rep.CRDs {
+		all = append(all, c.BundledMigrations...)
+	}
+	return append(all, rep.BundledMigrations...)
+}
+
 func renderRows(w io.Writer, verbose bool, rep *check.Report, rows []check.CRDReport) error {
 	fmt.Fprintln(w)
 	t := output.NewTable(w, "CRD", "VERDICT", "OBJECTS", "STORED (LIVE)", "INCOMING")

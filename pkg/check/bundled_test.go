@@ -186,11 +186,11 @@ func TestBundledStorageVersionMigrations(t *testing.T) {
 			[]string{"re-writes the objects stored at v1beta2 to v1", "nothing waits for it"},
 			[]string{predict.Command{Kind: predict.CommandMigrate, CRDs: []string{crdName("run")}, Wait: true}.String()}},
 		{usedName, crdName("again"), againVerdict,
-			map[bool][]string{true: {"already exists on the cluster (succeeded", "migrates nothing"}, false: {"nothing waits for it"}}[served],
+			map[bool][]string{true: {"already exists (succeeded", "migrates nothing"}, false: {"nothing waits for it"}}[served],
 			map[bool][]string{true: {"stored v1beta2 remain", predict.Command{Kind: predict.CommandMigrate, CRDs: []string{crdName("again")}}.String()},
 				false: {"--wait"}}[served]},
 		{"bundled-late-2.0.0", crdName("late"), predict.BundledTooLate,
-			[]string{"drops stored v1beta2", "rejects that CRD write first"},
+			[]string{"drops stored v1beta2", "rejects that CRD write", "the upgrade fails"},
 			[]string{"before the upgrade", predict.Command{Kind: predict.CommandMigrate, CRDs: []string{crdName("late")}}.String()}},
 		{"bundled-nocrd", "helmrepositories." + group("nothing"), predict.BundledNoCRD,
 			[]string{"names no CRD in the chart or on the cluster"}, []string{"spec.resource"}},
@@ -219,5 +219,96 @@ func TestBundledStorageVersionMigrations(t *testing.T) {
 	}
 	if b := bundled["bundled-nocrd"]; len(rep.BundledMigrations) != 1 || rep.BundledMigrations[0].Name != b.Name {
 		t.Errorf("report-level bundled migrations %+v, want only the one with no CRD", rep.BundledMigrations)
+	}
+}
+
+// TestBundledMigrationTooLateWithHelm: what "too late" rests on, with the real Helm 4 CLI.
+// A chart version that drops stored v1beta2 and bundles a StorageVersionMigration for
+// that CRD fails `helm upgrade` on the CRD (status.storedVersions) whatever the migration
+// would do; check, on the same chart, calls the migration too-late beside the CRD's
+// migrate verdict. Helm 4 (server-side apply) still creates the new StorageVersionMigration
+// beside the failed CRD: the reason says so, and this test keeps it true.
+func TestBundledMigrationTooLateWithHelm(t *testing.T) {
+	ctx := t.Context()
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	const g = "helmlate.bundled.upgradeguard.test"
+	const crd = "helmrepositories." + g
+	regroup := func(version string) string {
+		fx, err := testenv.Fixtures()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(fx, "crds/flux-source-controller", version, "source.toolkit.fluxcd.io_helmrepositories.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.ReplaceAll(string(data), "source.toolkit.fluxcd.io", g)
+	}
+	gvr, err := svm.Resource(discovery.NewDiscoveryClientForConfigOrDie(cp.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Minor >= 37 && gvr.Empty() {
+		t.Fatalf("1.%d serves no StorageVersionMigrations", cp.Minor)
+	}
+	ns := "bundled-helm"
+	dir := t.TempDir()
+	v1, err := testenv.WriteChart(filepath.Join(dir, "1"), "late", "1.0.0", map[string]string{"templates/crd.yaml": regroup("v1.7.0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2files := map[string]string{"templates/crd.yaml": regroup("v1.8.0")}
+	const svmName = "late-migration"
+	if !gvr.Empty() {
+		// Only where the kind is served: elsewhere Helm would fail on the unknown kind instead.
+		v2files["templates/svm.yaml"] = fmt.Sprintf("apiVersion: %s\nkind: StorageVersionMigration\nmetadata:\n  name: %s\nspec:\n  resource:\n    group: %s\n    resource: helmrepositories\n",
+			gvr.GroupVersion(), svmName, g)
+	}
+	v2, err := testenv.WriteChart(filepath.Join(dir, "2"), "late", "2.0.0", v2files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cp.Helm("install", "late", v1, "-n", ns, "--create-namespace").CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		_ = cp.Helm("uninstall", "late", "-n", ns).Run()
+		_ = cs.ApiextensionsV1().CustomResourceDefinitions().Delete(context.WithoutCancel(ctx), crd, metav1.DeleteOptions{})
+	})
+	// Objects were stored at v1beta2 before v1 became the storage version.
+	if err := testenv.SetStoredVersions(ctx, cs, crd, "v1beta2", "v1"); err != nil {
+		t.Fatal(err)
+	}
+
+	cluster, err := check.NewKubeCluster(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := check.Predict(ctx, check.Sources{Cluster: cluster, Chart: chartsource.CheckChart(chartsource.Options{Ref: v2})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Report.CRDs) != 1 || p.Report.CRDs[0].Verdict != predict.Migrate {
+		t.Fatalf("report %+v, want %s: migrate", p.Report.CRDs, crd)
+	}
+	if !gvr.Empty() {
+		b := p.Report.CRDs[0].BundledMigrations
+		if len(b) != 1 || b[0].Name != svmName || b[0].Verdict != predict.BundledTooLate {
+			t.Errorf("bundled %+v, want %s too-late", b, svmName)
+		}
+	}
+
+	out, err := cp.Helm("upgrade", "late", v2, "-n", ns).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "storedVersions") {
+		t.Fatalf("helm upgrade: %v\n%s\nwant it refused on status.storedVersions", err, out)
+	}
+	if !gvr.Empty() {
+		_, err := dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Get(ctx, svmName, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("StorageVersionMigration %s after the failed upgrade: %v; want Helm 4 to have created it beside the failed CRD, as the too-late reason says", svmName, err)
+		}
+		t.Cleanup(func() {
+			_ = dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Delete(context.WithoutCancel(ctx), svmName, metav1.DeleteOptions{})
+		})
 	}
 }

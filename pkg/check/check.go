@@ -40,6 +40,14 @@ type History interface {
 	CRDs(ctx context.Context, version string) ([]chartcrds.CRD, error)
 }
 
+// ChartHistory is a History that loads a whole chart version: the CRDs and the
+// StorageVersionMigrations it renders (chartsource.History is one). plan judges the
+// migrations at each upgrade step with it.
+type ChartHistory interface {
+	History
+	Chart(ctx context.Context, version string) (*Chart, error)
+}
+
 // Request is one prediction.
 type Request struct {
 	Operation predict.Operation

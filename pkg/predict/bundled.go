@@ -56,8 +56,9 @@ const (
 	// it again migrates nothing.
 	BundledWillNotRun BundledVerdict = "will-not-run"
 	// BundledTooLate means the migration arrives with the CRD that drops a stored
-	// version: the API server rejects that CRD write first, so the release applies
-	// nothing, the migration included.
+	// version: the API server rejects that CRD write, so the operation fails whatever the
+	// migration does. (Helm 4 still creates a new StorageVersionMigration beside the
+	// failed CRD; where the migrator runs, a retry after it finished may pass.)
 	BundledTooLate BundledVerdict = "too-late"
 	// BundledNoCRD means spec.resource names no CRD, neither in the chart nor on the
 	// cluster: there is nothing for it to migrate that upgradeguard judges.
@@ -109,8 +110,9 @@ func DecideBundled(m ChartMigration, f BundledFacts) BundledMigration {
 		return b
 	case f.Finding != nil && f.Applied && f.Live != nil && len(f.Finding.MissingStoredVersions) > 0:
 		b.Verdict = BundledTooLate
-		b.Reason = fmt.Sprintf("it arrives with the CRD that drops stored %s: the API server rejects that CRD write first (status.storedVersions), so nothing in this release applies, this StorageVersionMigration included",
-			strings.Join(f.Finding.MissingStoredVersions, ","))
+		b.Reason = fmt.Sprintf("it arrives with the CRD that drops stored %s: the API server rejects that CRD write (status.storedVersions), so the %s fails whatever the migration does; "+
+			"Helm 4 still creates a new StorageVersionMigration beside the failed CRD, and the built-in migrator may then migrate and prune in time for a retry, but the release is failed meanwhile and nothing waits for it",
+			strings.Join(f.Finding.MissingStoredVersions, ","), cmp.Or(f.Operation, Upgrade))
 		if FixFor(*f.Finding) == FixMigrate {
 			b.Action = fmt.Sprintf("migrate before the %s instead: %s", cmp.Or(f.Operation, Upgrade), migrate)
 		} else {
@@ -122,7 +124,7 @@ func DecideBundled(m ChartMigration, f BundledFacts) BundledMigration {
 	pending := slices.DeleteFunc(slices.Clone(stored), func(v string) bool { return v == storage })
 	if f.Existing != nil && m.Name != "" {
 		b.Verdict = BundledWillNotRun
-		b.Reason = fmt.Sprintf("StorageVersionMigration %s already exists on the cluster (%s", m.Name, f.Existing.State)
+		b.Reason = fmt.Sprintf("StorageVersionMigration %s already exists (%s", m.Name, f.Existing.State)
 		if f.Existing.CRD != b.CRD {
 			b.Reason += fmt.Sprintf(", for %s; the API server refuses to change spec.resource, which fails the apply", f.Existing.CRD)
 		}

@@ -35,7 +35,7 @@ func TestDecideBundled(t *testing.T) {
 				f := Decide(live, Incoming{CRD: in, Source: Templates, Applied: true})
 				return BundledFacts{Operation: Upgrade, Live: live, Incoming: in, Applied: true, Finding: &f}
 			},
-			want: want{BundledTooLate, []string{"drops stored v1beta1", "rejects that CRD write first"}, []string{"before the upgrade", migrate}},
+			want: want{BundledTooLate, []string{"drops stored v1beta1", "rejects that CRD write", "the upgrade fails"}, []string{"before the upgrade", migrate}},
 		},
 		{
 			name: "too late for a bridge: the CRD's own step",
@@ -81,7 +81,7 @@ func TestDecideBundled(t *testing.T) {
 				return BundledFacts{Live: live, Incoming: in, Applied: true, Finding: &f,
 					Existing: &LiveMigration{CRD: "widgets.example.com", State: "succeeded"}}
 			},
-			want: want{BundledWillNotRun, []string{"already exists on the cluster (succeeded)", "migrates nothing"},
+			want: want{BundledWillNotRun, []string{"already exists (succeeded)", "migrates nothing"},
 				[]string{"stored v1beta1 remain", migrate, "new name for each chart version"}},
 		},
 		{
