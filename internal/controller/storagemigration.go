@@ -51,7 +51,7 @@ const (
 	// EventRerun: the built-in migrator succeeded but skipped pruning storedVersions
 	// because the CRD's generation changed while it ran; the builtin engine ran a new
 	// StorageVersionMigration (migrate.Result.BuiltinReruns).
-	EventRerun = "BuiltinMigrationRerun"
+	EventRerun     = "BuiltinMigrationRerun"
 	EventSucceeded = "Succeeded"
 	// EventFieldLossRefused: the migration would drop fields objects hold, and the spec
 	// does not allow it (spec.allowFieldLoss). Nothing was written.
