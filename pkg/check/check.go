@@ -135,8 +135,8 @@ type Report struct {
 	// CRD that has no entry in CRDs (one only live, or none at all).
 	BundledMigrations []predict.BundledMigration `json:"bundledMigrations,omitempty"`
 	// BundledMigrationsUnknown says the chart renders StorageVersionMigrations but the
-	// cluster could not say which names are taken (none served, or not allowed to list
-	// them): "will not run" cannot be told from "will run".
+	// cluster could not say which names are taken (none served, not allowed to list them,
+	// or the read failed): "will not run" cannot be told from "will run".
 	BundledMigrationsUnknown bool `json:"bundledMigrationsUnknown,omitempty"`
 	// NextSteps are the actions of all findings, merged into as few commands as possible
 	// and in the order to run them.
@@ -227,11 +227,12 @@ func bundled(ctx context.Context, cluster Cluster, req Request, live map[string]
 	}
 	existing, known := map[string]svm.Existing{}, false
 	if el, ok := cluster.(ExistingMigrationLister); ok {
-		m, ok, err := el.ExistingMigrations(ctx)
-		if err != nil {
-			return fmt.Errorf("read StorageVersionMigrations: %w", err)
+		// Advice never stops a prediction: a failed read leaves the names unknown.
+		if m, ok, err := el.ExistingMigrations(ctx); err == nil {
+			existing, known = m, ok
+		} else if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		existing, known = m, ok
 	}
 	rep.BundledMigrationsUnknown = !known
 	incoming := map[string]chartcrds.CRD{}
