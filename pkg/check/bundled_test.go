@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -222,17 +223,28 @@ func TestBundledStorageVersionMigrations(t *testing.T) {
 	}
 }
 
-// TestBundledMigrationTooLateWithHelm: what "too late" rests on, with the real Helm 4 CLI.
-// A chart version that drops stored v1beta2 and bundles a StorageVersionMigration for
-// that CRD fails `helm upgrade` on the CRD (status.storedVersions) whatever the migration
-// would do; check, on the same chart, calls the migration too-late beside the CRD's
-// migrate verdict. Helm 4 (server-side apply) still creates the new StorageVersionMigration
-// beside the failed CRD: the reason says so, and this test keeps it true.
+// TestBundledMigrationTooLateWithHelm: what "too late" rests on, with the real Helm 4 and
+// Helm 3 CLIs. A chart version that drops stored v1beta2 and bundles a
+// StorageVersionMigration for that CRD fails `helm upgrade` on the CRD
+// (status.storedVersions) whatever the migration would do; check, on the same chart,
+// calls the migration too-late beside the CRD's migrate verdict. Both Helms still create
+// the new StorageVersionMigration beside the failed CRD: the reason says so, and this test
+// keeps it true.
 func TestBundledMigrationTooLateWithHelm(t *testing.T) {
+	cp.NeedHelm3(t)
+	for _, h := range []struct {
+		name string
+		cli  func(args ...string) *exec.Cmd
+	}{{"helm4", cp.Helm}, {"helm3", cp.Helm3}} {
+		t.Run(h.name, func(t *testing.T) { tooLateWithHelm(t, h.name, h.cli) })
+	}
+}
+
+func tooLateWithHelm(t *testing.T, name string, helm func(args ...string) *exec.Cmd) {
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	const g = "helmlate.bundled.upgradeguard.test"
-	const crd = "helmrepositories." + g
+	g := name + "late.bundled.upgradeguard.test"
+	crd := "helmrepositories." + g
 	regroup := func(version string) string {
 		fx, err := testenv.Fixtures()
 		if err != nil {
@@ -251,14 +263,14 @@ func TestBundledMigrationTooLateWithHelm(t *testing.T) {
 	if cp.Minor >= 37 && gvr.Empty() {
 		t.Fatalf("1.%d serves no StorageVersionMigrations", cp.Minor)
 	}
-	ns := "bundled-helm"
+	ns := "bundled-" + name
 	dir := t.TempDir()
 	v1, err := testenv.WriteChart(filepath.Join(dir, "1"), "late", "1.0.0", map[string]string{"templates/crd.yaml": regroup("v1.7.0")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	v2files := map[string]string{"templates/crd.yaml": regroup("v1.8.0")}
-	const svmName = "late-migration"
+	svmName := name + "-late-migration"
 	if !gvr.Empty() {
 		// Only where the kind is served: elsewhere Helm would fail on the unknown kind instead.
 		v2files["templates/svm.yaml"] = fmt.Sprintf("apiVersion: %s\nkind: StorageVersionMigration\nmetadata:\n  name: %s\nspec:\n  resource:\n    group: %s\n    resource: helmrepositories\n",
@@ -268,11 +280,11 @@ func TestBundledMigrationTooLateWithHelm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := cp.Helm("install", "late", v1, "-n", ns, "--create-namespace").CombinedOutput(); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, out)
+	if out, err := helm("install", "late", v1, "-n", ns, "--create-namespace").CombinedOutput(); err != nil {
+		t.Fatalf("%s install: %v\n%s", name, err, out)
 	}
 	t.Cleanup(func() {
-		_ = cp.Helm("uninstall", "late", "-n", ns).Run()
+		_ = helm("uninstall", "late", "-n", ns).Run()
 		_ = cs.ApiextensionsV1().CustomResourceDefinitions().Delete(context.WithoutCancel(ctx), crd, metav1.DeleteOptions{})
 	})
 	// Objects were stored at v1beta2 before v1 became the storage version.
@@ -298,14 +310,14 @@ func TestBundledMigrationTooLateWithHelm(t *testing.T) {
 		}
 	}
 
-	out, err := cp.Helm("upgrade", "late", v2, "-n", ns).CombinedOutput()
+	out, err := helm("upgrade", "late", v2, "-n", ns).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "storedVersions") {
-		t.Fatalf("helm upgrade: %v\n%s\nwant it refused on status.storedVersions", err, out)
+		t.Fatalf("%s upgrade: %v\n%s\nwant it refused on status.storedVersions", name, err, out)
 	}
 	if !gvr.Empty() {
 		_, err := dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Get(ctx, svmName, metav1.GetOptions{})
 		if err != nil {
-			t.Errorf("StorageVersionMigration %s after the failed upgrade: %v; want Helm 4 to have created it beside the failed CRD, as the too-late reason says", svmName, err)
+			t.Errorf("StorageVersionMigration %s after the failed upgrade: %v; want %s to have created it beside the failed CRD, as the too-late reason says", svmName, err, name)
 		}
 		t.Cleanup(func() {
 			_ = dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Delete(context.WithoutCancel(ctx), svmName, metav1.DeleteOptions{})

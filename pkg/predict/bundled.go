@@ -57,7 +57,7 @@ const (
 	BundledWillNotRun BundledVerdict = "will-not-run"
 	// BundledTooLate means the migration arrives with the CRD that drops a stored
 	// version: the API server rejects that CRD write, so the operation fails whatever the
-	// migration does. (Helm 4 still creates a new StorageVersionMigration beside the
+	// migration does. (Helm, 3 and 4, still creates a new StorageVersionMigration beside the
 	// failed CRD; where the migrator runs, a retry after it finished may pass.)
 	BundledTooLate BundledVerdict = "too-late"
 	// BundledNoCRD means spec.resource names no CRD, neither in the chart nor on the
@@ -111,7 +111,7 @@ func DecideBundled(m ChartMigration, f BundledFacts) BundledMigration {
 	case f.Finding != nil && f.Applied && f.Live != nil && len(f.Finding.MissingStoredVersions) > 0:
 		b.Verdict = BundledTooLate
 		b.Reason = fmt.Sprintf("it arrives with the CRD that drops stored %s: the API server rejects that CRD write (status.storedVersions), so the %s fails whatever the migration does; "+
-			"Helm 4 still creates a new StorageVersionMigration beside the failed CRD, and the built-in migrator may then migrate and prune in time for a retry, but the release is failed meanwhile and nothing waits for it",
+			"Helm (3 and 4) still creates a new StorageVersionMigration beside the failed CRD, and the built-in migrator may then migrate and prune in time for a retry, but the release is failed meanwhile and nothing waits for it",
 			strings.Join(f.Finding.MissingStoredVersions, ","), cmp.Or(f.Operation, Upgrade))
 		if FixFor(*f.Finding) == FixMigrate {
 			b.Action = fmt.Sprintf("migrate before the %s instead: %s", cmp.Or(f.Operation, Upgrade), migrate)
