@@ -340,6 +340,10 @@ func engineNote(w io.Writer, r *migrate.Result) {
 	if r.StorageVersionMigration == "" {
 		return
 	}
+	for _, re := range r.BuiltinReruns {
+		fmt.Fprintf(w, "  StorageVersionMigration %s succeeded, but the built-in migrator skipped the prune: %s changed during it (generation %d -> %d); re-ran under a new name\n",
+			re.StorageVersionMigration, r.Name, re.GenerationBefore, re.GenerationAfter)
+	}
 	fmt.Fprintf(w, "  StorageVersionMigration %s (the built-in migrator counts objects, not rewritten or current ones)\n", r.StorageVersionMigration)
 	switch r.PrunedBy {
 	case migrate.PrunedByServer:
@@ -369,7 +373,10 @@ storage-version-migrator-controller patch them (Kubernetes 1.37, or 1.35/1.36 wi
 beta API on; needs only the role 'upgradeguard rbac --engine builtin' prints); auto, the
 default, picks client when you may patch the objects, else builtin. Either way the same
 Lease, guards and report; the report says which engine ran and why. If nothing acts on the
-StorageVersionMigration within --builtin-start-timeout, the run stops and says so.
+StorageVersionMigration within --builtin-start-timeout, the run stops and says so. The
+built-in migrator skips pruning storedVersions when the CRD's generation changed while it
+ran; builtin then runs a new StorageVersionMigration for the CRD as it is now (up to
+twice) and the report names the one whose prune was skipped.
 
 Selecting CRDs:
   --crd NAME               these CRDs (repeat the flag)

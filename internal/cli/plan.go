@@ -302,6 +302,15 @@ func renderStep(w io.Writer, n int, s plan.Step, hr *plan.HelmRelease) {
 	for _, c := range s.After {
 		fmt.Fprintf(w, "   %s: storage %s, stored [%s]\n", c.Name, c.StorageVersion, strings.Join(c.StoredVersions, " "))
 	}
+	if s.Check == nil {
+		return
+	}
+	for _, b := range bundledOf(s.Check) {
+		fmt.Fprintf(w, "   bundled StorageVersionMigration %s for %s: %s: %s\n", orDash(b.Name), b.CRD, b.Verdict, b.Reason)
+		if b.Action != "" {
+			fmt.Fprintf(w, "     next: %s\n", b.Action)
+		}
+	}
 }
 
 func renderRollback(w io.Writer, label string, r plan.Rollback) {

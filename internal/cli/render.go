@@ -18,6 +18,14 @@ func render(w io.Writer, format string, verbose bool, rep *check.Report) error {
 }
 
 func renderText(w io.Writer, verbose bool, rep *check.Report) error {
+	if err := renderCRDs(w, verbose, rep); err != nil {
+		return err
+	}
+	renderBundled(w, rep)
+	return nil
+}
+
+func renderCRDs(w io.Writer, verbose bool, rep *check.Report) error {
 	findings := rep.Findings()
 	fmt.Fprintf(w, "%s\n", title(rep))
 	if len(rep.CRDs) == 0 {
@@ -56,6 +64,40 @@ func renderManifests(w io.Writer, m *check.ManifestSummary) {
 	for _, c := range m.LiveCRDObjects {
 		fmt.Fprintf(w, "  %d %s object(s) of live CRD %s, which the manifests do not bring\n", c.Objects, c.Kind, c.CRD)
 	}
+}
+
+// renderBundled lists the StorageVersionMigrations the chart renders, each with the CRD
+// it covers, whether it will run, why, and what to do instead. They are advice: the
+// verdicts above and the exit code do not depend on them.
+func renderBundled(w io.Writer, rep *check.Report) {
+	all := bundledOf(rep)
+	if len(all) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nStorageVersionMigrations the chart bundles (advice; they do not change the verdicts):")
+	for _, b := range all {
+		name := b.Name
+		if name == "" {
+			name = "(generateName)"
+		}
+		fmt.Fprintf(w, "  %s (%s, %s) for %s: %s\n    why:  %s\n", name, b.APIVersion, orDash(b.File), b.CRD, b.Verdict, b.Reason)
+		if b.Action != "" {
+			fmt.Fprintf(w, "    next: %s\n", b.Action)
+		}
+	}
+	if rep.BundledMigrationsUnknown {
+		fmt.Fprintln(w, "  note: the cluster did not say which StorageVersionMigrations exist (none served, or not allowed to list them): a name already used would not run again")
+	}
+}
+
+// bundledOf are every bundled StorageVersionMigration of a report: per CRD, then those
+// with no CRD entry.
+func bundledOf(rep *check.Report) []predict.BundledMigration {
+	var all []predict.BundledMigration
+	for _, c := range rep.CRDs {
+		all = append(all, c.BundledMigrations...)
+	}
+	return append(all, rep.BundledMigrations...)
 }
 
 // renderRows is the table of CRDs, why each needs action and the next steps.

@@ -230,6 +230,7 @@ func (r *StorageMigrationReconciler) jobDone(ctx context.Context, sm *v1alpha1.S
 		rp.StorageVersion, rp.StoredVersionsBefore, rp.StoredVersionsAfter = c.StorageVersion, c.StoredVersionsBefore, c.StoredVersionsAfter
 		rp.Objects, rp.Rewritten, rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = c.Objects, c.Rewritten, c.AlreadyCurrent, c.Deleted, c.FailedCount
 		rp.Message, rp.Attempts, rp.FieldLoss = c.Message, rp.Attempts+1, DroppedFields(c.FieldLoss)
+		r.reruns(sm, c)
 		switch {
 		case c.Status == migrate.Migrated || c.Status == migrate.AlreadyMigrated:
 			rp.Phase, rp.CompletionTime = v1alpha1.PhaseSucceeded, ptrTime(metav1.Now())

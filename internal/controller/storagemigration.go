@@ -49,6 +49,10 @@ const (
 	EventFailed    = "MigrationFailed"
 	EventResumed   = "MigrationResumed"
 	EventRestarted = "MigrationRestarted"
+	// EventRerun: the built-in migrator succeeded but skipped pruning storedVersions
+	// because the CRD's generation changed while it ran; the builtin engine ran a new
+	// StorageVersionMigration (migrate.Result.BuiltinReruns).
+	EventRerun     = "BuiltinMigrationRerun"
 	EventSucceeded = "Succeeded"
 	// EventFieldLossRefused: the migration would drop fields objects hold, and the spec
 	// does not allow it (spec.allowFieldLoss). Nothing was written.
@@ -316,6 +320,7 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 		count(atToken)
 	}
 	metrics.ObjectsRewritten.WithLabelValues(cluster, rp.Name).Add(float64(max(rp.Rewritten-base.Rewritten, 0)))
+	r.reruns(sm, res)
 	switch {
 	case res.Restart && ctx.Err() == nil:
 		// A chart upgrade changed the CRD during the attempt: the next one starts over.
@@ -533,4 +538,14 @@ func action(crd string) string {
 		a = a[:128]
 	}
 	return a
+}
+
+// reruns reports each StorageVersionMigration of res whose prune the built-in migrator
+// skipped for a generation change, and that the builtin engine re-ran, as an event.
+func (r *StorageMigrationReconciler) reruns(sm *v1alpha1.StorageMigration, res *migrate.Result) {
+	for _, re := range res.BuiltinReruns {
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventRerun, action(res.Name),
+			"%s: StorageVersionMigration %s succeeded, but the built-in migrator skipped pruning storedVersions (generation %d -> %d during it); re-ran it as a new StorageVersionMigration",
+			res.Name, re.StorageVersionMigration, re.GenerationBefore, re.GenerationAfter)
+	}
 }

@@ -2,10 +2,12 @@
 // the CRDs rendered into a release manifest from templates/, the files in the crds/
 // folders of the chart and its subcharts, and the CRDs of rendered manifests applied
 // whole (Rendered). Rendered charts, stored release revisions and rendered manifests all
-// go through it, so an upgrade and a rollback are judged from the same inputs.
+// go through it, so an upgrade and a rollback are judged from the same inputs. It also
+// reads the StorageVersionMigrations a chart bundles with its CRDs.
 package chartcrds
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"maps"
@@ -19,9 +21,11 @@ import (
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // CRD is one CustomResourceDefinition a chart brings, with the file it came from. It is
@@ -121,6 +125,8 @@ type Rendered struct {
 	CRDs []CRD
 	// Objects counts the other objects by API group and kind (List items each count).
 	Objects map[schema.GroupKind]int
+	// Migrations are the StorageVersionMigrations among them (MigrationsFromManifest).
+	Migrations []Migration
 }
 
 // Stdin is the name ReadRendered gives standard input.
@@ -218,6 +224,18 @@ func (r *Rendered) Add(file string, data []byte) error {
 		for _, o := range d.Objects {
 			r.Objects[schema.GroupKind{Group: o.Group(), Kind: o.Kind}]++
 		}
+		if bytes.Contains(d.Raw, []byte("StorageVersionMigration")) {
+			ms, err := MigrationsFromManifest(string(d.Raw))
+			if err != nil {
+				return fmt.Errorf("%s (document %d): %w", name, d.Index, err)
+			}
+			for i := range ms {
+				if ms[i].File = source; source == "" {
+					ms[i].File = fmt.Sprintf("%s (document %d)", name, d.Index)
+				}
+			}
+			r.Migrations = append(r.Migrations, ms...)
+		}
 		for _, c := range d.CRDs {
 			in := CRD{CRD: c, Source: predict.Templates, File: source}
 			if source == "" {
@@ -248,4 +266,55 @@ func inCRDsDir(source string) bool {
 		i += 2
 	}
 	return i < len(parts)-1 && parts[i] == "crds"
+}
+
+// Migration is one StorageVersionMigration a chart renders (predict's type, which judges it).
+type Migration = predict.ChartMigration
+
+// MigrationsFromManifest returns the StorageVersionMigrations (storagemigration.k8s.io,
+// any version) in a rendered manifest, naming each by its "# Source:" file. It takes the
+// manifest text alone, so a release manifest, a chart render and rendered manifests from
+// elsewhere are read the same way.
+func MigrationsFromManifest(manifest string) ([]Migration, error) {
+	if manifest == "" {
+		return nil, nil
+	}
+	docs := releaseutil.SplitManifests(manifest)
+	keys := slices.Collect(maps.Keys(docs))
+	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+	var out []Migration
+	for _, k := range keys {
+		content := docs[k]
+		// Only a document that names the kind can be one: the others are not parsed.
+		if !strings.Contains(content, "StorageVersionMigration") {
+			continue
+		}
+		file := sourceFile(content, k)
+		var obj struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name         string `json:"name"`
+				GenerateName string `json:"generateName"`
+			} `json:"metadata"`
+			Spec struct {
+				Resource struct {
+					Group    string `json:"group"`
+					Resource string `json:"resource"`
+				} `json:"resource"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(content), &obj); err != nil {
+			return nil, fmt.Errorf("%s: read the StorageVersionMigration: %w", file, err)
+		}
+		if obj.Kind != "StorageVersionMigration" || !strings.HasPrefix(obj.APIVersion, svm.Group+"/") {
+			continue
+		}
+		if obj.Spec.Resource.Resource == "" {
+			return nil, fmt.Errorf("%s: StorageVersionMigration %s has no spec.resource.resource: the API server refuses it", file, obj.Metadata.Name)
+		}
+		out = append(out, Migration{Name: obj.Metadata.Name, APIVersion: obj.APIVersion, File: file,
+			Group: obj.Spec.Resource.Group, Resource: obj.Spec.Resource.Resource})
+	}
+	return out, nil
 }

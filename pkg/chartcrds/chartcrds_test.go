@@ -136,3 +136,25 @@ func TestRenderedErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderedMigrations: the StorageVersionMigrations of rendered manifests are read as
+// a chart's are, named by their Source line, else by file and document.
+func TestRenderedMigrations(t *testing.T) {
+	svm := func(name string) string {
+		return "apiVersion: storagemigration.k8s.io/v1\nkind: StorageVersionMigration\nmetadata: {name: " + name +
+			"}\nspec:\n  resource: {group: a.example.com, resource: alphas}\n"
+	}
+	rendered := "---\n# Source: app/templates/svm.yaml\n" + svm("alphas-2.0.0") + "---\n" + crd("a.example.com", "Alpha", "v1") +
+		"---\n" + svm("alphas-by-hand")
+	r, err := chartcrds.ReadRendered(chartcrds.Stdin, strings.NewReader(rendered))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []chartcrds.Migration{
+		{Name: "alphas-2.0.0", APIVersion: "storagemigration.k8s.io/v1", File: "app/templates/svm.yaml", Group: "a.example.com", Resource: "alphas"},
+		{Name: "alphas-by-hand", APIVersion: "storagemigration.k8s.io/v1", File: "app/templates/svm.yaml", Group: "a.example.com", Resource: "alphas"},
+	}
+	if diff := cmp.Diff(want, r.Migrations); diff != "" {
+		t.Errorf("migrations (-want +got):\n%s", diff)
+	}
+}

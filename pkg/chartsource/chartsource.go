@@ -82,6 +82,8 @@ type Chart struct {
 	// Hooks are the rendered hooks, with the events they run on.
 	Hooks []*release.Hook
 	CRDs  []chartcrds.CRD
+	// Migrations are the StorageVersionMigrations the chart renders with its CRDs.
+	Migrations []chartcrds.Migration
 }
 
 // ErrNoChart says that no chart reference was given.
@@ -232,7 +234,12 @@ func (o Options) render(ctx context.Context, settings *cli.EnvSettings, path str
 	if err != nil {
 		return nil, &LoadError{Ref: o.Ref, Step: "read CRDs", Err: err}
 	}
-	return &Chart{Name: ch.Name(), Version: ch.Metadata.Version, Path: path, Chart: ch, Manifest: r.Manifest, Hooks: r.Hooks, CRDs: crds}, nil
+	migrations, err := chartcrds.MigrationsFromManifest(r.Manifest)
+	if err != nil {
+		return nil, &LoadError{Ref: o.Ref, Step: "read StorageVersionMigrations", Err: err}
+	}
+	return &Chart{Name: ch.Name(), Version: ch.Metadata.Version, Path: path, Chart: ch, Manifest: r.Manifest, Hooks: r.Hooks,
+		CRDs: crds, Migrations: migrations}, nil
 }
 
 func (o Options) pathOptions() action.ChartPathOptions {

@@ -182,6 +182,16 @@ func (h *History) local() (map[string]string, error) {
 
 // CRDs loads one version and returns the CRDs it brings.
 func (h *History) CRDs(ctx context.Context, version string) ([]chartcrds.CRD, error) {
+	ch, err := h.Chart(ctx, version)
+	if err != nil {
+		return nil, err
+	}
+	return ch.CRDs, nil
+}
+
+// Chart loads one version and returns what check judges of it: the CRDs it brings and
+// the StorageVersionMigrations it renders (check.ChartHistory).
+func (h *History) Chart(ctx context.Context, version string) (*check.Chart, error) {
 	o := h.Options
 	o.Version = version
 	if len(h.Local) > 0 {
@@ -198,7 +208,7 @@ func (h *History) CRDs(ctx context.Context, version string) ([]chartcrds.CRD, er
 	if err != nil {
 		return nil, err
 	}
-	return ch.CRDs, nil
+	return &check.Chart{Name: ch.Name, Version: ch.Version, CRDs: ch.CRDs, Migrations: ch.Migrations}, nil
 }
 
 // CheckChart is the check.ChartLoader of o: it loads and renders the chart, with
@@ -210,6 +220,6 @@ func CheckChart(o Options) func(ctx context.Context, upgrade bool) (*check.Chart
 		if err != nil {
 			return nil, err
 		}
-		return &check.Chart{Name: ch.Name, Version: ch.Version, CRDs: ch.CRDs}, nil
+		return &check.Chart{Name: ch.Name, Version: ch.Version, CRDs: ch.CRDs, Migrations: ch.Migrations}, nil
 	}
 }

@@ -40,6 +40,14 @@ type History interface {
 	CRDs(ctx context.Context, version string) ([]chartcrds.CRD, error)
 }
 
+// ChartHistory is a History that loads a whole chart version: the CRDs and the
+// StorageVersionMigrations it renders (chartsource.History is one). plan judges the
+// migrations at each upgrade step with it.
+type ChartHistory interface {
+	History
+	Chart(ctx context.Context, version string) (*Chart, error)
+}
+
 // Request is one prediction.
 type Request struct {
 	Operation predict.Operation
@@ -49,6 +57,9 @@ type Request struct {
 	// the incoming side drops are deleted by Helm. Nil when there is no release.
 	Current []chartcrds.CRD
 	Policy  CRDPolicy
+	// Migrations are the StorageVersionMigrations the incoming side renders
+	// (chartcrds.MigrationsFromManifest): each is judged beside the CRD it covers.
+	Migrations []chartcrds.Migration
 	// History, when set, is searched for a stepping stone for bridge verdicts.
 	History History
 	// MaxSteppingStones bounds how many older chart versions are loaded (default 10).
@@ -93,6 +104,17 @@ type CRDReport struct {
 	// ManifestObjects is how many objects of this CRD's kind the rendered manifests
 	// carry, for a prediction made from them (PredictManifests); nil otherwise.
 	ManifestObjects *int `json:"manifestObjects,omitempty"`
+	// BundledMigrations are the StorageVersionMigrations the incoming chart renders for
+	// this CRD, each with whether it will run and what to do instead. Advice: they never
+	// change the verdict.
+	BundledMigrations []predict.BundledMigration `json:"bundledMigrations,omitempty"`
+}
+
+// ExistingMigrationLister is what a Cluster implements when it can tell which
+// StorageVersionMigrations exist, finished or not (KubeCluster does). ok is false when it
+// cannot tell (none served, or not allowed to list them).
+type ExistingMigrationLister interface {
+	ExistingMigrations(ctx context.Context) (m map[string]svm.Existing, ok bool, err error)
 }
 
 // MigrationLister is what a Cluster implements when it can tell which CRDs a
@@ -112,6 +134,13 @@ type Report struct {
 	FromRevision int               `json:"fromRevision,omitempty"`
 	ToRevision   int               `json:"toRevision,omitempty"`
 	CRDs         []CRDReport       `json:"crds"`
+	// BundledMigrations are the StorageVersionMigrations the incoming chart renders for a
+	// CRD that has no entry in CRDs (one only live, or none at all).
+	BundledMigrations []predict.BundledMigration `json:"bundledMigrations,omitempty"`
+	// BundledMigrationsUnknown says the chart renders StorageVersionMigrations but the
+	// cluster could not say which names are taken (none served, not allowed to list them,
+	// or the read failed): "will not run" cannot be told from "will run".
+	BundledMigrationsUnknown bool `json:"bundledMigrationsUnknown,omitempty"`
 	// NextSteps are the actions of all findings, merged into as few commands as possible
 	// and in the order to run them.
 	NextSteps []string `json:"nextSteps"`
@@ -189,7 +218,58 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		}
 	}
 	rep.NextSteps = nextSteps(rep.CRDs)
+	if err := bundled(ctx, cluster, req, live, rep); err != nil {
+		return nil, err
+	}
 	return rep, nil
+}
+
+// bundled judges the StorageVersionMigrations the incoming side renders
+// (predict.DecideBundled), each beside the CRD it covers. They are advice: Safe and the
+// next steps stay what the CRDs' verdicts make them.
+func bundled(ctx context.Context, cluster Cluster, req Request, live map[string]*apiextv1.CustomResourceDefinition, rep *Report) error {
+	if len(req.Migrations) == 0 {
+		return nil
+	}
+	existing, known := map[string]svm.Existing{}, false
+	if el, ok := cluster.(ExistingMigrationLister); ok {
+		// Advice never stops a prediction: a failed read leaves the names unknown.
+		if m, ok, err := el.ExistingMigrations(ctx); err == nil {
+			existing, known = m, ok
+		} else if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	rep.BundledMigrationsUnknown = !known
+	incoming := map[string]chartcrds.CRD{}
+	for _, in := range req.Incoming {
+		incoming[in.CRD.Name] = in
+	}
+	index := map[string]int{}
+	for i, c := range rep.CRDs {
+		index[c.Name] = i
+	}
+	for _, m := range req.Migrations {
+		name := m.CRD()
+		facts := predict.BundledFacts{Operation: req.Operation, Live: live[name]}
+		if in, ok := incoming[name]; ok {
+			facts.Incoming, facts.Applied = in.CRD, live[name] == nil || req.Policy.Applies(in.Source)
+		}
+		if e, ok := existing[m.Name]; ok && m.Name != "" {
+			facts.Existing = &predict.LiveMigration{CRD: e.CRD, State: e.State}
+		}
+		i, reported := index[name]
+		if reported {
+			facts.Finding = &rep.CRDs[i].Finding
+		}
+		b := predict.DecideBundled(m, facts)
+		if reported {
+			rep.CRDs[i].BundledMigrations = append(rep.CRDs[i].BundledMigrations, b)
+		} else {
+			rep.BundledMigrations = append(rep.BundledMigrations, b)
+		}
+	}
+	return nil
 }
 
 // nextSteps merges per-CRD actions: one migrate command for every migrate fix, one

@@ -73,6 +73,15 @@ func (k *KubeCluster) MigrationsInProgress(ctx context.Context) (map[string][]sv
 	return k.watch.migrationsInProgress(ctx, k)
 }
 
+// ExistingMigrations are the StorageVersionMigrations on the cluster by name, finished
+// or not (see svm.All).
+func (k *KubeCluster) ExistingMigrations(ctx context.Context) (map[string]svm.Existing, bool, error) {
+	if k.dynamic == nil {
+		return nil, false, nil
+	}
+	return svm.All(ctx, k.disco, k.dynamic)
+}
+
 // ServerVersion returns the API server's git version, for rendering charts against it.
 func (k *KubeCluster) ServerVersion(_ context.Context) (string, error) {
 	v, err := k.disco.ServerVersion()

@@ -274,7 +274,9 @@ func TestRevisionCRDsFromMemory(t *testing.T) {
 		}
 		reader.WithMemory(target.Metadata, target.Releases)
 		p, err := check.Predict(ctx, check.Sources{Cluster: target.Cluster, Releases: reader, Release: "web", Namespace: ns, NoObjectCounts: true,
-			Chart: func(context.Context, bool) (*check.Chart, error) { return &check.Chart{Name: "web", Version: "9.0.0"}, nil }})
+			Chart: func(context.Context, bool) (*check.Chart, error) {
+				return &check.Chart{Name: "web", Version: "9.0.0"}, nil
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}

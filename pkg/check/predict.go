@@ -27,6 +27,9 @@ import (
 type Chart struct {
 	Name, Version string
 	CRDs          []chartcrds.CRD
+	// Migrations are the StorageVersionMigrations the chart renders
+	// (chartcrds.MigrationsFromManifest).
+	Migrations []chartcrds.Migration
 }
 
 // ChartLoader loads and renders the incoming chart of an upgrade. upgrade says whether the
@@ -143,6 +146,9 @@ func (s Sources) rollback(ctx context.Context, req *Request, p *Prediction) erro
 	if req.Incoming, err = chartcrds.All(target.Chart, target.Manifest); err != nil {
 		return fmt.Errorf("revision %d of release %s: %w", target.Version, s.Release, err)
 	}
+	if req.Migrations, err = chartcrds.MigrationsFromManifest(target.Manifest); err != nil {
+		return fmt.Errorf("revision %d of release %s: %w", target.Version, s.Release, err)
+	}
 	return s.current(current, req, p)
 }
 
@@ -178,6 +184,9 @@ func (s Sources) record(ctx context.Context, req *Request, p *Prediction) error 
 	if req.Incoming, err = chartcrds.All(rec.Chart, rec.Manifest); err != nil {
 		return fmt.Errorf("revision %d of release %s: %w", rec.Version, s.Release, err)
 	}
+	if req.Migrations, err = chartcrds.MigrationsFromManifest(rec.Manifest); err != nil {
+		return fmt.Errorf("revision %d of release %s: %w", rec.Version, s.Release, err)
+	}
 	if req.Operation != predict.Rollback {
 		req.History = s.SteppingStones
 	}
@@ -207,7 +216,7 @@ func (s Sources) upgrade(ctx context.Context, req *Request, p *Prediction) error
 	if err != nil {
 		return err
 	}
-	req.Incoming, req.Chart, req.ChartVersion = ch.CRDs, ch.Name, ch.Version
+	req.Incoming, req.Migrations, req.Chart, req.ChartVersion = ch.CRDs, ch.Migrations, ch.Name, ch.Version
 	req.History = s.SteppingStones
 	if s.OlderIsRollback && current != nil && current.Chart != nil && current.Chart.Metadata != nil &&
 		current.Chart.Metadata.Name == ch.Name && Older(ch.Version, p.CurrentChartVersion) {
@@ -332,6 +341,14 @@ func (r *recordingCluster) MigrationsInProgress(ctx context.Context) (map[string
 		return ml.MigrationsInProgress(ctx)
 	}
 	return map[string][]svm.Migration{}, nil
+}
+
+// ExistingMigrations passes the question on when the wrapped Cluster can answer it.
+func (r *recordingCluster) ExistingMigrations(ctx context.Context) (map[string]svm.Existing, bool, error) {
+	if el, ok := r.Cluster.(ExistingMigrationLister); ok {
+		return el.ExistingMigrations(ctx)
+	}
+	return nil, false, nil
 }
 
 // ListObjects passes the schema check's reads on when the wrapped Cluster can answer them.

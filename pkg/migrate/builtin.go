@@ -83,9 +83,43 @@ func (m *Migrator) builtin(ctx context.Context, crd *apiextv1.CustomResourceDefi
 		return &BuiltinNotServedError{CRD: crd.Name}
 	}
 	f := &follower{m: m, api: m.dynamic.Resource(gvr), apiVersion: gvr.GroupVersion().String(), crd: crd, o: o, res: res, start: start, total: -1}
+	for reruns := 0; ; reruns++ {
+		again, err := f.once(ctx, reruns < MaxBuiltinReruns)
+		if err != nil || !again {
+			return err
+		}
+	}
+}
+
+// MaxBuiltinReruns bounds how often one builtin run creates a new StorageVersionMigration
+// because the built-in migrator skipped the prune for a generation change. Past it the
+// run is incomplete and asks for a restart (Result.Restart).
+const MaxBuiltinReruns = 2
+
+// BuiltinRerun is one StorageVersionMigration that succeeded while the built-in migrator
+// skipped pruning storedVersions: kube-controller-manager's migrator prunes only when the
+// CRD's metadata.generation is the one it saw when the migration started, and a chart
+// upgrade (or anyone) changed the CRD while it ran. The objects were re-written, but
+// nobody pruned, so the engine ran a new StorageVersionMigration (a new name: the
+// migrator acts on each once) for the CRD as it is now, and the server pruned after it.
+type BuiltinRerun struct {
+	// StorageVersionMigration is the one whose prune was skipped.
+	StorageVersionMigration string `json:"storageVersionMigration"`
+	// GenerationBefore and GenerationAfter are the CRD's generation when it started and
+	// when it ended.
+	GenerationBefore int64 `json:"generationBefore"`
+	GenerationAfter  int64 `json:"generationAfter"`
+	// ServerCondition is the CRD's StorageMigrating condition message then.
+	ServerCondition string `json:"serverCondition,omitempty"`
+}
+
+// once runs one StorageVersionMigration to its end; again says that the built-in
+// migrator skipped the prune for a generation change and that a new one is to run.
+func (f *follower) once(ctx context.Context, mayRerun bool) (again bool, err error) {
+	res := f.res
 	svm, err := f.create(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	res.StorageVersionMigration = f.name
 	svm, err = f.follow(ctx, svm)
@@ -93,25 +127,24 @@ func (m *Migrator) builtin(ctx context.Context, crd *apiextv1.CustomResourceDefi
 	switch {
 	case errors.As(err, &notRunning):
 		f.delete(ctx)
-		return err
+		return false, err
 	case ctx.Err() != nil:
 		// Cut short (deadline, cancellation, a lost Lease): the migrator goes on, and the
 		// next run follows the same StorageVersionMigration.
 		res.Status, res.Interrupted, res.Objects = Incomplete, true, max(f.done, 0)
 		res.Message = fmt.Sprintf("%s while StorageVersionMigration %s runs: the built-in migrator goes on, and the next run follows it; storedVersions untouched",
 			stopWord(ctx), f.name)
-		return nil
+		return false, nil
 	case err != nil:
-		return err
+		return false, err
 	}
 	f.waitServerCleanup(ctx)
 	f.delete(ctx)
 	if c := meta.FindStatusCondition(svm.Status.Conditions, string(svmv1.MigrationFailed)); c != nil && c.Status == metav1.ConditionTrue {
 		f.failed(ctx, c)
-		return nil
+		return false, nil
 	}
-	f.succeeded(ctx)
-	return nil
+	return f.succeeded(ctx, mayRerun), nil
 }
 
 func stopWord(ctx context.Context) string {
@@ -383,30 +416,72 @@ func (f *follower) diagnose(ctx context.Context) string {
 	return out
 }
 
-// succeeded checks that the server pruned storedVersions, and prunes it under the client
-// engine's guards where it did not.
-func (f *follower) succeeded(ctx context.Context) {
+// succeeded checks that the server pruned storedVersions. Where the built-in migrator
+// skipped the prune because the CRD's generation changed during the migration, and the
+// CRD still stores at the same version and gained no stored version, it asks for a new
+// StorageVersionMigration (again; mayRerun bounds it). Otherwise it prunes under the
+// client engine's guards where the server did not.
+func (f *follower) succeeded(ctx context.Context, mayRerun bool) (again bool) {
 	res := f.res
 	res.Objects = max(f.done, 0)
 	storage := crdversions.StorageVersion(f.crd)
 	cur, err := f.m.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, f.crd.Name, metav1.GetOptions{})
 	if err != nil {
 		res.Status, res.Message = Incomplete, fmt.Sprintf("the built-in migrator succeeded, but %s could not be read again: %v: run again to prune storedVersions", f.crd.Name, err)
-		return
+		return false
 	}
 	if slices.Equal(cur.Status.StoredVersions, []string{storage}) {
 		res.Status, res.PrunedBy, res.StoredVersionsAfter = Migrated, PrunedByServer, slices.Clone(cur.Status.StoredVersions)
-		res.Message = "the built-in migrator re-persisted every object; the server pruned storedVersions"
-		return
+		res.Message = "the built-in migrator re-persisted every object; the server pruned storedVersions" + rerunNote(res.BuiltinReruns, f.name)
+		return false
+	}
+	if mayRerun && cur.Generation != f.crd.Generation && crdversions.StorageVersion(cur) == storage && !gained(f.crd, cur) {
+		res.BuiltinReruns = append(res.BuiltinReruns, BuiltinRerun{StorageVersionMigration: f.name,
+			GenerationBefore: f.crd.Generation, GenerationAfter: cur.Generation, ServerCondition: storageMigrating(cur)})
+		f.crd, f.done, f.total = cur, -1, -1
+		return true
 	}
 	if err := f.m.prune(ctx, f.crd, res); err != nil {
 		var changed *crdChangedError
 		res.Status, res.Restart = Incomplete, errors.As(err, &changed)
-		res.Message = "the built-in migrator succeeded, but " + err.Error() + serverNote(cur)
-		return
+		res.Message = "the built-in migrator succeeded, but " + err.Error() + serverNote(cur) + rerunNote(res.BuiltinReruns, "")
+		return false
 	}
 	res.Status, res.PrunedBy = Migrated, PrunedByUpgradeguard
-	res.Message = "the built-in migrator re-persisted every object; upgradeguard pruned storedVersions (the server did not)"
+	res.Message = "the built-in migrator re-persisted every object; upgradeguard pruned storedVersions (the server did not)" + rerunNote(res.BuiltinReruns, f.name)
+	return false
+}
+
+// gained says whether cur stores a version that started did not.
+func gained(started, cur *apiextv1.CustomResourceDefinition) bool {
+	return slices.ContainsFunc(cur.Status.StoredVersions, func(v string) bool { return !slices.Contains(started.Status.StoredVersions, v) })
+}
+
+// rerunNote words the re-runs of a builtin run for its message: which migrations the
+// built-in migrator did not prune after, and the one that ran last.
+func rerunNote(reruns []BuiltinRerun, last string) string {
+	if len(reruns) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(reruns))
+	for _, r := range reruns {
+		parts = append(parts, fmt.Sprintf("%s (generation %d -> %d)", r.StorageVersionMigration, r.GenerationBefore, r.GenerationAfter))
+	}
+	out := fmt.Sprintf(", after re-running: the built-in migrator skipped the prune after StorageVersionMigration %s because the CRD changed while it ran",
+		strings.Join(parts, ", "))
+	if last != "" {
+		out += "; upgradeguard ran " + last + " for the CRD as it is now"
+	}
+	return out
+}
+
+func storageMigrating(crd *apiextv1.CustomResourceDefinition) string {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextv1.StorageMigrating {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 // serverNote is the CRD's StorageMigrating condition, which says why the server did not

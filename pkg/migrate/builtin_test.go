@@ -429,11 +429,13 @@ func TestStorageVersionMigrationInProgress(t *testing.T) {
 	}
 }
 
-// TestBuiltinCRDChangedMidRun: the CRD changes (a new generation) while the built-in
-// migrator works. Neither the server nor upgradeguard prunes; the result asks for a
-// restart and quotes the server's generation-mismatch message; the next run prunes.
+// TestBuiltinCRDChangedMidRun: the CRD changes (a new generation: a description added to
+// its schema) while the built-in migrator works through the objects. The migrator then
+// skips pruning storedVersions (kubernetes#135297); the builtin engine sees it, runs a new
+// StorageVersionMigration for the CRD as it is now, and the run ends migrated and pruned
+// in one call, its Result naming the migration whose prune was skipped.
 func TestBuiltinCRDChangedMidRun(t *testing.T) {
-	e := fluxState(t, []string{"a"}, 5)
+	e := fluxState(t, []string{"a", "b"}, 150)
 	if !svmServed() {
 		_, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
 		if !errors.As(err, new(*migrate.BuiltinNotServedError)) {
@@ -442,9 +444,15 @@ func TestBuiltinCRDChangedMidRun(t *testing.T) {
 		return
 	}
 	withControllerManager(t, svmControllers...)
+	before, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, helmrepos, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	changed := make(chan error, 1)
+	var changedAt int64
 	go func() {
-		// Once the migrator has marked the CRD as migrating, change its spec.
+		// Once the migrator has marked the CRD as migrating, and before it finished,
+		// change its spec.
 		changed <- wait.PollUntilContextTimeout(e.ctx, 20*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 			crd, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, helmrepos, metav1.GetOptions{})
 			if err != nil || !slices.ContainsFunc(crd.Status.Conditions, func(c apiextv1.CustomResourceDefinitionCondition) bool {
@@ -453,10 +461,14 @@ func TestBuiltinCRDChangedMidRun(t *testing.T) {
 				return false, nil
 			}
 			for i := range crd.Spec.Versions {
-				crd.Spec.Versions[i].AdditionalPrinterColumns = append(crd.Spec.Versions[i].AdditionalPrinterColumns,
-					apiextv1.CustomResourceColumnDefinition{Name: "Probe", Type: "string", JSONPath: ".spec.url"})
+				if s := crd.Spec.Versions[i].Schema; s != nil && s.OpenAPIV3Schema != nil {
+					s.OpenAPIV3Schema.Description += " (described during the migration)"
+				}
 			}
-			_, err = e.crds.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{})
+			updated, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Update(ctx, crd, metav1.UpdateOptions{})
+			if err == nil {
+				changedAt = updated.Generation
+			}
 			return err == nil, nil
 		})
 	}()
@@ -469,15 +481,38 @@ func TestBuiltinCRDChangedMidRun(t *testing.T) {
 		t.Fatalf("changing the CRD mid-run: %v", err)
 	}
 	t.Logf("%+v", res)
-	if res.Status != migrate.Incomplete || !res.Restart || !strings.Contains(res.Message, "changed during the run") ||
-		!strings.Contains(res.Message, "generation mismatch") {
-		t.Errorf("status %s, restart %v, message %q; want incomplete, a restart, and why", res.Status, res.Restart, res.Message)
+	if changedAt <= before.Generation {
+		t.Fatalf("generation %d after the change, want above %d", changedAt, before.Generation)
 	}
-	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1beta2", "v1"}) {
-		t.Errorf("storedVersions %v, want untouched after a mid-run change", got)
+	if res.Status != migrate.Migrated || res.Restart || res.PrunedBy != migrate.PrunedByServer {
+		t.Errorf("status %s, restart %v, pruned by %q; want migrated by the server in one run", res.Status, res.Restart, res.PrunedBy)
 	}
-	res, err = m.Migrate(e.ctx, migrate.Target{Name: helmrepos}, builtinOpts(migrate.EngineBuiltin))
-	if err != nil || res.Status != migrate.Migrated || !slices.Equal(storedVersions(t, e, helmrepos), []string{"v1"}) {
-		t.Errorf("the next run: %+v, %v; want migrated and pruned", res, err)
+	if got := storedVersions(t, e, helmrepos); !slices.Equal(got, []string{"v1"}) {
+		t.Errorf("storedVersions %v, want [v1]", got)
+	}
+	if len(res.BuiltinReruns) != 1 {
+		t.Fatalf("builtin re-runs %+v, want the one migration whose prune was skipped", res.BuiltinReruns)
+	}
+	r := res.BuiltinReruns[0]
+	if r.StorageVersionMigration == "" || r.StorageVersionMigration == res.StorageVersionMigration ||
+		r.GenerationBefore != before.Generation || r.GenerationAfter != changedAt ||
+		!strings.Contains(r.ServerCondition, "generation mismatch") {
+		t.Errorf("re-run %+v (last StorageVersionMigration %s); want the first migration, generation %d -> %d and the server's generation-mismatch condition",
+			r, res.StorageVersionMigration, before.Generation, changedAt)
+	}
+	if !strings.Contains(res.Message, "skipped the prune after StorageVersionMigration "+r.StorageVersionMigration) ||
+		!strings.Contains(res.Message, "upgradeguard ran "+res.StorageVersionMigration) {
+		t.Errorf("message %q, want it to name the skipped prune and the re-run", res.Message)
+	}
+	svmGone(t, r.StorageVersionMigration)
+	svmGone(t, res.StorageVersionMigration)
+	// Every object is readable at v1 once v1beta2 is gone from storedVersions.
+	for _, ns := range []string{"a", "b"} {
+		list, err := e.dyn.Resource(hrV1).Namespace(ns).List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Errorf("list %s at v1: %v", ns, err)
+		} else if len(list.Items) != 150 {
+			t.Errorf("list %s at v1: %d objects, want 150", ns, len(list.Items))
+		}
 	}
 }

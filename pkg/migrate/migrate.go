@@ -197,6 +197,10 @@ type Result struct {
 	// PrunedBy says who pruned storedVersions after a builtin migration: the server
 	// (Kubernetes 1.37 does) or upgradeguard, under the same guards as the client engine.
 	PrunedBy string `json:"prunedBy,omitempty"`
+	// BuiltinReruns are the StorageVersionMigrations of this run that succeeded while the
+	// built-in migrator skipped pruning storedVersions, because the CRD's generation
+	// changed while they ran: the engine re-ran the migration under a new name each time.
+	BuiltinReruns []BuiltinRerun `json:"builtinReruns,omitempty"`
 	// FieldLoss is what re-writing the objects stored at other versions drops at the
 	// storage version: field paths, object counts and a few object names, never values.
 	// Nil when nothing is dropped (or nothing needed reading). Set whether the run was

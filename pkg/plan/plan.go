@@ -364,6 +364,7 @@ func (r *runner) judge(ctx context.Context, s *state, version string, incoming [
 	rep, err := check.Run(ctx, predicted{s: s, counts: r.counts}, check.Request{
 		Operation: predict.Upgrade, Incoming: incoming, Current: s.current, Policy: r.req.Policy,
 		Release: r.req.Release, Namespace: r.req.Namespace, Chart: r.chart, ChartVersion: version,
+		Migrations: r.loads.migrations(version),
 	})
 	if rep != nil && rep.Chart == "" {
 		rep.Chart = r.chart
@@ -432,7 +433,7 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 			return nil, nil, blockers, nil
 		}
 	}
-	next := cur.upgraded(version, incoming, r.req.Policy)
+	next := cur.upgraded(version, incoming, r.loads.migrations(version), r.req.Policy)
 	var touched []string
 	for _, c := range rep.CRDs {
 		if c.Verdict == predict.OK && !r.req.Policy.Applies(c.Source) && cur.crds[c.Name] != nil {
@@ -668,16 +669,18 @@ func (e *LoadError) Error() string { return fmt.Sprintf("chart version %s: %v", 
 
 func (e *LoadError) Unwrap() error { return e.Err }
 
-// loader loads each chart version's CRDs once and counts the loads.
+// loader loads each chart version's CRDs (and, from a check.ChartHistory, the
+// StorageVersionMigrations it renders) once and counts the loads.
 type loader struct {
 	src  check.History
 	memo map[string][]chartcrds.CRD
+	svms map[string][]chartcrds.Migration
 	errs map[string]error
 	n    int
 }
 
 func newLoader(src check.History) *loader {
-	return &loader{src: src, memo: map[string][]chartcrds.CRD{}, errs: map[string]error{}}
+	return &loader{src: src, memo: map[string][]chartcrds.CRD{}, svms: map[string][]chartcrds.Migration{}, errs: map[string]error{}}
 }
 
 func (l *loader) crds(ctx context.Context, version string) ([]chartcrds.CRD, error) {
@@ -688,7 +691,16 @@ func (l *loader) crds(ctx context.Context, version string) ([]chartcrds.CRD, err
 		return nil, err
 	}
 	l.n++
-	c, err := l.src.CRDs(ctx, version)
+	var c []chartcrds.CRD
+	var err error
+	if ch, isChart := l.src.(check.ChartHistory); isChart {
+		var loaded *check.Chart
+		if loaded, err = ch.Chart(ctx, version); err == nil {
+			c, l.svms[version] = loaded.CRDs, loaded.Migrations
+		}
+	} else {
+		c, err = l.src.CRDs(ctx, version)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -700,3 +712,6 @@ func (l *loader) crds(ctx context.Context, version string) ([]chartcrds.CRD, err
 	l.memo[version] = c
 	return c, nil
 }
+
+// migrations are the StorageVersionMigrations a version loaded by crds renders.
+func (l *loader) migrations(version string) []chartcrds.Migration { return l.svms[version] }

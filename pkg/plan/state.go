@@ -16,6 +16,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // state is a predicted cluster: the CRDs as they will be after some steps, the CRDs the
@@ -24,6 +25,10 @@ type state struct {
 	crds    map[string]*apiextv1.CustomResourceDefinition
 	current []chartcrds.CRD
 	version string
+	// svms are the StorageVersionMigrations the upgrade steps before applied, by name:
+	// a later step that renders the same name applies it again to no effect. Advice only,
+	// so not part of key.
+	svms map[string]svm.Existing
 }
 
 // key names a state for the search: the chart version and, per CRD, the storage version,
@@ -44,7 +49,7 @@ func (s *state) clone() *state {
 	for k, v := range s.crds {
 		m[k] = v
 	}
-	return &state{crds: m, current: s.current, version: s.version}
+	return &state{crds: m, current: s.current, version: s.version, svms: s.svms}
 }
 
 // edit returns a private copy of one CRD of s to change.
@@ -90,8 +95,21 @@ func (s *state) kept(names []string) *state {
 }
 
 // upgraded is s after Helm applies a chart version (predict.Apply).
-func (s *state) upgraded(version string, incoming []chartcrds.CRD, policy predict.Policy) *state {
-	return &state{crds: predict.Apply(s.crds, incoming, s.current, policy), current: incoming, version: version}
+// Each StorageVersionMigration it renders is applied too (and no longer new).
+func (s *state) upgraded(version string, incoming []chartcrds.CRD, migrations []chartcrds.Migration, policy predict.Policy) *state {
+	svms := s.svms
+	if len(migrations) > 0 {
+		svms = make(map[string]svm.Existing, len(s.svms)+len(migrations))
+		for k, v := range s.svms {
+			svms[k] = v
+		}
+		for _, m := range migrations {
+			if m.Name != "" {
+				svms[m.Name] = svm.Existing{Name: m.Name, CRD: m.CRD(), State: "applied by the upgrade to " + version + " earlier in this plan"}
+			}
+		}
+	}
+	return &state{crds: predict.Apply(s.crds, incoming, s.current, policy), current: incoming, version: version, svms: svms}
 }
 
 func sortedNames[V any](m map[string]V) []string {
@@ -117,6 +135,46 @@ func (p predicted) CRDs(context.Context) (map[string]*apiextv1.CustomResourceDef
 
 func (p predicted) CountObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (int64, error) {
 	return p.counts.count(ctx, crd.Name)
+}
+
+// ExistingMigrations are the live cluster's StorageVersionMigrations, with those the
+// plan's earlier upgrade steps applied.
+func (p predicted) ExistingMigrations(ctx context.Context) (map[string]svm.Existing, bool, error) {
+	live, ok, err := p.counts.existingMigrations(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	out := make(map[string]svm.Existing, len(live)+len(p.s.svms))
+	for k, v := range live {
+		out[k] = v
+	}
+	for k, v := range p.s.svms {
+		out[k] = v
+	}
+	return out, ok, nil
+}
+
+// existingMigrations reads the live cluster's StorageVersionMigrations once per plan.
+func (c *counter) existingMigrations(ctx context.Context) (map[string]svm.Existing, bool, error) {
+	el, ok := c.live.(check.ExistingMigrationLister)
+	if !ok {
+		return nil, false, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.svms == nil {
+		m, known, err := el.ExistingMigrations(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		c.svms = &liveMigrations{m: m, known: known}
+	}
+	return c.svms.m, c.svms.known, nil
+}
+
+type liveMigrations struct {
+	m     map[string]svm.Existing
+	known bool
 }
 
 // ListObjects reads the live cluster's objects for the schema check of each step: a
@@ -156,6 +214,7 @@ type counter struct {
 	mu      sync.Mutex
 	memo    map[string]countResult
 	pages   map[string]*unstructured.UnstructuredList
+	svms    *liveMigrations
 }
 
 type countResult struct {

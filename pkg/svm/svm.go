@@ -136,3 +136,64 @@ func Names(ms []Migration) []string {
 	}
 	return out
 }
+
+// States of a StorageVersionMigration (Existing).
+const (
+	StateSucceeded = "succeeded"
+	StateFailed    = "failed"
+	StateRunning   = "running"
+	StatePending   = "pending"
+)
+
+// Existing is one StorageVersionMigration on the cluster, finished or not.
+type Existing struct {
+	Name string
+	// CRD it covers (resource.group).
+	CRD string
+	// State is StateSucceeded, StateFailed, StateRunning or StatePending.
+	State string
+}
+
+// All are the StorageVersionMigrations on the cluster, by name, whatever their state. ok
+// is false when the server serves none or the caller may not list them: then nobody can
+// tell which names are taken.
+func All(ctx context.Context, disco discovery.DiscoveryInterface, dyn dynamic.Interface) (out map[string]Existing, ok bool, err error) {
+	gvr, err := Resource(disco)
+	if err != nil || gvr.Empty() {
+		return nil, false, err
+	}
+	list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("list StorageVersionMigrations: %w", err)
+	}
+	out = make(map[string]Existing, len(list.Items))
+	for i := range list.Items {
+		s, err := Convert(list.Items[i].Object)
+		if err != nil {
+			return nil, false, err
+		}
+		crd := s.Spec.Resource.Resource
+		if s.Spec.Resource.Group != "" {
+			crd += "." + s.Spec.Resource.Group
+		}
+		out[s.Name] = Existing{Name: s.Name, CRD: crd, State: State(s)}
+	}
+	return out, true, nil
+}
+
+// State says where a StorageVersionMigration is: StateSucceeded, StateFailed,
+// StateRunning or StatePending (no migrator has acted on it yet).
+func State(s *svmv1.StorageVersionMigration) string {
+	switch {
+	case meta.IsStatusConditionTrue(s.Status.Conditions, string(svmv1.MigrationSucceeded)):
+		return StateSucceeded
+	case meta.IsStatusConditionTrue(s.Status.Conditions, string(svmv1.MigrationFailed)):
+		return StateFailed
+	case meta.IsStatusConditionTrue(s.Status.Conditions, string(svmv1.MigrationRunning)):
+		return StateRunning
+	}
+	return StatePending
+}
