@@ -46,7 +46,9 @@ type CustomResourceCount struct {
 // Policy, Releases, Record, Rollback and Current are set for that. The report's
 // Manifests, and each CRD's ManifestObjects, count the objects the manifests carry.
 func PredictManifests(ctx context.Context, s Sources, r *chartcrds.Rendered) (*Prediction, error) {
-	s.Chart = func(context.Context, bool) (*Chart, error) { return &Chart{CRDs: r.CRDs, Migrations: r.Migrations}, nil }
+	s.Chart = func(context.Context, bool) (*Chart, error) {
+		return &Chart{CRDs: r.CRDs, Migrations: r.Migrations}, nil
+	}
 	s.Policy, s.Releases, s.Record, s.Rollback, s.ToRevision, s.Current = ManifestsPolicy, nil, nil, false, 0, nil
 	p, err := Predict(ctx, s)
 	if err != nil {

@@ -288,7 +288,8 @@ func TestRevisionCRDsFromMemory(t *testing.T) {
 	// Once the release's records are in memory, a prediction reuses the CRDs the one
 	// before it parsed.
 	eventually(t, "the same stored revision's CRDs kept between predictions", func() (bool, error) {
-		return predictCurrent()[0].CRD == predictCurrent()[0].CRD, nil
+		first, again := predictCurrent(), predictCurrent()
+		return first[0].CRD == again[0].CRD, nil
 	})
 
 	if err := d.Update("sh.helm.release.v1.web.v1", rel(1, common.StatusSuperseded, "one.example.io")); err != nil {
