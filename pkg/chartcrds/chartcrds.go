@@ -35,29 +35,38 @@ type CRD = predict.ChartCRD
 // FromManifest returns the CRDs in a rendered release manifest (templates/), naming each
 // by its "# Source:" file.
 func FromManifest(manifest string) ([]CRD, error) {
+	var out []CRD
+	err := eachDocument(manifest, "CustomResourceDefinition", func(file, content string) error {
+		crds, err := crdversions.FromManifest(file, []byte(content))
+		for _, c := range crds {
+			out = append(out, CRD{CRD: c, Source: predict.Templates, File: file})
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachDocument calls fn, in Helm's install order, with each document of a rendered
+// manifest that names kind (the others are not parsed) and the file its "# Source:" line
+// names.
+func eachDocument(manifest, kind string, fn func(file, content string) error) error {
 	if manifest == "" {
-		return nil, nil
+		return nil
 	}
 	docs := releaseutil.SplitManifests(manifest)
 	keys := slices.Collect(maps.Keys(docs))
 	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
-	var out []CRD
 	for _, k := range keys {
-		content := docs[k]
-		// Only a document that names the kind can be a CRD: the others are not parsed.
-		if !strings.Contains(content, "CustomResourceDefinition") {
-			continue
-		}
-		file := sourceFile(content, k)
-		crds, err := crdversions.FromManifest(file, []byte(content))
-		if err != nil {
-			return nil, err
-		}
-		for _, c := range crds {
-			out = append(out, CRD{CRD: c, Source: predict.Templates, File: file})
+		if content := docs[k]; strings.Contains(content, kind) {
+			if err := fn(sourceFile(content, k), content); err != nil {
+				return err
+			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // FromCRDsDir returns the CRDs in the crds/ folders of a chart and its subcharts.
@@ -276,20 +285,8 @@ type Migration = predict.ChartMigration
 // manifest text alone, so a release manifest, a chart render and rendered manifests from
 // elsewhere are read the same way.
 func MigrationsFromManifest(manifest string) ([]Migration, error) {
-	if manifest == "" {
-		return nil, nil
-	}
-	docs := releaseutil.SplitManifests(manifest)
-	keys := slices.Collect(maps.Keys(docs))
-	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
 	var out []Migration
-	for _, k := range keys {
-		content := docs[k]
-		// Only a document that names the kind can be one: the others are not parsed.
-		if !strings.Contains(content, "StorageVersionMigration") {
-			continue
-		}
-		file := sourceFile(content, k)
+	err := eachDocument(manifest, "StorageVersionMigration", func(file, content string) error {
 		var obj struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
@@ -305,16 +302,20 @@ func MigrationsFromManifest(manifest string) ([]Migration, error) {
 			} `json:"spec"`
 		}
 		if err := yaml.Unmarshal([]byte(content), &obj); err != nil {
-			return nil, fmt.Errorf("%s: read the StorageVersionMigration: %w", file, err)
+			return fmt.Errorf("%s: read the StorageVersionMigration: %w", file, err)
 		}
 		if obj.Kind != "StorageVersionMigration" || !strings.HasPrefix(obj.APIVersion, svm.Group+"/") {
-			continue
+			return nil
 		}
 		if obj.Spec.Resource.Resource == "" {
-			return nil, fmt.Errorf("%s: StorageVersionMigration %s has no spec.resource.resource: the API server refuses it", file, obj.Metadata.Name)
+			return fmt.Errorf("%s: StorageVersionMigration %s has no spec.resource.resource: the API server refuses it", file, obj.Metadata.Name)
 		}
 		out = append(out, Migration{Name: obj.Metadata.Name, APIVersion: obj.APIVersion, File: file,
 			Group: obj.Spec.Resource.Group, Resource: obj.Spec.Resource.Resource})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
