@@ -55,6 +55,17 @@ func fluxIncident(t *testing.T, ns string, n int) (crds apiextclient.Interface, 
 		if err := ugClient(t).DeleteAllOf(ctx, &v1alpha1.StorageMigration{}); err != nil {
 			t.Errorf("cleanup: delete StorageMigrations: %v", err)
 		}
+		// One DeleteCollection of many objects can outlast the API server's request
+		// timeout, having deleted part of them: repeat it until none is left.
+		dyn := dynamic.NewForConfigOrDie(cp.Config)
+		err := wait.PollUntilContextTimeout(ctx, 0, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_ = dyn.Resource(hrV1).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			left, err := dyn.Resource(hrV1).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
+			return err == nil && len(left.Items) == 0, nil
+		})
+		if err != nil {
+			t.Errorf("cleanup: delete the HelmRepositories in %s: %v", ns, err)
+		}
 		if err := cp.DeleteCRDs(ctx, func(c *apiextv1.CustomResourceDefinition) bool { return c.Spec.Group == v1alpha1.GroupVersion.Group }); err != nil {
 			t.Errorf("cleanup: delete the Flux CRDs: %v", err)
 		}
