@@ -223,11 +223,11 @@ func TestPolicyMigratesFluxIncident(t *testing.T) {
 	ctx := t.Context()
 
 	sm := waitMigration(t, controller.ProactiveName(helmrepos), 3*time.Minute, "to finish", terminal)
+	rp := assertSucceeded(t, sm, n)
 	t.Logf("the chart's policy migrated %s %v after `helm install` started", helmrepos, sm.Status.CompletionTime.Sub(rel.installStarted).Round(time.Second))
 	if sm.Labels[controller.LabelPolicy] != "default" || sm.Labels[controller.LabelProactive] != "true" {
 		t.Errorf("StorageMigration %s labels %v, want the chart's policy \"default\", proactive", sm.Name, sm.Labels)
 	}
-	rp := assertSucceeded(t, sm, n)
 	if rp.Rewritten != n || rp.Attempts != 1 {
 		t.Errorf("progress %+v, want all %d rewritten in one attempt", rp, n)
 	}

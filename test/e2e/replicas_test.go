@@ -90,8 +90,8 @@ func TestTwoReplicasHandOver(t *testing.T) {
 	t.Logf("%s took the lead %v after the eviction", survivor, time.Since(evicted).Round(time.Millisecond))
 
 	done := waitMigration(t, sm.Name, 15*time.Minute, "to finish", terminal)
-	t.Logf("20,000 objects migrated in %v, hand-over included", done.Status.CompletionTime.Sub(migrationStarted).Round(time.Second))
 	rp := assertSucceeded(t, done, n)
+	t.Logf("20,000 objects migrated in %v, hand-over included", done.Status.CompletionTime.Sub(migrationStarted).Round(time.Second))
 	var body []byte
 	patches := helmrepoPatches(t, cs) - patchesBefore
 	if rp.Attempts != 2 {
