@@ -243,10 +243,12 @@ func (n *Node) start(ctx context.Context, opts NodeOptions) error {
 // NodeControllers are DefaultControllers and what Pods on a node need besides:
 // EndpointSlices for Services, the kube-root-ca.crt ConfigMap that every ServiceAccount
 // token volume mounts, the node lifecycle controller (it lifts the not-ready taint the
-// kubelet registers with) and the pod garbage collector.
+// kubelet registers with), the pod garbage collector, and the disruption controller
+// (without it a PodDisruptionBudget never allows a disruption, so every eviction, a
+// drain's included, is refused).
 var NodeControllers = append(append([]string{}, DefaultControllers...),
 	"endpointslice-controller", "root-ca-certificate-publisher-controller", "node-lifecycle-controller",
-	"pod-garbage-collector-controller")
+	"pod-garbage-collector-controller", "disruption-controller")
 
 // run starts one daemon of the node, its output in DIR/NAME.log.
 func (n *Node) run(name string, args ...string) (*nodeProc, error) {

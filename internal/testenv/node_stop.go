@@ -92,7 +92,8 @@ func (n *Node) buildPause() (string, error) {
 
 // Stop drains the node (the kubelet stops their containers and tears
 // down their networks through the CRI, as on a drained node), stops the node's daemons,
-// removes kube-proxy's iptables rules, the node's mounts and bridge, and its files.
+// deletes the Node object, and removes kube-proxy's iptables rules, the node's mounts and
+// bridge, and its files.
 func (n *Node) Stop() error {
 	var errs []error
 	if n.kubeletRunning() {
@@ -110,6 +111,10 @@ func (n *Node) Stop() error {
 		errs = append(errs, n.procs[i].stop(20*time.Second))
 	}
 	n.procs = nil
+	// The Node object goes too (its kubelet is stopped, so nothing registers it again): a
+	// later node of the same name on this control plane would otherwise find it cordoned
+	// by the drain and never be schedulable.
+	errs = append(errs, n.deleteNodeObject())
 	if fileExists(filepath.Join(n.cp.KubeBin, "kube-proxy")) {
 		cmd := exec.Command(filepath.Join(n.cp.KubeBin, "kube-proxy"), "--cleanup", "--proxy-mode=iptables")
 		childproc.Tie(cmd)
@@ -125,6 +130,19 @@ func (n *Node) Stop() error {
 	}
 	errs = append(errs, n.cp.StopControllerManager(), os.RemoveAll(n.dir))
 	return errors.Join(errs...)
+}
+
+func (n *Node) deleteNodeObject() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(n.cp.Config)
+	if err != nil {
+		return err
+	}
+	if err := cs.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete Node %s: %w", n.Name, err)
+	}
+	return nil
 }
 
 func (n *Node) kubeletRunning() bool {

@@ -26,32 +26,13 @@ import (
 // /metrics served through the chart's Service. Then `helm uninstall` leaves no webhook
 // configuration and nothing of the chart's but its CRDs and the leader-election Lease.
 func TestChartPod(t *testing.T) {
-	tag, archive := buildImage(t, e2eVersion)
-	node := cp.StartNode(t, testenv.NodeOptions{Images: []string{archive}})
-	const ns = "upgradeguard-system"
-	kubectl(t, "create", "namespace", ns)
-	kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("pods:\n%s\nkubelet:\n%s", kubectlOut("describe", "pods", "-n", ns), node.Log("kubelet", 40))
-		}
-	})
-	helm(t, "install", "upgradeguard", chartDir(t), "-n", ns,
-		"--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-		"--set", "certManager.enabled=false", "--wait", "--timeout", "4m")
-
+	rel := installChart(t, "upgradeguard-system")
+	ns, node, cs := rel.ns, rel.node, rel.cs
 	ctx := t.Context()
-	cs, err := kubernetes.NewForConfig(cp.Config)
-	must(t, err, "clientset")
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=upgradeguard"})
-	must(t, err, "list pods")
-	if len(pods.Items) != 1 {
-		t.Fatalf("%d upgradeguard pods, want 1", len(pods.Items))
+	if len(rel.pods) != 1 {
+		t.Fatalf("%d upgradeguard pods, want 1", len(rel.pods))
 	}
-	pod := pods.Items[0]
-	if !podReady(&pod) || pod.Spec.NodeName != node.Name {
-		t.Fatalf("pod %s: ready %v on node %q, want Ready on %s", pod.Name, podReady(&pod), pod.Spec.NodeName, node.Name)
-	}
+	pod := rel.pods[0]
 
 	// The container's main process, seen from the host: the image's user, a read-only root.
 	pid := containerPID(t, node, &pod)
@@ -76,6 +57,61 @@ func TestChartPod(t *testing.T) {
 	}
 
 	uninstalled(t, cs, ns)
+}
+
+// release is the chart installed on a node of its own: the node, a clientset, the
+// release namespace and the controller Pods, each Ready on the node.
+type release struct {
+	node *testenv.Node
+	cs   *kubernetes.Clientset
+	ns   string
+	pods []corev1.Pod
+	// installStarted is when `helm install` started.
+	installStarted time.Time
+}
+
+// installChart builds the image (once per test binary), starts a node, and installs the
+// chart as release `upgradeguard` into ns, a new namespace that enforces Pod Security
+// `restricted`, the way a user without cert-manager does: the image tag, pullPolicy
+// Never and certManager.enabled=false, plus set (more --set arguments). It waits until
+// the Deployment's Pods are Ready. When the test ends the release is uninstalled (if the
+// test has not done it) before the node stops; a failed test logs the Pods, the
+// controller's log and the kubelet's.
+func installChart(t *testing.T, ns string, set ...string) *release {
+	t.Helper()
+	started := time.Now()
+	tag, archive := buildImage(t, e2eVersion)
+	node := cp.StartNode(t, testenv.NodeOptions{Images: []string{archive}})
+	kubectl(t, "create", "namespace", ns)
+	kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pods:\n%s\ncontroller:\n%s\nkubelet:\n%s", kubectlOut("describe", "pods", "-n", ns),
+				kubectlOut("logs", "-n", ns, "-l", "app.kubernetes.io/name=upgradeguard", "--prefix", "--tail", "60"), node.Log("kubelet", 40))
+		}
+		// Cluster-scoped objects of the release (its policy, webhook configurations and
+		// ClusterRole) must not outlive the test: the next test installs the chart again.
+		if out, err := cp.Helm("uninstall", "upgradeguard", "-n", ns, "--ignore-not-found", "--wait", "--timeout", "2m").CombinedOutput(); err != nil {
+			t.Errorf("helm uninstall: %v\n%s", err, out)
+		}
+	})
+	args := []string{"install", "upgradeguard", chartDir(t), "-n", ns,
+		"--set", "image.tag=" + tag, "--set", "image.pullPolicy=Never",
+		"--set", "certManager.enabled=false", "--wait", "--timeout", "4m"}
+	installStarted := time.Now()
+	helm(t, append(args, set...)...)
+
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	must(t, err, "clientset")
+	pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=upgradeguard"})
+	must(t, err, "list pods")
+	for _, pod := range pods.Items {
+		if !podReady(&pod) || pod.Spec.NodeName != node.Name {
+			t.Fatalf("pod %s: ready %v on node %q, want Ready on %s", pod.Name, podReady(&pod), pod.Spec.NodeName, node.Name)
+		}
+	}
+	t.Logf("node started and chart installed (%d Pods Ready) in %v", len(pods.Items), time.Since(started).Round(time.Second))
+	return &release{node: node, cs: cs, ns: ns, pods: pods.Items, installStarted: installStarted}
 }
 
 // uninstalled runs `helm uninstall` and checks what it leaves: no webhook configuration

@@ -16,27 +16,60 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
 
 var cp *testenv.ControlPlane
 
-func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, &cp, testenv.Options{Node: true})) }
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard()) // the tests use controller-runtime's client only
+	code := testenv.RunTests(m, &cp, testenv.Options{Node: true})
+	if images.dir != "" {
+		_ = os.RemoveAll(images.dir)
+	}
+	os.Exit(code)
+}
 
 // e2eVersion is the version the test image is built with.
 const e2eVersion = "v0.0.0-e2e"
 
+// images are the images built so far in this test binary, by version: each test starts
+// a node of its own and imports the archive, but the build is done once.
+var images struct {
+	sync.Mutex
+	dir   string
+	built map[string][2]string // version -> tag, archive
+}
+
 // buildImage runs `make image`'s builder for this machine's platform only and returns the
-// image's tag and its `docker save` archive.
+// image's tag and its `docker save` archive. A version already built in this test binary
+// is not built again.
 func buildImage(t *testing.T, version string) (tag, archive string) {
 	t.Helper()
+	images.Lock()
+	defer images.Unlock()
+	if b, ok := images.built[version]; ok {
+		return b[0], b[1]
+	}
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := t.TempDir()
+	if images.dir == "" {
+		if images.dir, err = os.MkdirTemp("", "upgradeguard-e2e-images-"); err != nil {
+			t.Fatal(err)
+		}
+		images.built = map[string][2]string{}
+	}
+	out := filepath.Join(images.dir, version)
+	started := time.Now()
 	cmd := exec.Command("go", "run", "./hack/dist", "-out", out, "-version", version,
 		"-platforms", "linux/"+runtime.GOARCH, "image")
 	cmd.Dir = root
@@ -58,6 +91,8 @@ func buildImage(t *testing.T, version string) (tag, archive string) {
 	if archive == "" || tag == "" {
 		t.Fatalf("the image builder printed no image and archive:\n%s", stdout.String())
 	}
+	t.Logf("image %s built in %v", tag, time.Since(started).Round(time.Second))
+	images.built[version] = [2]string{tag, archive}
 	return tag, archive
 }
 
