@@ -20,7 +20,8 @@ import (
 )
 
 // waitRollbackHeld waits until helm-controller's Ready message carries the
-// release-record gate's denial of its remediation rollback, and returns the HelmRelease.
+// release-record gate's denial of its remediation rollback and the gate has recorded a
+// blocked decision on the HelmRelease, and returns the HelmRelease.
 func waitRollbackHeld(t *testing.T, ns, name string) *helmv2.HelmRelease {
 	t.Helper()
 	var msgs []string
@@ -29,7 +30,10 @@ func waitRollbackHeld(t *testing.T, ns, name string) *helmv2.HelmRelease {
 		if len(msgs) == 0 || msgs[len(msgs)-1] != m {
 			msgs = append(msgs, m)
 		}
-		return strings.Contains(m, `admission webhook "release.upgradeguard.io" denied the request`)
+		// helm-controller writes the denial into Ready, and the gate records its decision on
+		// the HelmRelease after answering: two writers, in either order.
+		return strings.Contains(m, `admission webhook "release.upgradeguard.io" denied the request`) &&
+			webhook.ParseState(&hr.ObjectMeta).Decision == webhook.OutcomeBlocked
 	})
 	if err != nil {
 		t.Fatalf("the remediation rollback was not held: %v\nReady messages:\n%s\n%s", err, strings.Join(msgs, "\n"), env.Flux.LogTail(30))
