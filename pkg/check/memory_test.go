@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -300,5 +301,33 @@ func TestRevisionCRDsFromMemory(t *testing.T) {
 	}
 	eventually(t, "revision 2's CRDs read", func() (bool, error) {
 		return predictCurrent()[0].CRD.Name == "gadgets.two.example.io", nil
+	})
+}
+
+// TestInformerOfDeletedResourceStops: the metadata informer a decision starts on a
+// resource's objects is stopped and forgotten once the resource is no longer served
+// (its CRD deleted), instead of relisting for as long as the target lives.
+func TestInformerOfDeletedResourceStops(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	ctx := t.Context()
+	const group = "forget.memory.example.io"
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	if err := testenv.ApplyCRD(ctx, cs, fieldsCRD(group, "a")); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := countedTarget(t, check.ClustersOptions{}, false)
+	key := "objects/" + group + "/v1, Resource=gadgets"
+	eventually(t, "an informer on the gadgets after a decision that counts them", func() (bool, error) {
+		_, err := check.Run(ctx, target.Cluster, check.Request{Operation: predict.Upgrade,
+			Incoming: []chartcrds.CRD{{CRD: fieldsCRD(group, "a"), Source: predict.Templates}}})
+		return slices.Contains(check.Informers(target.Cluster), key), err
+	})
+	if err := cp.DeleteCRDs(ctx, func(c *apiextv1.CustomResourceDefinition) bool { return c.Spec.Group != group }); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the informer forgotten once the CRD is deleted", func() (bool, error) {
+		return !slices.Contains(check.Informers(target.Cluster), key), nil
 	})
 }

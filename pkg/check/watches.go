@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -81,6 +82,7 @@ func newWatches(ctx context.Context) *watches {
 type watched struct {
 	inf     toolscache.SharedIndexInformer
 	changes atomic.Int64
+	stop    context.CancelFunc
 }
 
 // watchTweak bounds every watch of these informers (see watchTimeout).
@@ -117,10 +119,35 @@ func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *
 		}); err != nil {
 			return nil
 		}
+		// A resource that is no longer served (its CRD deleted, a version dropped) would
+		// keep the informer relisting, and its slot taken, for as long as the target lives:
+		// it is stopped and forgotten, and a later read starts a new one if it is served
+		// again.
+		if err := wd.inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *toolscache.Reflector, err error) {
+			if apierrors.IsNotFound(err) {
+				w.forget(key, wd)
+				return
+			}
+			toolscache.DefaultWatchErrorHandler(ctx, r, err)
+		}); err != nil {
+			return nil
+		}
+		var ctx context.Context
+		ctx, wd.stop = context.WithCancel(w.ctx)
 		w.informers[key] = wd
-		go wd.inf.RunWithContext(w.ctx)
+		go wd.inf.RunWithContext(ctx)
 	}
 	return wd
+}
+
+// forget stops wd and removes it, if it is still the informer named key.
+func (w *watches) forget(key string, wd *watched) {
+	wd.stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.informers[key] == wd {
+		delete(w.informers, key)
+	}
 }
 
 // releaseIndex indexes Helm release Secrets by namespace and release name.
