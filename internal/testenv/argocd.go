@@ -391,9 +391,9 @@ func (s ApplicationSource) object() map[string]any {
 // SyncRetry is an Application's spec.syncPolicy.retry: Limit attempts after the first,
 // waiting Backoff, then Backoff*Factor each time, up to MaxBackoff.
 type SyncRetry struct {
-	Limit              int64
+	Limit               int64
 	Backoff, MaxBackoff time.Duration
-	Factor             int64
+	Factor              int64
 }
 
 // AutomatedApplication returns an Application (not created) in ArgoCDNamespace that
