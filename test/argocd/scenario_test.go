@@ -55,7 +55,8 @@ type scenario struct {
 	cp   *testenv.ControlPlane
 	argo *testenv.ArgoCD
 	name string // the Application's name and its destination namespace
-	// commits maps a chart version to the commit that holds it.
+	// commits maps a chart version to the Application's targetRevision for it: the
+	// commit that holds it, or the version itself for a Helm repository.
 	commits map[string]string
 	objects []fluxtest.Object
 }
@@ -82,19 +83,59 @@ func chartFiles(t *testing.T, version string) map[string]string {
 	return files
 }
 
-// newScenario commits Old, From and To to a git repository, creates an Application at
-// Old with automated sync and retry r, creates the objects (stored at v2alpha1), and
-// moves the Application to From, which Argo CD syncs. It checks the premise: both
-// breaking CRDs store v2beta1 with storedVersions [v2alpha1 v2beta1].
-func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, r testenv.SyncRetry) *scenario {
+// sourceKind is where an Application reads the chart from.
+type sourceKind string
+
+const (
+	// fromGit is the chart's directory in a git repository (a file:// URL), one commit
+	// per chart version; the Application's targetRevision is the commit.
+	fromGit sourceKind = "git"
+	// fromHelmRepo is a Helm chart repository over loopback HTTP holding every version;
+	// the Application's targetRevision is the chart version.
+	fromHelmRepo sourceKind = "helm-repository"
+)
+
+// newScenario publishes Old, From and To (to a git repository or a Helm repository),
+// creates an Application at Old with automated sync and retry r, creates the objects
+// (stored at v2alpha1), and moves the Application to From, which Argo CD syncs. It checks
+// the premise: both breaking CRDs store v2beta1 with storedVersions [v2alpha1 v2beta1].
+func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry) *scenario {
 	t.Helper()
 	ctx := t.Context()
 	s := &scenario{cp: cp, argo: argo, name: name, commits: map[string]string{}}
-	repo := testenv.NewGitRepo(t)
-	for _, v := range []string{fluxtest.Old, fluxtest.From, fluxtest.To} {
-		s.commits[v] = repo.Commit("kyverno chart "+v, chartFiles(t, v)).String()
+	var source testenv.ApplicationSource
+	switch kind {
+	case fromGit:
+		repo := testenv.NewGitRepo(t)
+		for _, v := range []string{fluxtest.Old, fluxtest.From, fluxtest.To} {
+			s.commits[v] = repo.Commit("kyverno chart "+v, chartFiles(t, v)).String()
+		}
+		source = testenv.GitSource(repo.Dir, chartPath, s.commits[fluxtest.Old])
+	case fromHelmRepo:
+		repo, err := testenv.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(repo.Close)
+		for _, v := range []string{fluxtest.Old, fluxtest.From, fluxtest.To} {
+			dir := filepath.Join(t.TempDir(), v)
+			for path, content := range chartFiles(t, v) {
+				p := filepath.Join(dir, path)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := repo.Add(filepath.Join(dir, chartPath)); err != nil {
+				t.Fatal(err)
+			}
+			s.commits[v] = v
+		}
+		source = testenv.HelmRepoSource(repo.URL, "kyverno", fluxtest.Old)
 	}
-	app := testenv.AutomatedApplication(name, testenv.GitSource(repo.Dir, chartPath, s.commits[fluxtest.Old]), name, r)
+	app := testenv.AutomatedApplication(name, source, name, r)
 	if err := argo.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}

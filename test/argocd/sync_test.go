@@ -5,6 +5,7 @@ package argocd_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"path/filepath"
 	"slices"
@@ -37,11 +38,19 @@ import (
 // status.storedVersions, Argo CD retries five times and fails the operation with the API
 // server's text, then reports a SyncError. The CRDs and the objects stay as they were;
 // the ConfigMap of the same wave is applied at To.
+//
+// It runs for a chart in a git repository and for a chart of a Helm repository.
 func TestSyncDroppingStoredVersionFails(t *testing.T) {
 	needCluster(t)
+	for _, kind := range []sourceKind{fromGit, fromHelmRepo} {
+		t.Run(string(kind), func(t *testing.T) { syncFails(t, kind) })
+	}
+}
+
+func syncFails(t *testing.T, kind sourceKind) {
 	cp := testenv.ForTest(t)
 	argo := cp.StartArgoCD(t)
-	s := newScenario(t, cp, argo, "no-gate", testenv.SyncRetry{Limit: 5, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
+	s := newScenario(t, cp, argo, "no-gate", kind, testenv.SyncRetry{Limit: 5, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
 
 	s.bump(t, fluxtest.To)
 	app, err := argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *testenv.Application) bool {
@@ -100,7 +109,7 @@ func TestCRDGateHoldsArgoCDSyncUntilMigrated(t *testing.T) {
 	needCluster(t)
 	cp, ug := startGated(t)
 	argo := cp.StartArgoCD(t)
-	s := newScenario(t, cp, argo, "gated", testenv.SyncRetry{Limit: 10, Backoff: time.Second, Factor: 2, MaxBackoff: 8 * time.Second})
+	s := newScenario(t, cp, argo, "gated", fromGit, testenv.SyncRetry{Limit: 10, Backoff: time.Second, Factor: 2, MaxBackoff: 8 * time.Second})
 
 	s.bump(t, fluxtest.To)
 	var seen []string // every message of the operation and of the CRDs' sync results
@@ -114,8 +123,12 @@ func TestCRDGateHoldsArgoCDSyncUntilMigrated(t *testing.T) {
 				seen = append(seen, m)
 			}
 		}
-		return s.synced(fluxtest.To)(app)
+		// Done when synced, or when the operation ended otherwise (its retries spent).
+		return s.synced(fluxtest.To)(app) || op.Phase == "Failed" || op.Phase == "Error"
 	})
+	if err == nil && !s.synced(fluxtest.To)(app) {
+		err = fmt.Errorf("operation %s: %s", app.Status.OperationState.Phase, app.Status.OperationState.Message)
+	}
 	if err != nil {
 		t.Fatalf("the sync of %s did not succeed: %v\nmessages seen:\n%s\n%s", fluxtest.To, err, strings.Join(seen, "\n"), argo.LogTail(30))
 	}
