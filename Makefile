@@ -72,7 +72,7 @@ e2e: $(BIN)/noskip ## Run upgradeguard as users install it: the image and the ch
 	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --node
 	set -o pipefail; go test -tags e2e -json -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/... | $(NOSKIP)
 
-# Argo CD's binary (a 285 MiB cgo build of 25-40 minutes on two cores, through its own Go
+# Argo CD's binary (a 203 MiB cgo build of 25-40 minutes on two cores, through its own Go
 # 1.27 toolchain) is not part of testbin: this target builds it and what its tests run
 # on, installs Redis (hack/argocd-deps.sh, apt-get), and runs test/argocd (build tag argocd).
 .PHONY: test-argocd

@@ -22,7 +22,7 @@
 #   --flux-only    only Flux's controllers (make demo-flux).
 #   --node         also what a real test node runs (make e2e): the default minor's kubelet,
 #                  kube-proxy and kube-scheduler.
-#   --argocd       also Argo CD (make test-argocd). Not built by default: it is a 285 MiB cgo
+#   --argocd       also Argo CD (make test-argocd). Not built by default: it is a 203 MiB cgo
 #                  binary whose first build takes 25-40 minutes on two cores, and its module
 #                  needs a Go 1.27 toolchain ($ARGOCD_GOTOOLCHAIN, which the go command fetches
 #                  from the module proxy; this module alone uses it).
@@ -84,14 +84,14 @@ stamp() {
   touch "$s-$2"
 }
 
-# build OUT VERSION MODULE_DIR LDFLAGS PACKAGE: a static build. CGO_ENABLED and GOTOOLCHAIN
-# set by the caller's environment for one call (as --argocd does) take their place.
+# build OUT VERSION MODULE_DIR LDFLAGS PACKAGE: a static build, unless the call sets
+# TESTBIN_CGO=1 (as --argocd does; a CGO_ENABLED the user exported changes nothing here).
 build() {
   local out=$1 version=$2 dir=$3 ldflags=$4 pkg=$5
   need "$out" "$version" || return 0
   echo "testbin: building ${out#"$root"/} $version"
   mkdir -p "$(dirname "$out")"
-  (cd "$dir" && CGO_ENABLED=${CGO_ENABLED:-0} go build -ldflags "$ldflags" -o "$out.tmp" "$pkg")
+  (cd "$dir" && CGO_ENABLED=${TESTBIN_CGO:-0} go build -ldflags "$ldflags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   stamp "$out" "$version"
 }
@@ -139,7 +139,7 @@ fi
 if $argocd; then
   # Built with cgo, as it was first built and run here; the version is set the way Argo
   # CD's Makefile sets it (the binary reports v3.6.1+unknown: no commit is stamped).
-  CGO_ENABLED=1 GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN build "$bin/argocd/argocd" "$ARGOCD_VERSION" "$root/hack/tools/argocd" \
+  TESTBIN_CGO=1 GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN build "$bin/argocd/argocd" "$ARGOCD_VERSION" "$root/hack/tools/argocd" \
     "-s -w -X github.com/argoproj/argo-cd/v3/common.version=${ARGOCD_VERSION#v}" github.com/argoproj/argo-cd/v3/cmd
   # What a local Argo CD needs beside its binary, from the same module: its CRDs, the base
   # config objects (argocd-cm and friends) and the git wrapper the repo-server runs from

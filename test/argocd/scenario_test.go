@@ -7,7 +7,7 @@
 // sync and retries, as in garage-operator#156. Each test asserts Argo CD's own status
 // (operationState, sync status, conditions) besides what the API server holds.
 //
-// Build tag argocd: Argo CD's binary is not part of `make testbin` (a 285 MiB cgo build
+// Build tag argocd: Argo CD's binary is not part of `make testbin` (a 203 MiB cgo build
 // of 25-40 minutes). `make test-argocd` builds it and runs these tests.
 package argocd_test
 
