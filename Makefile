@@ -72,6 +72,15 @@ e2e: $(BIN)/noskip ## Run upgradeguard as users install it: the image and the ch
 	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --node
 	set -o pipefail; go test -tags e2e -json -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/... | $(NOSKIP)
 
+# Argo CD's binary (a 203 MiB cgo build of 25-40 minutes on two cores, through its own Go
+# 1.27 toolchain) is not part of testbin: this target builds it and what its tests run
+# on, installs Redis (hack/argocd-deps.sh, apt-get), and runs test/argocd (build tag argocd).
+.PHONY: test-argocd
+test-argocd: $(BIN)/noskip ## Run the real Argo CD (repo-server, application-controller, Redis) through the storage boundary, with and without the CRD gate (builds Argo CD first; installs redis-server with apt-get)
+	./hack/argocd-deps.sh
+	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --argocd
+	set -o pipefail; go test -tags argocd -json -count=1 -timeout $(TEST_TIMEOUT) ./test/argocd/... | $(NOSKIP)
+
 .PHONY: test-matrix
 test-matrix: ## Run every control-plane test package on Kubernetes 1.32, 1.34, 1.36 and 1.37 and print a pass/fail table
 	./hack/testbin.sh --kube all

@@ -4,12 +4,15 @@
 #   bin/kube/1.NN/  kube-apiserver, kube-controller-manager, kubectl and the etcd that
 #                   Kubernetes 1.NN was released with, one directory per minor, side by side;
 #   bin/helm        Helm 4, and bin/helm3, Helm 3 (releases installed the way Helm 3 users did);
-#   bin/flux/       Flux's source-controller and helm-controller, run outside the cluster.
+#   bin/flux/       Flux's source-controller and helm-controller, run outside the cluster;
+#   bin/argocd/     Argo CD (only with --argocd): one busybox binary, argocd, that runs as the
+#                   repo-server or the application-controller by ARGOCD_BINARY_NAME, with its
+#                   CRDs, base config objects and git wrapper from the same module.
 # Each is built through a pinned tools module under hack/tools (hack/kube-tools.sh writes the
 # one for a new Kubernetes version). Builds land in the Go build cache, so a machine (or CI)
 # that keeps the cache rebuilds in seconds.
 #
-# Usage: hack/testbin.sh [--demo] [--kube MINORS] [--no-flux]
+# Usage: hack/testbin.sh [--demo] [--kube MINORS] [--no-flux] [--argocd]
 #   (no flags)     what `make test` needs: the default minor ($KUBE_DEFAULT), the minor CI also
 #                  runs check, migrate and the gate on ($KUBE_CI), Helm 4 and 3, and Flux.
 #   --demo         only what `make demo` runs: kube-apiserver and etcd of the default minor, and
@@ -19,6 +22,10 @@
 #   --flux-only    only Flux's controllers (make demo-flux).
 #   --node         also what a real test node runs (make e2e): the default minor's kubelet,
 #                  kube-proxy and kube-scheduler.
+#   --argocd       also Argo CD (make test-argocd). Not built by default: it is a 203 MiB cgo
+#                  binary whose first build takes 25-40 minutes on two cores, and its module
+#                  needs a Go 1.27 toolchain ($ARGOCD_GOTOOLCHAIN, which the go command fetches
+#                  from the module proxy; this module alone uses it).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,8 +42,10 @@ HELM_VERSION=v4.3.1
 HELM3_VERSION=v3.22.0
 HELM_CONTROLLER_VERSION=v1.6.2
 SOURCE_CONTROLLER_VERSION=v1.9.1
+ARGOCD_VERSION=v3.6.1
+ARGOCD_GOTOOLCHAIN=go1.27.3
 
-demo=false flux=true helm=true node=false minors="$KUBE_DEFAULT $KUBE_CI"
+demo=false flux=true helm=true node=false argocd=false minors="$KUBE_DEFAULT $KUBE_CI"
 while (($#)); do
   case "$1" in
     --demo) demo=true; flux=false; minors=$KUBE_DEFAULT ;;
@@ -46,6 +55,7 @@ while (($#)); do
     --no-flux) flux=false ;;
     --flux-only) minors="" helm=false ;;
     --node) node=true ;;
+    --argocd) argocd=true ;;
     --with-kcm | --with-kubectl) ;; # always built now; accepted for older callers
     *) echo "testbin: unknown argument $1 (see the usage at the top of hack/testbin.sh)" >&2; exit 2 ;;
   esac
@@ -74,13 +84,14 @@ stamp() {
   touch "$s-$2"
 }
 
-# build OUT VERSION MODULE_DIR LDFLAGS PACKAGE
+# build OUT VERSION MODULE_DIR LDFLAGS PACKAGE: a static build, unless the call sets
+# TESTBIN_CGO=1 (as --argocd does; a CGO_ENABLED the user exported changes nothing here).
 build() {
   local out=$1 version=$2 dir=$3 ldflags=$4 pkg=$5
   need "$out" "$version" || return 0
   echo "testbin: building ${out#"$root"/} $version"
   mkdir -p "$(dirname "$out")"
-  (cd "$dir" && CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$out.tmp" "$pkg")
+  (cd "$dir" && CGO_ENABLED=${TESTBIN_CGO:-0} go build -ldflags "$ldflags" -o "$out.tmp" "$pkg")
   mv "$out.tmp" "$out"
   stamp "$out" "$version"
 }
@@ -125,11 +136,27 @@ if $flux; then
   build "$bin/flux/source-controller" "$SOURCE_CONTROLLER_VERSION" "$root/hack/tools/source-controller" "-s -w" github.com/fluxcd/source-controller
 fi
 
+if $argocd; then
+  # Built with cgo, as it was first built and run here; the version is set the way Argo
+  # CD's Makefile sets it (the binary reports v3.6.1+unknown: no commit is stamped).
+  TESTBIN_CGO=1 GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN build "$bin/argocd/argocd" "$ARGOCD_VERSION" "$root/hack/tools/argocd" \
+    "-s -w -X github.com/argoproj/argo-cd/v3/common.version=${ARGOCD_VERSION#v}" github.com/argoproj/argo-cd/v3/cmd
+  # What a local Argo CD needs beside its binary, from the same module: its CRDs, the base
+  # config objects (argocd-cm and friends) and the git wrapper the repo-server runs from
+  # PATH (without it every manifest generation fails with "permission denied").
+  src=$(cd "$root/hack/tools/argocd" && GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN go list -m -f '{{.Dir}}' github.com/argoproj/argo-cd/v3)
+  mkdir -p "$bin/argocd/manifests/crds" "$bin/argocd/manifests/config"
+  install -m 0644 "$src"/manifests/crds/*-crd.yaml "$bin/argocd/manifests/crds/"
+  install -m 0644 "$src"/manifests/base/config/argocd-*.yaml "$bin/argocd/manifests/config/"
+  install -m 0755 "$src/hack/git-verify-wrapper.sh" "$bin/argocd/git-verify-wrapper.sh"
+fi
+
 ready=()
 [[ -n $minors ]] && ready+=("Kubernetes ${minors// /, } (bin/kube/MINOR)")
 $node && ready+=("the kubelet, kube-proxy and kube-scheduler of Kubernetes $KUBE_DEFAULT")
 $helm && ready+=("Helm $HELM_VERSION")
 $helm && ! $demo && ready+=("Helm 3 $HELM3_VERSION")
 $flux && ready+=("Flux source-controller $SOURCE_CONTROLLER_VERSION and helm-controller $HELM_CONTROLLER_VERSION")
+$argocd && ready+=("Argo CD $ARGOCD_VERSION (bin/argocd/argocd)")
 msg=$(printf ', %s' "${ready[@]}")
 echo "testbin: ready in bin/: ${msg#, }"

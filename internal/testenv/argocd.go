@@ -1,0 +1,621 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+)
+
+// ArgoCDVersion is the Argo CD StartArgoCD runs: bin/argocd, built by
+// `./hack/testbin.sh --argocd` (make test-argocd), with the CRDs and base config objects
+// of the same module beside it.
+const ArgoCDVersion = "v3.6.1"
+
+// ArgoCDNamespace is where StartArgoCD installs Argo CD's config and AppProject, and
+// where Applications live.
+const ArgoCDNamespace = "argocd"
+
+// InClusterServer is the destination server of Argo CD's own cluster. The controller
+// runs outside the cluster with ARGOCD_FAKE_IN_CLUSTER, so this destination is the test
+// control plane (its KUBECONFIG).
+const InClusterServer = "https://kubernetes.default.svc"
+
+// ApplicationGVR is Argo CD's Application resource.
+var ApplicationGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}
+
+var appProjectGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "appprojects"}
+
+// ArgoCD is Argo CD's real repo-server and application-controller, with their own
+// Redis, running as processes outside the cluster against a ControlPlane, the way Argo
+// CD's own Procfile runs them for development: ARGOCD_FAKE_IN_CLUSTER makes the in-cluster
+// destination (InClusterServer) the control plane of KUBECONFIG. No API server, UI, Dex
+// or ApplicationSet controller runs: tests write Applications and read their status with
+// the Kubernetes API, as GitOps does.
+//
+// There is no kubelet, so nothing an Application deploys ever runs: use charts whose
+// objects need no pod (CRDs, ConfigMaps, custom resources), whose health Argo CD
+// computes without one.
+type ArgoCD struct {
+	// Dynamic reads and writes Applications (ApplicationGVR) and every other object.
+	Dynamic dynamic.Interface
+	// RedisLog, RepoServerLog and ControllerLog are the processes' log files.
+	RedisLog, RepoServerLog, ControllerLog string
+
+	cp                      *ControlPlane
+	dir                     string
+	redis, repo, controller *process
+	stopped                 bool
+}
+
+// StartArgoCD installs Argo CD's CRDs, its base config objects and the `default`
+// AppProject, starts Redis, the repo-server and the application-controller, waits until
+// they are healthy, and stops them when the test ends. When the test fails, the tail of
+// each log is printed.
+func (cp *ControlPlane) StartArgoCD(t testing.TB) *ArgoCD {
+	t.Helper()
+	a, err := cp.StartArgoCDControllers(t.Context())
+	if err != nil {
+		t.Fatalf("argo cd: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("Argo CD logs (tail):\n%s", a.LogTail(60))
+		}
+		if err := a.Stop(); err != nil {
+			t.Errorf("stop argo cd: %v", err)
+		}
+	})
+	return a
+}
+
+// StartArgoCDControllers is StartArgoCD for callers without a testing.TB. Call Stop when
+// done.
+func (cp *ControlPlane) StartArgoCDControllers(ctx context.Context) (*ArgoCD, error) {
+	bins := filepath.Join(cp.Bin, "argocd")
+	if err := checkArgoCDBins(bins); err != nil {
+		return nil, err
+	}
+	redisServer, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server is missing (%w): Argo CD keeps its caches in Redis; run ./hack/argocd-deps.sh (apt-get install redis-server)", err)
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		return nil, fmt.Errorf("the git command is missing (%w): Argo CD's repo-server clones with it; run ./hack/argocd-deps.sh (apt-get install git)", err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := cp.installArgoCD(ctx, bins); err != nil {
+		return nil, fmt.Errorf("install Argo CD's CRDs and config from %s: %w", bins, err)
+	}
+	dir, err := os.MkdirTemp(cp.dir, "argocd-")
+	if err != nil {
+		return nil, err
+	}
+	a := &ArgoCD{Dynamic: dyn, cp: cp, dir: dir,
+		RedisLog:      filepath.Join(dir, "redis.log"),
+		RepoServerLog: filepath.Join(dir, "repo-server.log"),
+		ControllerLog: filepath.Join(dir, "application-controller.log"),
+	}
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, fmt.Errorf("argo cd: find free ports: %w", err)
+	}
+	redisAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	if a.redis, err = a.startRedis(ctx, redisServer, ports[0]); err != nil {
+		return nil, errors.Join(err, a.Stop())
+	}
+	repoAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
+	a.repo, err = a.start(ctx, "argocd-repo-server", a.RepoServerLog, ports[2],
+		"--address=127.0.0.1", "--port="+strconv.Itoa(ports[1]),
+		"--metrics-address=127.0.0.1", "--metrics-port="+strconv.Itoa(ports[2]),
+		// Plain gRPC on loopback; the client CA path defaults to one under /app, which
+		// --disable-tls refuses.
+		"--redis="+redisAddr, "--disable-tls", "--client-ca-path=")
+	if err != nil {
+		return nil, errors.Join(err, a.Stop())
+	}
+	a.controller, err = a.start(ctx, "argocd-application-controller", a.ControllerLog, ports[3],
+		"--kubeconfig="+cp.Kubeconfig, "--namespace="+ArgoCDNamespace,
+		"--metrics-port="+strconv.Itoa(ports[3]),
+		"--redis="+redisAddr, "--repo-server="+repoAddr, "--repo-server-plaintext",
+		"--commit-server=127.0.0.1:"+strconv.Itoa(ports[4]),
+		// Tests refresh an Application by changing it; no periodic resync in between.
+		"--app-resync=3600", "--app-hard-resync=0")
+	if err != nil {
+		return nil, errors.Join(err, a.Stop())
+	}
+	return a, nil
+}
+
+func checkArgoCDBins(bins string) error {
+	for _, f := range []string{"argocd", "git-verify-wrapper.sh", "manifests/crds/application-crd.yaml", "manifests/config/argocd-cm.yaml"} {
+		if _, err := os.Stat(filepath.Join(bins, f)); err != nil {
+			return fmt.Errorf("%s/%s is missing: run ./hack/testbin.sh --argocd (make test-argocd) first", bins, f)
+		}
+	}
+	return nil
+}
+
+// installArgoCD applies Argo CD's CRDs and base config objects as shipped in its module
+// (bin/argocd/manifests), and creates the `default` AppProject Argo CD's install creates:
+// every source, destination and kind allowed.
+func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string) error {
+	cs, err := apiextclient.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	crds, err := filepath.Glob(filepath.Join(bins, "manifests", "crds", "*-crd.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, f := range crds {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		parsed, err := crdversions.FromManifest(f, data)
+		if err != nil {
+			return err
+		}
+		for _, crd := range parsed {
+			if err := ApplyCRD(ctx, cs, crd); err != nil {
+				return fmt.Errorf("%s: %w", crd.Name, err)
+			}
+			if err := WaitEstablished(ctx, cs, crd.Name); err != nil {
+				return err
+			}
+		}
+	}
+	kube, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ArgoCDNamespace}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	configs, err := filepath.Glob(filepath.Join(bins, "manifests", "config", "argocd-*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, f := range configs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(data, &obj.Object); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		obj.SetNamespace(ArgoCDNamespace)
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+		if obj.GetKind() == "Secret" {
+			gvr.Resource = "secrets"
+		}
+		_, err = dyn.Resource(gvr).Namespace(ArgoCDNamespace).Create(ctx, obj, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	project := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1",
+		"kind":       "AppProject",
+		"metadata":   map[string]any{"name": "default", "namespace": ArgoCDNamespace},
+		"spec": map[string]any{
+			"sourceRepos":              []any{"*"},
+			"destinations":             []any{map[string]any{"server": "*", "namespace": "*"}},
+			"clusterResourceWhitelist": []any{map[string]any{"group": "*", "kind": "*"}},
+		},
+	}}
+	_, err = dyn.Resource(appProjectGVR).Namespace(ArgoCDNamespace).Create(ctx, project, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// startRedis runs redis-server on port with its own directory and no persistence.
+func (a *ArgoCD) startRedis(ctx context.Context, bin string, port int) (*process, error) {
+	dir := filepath.Join(a.dir, "redis")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
+	p, err := startProcess(cmd, "redis-server", a.RedisLog)
+	if err != nil {
+		return nil, err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-p.proc.Done():
+			return false, fmt.Errorf("redis-server exited during start-up (%w)", p.proc.Err())
+		default:
+		}
+		return redisPing(ctx, addr) == nil, nil
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("redis-server not answering PING at %s: %w:\n%s", addr, err, tail(a.RedisLog, 20)), p.stop(5*time.Second))
+	}
+	return p, nil
+}
+
+// redisPing sends Redis's inline PING and expects +PONG.
+func redisPing(ctx context.Context, addr string) error {
+	conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(line) != "+PONG" {
+		return fmt.Errorf("redis answered %q", line)
+	}
+	return nil
+}
+
+// start runs one Argo CD component (the busybox binary picks it by ARGOCD_BINARY_NAME)
+// and waits until its /healthz on healthPort answers.
+func (a *ArgoCD) start(ctx context.Context, name, logPath string, healthPort int, args ...string) (*process, error) {
+	home := filepath.Join(a.dir, name+"-home")
+	for _, d := range []string{"tmp", "tls", "ssh", "gpg", "plugins"} {
+		if err := os.MkdirAll(filepath.Join(home, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	bins := filepath.Join(a.cp.Bin, "argocd")
+	cmd := exec.Command(filepath.Join(bins, "argocd"), append([]string{"--loglevel=info", "--logformat=text"}, args...)...)
+	cmd.Env = append(os.Environ(),
+		"ARGOCD_BINARY_NAME="+name,
+		"ARGOCD_FAKE_IN_CLUSTER=true",
+		"KUBECONFIG="+a.cp.Kubeconfig,
+		// The repo-server runs helm (bin/helm, the Helm 4 Argo CD v3.6 pins) and the git
+		// wrapper of its module from PATH.
+		"PATH="+bins+string(os.PathListSeparator)+a.cp.Bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		// Everything Argo CD would write under /app, /tmp or HOME stays in the test's
+		// directory: the repo-server clones into $TMPDIR/_argocd-repo.
+		"HOME="+home,
+		"TMPDIR="+filepath.Join(home, "tmp"),
+		"ARGOCD_TLS_DATA_PATH="+filepath.Join(home, "tls"),
+		"ARGOCD_SSH_DATA_PATH="+filepath.Join(home, "ssh"),
+		"ARGOCD_GNUPGHOME="+filepath.Join(home, "gpg"),
+		"ARGOCD_GPG_ENABLED=false",
+		"ARGOCD_PLUGINSOCKFILEPATH="+filepath.Join(home, "plugins"),
+		"ARGOCD_ASK_PASS_SOCK="+filepath.Join(home, "askpass.sock"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "helm", "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "helm", "data"),
+	)
+	p, err := startProcess(cmd, name, logPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", healthPort), 2*time.Minute); err != nil {
+		return nil, errors.Join(err, p.stop(15*time.Second))
+	}
+	return p, nil
+}
+
+// Stop stops the controller, the repo-server and Redis. It is safe to call twice.
+func (a *ArgoCD) Stop() error {
+	if a.stopped {
+		return nil
+	}
+	a.stopped = true
+	var err error
+	for _, p := range []*process{a.controller, a.repo, a.redis} {
+		if p != nil {
+			err = errors.Join(err, p.stop(20*time.Second))
+		}
+	}
+	return err
+}
+
+// LogTail returns the last n lines of each component's log, for failure messages.
+func (a *ArgoCD) LogTail(n int) string {
+	return "argocd-application-controller:\n" + tail(a.ControllerLog, n) +
+		"\nargocd-repo-server:\n" + tail(a.RepoServerLog, n) +
+		"\nredis-server:\n" + tail(a.RedisLog, 5)
+}
+
+// ApplicationSource is an Application's spec.source: a chart in a git repository (Path)
+// or a chart of a Helm repository (Chart).
+type ApplicationSource struct {
+	RepoURL        string
+	Path           string // a chart directory in a git repository
+	Chart          string // a chart name in a Helm repository
+	TargetRevision string // a git revision, or a chart version
+}
+
+// GitSource is the chart at path in the git repository at dir (a file:// URL, which the
+// repo-server clones with the git command) at revision.
+func GitSource(dir, path, revision string) ApplicationSource {
+	return ApplicationSource{RepoURL: "file://" + dir, Path: path, TargetRevision: revision}
+}
+
+// HelmRepoSource is chart at version from the Helm chart repository at url (ServeRepo,
+// NewChartRepo).
+func HelmRepoSource(url, chart, version string) ApplicationSource {
+	return ApplicationSource{RepoURL: url, Chart: chart, TargetRevision: version}
+}
+
+func (s ApplicationSource) object() map[string]any {
+	out := map[string]any{"repoURL": s.RepoURL, "targetRevision": s.TargetRevision}
+	if s.Path != "" {
+		out["path"] = s.Path
+	}
+	if s.Chart != "" {
+		out["chart"] = s.Chart
+	}
+	return out
+}
+
+// SyncRetry is an Application's spec.syncPolicy.retry: Limit attempts after the first,
+// waiting Backoff, then Backoff*Factor each time, up to MaxBackoff.
+type SyncRetry struct {
+	Limit               int64
+	Backoff, MaxBackoff time.Duration
+	Factor              int64
+}
+
+// AutomatedApplication returns an Application (not created) in ArgoCDNamespace that
+// deploys source into namespace destNS of the in-cluster destination, with automated
+// sync (no prune, no self-heal: Argo CD's defaults), CreateNamespace, and retry.
+func AutomatedApplication(name string, source ApplicationSource, destNS string, r SyncRetry) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1",
+		"kind":       "Application",
+		"metadata":   map[string]any{"name": name, "namespace": ArgoCDNamespace},
+		"spec": map[string]any{
+			"project":     "default",
+			"source":      source.object(),
+			"destination": map[string]any{"server": InClusterServer, "namespace": destNS},
+			"syncPolicy": map[string]any{
+				"automated":   map[string]any{},
+				"syncOptions": []any{"CreateNamespace=true"},
+				"retry": map[string]any{
+					"limit": r.Limit,
+					"backoff": map[string]any{
+						"duration":    r.Backoff.String(),
+						"factor":      r.Factor,
+						"maxDuration": r.MaxBackoff.String(),
+					},
+				},
+			},
+		},
+	}}
+}
+
+// Create creates the Application.
+func (a *ArgoCD) Create(ctx context.Context, app *unstructured.Unstructured) error {
+	_, err := a.Dynamic.Resource(ApplicationGVR).Namespace(app.GetNamespace()).Create(ctx, app, metav1.CreateOptions{})
+	return err
+}
+
+// SetTargetRevision points the Application's source at revision (a commit, or a chart
+// version): what a GitOps change of the Application does. The controller refreshes on
+// the change, and automated sync follows.
+func (a *ArgoCD) SetTargetRevision(ctx context.Context, name, revision string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ri := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
+		app, err := ri.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedField(app.Object, revision, "spec", "source", "targetRevision"); err != nil {
+			return err
+		}
+		_, err = ri.Update(ctx, app, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// Application is what a test reads of an Application: its revision, and the status Argo
+// CD writes.
+type Application struct {
+	Name            string
+	ResourceVersion string
+	TargetRevision  string
+	Status          ApplicationStatus
+}
+
+// ApplicationStatus is the part of an Application's status the tests assert (the field
+// names are Argo CD's).
+type ApplicationStatus struct {
+	Sync struct {
+		Status   string `json:"status"`
+		Revision string `json:"revision"`
+	} `json:"sync"`
+	Health struct {
+		Status string `json:"status"`
+	} `json:"health"`
+	Conditions []struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"conditions"`
+	OperationState *OperationState `json:"operationState"`
+	Resources      []struct {
+		Group     string `json:"group"`
+		Kind      string `json:"kind"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+		Status    string `json:"status"`
+	} `json:"resources"`
+}
+
+// OperationState is the last (or running) sync operation.
+type OperationState struct {
+	Phase      string `json:"phase"`
+	Message    string `json:"message"`
+	RetryCount int64  `json:"retryCount"`
+	Operation  struct {
+		Sync struct {
+			Revision string `json:"revision"`
+		} `json:"sync"`
+	} `json:"operation"`
+	SyncResult *struct {
+		Revision  string `json:"revision"`
+		Resources []struct {
+			Group     string `json:"group"`
+			Kind      string `json:"kind"`
+			Namespace string `json:"namespace"`
+			Name      string `json:"name"`
+			Status    string `json:"status"`
+			Message   string `json:"message"`
+			SyncPhase string `json:"syncPhase"`
+		} `json:"resources"`
+	} `json:"syncResult"`
+	StartedAt  string `json:"startedAt"`
+	FinishedAt string `json:"finishedAt"`
+}
+
+// Condition returns the message of the Application's condition typ, and whether it is
+// there.
+func (s ApplicationStatus) Condition(typ string) (string, bool) {
+	for _, c := range s.Conditions {
+		if c.Type == typ {
+			return c.Message, true
+		}
+	}
+	return "", false
+}
+
+// ResourceStatus is the sync status (Synced, OutOfSync) Argo CD reports for the
+// Application's resource of kind and name, "" when it lists none.
+func (app *Application) ResourceStatus(kind, name string) string {
+	for _, r := range app.Status.Resources {
+		if r.Kind == kind && r.Name == name {
+			return r.Status
+		}
+	}
+	return ""
+}
+
+// String sums the status up for failure messages.
+func (app *Application) String() string {
+	s := fmt.Sprintf("Application %s/%s at %s: sync %s (revision %s), health %s", ArgoCDNamespace, app.Name, app.TargetRevision,
+		app.Status.Sync.Status, app.Status.Sync.Revision, app.Status.Health.Status)
+	if op := app.Status.OperationState; op != nil {
+		s += fmt.Sprintf("; operation %s (retry %d, revision %s): %s", op.Phase, op.RetryCount, op.Operation.Sync.Revision, op.Message)
+	}
+	for _, c := range app.Status.Conditions {
+		s += fmt.Sprintf("; condition %s: %s", c.Type, c.Message)
+	}
+	for _, r := range app.Status.Resources {
+		s += fmt.Sprintf("; %s %s/%s %s", r.Kind, r.Namespace, r.Name, r.Status)
+	}
+	return s
+}
+
+// Get reads the Application name.
+func (a *ArgoCD) Get(ctx context.Context, name string) (*Application, error) {
+	obj, err := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return applicationOf(obj)
+}
+
+func applicationOf(obj *unstructured.Unstructured) (*Application, error) {
+	app := &Application{Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion()}
+	app.TargetRevision, _, _ = unstructured.NestedString(obj.Object, "spec", "source", "targetRevision")
+	if st, ok := obj.Object["status"].(map[string]any); ok {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(st, &app.Status); err != nil {
+			return nil, fmt.Errorf("Application %s status: %w", obj.GetName(), err)
+		}
+	}
+	return app, nil
+}
+
+// WaitApplication watches the Application name until done says so and returns its last
+// state. It watches (rather than polls) from the resourceVersion it first reads, so it
+// sees every status Argo CD writes: a retrying operation passes through states shorter
+// than any poll interval. On timeout the error carries the last status.
+func (a *ArgoCD) WaitApplication(ctx context.Context, name string, timeout time.Duration, done func(*Application) bool) (*Application, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ri := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
+	var last *Application
+	for {
+		obj, err := ri.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return last, fmt.Errorf("Application %s/%s: %w", ArgoCDNamespace, name, err)
+		}
+		if last, err = applicationOf(obj); err != nil {
+			return last, err
+		}
+		if done(last) {
+			return last, nil
+		}
+		w, err := ri.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: obj.GetResourceVersion()})
+		if err != nil {
+			return last, fmt.Errorf("watch Application %s/%s: %w; last: %s", ArgoCDNamespace, name, err, last)
+		}
+		for ev := range w.ResultChan() {
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				break // an error event (a compacted resourceVersion): read again
+			}
+			if last, err = applicationOf(u); err != nil {
+				w.Stop()
+				return last, err
+			}
+			if done(last) {
+				w.Stop()
+				return last, nil
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return last, fmt.Errorf("Application %s/%s: %w; last: %s", ArgoCDNamespace, name, ctx.Err(), last)
+		}
+	}
+}
+
+// Delete deletes the Application without cascading to what it deployed (Argo CD
+// cascades only with its resources finalizer, which AutomatedApplication does not set).
+func (a *ArgoCD) Delete(ctx context.Context, name string) error {
+	err := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

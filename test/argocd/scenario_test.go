@@ -1,0 +1,284 @@
+//go:build argocd
+
+// Package argocd_test runs the kyverno 1.12 -> 1.13 storage boundary (kyverno#12633: the
+// 1.13 CRDs drop v2alpha1, which status.storedVersions still lists) through the real
+// Argo CD: its repo-server renders the chart from a git repository with the real Helm
+// CLI, and its application-controller syncs it into a real kube-apiserver with automated
+// sync and retries, as in garage-operator#156. Each test asserts Argo CD's own status
+// (operationState, sync status, conditions) besides what the API server holds.
+//
+// Build tag argocd: Argo CD's binary is not part of `make testbin` (a 203 MiB cgo build
+// of 25-40 minutes). `make test-argocd` builds it and runs these tests.
+package argocd_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/test/fluxtest"
+)
+
+func needCluster(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the control plane and Argo CD")
+	}
+}
+
+// chartPath is the chart's directory in the git repository.
+const chartPath = "kyverno"
+
+// versionConfigMap records which chart version last wrote the release's ordinary
+// objects (data.version).
+const versionConfigMap = "kyverno-chart-version"
+
+// breakingFiles are the fixture files of the CRDs the API server refuses at To: the
+// chart holds only these (and a ConfigMap), so that every CRD it renders is in every
+// version and Argo CD's sync status means what the test asks.
+var breakingFiles = []string{"kyverno.io_cleanuppolicies.yaml", "kyverno.io_policyexceptions.yaml"}
+
+// scenario is an Application of the kyverno chart from a git repository, at From, with
+// one object of each breaking CRD stored at v2alpha1.
+type scenario struct {
+	cp   *testenv.ControlPlane
+	argo *testenv.ArgoCD
+	name string // the Application's name and its destination namespace
+	// commits maps a chart version to the Application's targetRevision for it: the
+	// commit that holds it, or the version itself for a Helm repository.
+	commits map[string]string
+	objects []fluxtest.Object
+}
+
+// chartFiles is the kyverno chart of one version, as files of the git repository: the
+// breaking CRDs of its fixture set in templates/ and the version ConfigMap.
+func chartFiles(t *testing.T, version string) map[string]string {
+	t.Helper()
+	fx, err := testenv.Fixtures()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		chartPath + "/Chart.yaml":             fmt.Sprintf("apiVersion: v2\nname: kyverno\nversion: %s\nappVersion: %q\n", version, version),
+		chartPath + "/templates/version.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + versionConfigMap + "\ndata:\n  version: {{ .Chart.Version | quote }}\n",
+	}
+	for _, f := range breakingFiles {
+		data, err := os.ReadFile(filepath.Join(fx, "crds", fluxtest.KyvernoCRDs[version], f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[chartPath+"/templates/"+f] = string(data)
+	}
+	return files
+}
+
+// sourceKind is where an Application reads the chart from.
+type sourceKind string
+
+const (
+	// fromGit is the chart's directory in a git repository (a file:// URL), one commit
+	// per chart version; the Application's targetRevision is the commit.
+	fromGit sourceKind = "git"
+	// fromHelmRepo is a Helm chart repository over loopback HTTP holding every version;
+	// the Application's targetRevision is the chart version.
+	fromHelmRepo sourceKind = "helm-repository"
+)
+
+// newScenario publishes Old, From and To (to a git repository or a Helm repository),
+// creates an Application at Old with automated sync and retry r, creates the objects
+// (stored at v2alpha1), and moves the Application to From, which Argo CD syncs. It checks
+// the premise: both breaking CRDs store v2beta1 with storedVersions [v2alpha1 v2beta1].
+func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry) *scenario {
+	t.Helper()
+	ctx := t.Context()
+	s := &scenario{cp: cp, argo: argo, name: name, commits: map[string]string{}}
+	var source testenv.ApplicationSource
+	switch kind {
+	case fromGit:
+		repo := testenv.NewGitRepo(t)
+		for _, v := range []string{fluxtest.Old, fluxtest.From, fluxtest.To} {
+			s.commits[v] = repo.Commit("kyverno chart "+v, chartFiles(t, v)).String()
+		}
+		source = testenv.GitSource(repo.Dir, chartPath, s.commits[fluxtest.Old])
+	case fromHelmRepo:
+		repo, err := testenv.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(repo.Close)
+		for _, v := range []string{fluxtest.Old, fluxtest.From, fluxtest.To} {
+			dir := filepath.Join(t.TempDir(), v)
+			for path, content := range chartFiles(t, v) {
+				p := filepath.Join(dir, path)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := repo.Add(filepath.Join(dir, chartPath)); err != nil {
+				t.Fatal(err)
+			}
+			s.commits[v] = v
+		}
+		source = testenv.HelmRepoSource(repo.URL, "kyverno", fluxtest.Old)
+	}
+	app := testenv.AutomatedApplication(name, source, name, r)
+	if err := argo.Create(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	s.waitSynced(t, fluxtest.Old)
+	for _, o := range []fluxtest.Object{
+		{GVR: schema.GroupVersionResource{Group: "kyverno.io", Version: "v2alpha1", Resource: "policyexceptions"}, Kind: "PolicyException", Namespace: name},
+		{GVR: schema.GroupVersionResource{Group: "kyverno.io", Version: "v2alpha1", Resource: "cleanuppolicies"}, Kind: "CleanupPolicy", Namespace: name},
+	} {
+		spec := map[string]any{"exceptions": []any{}, "match": map[string]any{}}
+		if o.Kind == "CleanupPolicy" {
+			spec = map[string]any{"match": map[string]any{}, "schedule": "0 0 * * *"}
+		}
+		if err := testenv.CreateObjects(ctx, cp.Config, testenv.Objects{GVR: o.GVR, Kind: o.Kind, Namespaces: []string{name}, PerNS: 1, Spec: spec}); err != nil {
+			t.Fatal(err)
+		}
+		o.Name = "obj-0"
+		s.objects = append(s.objects, o)
+	}
+	s.bump(t, fluxtest.From)
+	s.waitSynced(t, fluxtest.From)
+	crds := s.crds(t)
+	for _, n := range fluxtest.BreakingCRDs {
+		if got := crds[n]; got.Storage != "v2beta1" || !slices.Equal(got.StoredVersions, []string{"v2alpha1", "v2beta1"}) {
+			t.Fatalf("%s at %s: storage %s, storedVersions %v; want v2beta1 and [v2alpha1 v2beta1]", n, fluxtest.From, got.Storage, got.StoredVersions)
+		}
+	}
+	if v := s.chartVersionInCluster(t); v != fluxtest.From {
+		t.Fatalf("ConfigMap version at %s = %s", fluxtest.From, v)
+	}
+	return s
+}
+
+// bump points the Application at the commit of chart version v (a GitOps change of the
+// Application's targetRevision).
+func (s *scenario) bump(t *testing.T, v string) {
+	t.Helper()
+	if err := s.argo.SetTargetRevision(t.Context(), s.name, s.commits[v]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// synced says that Argo CD's last sync operation, of the commit of chart version v,
+// succeeded, that Argo CD compared the Application at that commit since, and that it
+// reports the version ConfigMap Synced.
+//
+// The Application's own sync status stays OutOfSync after a successful sync: Argo CD
+// v3.6.1 reports the kyverno CRDs OutOfSync right after applying them (on 1.37.2, with
+// client-side apply), so the tests do not ask for Synced.
+func (s *scenario) synced(v string) func(*testenv.Application) bool {
+	return func(app *testenv.Application) bool {
+		op := app.Status.OperationState
+		return op != nil && op.Phase == "Succeeded" && op.Operation.Sync.Revision == s.commits[v] &&
+			app.Status.Sync.Revision == s.commits[v] && app.ResourceStatus("ConfigMap", versionConfigMap) == "Synced"
+	}
+}
+
+// waitSynced waits until Argo CD has synced chart version v.
+func (s *scenario) waitSynced(t *testing.T, v string) *testenv.Application {
+	t.Helper()
+	app, err := s.argo.WaitApplication(t.Context(), s.name, 3*time.Minute, s.synced(v))
+	if err != nil {
+		t.Fatalf("sync of %s: %v\n%s", v, err, s.argo.LogTail(30))
+	}
+	return app
+}
+
+// crdState is what the API server holds for one kyverno CRD.
+type crdState struct {
+	Storage        string
+	Versions       []string
+	StoredVersions []string
+}
+
+func (s *scenario) crds(t *testing.T) map[string]crdState {
+	t.Helper()
+	cs := apiextclient.NewForConfigOrDie(s.cp.Config)
+	out := map[string]crdState{}
+	for _, n := range fluxtest.BreakingCRDs {
+		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(t.Context(), n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := crdState{StoredVersions: slices.Sorted(slices.Values(crd.Status.StoredVersions))}
+		for _, v := range crd.Spec.Versions {
+			st.Versions = append(st.Versions, v.Name)
+			if v.Storage {
+				st.Storage = v.Name
+			}
+		}
+		out[n] = st
+	}
+	return out
+}
+
+// chartVersionInCluster is data.version of the version ConfigMap.
+func (s *scenario) chartVersionInCluster(t *testing.T) string {
+	t.Helper()
+	cm, err := kubernetes.NewForConfigOrDie(s.cp.Config).CoreV1().ConfigMaps(s.name).Get(t.Context(), versionConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.Data["version"]
+}
+
+// readObjects reads every object at its CRD's storage version and returns the errors.
+func (s *scenario) readObjects(t *testing.T) []error {
+	t.Helper()
+	dyn := dynamic.NewForConfigOrDie(s.cp.Config)
+	crds := s.crds(t)
+	var errs []error
+	for _, o := range s.objects {
+		gvr := o.GVR
+		gvr.Version = crds[o.GVR.Resource+"."+o.GVR.Group].Storage
+		if _, err := dyn.Resource(gvr).Namespace(o.Namespace).Get(t.Context(), o.Name, metav1.GetOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("%s %s/%s: %w", o.Kind, o.Namespace, o.Name, err))
+		}
+	}
+	return errs
+}
+
+// resourceResults are the sync results of the breaking CRDs in op, by CRD name.
+func resourceResults(op *testenv.OperationState) map[string]string {
+	out := map[string]string{}
+	if op == nil || op.SyncResult == nil {
+		return out
+	}
+	for _, r := range op.SyncResult.Resources {
+		if r.Kind == "CustomResourceDefinition" && slices.Contains(fluxtest.BreakingCRDs, r.Name) {
+			out[r.Name] = r.Status + ": " + r.Message
+		}
+	}
+	return out
+}
+
+// rejectedCRDs are the CRDs whose storedVersions rejection msg carries, with the
+// version, in the wording of the running API server.
+func rejectedCRDs(msg string, w crdversions.Wording) []string {
+	var out []string
+	for _, r := range crdversions.StoredVersionRejections(msg) {
+		if r.Wording == w {
+			out = append(out, r.CRD+"@"+r.Version)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,276 @@
+//go:build argocd
+
+package argocd_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/controller"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/webhook"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/test/fluxtest"
+)
+
+// TestSyncDroppingStoredVersionFails is garage-operator#156 with the real Argo CD: the
+// Application moves to the commit whose chart drops v2alpha1; automated sync applies the
+// CRDs (client-side apply, Argo CD's default), the API server refuses each on
+// status.storedVersions, Argo CD retries five times and fails the operation with the API
+// server's text, then reports a SyncError. The CRDs and the objects stay as they were;
+// the ConfigMap of the same wave is applied at To.
+//
+// It runs for a chart in a git repository and for a chart of a Helm repository.
+func TestSyncDroppingStoredVersionFails(t *testing.T) {
+	needCluster(t)
+	for _, kind := range []sourceKind{fromGit, fromHelmRepo} {
+		t.Run(string(kind), func(t *testing.T) { syncFails(t, kind) })
+	}
+}
+
+func syncFails(t *testing.T, kind sourceKind) {
+	cp := testenv.ForTest(t)
+	argo := cp.StartArgoCD(t)
+	s := newScenario(t, cp, argo, "no-gate", kind, testenv.SyncRetry{Limit: 5, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
+
+	s.bump(t, fluxtest.To)
+	app, err := argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *testenv.Application) bool {
+		op := app.Status.OperationState
+		_, syncError := app.Status.Condition("SyncError")
+		return op != nil && op.Operation.Sync.Revision == s.commits[fluxtest.To] && op.Phase == "Failed" && syncError
+	})
+	if err != nil {
+		t.Fatalf("the sync of %s did not fail with a SyncError: %v\n%s", fluxtest.To, err, argo.LogTail(30))
+	}
+	t.Logf("%s", app)
+	wording := crdversions.WordingFor(cp.Minor)
+	op := app.Status.OperationState
+	if op.RetryCount != 5 || !strings.HasPrefix(op.Message, "one or more synchronization tasks completed unsuccessfully") ||
+		!strings.HasSuffix(op.Message, "(retried 5 times).") {
+		t.Errorf("operation: retry count %d, message %q; want 5 retries and Argo CD's failed-tasks message", op.RetryCount, op.Message)
+	}
+	if got, want := rejectedCRDs(op.Message, wording), []string{"cleanuppolicies.kyverno.io@v2alpha1", "policyexceptions.kyverno.io@v2alpha1"}; !slices.Equal(got, want) {
+		t.Errorf("operation message %q: storedVersions rejections (%q wording) %v, want %v", op.Message, wording, got, want)
+	}
+	results := resourceResults(op)
+	for _, n := range fluxtest.BreakingCRDs {
+		if r := results[n]; !strings.HasPrefix(r, "SyncFailed: ") || !slices.Equal(rejectedCRDs(r, wording), []string{n + "@v2alpha1"}) {
+			t.Errorf("sync result of %s = %q, want SyncFailed with the API server's rejection of v2alpha1", n, r)
+		}
+	}
+	if msg, _ := app.Status.Condition("SyncError"); len(rejectedCRDs(msg, wording)) == 0 {
+		t.Errorf("SyncError condition %q carries no storedVersions rejection", msg)
+	}
+	if app.Status.Sync.Status != "OutOfSync" {
+		t.Errorf("sync status %s, want OutOfSync", app.Status.Sync.Status)
+	}
+	crds := s.crds(t)
+	for _, n := range fluxtest.BreakingCRDs {
+		if got := crds[n]; got.Storage != "v2beta1" || !slices.Contains(got.Versions, "v2alpha1") || !slices.Equal(got.StoredVersions, []string{"v2alpha1", "v2beta1"}) {
+			t.Errorf("%s after the failed sync: %+v, want it unchanged (v2alpha1 in spec.versions and storedVersions, storage v2beta1)", n, got)
+		}
+	}
+	if errs := s.readObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable after the failed sync: %v", errs)
+	}
+	// The rest of the wave was applied: Argo CD applies a wave's tasks together, so the
+	// failed sync leaves the release half at To.
+	if v := s.chartVersionInCluster(t); v != fluxtest.To {
+		t.Errorf("ConfigMap version after the failed sync = %s, want %s (applied in the same wave as the refused CRDs)", v, fluxtest.To)
+	}
+}
+
+// TestCRDGateHoldsArgoCDSyncUntilMigrated: the same sync with upgradeguard running (the
+// controller's manager and the CRD gate registered on the API server, a
+// StorageMigrationPolicy with autoMigrate for kyverno.io). The gate denies Argo CD's
+// apply of each breaking CRD with its reason, which Argo CD shows in its operation,
+// and starts a StorageMigration per CRD; once they succeeded, Argo CD's own retry
+// applies the CRDs and the sync succeeds: storedVersions pruned, the objects readable.
+func TestCRDGateHoldsArgoCDSyncUntilMigrated(t *testing.T) {
+	needCluster(t)
+	cp, ug := startGated(t)
+	argo := cp.StartArgoCD(t)
+	s := newScenario(t, cp, argo, "gated", fromGit, testenv.SyncRetry{Limit: 10, Backoff: time.Second, Factor: 2, MaxBackoff: 8 * time.Second})
+
+	s.bump(t, fluxtest.To)
+	var seen []string // every message of the operation and of the CRDs' sync results
+	app, err := argo.WaitApplication(t.Context(), s.name, 4*time.Minute, func(app *testenv.Application) bool {
+		op := app.Status.OperationState
+		if op == nil || op.Operation.Sync.Revision != s.commits[fluxtest.To] {
+			return false
+		}
+		for _, m := range append([]string{op.Message}, sortedValues(resourceResults(op))...) {
+			if m != "" && !slices.Contains(seen, m) {
+				seen = append(seen, m)
+			}
+		}
+		// Done when synced, or when the operation ended otherwise (its retries spent).
+		return s.synced(fluxtest.To)(app) || op.Phase == "Failed" || op.Phase == "Error"
+	})
+	if err == nil && !s.synced(fluxtest.To)(app) {
+		err = fmt.Errorf("operation %s: %s", app.Status.OperationState.Phase, app.Status.OperationState.Message)
+	}
+	if err != nil {
+		t.Fatalf("the sync of %s did not succeed: %v\nmessages seen:\n%s\n%s", fluxtest.To, err, strings.Join(seen, "\n"), argo.LogTail(30))
+	}
+	t.Logf("%s", app)
+	all := strings.Join(seen, "\n")
+	t.Logf("messages of the operation on the way:\n%s", all)
+	for _, n := range fluxtest.BreakingCRDs {
+		if !strings.Contains(all, `admission webhook "crd.upgradeguard.io" denied the request: upgradeguard is holding the update of CustomResourceDefinition `+n) {
+			t.Errorf("Argo CD never showed the gate's denial of %s; messages seen:\n%s", n, all)
+		}
+	}
+	if got := crdversions.StoredVersionRejections(all); len(got) > 0 {
+		t.Errorf("the API server's own rejection reached Argo CD (%v): the gate should answer every attempt first", got)
+	}
+	if op := app.Status.OperationState; op.RetryCount < 1 {
+		t.Errorf("operation succeeded with retry count %d: the first attempt should have been held", op.RetryCount)
+	}
+
+	for _, n := range fluxtest.BreakingCRDs {
+		sm := migrationOf(t, ug, n)
+		if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], "update of CustomResourceDefinition "+n) {
+			t.Errorf("StorageMigration %s holds %q", sm.Name, sm.Annotations[webhook.AnnotationHolds])
+		}
+	}
+	crds := s.crds(t)
+	for _, n := range fluxtest.BreakingCRDs {
+		// 1.13's CRDs store v2: the apply added it to storedVersions after the migration
+		// pruned v2alpha1.
+		if got := crds[n]; got.Storage != "v2" || !slices.Equal(got.Versions, []string{"v2", "v2beta1"}) || !slices.Equal(got.StoredVersions, []string{"v2", "v2beta1"}) {
+			t.Errorf("%s after the sync: %+v, want 1.13's spec (storage v2, versions v2 and v2beta1) with v2alpha1 gone from storedVersions", n, got)
+		}
+	}
+	if errs := s.readObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable after the sync: %v", errs)
+	}
+	if v := s.chartVersionInCluster(t); v != fluxtest.To {
+		t.Errorf("ConfigMap version = %s, want %s", v, fluxtest.To)
+	}
+}
+
+func sortedValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// migrationOf returns the StorageMigration that migrated crd, once it succeeded.
+func migrationOf(t *testing.T, ug client.Client, crd string) *v1alpha1.StorageMigration {
+	t.Helper()
+	var found *v1alpha1.StorageMigration
+	var last []string
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var list v1alpha1.StorageMigrationList
+		if err := ug.List(ctx, &list); err != nil {
+			return false, err
+		}
+		last = last[:0]
+		for i := range list.Items {
+			sm := &list.Items[i]
+			last = append(last, sm.Name+" "+string(sm.Status.Phase)+" "+strings.Join(sm.Spec.Resources, ","))
+			if slices.Contains(sm.Spec.Resources, crd) && sm.Status.Phase == v1alpha1.PhaseSucceeded {
+				found = sm
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no succeeded StorageMigration of %s: %v (StorageMigrations: %v)", crd, err, last)
+	}
+	return found
+}
+
+// startGated starts a control plane with upgradeguard running the way a cluster runs it:
+// the canonical webhook configuration (config/webhook) installed, the controller's
+// manager with the gates on a real webhook server, and a StorageMigrationPolicy with
+// autoMigrate for kyverno.io (proactive off: only the gate migrates). It returns the
+// control plane and a client for upgradeguard's objects.
+func startGated(t *testing.T) (*testenv.ControlPlane, client.Client) {
+	t.Helper()
+	ctrllog.SetLogger(logr.Discard()) // the tests read the API, not the manager's logs
+	ctx := t.Context()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := testenv.ForTest(t, testenv.Options{Webhooks: &envtest.WebhookInstallOptions{Paths: []string{filepath.Join(root, "config", "webhook")}}})
+	if err := testenv.ApplyUpgradeguardCRDs(ctx, cp.Config); err != nil {
+		t.Fatal(err)
+	}
+	// The HelmRelease gate's informers need Flux's kinds served, though no Flux runs.
+	if err := cp.ApplyFluxCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ug, err := client.New(cp.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := cp.Webhooks
+	mgr, err := controller.NewManager(cp.Config, controller.Options{
+		LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0",
+		EnableWebhook: true, WebhookPort: wh.LocalServingPort, WebhookCertDir: wh.LocalServingCertDir,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := webhook.Setup(mgr, webhook.Options{Timeout: 20 * time.Second, HelmCacheDir: filepath.Join(t.TempDir(), "helm")}); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "kyverno"},
+		Spec: v1alpha1.StorageMigrationPolicySpec{Groups: []string{"kyverno.io"}, Proactive: ptr.To(false), AutoMigrate: ptr.To(true)}}
+	if err := ug.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort(wh.LocalServingHost, strconv.Itoa(wh.LocalServingPort))
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a readiness probe of our own loopback server
+		if err != nil {
+			return false, nil
+		}
+		return true, conn.Close()
+	})
+	if err != nil {
+		t.Fatalf("the webhook server at %s is not serving: %v", addr, err)
+	}
+	return cp, ug
+}
