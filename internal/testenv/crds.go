@@ -201,6 +201,24 @@ func ignoreNotFound(err error) error {
 // ApplyCRDServerSide applies a CRD with server-side apply as the given field manager,
 // without forcing conflicts: what Helm 4 does (manager "helm").
 func ApplyCRDServerSide(ctx context.Context, cfg *rest.Config, crd *apiextv1.CustomResourceDefinition, manager string) error {
+	if err := applyCRDServerSide(ctx, cfg, crd, metav1.ApplyOptions{FieldManager: manager}); err != nil {
+		return err
+	}
+	cs, err := apiextclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return WaitEstablished(ctx, cs, crd.Name)
+}
+
+// DryRunApplyCRDServerSide is ApplyCRDServerSide as a server-side dry run (what
+// `kubectl apply --server-side --dry-run=server` and Argo CD's server-side diff send):
+// admission runs, nothing is stored.
+func DryRunApplyCRDServerSide(ctx context.Context, cfg *rest.Config, crd *apiextv1.CustomResourceDefinition, manager string) error {
+	return applyCRDServerSide(ctx, cfg, crd, metav1.ApplyOptions{FieldManager: manager, DryRun: []string{metav1.DryRunAll}})
+}
+
+func applyCRDServerSide(ctx context.Context, cfg *rest.Config, crd *apiextv1.CustomResourceDefinition, o metav1.ApplyOptions) error {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -218,14 +236,8 @@ func ApplyCRDServerSide(ctx context.Context, cfg *rest.Config, crd *apiextv1.Cus
 	unstructured.RemoveNestedField(un.Object, "status")
 	unstructured.RemoveNestedField(un.Object, "metadata", "creationTimestamp")
 	gvr := apiextv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
-	if _, err := dyn.Resource(gvr).Apply(ctx, crd.Name, un, metav1.ApplyOptions{FieldManager: manager}); err != nil {
-		return err
-	}
-	cs, err := apiextclient.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	return WaitEstablished(ctx, cs, crd.Name)
+	_, err = dyn.Resource(gvr).Apply(ctx, crd.Name, un, o)
+	return err
 }
 
 // ApplyUpgradeguardCRDs installs upgradeguard's own CRDs (config/crd) and waits until

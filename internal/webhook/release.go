@@ -197,6 +197,13 @@ func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrat
 			what, required(gd), sms.name, gd.Migration.Message, sms.name, steps)
 	default:
 		d.migration, d.created, d.reason = sms.name, gd.Migration.Created, ReasonReleaseHeld
+		if sms.dryRun && d.created {
+			// A dry run (kubectl --dry-run=server, Argo CD's server-side diff) creates
+			// nothing, so nothing would migrate them unless someone does.
+			d.message = fmt.Sprintf("upgradeguard would hold the %s: %s. This was a dry run, so no StorageMigration was created: run %s, or let a StorageMigrationPolicy with autoMigrate: true migrate them",
+				what, required(gd), steps)
+			break
+		}
 		d.message = fmt.Sprintf("upgradeguard is holding the %s before anything was applied: %s. StorageMigration %s migrates them (kubectl get storagemigration %s); %s",
 			what, required(gd), sms.name, sms.name, retry)
 	}

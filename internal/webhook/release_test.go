@@ -309,11 +309,30 @@ func TestCRDGateStoredVersions(t *testing.T) {
 	if err := apply("v1alpha1", "v1"); err != nil {
 		t.Fatal(err)
 	}
+	sm := webhook.MigrationName(ns, "boxes")
+	// A server-side dry run (Argo CD's server-side diff) is denied too, creates nothing,
+	// and says so: nothing migrates unless someone starts it.
+	dry := func() error {
+		var crd apiextv1.CustomResourceDefinition
+		if err := yaml.Unmarshal([]byte(gadgetCRD("widgetboxes", "v1")), &crd); err != nil {
+			t.Fatal(err)
+		}
+		crd.Labels = map[string]string{webhook.LabelFluxName: "boxes", webhook.LabelFluxNamespace: ns}
+		return testenv.DryRunApplyCRDServerSide(ctx, s.cp.Config, &crd, "helm-controller")
+	}
+	if err := dry(); err == nil {
+		t.Fatal("the dry-run CRD update dropping v1alpha1 was accepted; want it denied")
+	} else {
+		mustContain(t, err.Error(), `admission webhook "crd.upgradeguard.io" denied the request`, "upgradeguard would hold the update of CustomResourceDefinition "+crdName,
+			"This was a dry run, so no StorageMigration was created: run upgradeguard migrate --crd "+crdName)
+	}
+	if err := s.c.Get(ctx, client.ObjectKey{Name: sm}, &v1alpha1.StorageMigration{}); !apierrors.IsNotFound(err) {
+		t.Errorf("StorageMigration %s after a dry run: %v, want none", sm, err)
+	}
 	err := apply("v1")
 	if err == nil {
 		t.Fatal("the CRD update dropping v1alpha1 was accepted; want it denied")
 	}
-	sm := webhook.MigrationName(ns, "boxes")
 	mustContain(t, err.Error(), `admission webhook "crd.upgradeguard.io" denied the request`,
 		"upgradeguard is holding the update of CustomResourceDefinition "+crdName+", which drops v1alpha1 from spec.versions while status.storedVersions still lists it",
 		"applied for HelmRelease crdgate/boxes", "StorageMigration "+sm, "reconcile.fluxcd.io/resetAt")
