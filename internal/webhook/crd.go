@@ -120,7 +120,9 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 		what += fmt.Sprintf(", applied for HelmRelease %s/%s", o.hrNamespace, o.hrName)
 	}
 	sms.live = p.Live
-	d := g.judged(ctx, p.Report, sms, what, o)
+	// Only this CRD write is refused: the client may have applied other objects before it
+	// (Argo CD applies a sync wave's objects together).
+	d := g.judged(ctx, p.Report, sms, what, "", o)
 	d.operation, d.chart = predict.Upgrade, crd.Name
 	d.warnings = append(d.warnings, schemaWarnings(p.Report)...)
 	if d.kind.allowed() {

@@ -151,7 +151,7 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 	}
 	what := describeRecord(rel, p)
 	sms.live = p.Live
-	d := g.judged(ctx, p.Report, sms, what, o)
+	d := g.judged(ctx, p.Report, sms, what, beforeApplied, o)
 	d.operation, d.chart = p.Report.Operation, chartOf(rel)
 	if !dryRun && o.flux() {
 		g.recordOnHelmRelease(ctx, o, d)
@@ -162,7 +162,7 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 // judged runs the one gate engine (gate.Judge) on a prediction and words its decision
 // for the release-record and CRD gates: what names the held change, retry says how it
 // is retried.
-func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrations, what string, o owner) decision {
+func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrations, what, before string, o owner) decision {
 	retry, again := retryAdvice(o), "then run the helm command again"
 	if o.flux() {
 		again = fmt.Sprintf("then let helm-controller retry (flux reconcile helmrelease %s -n %s --reset)", o.hrName, o.hrNamespace)
@@ -182,19 +182,19 @@ func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrat
 		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD it brings is accepted by the API server", what)
 	case kindUnfixable:
 		d.reason = ReasonReleaseBlocked
-		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no automatic migration fixes it. %s. Next steps: %s; %s",
-			what, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), steps, again)
+		d.message = fmt.Sprintf("upgradeguard denied the %s%s: %s, and no automatic migration fixes it. %s. Next steps: %s; %s",
+			what, before, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), steps, again)
 		if gd.Plan != "" {
 			d.message += ". The whole safe path: " + gd.Plan
 		}
 	case kindNoPolicy:
 		d.reason = ReasonReleaseBlocked
-		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run: %s; %s. Or create a StorageMigrationPolicy with autoMigrate: true that selects them",
-			what, required(gd), strings.Join(gd.Migration.NotAllowed, ", "), steps, again)
+		d.message = fmt.Sprintf("upgradeguard denied the %s%s: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run: %s; %s. Or create a StorageMigrationPolicy with autoMigrate: true that selects them",
+			what, before, required(gd), strings.Join(gd.Migration.NotAllowed, ", "), steps, again)
 	case kindMigrationFailed:
 		d.migration, d.reason = sms.name, ReasonMigrationFailed
-		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the next attempt starts a new one, or run: %s",
-			what, required(gd), sms.name, gd.Migration.Message, sms.name, steps)
+		d.message = fmt.Sprintf("upgradeguard denied the %s%s: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the next attempt starts a new one, or run: %s",
+			what, before, required(gd), sms.name, gd.Migration.Message, sms.name, steps)
 	default:
 		d.migration, d.created, d.reason = sms.name, gd.Migration.Created, ReasonReleaseHeld
 		if sms.dryRun && d.created {
@@ -204,12 +204,16 @@ func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrat
 				what, required(gd), steps)
 			break
 		}
-		d.message = fmt.Sprintf("upgradeguard is holding the %s before anything was applied: %s. StorageMigration %s migrates them (kubectl get storagemigration %s); %s",
-			what, required(gd), sms.name, sms.name, retry)
+		d.message = fmt.Sprintf("upgradeguard is holding the %s%s: %s. StorageMigration %s migrates them (kubectl get storagemigration %s); %s",
+			what, before, required(gd), sms.name, sms.name, retry)
 	}
 	d.wordConditions(gd)
 	return d
 }
+
+// beforeApplied is what the release-record gate can say of a revision it holds: Helm
+// writes the pending record before it applies anything of the revision.
+const beforeApplied = " before anything was applied"
 
 // retryAdvice says how a held change is retried.
 func retryAdvice(o owner) string {
