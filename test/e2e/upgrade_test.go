@@ -77,8 +77,10 @@ func TestHelmUpgradeMidMigration(t *testing.T) {
 	hr, err = dyn.Resource(helmreleasesV2).Namespace(appsNS).Create(ctx, hr, metav1.CreateOptions{})
 	must(t, err, "create HelmRelease %s/podinfo", appsNS)
 	gate := startGateProbe(t, hr)
-	if a := gate.waitAnswers(t, 1); a[0].class == answerUnreachable {
-		t.Fatalf("before the upgrade the gate is not reached: %s", a[0].msg)
+	if a := gate.waitAnswers(t, 1); a[0].class != answerAdmitted && a[0].class != answerDenied {
+		t.Fatalf("before the upgrade the gate does not answer: %s", a[0].msg)
+	} else {
+		t.Logf("the gate's answer to the probe's chart change: %q", a[0].msg)
 	}
 
 	versions := watchStoredVersions(t, crds)
