@@ -39,7 +39,9 @@ var helmreleasesV2 = schema.GroupVersionResource{Group: "helm.toolkit.fluxcd.io"
 // (failurePolicy Fail) through the Service; every answer is recorded with its time, and
 // the window in which the API server could not reach the gate ("failed calling webhook")
 // is measured and must be empty: with one replica the Deployment's rolling update starts
-// the new Pod and waits for it to be Ready before it stops the old one.
+// the new Pod and waits for it to be Ready before it stops the old one, and the old Pod
+// keeps serving for the chart's shutdownDelaySeconds, until its endpoint has left the
+// Service (without that delay a 0.1 s window was seen).
 func TestHelmUpgradeMidMigration(t *testing.T) {
 	const (
 		n         = 3000
