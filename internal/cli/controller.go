@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/upgradeguard/upgradeguard/internal/controller"
+	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
@@ -71,6 +72,8 @@ func (o *controllerOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return couldNot("%w", err)
 	}
+	b := CurrentBuild()
+	metrics.SetBuildInfo(b.Version, b.Commit, b.GoVersion)
 	if o.manager.EnableWebhook {
 		if err := webhook.Setup(mgr, o.gate); err != nil {
 			return couldNot("webhook: %w", err)

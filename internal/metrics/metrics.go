@@ -57,10 +57,23 @@ var (
 		Name: "upgradeguard_gate_decisions_total",
 		Help: "HelmRelease gate decisions, by outcome (admitted, migrating, blocked, error).",
 	}, []string{"outcome"})
+
+	// BuildInfo is 1, labelled with the running binary's version, commit and Go version,
+	// so that a rollout can be followed (and an old Pod told from a new one) by scrape.
+	BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "upgradeguard_build_info",
+		Help: "Always 1; the labels are the running binary's version, commit and Go version.",
+	}, []string{"version", "commit", "goversion"})
 )
 
+// SetBuildInfo records the running binary's build in BuildInfo, once at start.
+func SetBuildInfo(version, commit, goVersion string) {
+	BuildInfo.Reset()
+	BuildInfo.WithLabelValues(version, commit, goVersion).Set(1)
+}
+
 func init() {
-	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, FleetTargets, GateDecisions)
+	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, FleetTargets, GateDecisions, BuildInfo)
 }
 
 // MaxClusterLabels bounds the values of the cluster label: the first this many target

@@ -53,3 +53,16 @@ func TestClusterLabelCap(t *testing.T) {
 		t.Errorf("ClusterLabel(local) after the cap = %q, want %q", got, LocalCluster)
 	}
 }
+
+// TestBuildInfo: the build-info gauge holds exactly one series, of the build set last,
+// at 1.
+func TestBuildInfo(t *testing.T) {
+	SetBuildInfo("v1.0.0", "abc", "go1.x")
+	SetBuildInfo("v1.2.3", "def", "go1.y")
+	if n := testutil.CollectAndCount(BuildInfo); n != 1 {
+		t.Fatalf("%d upgradeguard_build_info series, want 1", n)
+	}
+	if v := testutil.ToFloat64(BuildInfo.WithLabelValues("v1.2.3", "def", "go1.y")); v != 1 {
+		t.Errorf("upgradeguard_build_info{version=v1.2.3} = %v, want 1", v)
+	}
+}
