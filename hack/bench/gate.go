@@ -334,7 +334,11 @@ func (cr *coldRunner) measure(name string, decide, settle func() error) (result,
 func (cr *coldRunner) once(exe, helmDir string, decide, settle func() error) (time.Duration, int, int, string, error) {
 	ctx, cancel := context.WithCancel(cr.ctx)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "gate-serve", cr.cp.Kubeconfig, strconv.Itoa(cr.cp.Webhooks.LocalServingPort), cr.cp.Webhooks.LocalServingCertDir, helmDir)
+	var args []string
+	if cpuProfilePath != "" {
+		args = []string{"-cpuprofile", fmt.Sprintf("%s.first-%d", cpuProfilePath, cr.n)}
+	}
+	cmd := exec.CommandContext(ctx, exe, append(args, "gate-serve", cr.cp.Kubeconfig, strconv.Itoa(cr.cp.Webhooks.LocalServingPort), cr.cp.Webhooks.LocalServingCertDir, helmDir)...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -92,9 +93,14 @@ func describeSeen(seen map[string]int) string {
 
 // startGate runs the controller's manager with the gate on cfg, serving the webhook on
 // port with the certificates in certDir, until the returned stop is called. It returns
-// once the manager's cache has synced and the webhook server answers.
+// once the manager's readiness probe passes, as a kubelet waits for it before the Pod
+// takes admission requests (the gate's warm-up included).
 func startGate(ctx context.Context, cfg *rest.Config, port int, certDir, helmDir string, cache bool) (stop func(), err error) {
-	mgr, err := controller.NewManager(cfg, controller.Options{LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0",
+	probe, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := controller.NewManager(cfg, controller.Options{LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: probe,
 		EnableWebhook: true, WebhookPort: port, WebhookCertDir: certDir})
 	if err != nil {
 		return nil, err
@@ -110,14 +116,32 @@ func startGate(ctx context.Context, cfg *rest.Config, port int, certDir, helmDir
 		stop()
 		return nil, errors.New("the manager's cache did not sync")
 	}
-	started := mgr.GetWebhookServer().StartedChecker()
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return started(nil) == nil, nil
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+probe+"/readyz", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
 	}); err != nil {
 		stop()
-		return nil, fmt.Errorf("the webhook server did not start: %w", err)
+		return nil, fmt.Errorf("the gate did not become ready: %w", err)
 	}
 	return stop, nil
+}
+
+// freePort is a loopback address whose port was free a moment ago.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
 }
 
 // gateServe is the bench's child process (mode gate-serve): a fresh process with the gate

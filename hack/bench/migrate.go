@@ -40,6 +40,9 @@ var benchGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Ve
 // ugBinary is the upgradeguard binary the process cases run (-ug).
 var ugBinary string
 
+// cpuProfilePath is -cpuprofile: the gate's fresh processes write theirs beside it.
+var cpuProfilePath string
+
 type procResult struct {
 	name     string
 	start    time.Time

@@ -130,6 +130,13 @@ func Setup(mgr manager.Manager, o Options) error {
 		if err := mgr.Add(g.clusters); err != nil {
 			return err
 		}
+		w := &warmer{g: g}
+		if err := mgr.Add(w); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("gate-warm", w.ready); err != nil {
+			return err
+		}
 	}
 	mgr.GetWebhookServer().Register(Path, &ctrlwebhook.Admission{Handler: g})
 	mgr.GetWebhookServer().Register(ReleasePath, &ctrlwebhook.Admission{Handler: &releaseGate{g: g}})

@@ -13,9 +13,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
@@ -33,40 +35,53 @@ import (
 type CRD = predict.ChartCRD
 
 // FromManifest returns the CRDs in a rendered release manifest (templates/), naming each
-// by its "# Source:" file.
+// by its "# Source:" file. The documents are decoded side by side (a chart's CRDs are
+// most of a large manifest's bytes); the CRDs and the first error keep the manifest's
+// order.
 func FromManifest(manifest string) ([]CRD, error) {
-	var out []CRD
-	err := eachDocument(manifest, "CustomResourceDefinition", func(file, content string) error {
-		crds, err := crdversions.FromManifest(file, []byte(content))
-		for _, c := range crds {
-			out = append(out, CRD{CRD: c, Source: predict.Templates, File: file})
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
+	docs := documents(manifest, "CustomResourceDefinition")
+	found, errs := make([][]CRD, len(docs)), make([]error, len(docs))
+	var wg sync.WaitGroup
+	limit := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i, d := range docs {
+		wg.Go(func() {
+			limit <- struct{}{}
+			defer func() { <-limit }()
+			crds, err := crdversions.FromManifest(d.file, []byte(d.content))
+			for _, c := range crds {
+				found[i] = append(found[i], CRD{CRD: c, Source: predict.Templates, File: d.file})
+			}
+			errs[i] = err
+		})
 	}
-	return out, nil
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return slices.Concat(found...), nil
 }
 
-// eachDocument calls fn, in Helm's install order, with each document of a rendered
-// manifest that names kind (the others are not parsed) and the file its "# Source:" line
-// names.
-func eachDocument(manifest, kind string, fn func(file, content string) error) error {
-	if manifest == "" {
+// document is one document of a rendered manifest and the file its "# Source:" line names.
+type document struct{ file, content string }
+
+// documents are, in Helm's install order, the documents of a rendered manifest that name
+// kind (a manifest that never names it is not split).
+func documents(manifest, kind string) []document {
+	if !strings.Contains(manifest, kind) {
 		return nil
 	}
 	docs := releaseutil.SplitManifests(manifest)
 	keys := slices.Collect(maps.Keys(docs))
 	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+	var out []document
 	for _, k := range keys {
 		if content := docs[k]; strings.Contains(content, kind) {
-			if err := fn(sourceFile(content, k), content); err != nil {
-				return err
-			}
+			out = append(out, document{file: sourceFile(content, k), content: content})
 		}
 	}
-	return nil
+	return out
 }
 
 // FromCRDsDir returns the CRDs in the crds/ folders of a chart and its subcharts.
@@ -286,7 +301,8 @@ type Migration = predict.ChartMigration
 // elsewhere are read the same way.
 func MigrationsFromManifest(manifest string) ([]Migration, error) {
 	var out []Migration
-	err := eachDocument(manifest, "StorageVersionMigration", func(file, content string) error {
+	for _, d := range documents(manifest, "StorageVersionMigration") {
+		file, content := d.file, d.content
 		var obj struct {
 			APIVersion string `json:"apiVersion"`
 			Kind       string `json:"kind"`
@@ -302,20 +318,16 @@ func MigrationsFromManifest(manifest string) ([]Migration, error) {
 			} `json:"spec"`
 		}
 		if err := yaml.Unmarshal([]byte(content), &obj); err != nil {
-			return fmt.Errorf("%s: read the StorageVersionMigration: %w", file, err)
+			return nil, fmt.Errorf("%s: read the StorageVersionMigration: %w", file, err)
 		}
 		if obj.Kind != "StorageVersionMigration" || !strings.HasPrefix(obj.APIVersion, svm.Group+"/") {
-			return nil
+			continue
 		}
 		if obj.Spec.Resource.Resource == "" {
-			return fmt.Errorf("%s: StorageVersionMigration %s has no spec.resource.resource: the API server refuses it", file, obj.Metadata.Name)
+			return nil, fmt.Errorf("%s: StorageVersionMigration %s has no spec.resource.resource: the API server refuses it", file, obj.Metadata.Name)
 		}
 		out = append(out, Migration{Name: obj.Metadata.Name, APIVersion: obj.APIVersion, File: file,
 			Group: obj.Spec.Resource.Group, Resource: obj.Spec.Resource.Resource})
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	return out, nil
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
@@ -329,5 +330,76 @@ func TestInformerOfDeletedResourceStops(t *testing.T) {
 	}
 	eventually(t, "the informer forgotten once the CRD is deleted", func() (bool, error) {
 		return !slices.Contains(check.Informers(target.Cluster), key), nil
+	})
+}
+
+// TestWarmBeforeTheChart: Warm reads what a prediction for a release reads before its
+// incoming chart is known (the deployed revision, its CRDs' objects), so the first
+// prediction on a new target after it makes no API request, and still finds what the
+// objects hold: here, a value the incoming schema prunes.
+func TestWarmBeforeTheChart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	ctx := t.Context()
+	const group, ns = "warm.memory.example.io", "memory-warm"
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	live := fieldsCRD(group, "a", "b")
+	if err := testenv.ApplyCRD(ctx, cs, live); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cp.DeleteCRDs(context.Background(), func(c *apiextv1.CustomResourceDefinition) bool { return c.Spec.Group != group })
+	})
+	kc := kubernetes.NewForConfigOrDie(cp.Config)
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "g", "namespace": ns}, "spec": map[string]any{"b": "kept only by the live schema"}}}
+	if _, err := dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	typed := live.DeepCopy()
+	typed.TypeMeta = metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"}
+	manifest, err := yaml.Marshal(typed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := driver.NewSecrets(kc.CoreV1().Secrets(ns)).Create("sh.helm.release.v1.web.v1", &release.Release{Name: "web", Namespace: ns, Version: 1,
+		Info: &release.Info{Status: common.StatusDeployed}, Manifest: "---\n# Source: web/templates/crd.yaml\n" + string(manifest),
+		Chart: &chart.Chart{Metadata: &chart.Metadata{Name: "web", Version: "1.0.0"}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A page listed within crdSettle of the CRD's last write is not kept: each attempt
+	// warms a new target, until one is past that window.
+	eventually(t, "the first prediction after Warm served from memory, with the pruned value found", func() (bool, error) {
+		target, n := countedTarget(t, check.ClustersOptions{}, false)
+		reader, err := helmrelease.NewReader(target.Clientset, ns, helmrelease.DriverSecret)
+		if err != nil {
+			return false, err
+		}
+		reader.WithMemory(target.Metadata, target.Releases)
+		src := check.Sources{Cluster: target.Cluster, Releases: reader, Release: "web", Namespace: ns, NoObjectCounts: true}
+		if err := check.Warm(ctx, src); err != nil {
+			return false, err
+		}
+		before := n.Load()
+		src.Chart = func(context.Context, bool) (*check.Chart, error) {
+			return &check.Chart{Name: "web", Version: "2.0.0", CRDs: []chartcrds.CRD{{CRD: fieldsCRD(group, "a"), Source: predict.Templates}}}, nil
+		}
+		p, err := check.Predict(ctx, src)
+		if err != nil {
+			return false, err
+		}
+		if len(p.Report.CRDs) != 1 || p.Report.CRDs[0].Schema == nil || !slices.Contains(p.Report.CRDs[0].Schema.PrunedPaths(), "spec.b") {
+			return false, fmt.Errorf("the prediction did not find spec.b pruned: %+v", p.Report.CRDs)
+		}
+		if got := n.Load() - before; got != 0 {
+			return false, fmt.Errorf("%d API requests in the first prediction after Warm", got)
+		}
+		return true, nil
 	})
 }

@@ -35,6 +35,7 @@ type watches struct {
 	max       int
 	mu        sync.Mutex
 	informers map[string]*watched
+	tick      uint64 // counts the requests for an informer (watched.used)
 	// pages keeps the schema check's complete, single-page LISTs by resource, with the
 	// count of changes the resource's informer had delivered before the LIST.
 	pages *lru.Cache
@@ -49,7 +50,7 @@ type watches struct {
 }
 
 // maxWatches bounds the informers one target keeps (one per resource the schema check
-// reads, plus two).
+// reads, plus two); the one asked for least recently is stopped to make room.
 const maxWatches = 64
 
 // maxKeptPage bounds the objects of a kept LIST: a larger collection is read afresh at
@@ -83,6 +84,17 @@ type watched struct {
 	inf     toolscache.SharedIndexInformer
 	changes atomic.Int64
 	stop    context.CancelFunc
+	// id tells this informer from an earlier one of the same resource (stopped and
+	// started again), whose count of changes started from zero too.
+	id uint64
+	// used is when the informer was last asked for, in ticks of its watches.
+	used atomic.Uint64
+}
+
+// version is what a kept page is checked against: which informer, and how many changes it
+// had delivered.
+func (wd *watched) version() string {
+	return strconv.FormatUint(wd.id, 10) + "/" + strconv.FormatInt(wd.changes.Load(), 10)
 }
 
 // watchTweak bounds every watch of these informers (see watchTimeout).
@@ -92,7 +104,7 @@ func watchTweak(o *metav1.ListOptions) {
 }
 
 // informer returns the informer named key, started with build on first use, and whether
-// it has synced. It returns nil when w is nil or holds its maximum.
+// it has synced. It returns nil when w is nil.
 func (w *watches) informer(key string, build func() toolscache.SharedIndexInformer) (toolscache.SharedIndexInformer, bool) {
 	wd := w.get(key, build)
 	if wd == nil {
@@ -107,12 +119,13 @@ func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.tick++
 	wd, ok := w.informers[key]
 	if !ok {
 		if len(w.informers) >= w.max {
-			return nil
+			w.evictLocked()
 		}
-		wd = &watched{inf: build()}
+		wd = &watched{inf: build(), id: w.tick}
 		changed := func() { wd.changes.Add(1) }
 		if _, err := wd.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc: func(any) { changed() }, UpdateFunc: func(any, any) { changed() }, DeleteFunc: func(any) { changed() },
@@ -137,7 +150,36 @@ func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *
 		w.informers[key] = wd
 		go wd.inf.RunWithContext(ctx)
 	}
+	wd.used.Store(w.tick)
 	return wd
+}
+
+// evictLocked stops the informer asked for least recently, to make room for another: the
+// bound is on memory, and the resource of the informer stopped is read from the API server
+// again (and its informer started again) the next time a decision needs it. w.mu is held.
+func (w *watches) evictLocked() {
+	var oldest string
+	for k, wd := range w.informers {
+		if oldest == "" || wd.used.Load() < w.informers[oldest].used.Load() {
+			oldest = k
+		}
+	}
+	if wd, ok := w.informers[oldest]; ok {
+		wd.stop()
+		delete(w.informers, oldest)
+	}
+}
+
+// waitSynced waits until every informer w holds now has synced, and says whether they
+// did before ctx ended.
+func (w *watches) waitSynced(ctx context.Context) bool {
+	w.mu.Lock()
+	synced := make([]toolscache.InformerSynced, 0, len(w.informers))
+	for _, wd := range w.informers {
+		synced = append(synced, wd.inf.HasSynced)
+	}
+	w.mu.Unlock()
+	return toolscache.WaitForCacheSync(ctx.Done(), synced...)
 }
 
 // forget stops wd and removes it, if it is still the informer named key.
@@ -219,14 +261,14 @@ func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.Gr
 	if wd == nil || !wd.inf.HasSynced() {
 		return list()
 	}
-	rv := strconv.FormatInt(wd.changes.Load(), 10)
+	rv := wd.version()
 	key := gvr.String() + "?limit=" + strconv.FormatInt(opts.Limit, 10) + "&crd=" + crdRV
-	if v, ok := w.pages.Get(key); ok && rv != "" && v.(keptPage).rv == rv {
+	if v, ok := w.pages.Get(key); ok && v.(keptPage).rv == rv {
 		// Callers only read the objects (crdschema's Judge never modifies one).
 		return v.(keptPage).list, nil
 	}
 	l, err := list()
-	if err == nil && settled && rv != "" && l.GetContinue() == "" && len(l.Items) <= maxKeptPage {
+	if err == nil && settled && l.GetContinue() == "" && len(l.Items) <= maxKeptPage {
 		w.pages.Add(key, keptPage{rv: rv, list: l})
 	}
 	return l, err
@@ -251,7 +293,7 @@ func (w *watches) objects(k *KubeCluster, gvr schema.GroupVersionResource) *watc
 }
 
 // countObjects counts a resource's objects from its metadata informer once it has
-// synced; ok is false before that (or when w is nil or full), and the caller asks the API
+// synced; ok is false before that (or when w is nil), and the caller asks the API
 // server.
 func (w *watches) countObjects(k *KubeCluster, gvr schema.GroupVersionResource) (n int64, ok bool) {
 	if w == nil {

@@ -1,11 +1,18 @@
 package check
 
 import (
+	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
 )
 
 // TestPagesWaitForTheCRDToSettle: a LIST made soon after its CRD changed may have been
@@ -50,5 +57,43 @@ func TestPagesWaitForTheCRDToSettle(t *testing.T) {
 	}
 	if w.settled(crd("4")) {
 		t.Fatal("a changed resourceVersion is settled at once")
+	}
+}
+
+// TestInformersMakeRoomForTheNewest: at its bound, a target stops the informer asked for
+// least recently to start another, and a page kept under a stopped informer is never taken
+// for one of its successor's (each informer's count of changes starts from zero).
+func TestInformersMakeRoomForTheNewest(t *testing.T) {
+	w := newWatches(t.Context())
+	w.max = 2
+	build := func() toolscache.SharedIndexInformer {
+		lw := &toolscache.ListWatch{
+			ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+				return &metav1.PartialObjectMetadataList{}, nil
+			},
+			WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+		}
+		return toolscache.NewSharedIndexInformer(lw, &metav1.PartialObjectMetadata{}, 0, toolscache.Indexers{})
+	}
+	first := w.get("a", build)
+	b := w.get("b", build)
+	w.get("a", build) // a is now the more recently asked for
+	w.get("c", build)
+	got := slices.Sorted(maps.Keys(w.informers))
+	if !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("informers %v after asking for a, b, a, c with room for 2, want [a c]", got)
+	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return b.inf.IsStopped(), nil
+	}); err != nil {
+		t.Fatal("the informer b made room for c but still runs")
+	}
+	w.get("b", build)
+	if got := slices.Sorted(maps.Keys(w.informers)); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("informers %v, want [b c]: a was asked for before c", got)
+	}
+	again := w.get("a", build)
+	if first.version() == again.version() {
+		t.Fatalf("a restarted informer has the version %s of the one it replaced: a page kept under the old one would be taken as current", again.version())
 	}
 }

@@ -119,14 +119,23 @@ func New(live, next *apiextv1.CustomResourceDefinition) (*Judge, error) {
 	if live == nil || next == nil {
 		return j, nil
 	}
+	j.reads = plan(live, next)
+	// Only the schemas the reads judge against are compiled (with their CEL programs):
+	// the next one of each read, and the live one of each read that validates.
+	nextVersions, liveVersions := map[string]bool{}, map[string]bool{}
+	for _, r := range j.reads {
+		nextVersions[r.Against] = true
+		if r.Validate {
+			liveVersions[r.ReadAt] = true
+		}
+	}
 	var err error
-	if j.nextRules, err = compile(next); err != nil {
+	if j.nextRules, err = compile(next, nextVersions); err != nil {
 		return nil, fmt.Errorf("compile the schema of the incoming CRD %s: %w", next.Name, err)
 	}
-	if j.liveRules, err = compile(live); err != nil {
+	if j.liveRules, err = compile(live, liveVersions); err != nil {
 		return nil, fmt.Errorf("compile the schema of the live CRD %s: %w", live.Name, err)
 	}
-	j.reads = plan(live, next)
 	j.conversion = conversionRemoved(live, next)
 	return j, nil
 }
@@ -141,7 +150,7 @@ func ForMigration(crd *apiextv1.CustomResourceDefinition, storage string) (*Judg
 	if storage == "" {
 		storage, _ = apihelpers.GetCRDStorageVersion(crd)
 	}
-	rules, err := compile(crd)
+	rules, err := compile(crd, nil)
 	if err != nil {
 		return nil, fmt.Errorf("compile the schema of CRD %s: %w", crd.Name, err)
 	}
@@ -263,11 +272,15 @@ func prune(x map[string]any, s *structuralschema.Structural) []string {
 	return slices.Compact(out)
 }
 
-// compile builds, for every version of crd with a schema, the structural schema and the
-// custom resource strategy the API server would serve it with.
-func compile(crd *apiextv1.CustomResourceDefinition) (map[string]*rules, error) {
+// compile builds, for every version of crd with a schema (of those in versions, when it is
+// not nil), the structural schema and the custom resource strategy the API server would
+// serve it with.
+func compile(crd *apiextv1.CustomResourceDefinition, versions map[string]bool) (map[string]*rules, error) {
 	out := map[string]*rules{}
 	for _, v := range crd.Spec.Versions {
+		if versions != nil && !versions[v.Name] {
+			continue
+		}
 		val, err := apihelpers.GetSchemaForVersion(crd, v.Name)
 		if err != nil {
 			return nil, err

@@ -69,30 +69,16 @@ type Result struct {
 // resolves; any other error means the prediction could not run.
 func Check(ctx context.Context, req Request) (*Result, error) {
 	hr := req.HelmRelease
-	rel, err := Read(ctx, req.Reader, hr)
+	o, err := open(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	cfg, remote, id, err := target(ctx, req.Reader, hr, req.Local)
-	if err != nil {
-		return nil, err
-	}
-	res := &Result{Release: rel.Name, StorageNamespace: rel.StorageNamespace, Remote: remote, Operation: predict.Upgrade}
-	tgt, err := connect(ctx, req.Clusters, cfg, remote, id)
-	if err != nil {
-		return nil, err
-	}
-	kc, cs, kubeVersion := tgt.Cluster, tgt.Clientset, tgt.Version
-	reader, err := helmrelease.NewReader(cs, res.StorageNamespace, helmrelease.DriverSecret)
-	if err != nil {
-		return nil, err
-	}
-	reader.WithMemory(tgt.Metadata, tgt.Releases)
-
+	rel := o.rel
+	res := &Result{Release: rel.Name, StorageNamespace: rel.StorageNamespace, Remote: o.remote, Operation: predict.Upgrade}
 	src := rel.Source
-	src.KubeVersion, src.Settings, src.Cache = kubeVersion, req.Settings, req.Cache
+	src.KubeVersion, src.Settings, src.Cache = o.target.Version, req.Settings, req.Cache
 	p, err := check.Predict(ctx, check.Sources{
-		Cluster: kc, Releases: reader, Release: res.Release, Namespace: res.StorageNamespace, ReleaseOptional: true,
+		Cluster: o.target.Cluster, Releases: o.releases, Release: res.Release, Namespace: res.StorageNamespace, ReleaseOptional: true,
 		Chart: chartsource.CheckChart(src), OlderIsRollback: true, Policy: rel.Policy, SteppingStones: &chartsource.History{Options: src},
 	})
 	if err != nil {
@@ -128,6 +114,47 @@ func remediationRisk(live map[string]*apiextv1.CustomResourceDefinition, incomin
 		}
 	}
 	return out
+}
+
+// Warm reads what Check of a change to req's HelmRelease will read before its incoming
+// chart is known (check.Warm): with req.Clusters set, the first Check after a start then
+// reads the release and the target's objects from memory. It only reads.
+func Warm(ctx context.Context, req Request) error {
+	o, err := open(ctx, req)
+	if err != nil {
+		return err
+	}
+	return check.Warm(ctx, check.Sources{Cluster: o.target.Cluster, Releases: o.releases, Release: o.rel.Name, Namespace: o.rel.StorageNamespace})
+}
+
+// opened is a HelmRelease's Helm release on its target, read before its incoming chart.
+type opened struct {
+	rel      *Release
+	remote   bool
+	target   *check.Target
+	releases *helmrelease.Reader
+}
+
+// open reads the HelmRelease's source and target, connects to the target and reads the
+// release's revisions there through the target's memory.
+func open(ctx context.Context, req Request) (*opened, error) {
+	rel, err := Read(ctx, req.Reader, req.HelmRelease)
+	if err != nil {
+		return nil, err
+	}
+	cfg, remote, id, err := target(ctx, req.Reader, req.HelmRelease, req.Local)
+	if err != nil {
+		return nil, err
+	}
+	tgt, err := connect(ctx, req.Clusters, cfg, remote, id)
+	if err != nil {
+		return nil, err
+	}
+	reader, err := helmrelease.NewReader(tgt.Clientset, rel.StorageNamespace, helmrelease.DriverSecret)
+	if err != nil {
+		return nil, err
+	}
+	return &opened{rel: rel, remote: remote, target: tgt, releases: reader.WithMemory(tgt.Metadata, tgt.Releases)}, nil
 }
 
 // connect returns the target's clients and Kubernetes version: kept in clusters when
