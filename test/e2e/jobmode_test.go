@@ -413,6 +413,7 @@ func TestJobModeMissingRule(t *testing.T) {
 	if sm.Status.Phase != v1alpha1.PhaseFailed || failed == nil || failed.Status != metav1.ConditionTrue {
 		t.Fatalf("StorageMigration %s: phase %s, Failed condition %+v; want Failed", sm.Name, sm.Status.Phase, failed)
 	}
+	t.Logf("the StorageMigration failed with: %s", failed.Message)
 	for _, want := range []string{"forbidden", sa, `"customresourcedefinitions/status"`, "kubectl -n " + jt.ns + " logs job/" + name} {
 		if !strings.Contains(failed.Message, want) {
 			t.Errorf("the Failed condition's message lacks %q:\n%s", want, failed.Message)
