@@ -46,19 +46,21 @@ type jobTarget struct {
 	ns       string // the Job namespace on the target
 }
 
-// startJobTarget builds the image, starts the node on the target with it, a platform
-// control plane with upgradeguard's CRDs, the kubeconfig Secret of the target there and
-// the controller's manager (with --job-image set to the image). When the test ends,
-// whatever Job mode left on the target (a failed migration keeps its Job) is deleted
-// before the node stops.
-func startJobTarget(t *testing.T) *jobTarget {
+// startJobTarget puts the target in the Flux incident (fluxIncident: n HelmRepositories
+// in namespace ns, returned as there), builds the image, starts the node on the target
+// with it, cordoned, and a platform control plane with upgradeguard's CRDs, the
+// kubeconfig Secret of the target there and the controller's manager (with --job-image
+// set to the image). When the test ends, whatever Job mode left on the target (a failed
+// migration keeps its Job) is deleted before the node stops.
+func startJobTarget(t *testing.T, ns string, n int) (jt *jobTarget, crds apiextclient.Interface, next *apiextv1.CustomResourceDefinition) {
 	t.Helper()
 	ctx := t.Context()
+	crds, next = fluxIncident(t, ns, n)
 	ref, _, archive := buildImage(t, e2eVersion)
 	node := cp.StartNode(t, testenv.NodeOptions{Images: []string{archive}})
 	cs, err := kubernetes.NewForConfig(cp.Config)
 	must(t, err, "clientset")
-	jt := &jobTarget{cs: cs, node: node, image: ref, ns: controller.DefaultJobNamespace}
+	jt = &jobTarget{cs: cs, node: node, image: ref, ns: controller.DefaultJobNamespace}
 	t.Cleanup(func() { jt.cleanTarget(t) })
 
 	platform := testenv.ForTest(t)
@@ -73,16 +75,10 @@ func startJobTarget(t *testing.T) *jobTarget {
 	mgr, err := controller.NewManager(platform.Config, controller.Options{LeaderElectionNamespace: "default",
 		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, JobImage: ref})
 	must(t, err, "controller manager")
-	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("controller: %v", err)
-		}
-	})
-	return jt
+	testenv.RunManager(t, mgr)
+	// Cordoned until the test has read the generated RBAC: no Job runs before.
+	kubectl(t, "cordon", node.Name)
+	return jt, crds, next
 }
 
 // cleanTarget deletes the Job namespace and the migration's cluster roles on the target
@@ -270,11 +266,7 @@ func (jw *jobWatch) ran(job, node, image, sa string) (bool, string) {
 func TestJobMode(t *testing.T) {
 	const n, ns = 300, "job-mode"
 	started := time.Now()
-	crds, next := fluxIncident(t, ns, n)
-	jt := startJobTarget(t)
-	ctx := t.Context()
-	// The node is cordoned until the generated RBAC has been read: nothing runs before.
-	kubectl(t, "cordon", jt.node.Name)
+	jt, crds, next := startJobTarget(t, ns, n)
 	jw := jt.watch(t)
 	sm := jt.migrate(t, "job-mode")
 	job, sm := jt.waitJob(t, sm)
@@ -297,7 +289,7 @@ func TestJobMode(t *testing.T) {
 		t.Errorf("storedVersions %v after the migration, want [v1]", got)
 	}
 	assertIntact(t, ns, n)
-	must(t, testenv.ApplyCRD(ctx, crds, next), "apply flux2 2.18.2's %s after the migration", helmrepos)
+	must(t, testenv.ApplyCRD(t.Context(), crds, next), "apply flux2 2.18.2's %s after the migration", helmrepos)
 	jt.cleanedUp(t, name)
 	t.Logf("TestJobMode took %v", time.Since(started).Round(time.Second))
 }
@@ -387,10 +379,7 @@ func (jt *jobTarget) waitDenied(t *testing.T, user, crd string) {
 func TestJobModeMissingRule(t *testing.T) {
 	const n, ns = 200, "job-mode-403"
 	started := time.Now()
-	crds, _ := fluxIncident(t, ns, n)
-	jt := startJobTarget(t)
-	ctx := t.Context()
-	kubectl(t, "cordon", jt.node.Name)
+	jt, crds, _ := startJobTarget(t, ns, n)
 	sm := jt.migrate(t, "job-mode-403")
 	job, sm := jt.waitJob(t, sm)
 	name := job.Name
@@ -402,7 +391,7 @@ func TestJobModeMissingRule(t *testing.T) {
 		t.Fatalf("the generated ClusterRole has no rule for customresourcedefinitions/status: %v", cr.Rules)
 	}
 	cr.Rules = slices.Delete(cr.Rules, i, i+1)
-	_, err := jt.cs.RbacV1().ClusterRoles().Update(ctx, cr, metav1.UpdateOptions{})
+	_, err := jt.cs.RbacV1().ClusterRoles().Update(t.Context(), cr, metav1.UpdateOptions{})
 	must(t, err, "remove the prune rule from ClusterRole %s", name)
 	sa := "system:serviceaccount:" + jt.ns + ":" + name
 	jt.waitDenied(t, sa, helmrepos)
