@@ -138,15 +138,7 @@ func start(t *testing.T, ns string, o gate.Options) *harness {
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	testenv.RunManager(t, mgr)
 	c, err := client.NewWithWatch(cp.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)

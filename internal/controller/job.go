@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -245,8 +246,11 @@ func (r *StorageMigrationReconciler) jobDone(ctx context.Context, sm *v1alpha1.S
 		return r.refuse(ctx, sm, refused, resourceMessage(sm, refused))
 	}
 	if !ok {
-		// Keep the Job and its objects for the operator to look at.
-		return r.fail(ctx, sm, "", "the migration Job "+sm.Status.Job+" did not migrate every CRD (its result is in ConfigMap "+sm.Status.Job+")")
+		// Keep the Job and its objects for the operator to look at. The message says why
+		// (a 403 names the missing permission), so the platform shows it without a visit
+		// to the target.
+		return r.fail(ctx, sm, "", fmt.Sprintf("the migration Job %s did not migrate every CRD: %s (its result is in ConfigMap %s; see kubectl -n %s logs job/%s on the target)",
+			sm.Status.Job, failedMessages(sm), sm.Status.Job, cm.Namespace, cm.Name))
 	}
 	if err := cleanup(ctx, cs, cm.Namespace, cm.Name); err != nil {
 		return ctrl.Result{}, err
@@ -276,6 +280,17 @@ func cleanup(ctx context.Context, cs kubernetes.Interface, ns, name string) erro
 		return fmt.Errorf("clean up the migration Job %s/%s: %w", ns, name, err)
 	}
 	return nil
+}
+
+// failedMessages are the failed CRDs of sm with their messages, "; "-separated.
+func failedMessages(sm *v1alpha1.StorageMigration) string {
+	var out []string
+	for _, rp := range sm.Status.Resources {
+		if rp.Phase == v1alpha1.PhaseFailed {
+			out = append(out, rp.Name+": "+rp.Message)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // resourceMessage is the status message of the CRD named in sm.

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -110,6 +112,54 @@ func withResultConfigMap(args []string, name string) []string {
 	return out
 }
 
+// jobMode is a mode Job StorageMigration on a target cluster in the Flux incident's
+// state, with the controller running and the migration's Job created on the target.
+type jobMode struct {
+	tgt   *testenv.ControlPlane
+	cs    kubernetes.Interface
+	sm    *v1alpha1.StorageMigration
+	job   *batchv1.Job
+	ns    string
+	name  string
+	image string
+}
+
+// startJobMode starts a target with n HelmRepositories stored at v1beta2, a kubeconfig
+// Secret for it, the StorageMigration name in mode Job and the controller, and waits
+// for the controller to create the Job on the target. No kubelet runs it.
+func startJobMode(t *testing.T, e env, name string, n int) *jobMode {
+	t.Helper()
+	tgt := testenv.FleetForTest(t, 1).Clusters[0]
+	if err := fluxIncident(e.ctx, tgt, n); err != nil {
+		t.Fatal(err)
+	}
+	jm := &jobMode{tgt: tgt, cs: kubernetes.NewForConfigOrDie(tgt.Config), ns: controller.DefaultJobNamespace, image: "registry.example.com/upgradeguard:test"}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-target", Namespace: "default"},
+		Data: map[string][]byte{"value": readFile(t, tgt.Kubeconfig)}}
+	if err := e.c.Create(e.ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.Delete(context.WithoutCancel(e.ctx), secret) })
+	jm.sm = &v1alpha1.StorageMigration{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{helmrepos}, Mode: v1alpha1.ModeJob, Rate: v1alpha1.RateSettings{PageSize: 10},
+			KubeConfig: &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: "default", Name: secret.Name}}}}
+	if err := e.c.Create(e.ctx, jm.sm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.Delete(context.WithoutCancel(e.ctx), jm.sm) })
+	startController(t, "ug-"+name, controller.Options{JobImage: jm.image})
+	waitFor(t, 60*time.Second, "the migration Job on the target", func() (bool, error) {
+		if err := e.c.Get(e.ctx, client.ObjectKey{Name: name}, jm.sm); err != nil {
+			return false, err
+		}
+		jm.name = controller.JobName(jm.sm)
+		var err error
+		jm.job, err = jm.cs.BatchV1().Jobs(jm.ns).Get(e.ctx, jm.name, metav1.GetOptions{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	return jm
+}
+
 // TestJobMode: a StorageMigration with mode Job on a target cluster in the Flux incident's
 // state. The controller creates the namespace, ServiceAccount, the generated ClusterRole
 // and Role with their bindings, and the Job. There is no kubelet here, so the test plays
@@ -120,44 +170,11 @@ func withResultConfigMap(args []string, name string) []string {
 // ServiceAccount) and the same arguments fail with a 403 that names the rule's resource.
 func TestJobMode(t *testing.T) {
 	e := setup(t)
-	tgt := testenv.FleetForTest(t, 1).Clusters[0]
 	const n = 30
-	if err := fluxIncident(e.ctx, tgt, n); err != nil {
-		t.Fatal(err)
-	}
-	cs := kubernetes.NewForConfigOrDie(tgt.Config)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "job-target", Namespace: "default"},
-		Data: map[string][]byte{"value": readFile(t, tgt.Kubeconfig)}}
-	if err := e.c.Create(e.ctx, secret); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.c.Delete(context.WithoutCancel(e.ctx), secret) })
-	sm := &v1alpha1.StorageMigration{ObjectMeta: metav1.ObjectMeta{Name: "job-mode"},
-		Spec: v1alpha1.StorageMigrationSpec{Resources: []string{helmrepos}, Mode: v1alpha1.ModeJob, Rate: v1alpha1.RateSettings{PageSize: 10},
-			KubeConfig: &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: "default", Name: "job-target"}}}}
-	if err := e.c.Create(e.ctx, sm); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.c.Delete(context.WithoutCancel(e.ctx), sm) })
-	const image = "registry.example.com/upgradeguard:test"
-	startController(t, "ug-job", controller.Options{JobImage: image})
-
-	ns := controller.DefaultJobNamespace
-	var name string
-	waitFor(t, 60*time.Second, "the migration Job on the target", func() (bool, error) {
-		got := &v1alpha1.StorageMigration{}
-		if err := e.c.Get(e.ctx, client.ObjectKey{Name: sm.Name}, got); err != nil {
-			return false, err
-		}
-		name = controller.JobName(got)
-		_, err := cs.BatchV1().Jobs(ns).Get(e.ctx, name, metav1.GetOptions{})
-		return err == nil, client.IgnoreNotFound(err)
-	})
-	job, err := cs.BatchV1().Jobs(ns).Get(e.ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := job.Spec.Template.Spec
+	jm := startJobMode(t, e, "job-mode", n)
+	tgt, cs, ns, name, image := jm.tgt, jm.cs, jm.ns, jm.name, jm.image
+	sm := jm.sm
+	pod := jm.job.Spec.Template.Spec
 	if len(pod.Containers) != 1 || pod.Containers[0].Image != image || pod.ServiceAccountName != name || len(pod.Containers[0].Command) != 0 {
 		t.Fatalf("Job %s: %+v; want one container of %s (its entrypoint) as ServiceAccount %s", name, pod, image, name)
 	}
@@ -260,4 +277,52 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// TestJobModeResultFailed: the Job (played as in TestJobMode) runs without the rule that
+// lets it prune storedVersions. It re-persists every object, is refused the prune and
+// writes a result that says so: the StorageMigration fails with that CRD's message (the
+// API server's 403, naming the Job's ServiceAccount and the resource) and the kubectl
+// command for the Job's log, storedVersions stays, and the Job's objects are kept.
+func TestJobModeResultFailed(t *testing.T) {
+	e := setup(t)
+	const n = 10
+	jm := startJobMode(t, e, "job-mode-failed", n)
+	cr, err := jm.cs.RbacV1().ClusterRoles().Get(e.ctx, jm.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return r.Resources[0] == "customresourcedefinitions/status" })
+	if i < 0 {
+		t.Fatalf("the generated ClusterRole has no prune rule: %v", cr.Rules)
+	}
+	cr.Rules = without(cr.Rules, i)
+	if _, err := jm.cs.RbacV1().ClusterRoles().Update(e.ctx, cr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	args := jm.job.Spec.Template.Spec.Containers[0].Args
+	if code, out := runAs(t, saKubeconfig(t, jm.tgt, jm.cs, jm.ns, jm.name), args); code != 1 {
+		t.Fatalf("the Job's command without the prune rule: exit %d, want 1 (incomplete)\n%s", code, out)
+	}
+	sm := &v1alpha1.StorageMigration{}
+	waitFor(t, 60*time.Second, "the StorageMigration Failed from the Job's result", func() (bool, error) {
+		err := e.c.Get(e.ctx, client.ObjectKey{Name: jm.sm.Name}, sm)
+		return err == nil && terminalPhase(sm.Status.Phase), err
+	})
+	c := meta.FindStatusCondition(sm.Status.Conditions, v1alpha1.ConditionFailed)
+	if sm.Status.Phase != v1alpha1.PhaseFailed || c == nil {
+		t.Fatalf("StorageMigration: phase %s, conditions %+v; want Failed", sm.Status.Phase, sm.Status.Conditions)
+	}
+	for _, want := range []string{helmrepos + ": ", "forbidden", "system:serviceaccount:" + jm.ns + ":" + jm.name,
+		`"customresourcedefinitions/status"`, "kubectl -n " + jm.ns + " logs job/" + jm.name} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("the Failed condition's message lacks %q:\n%s", want, c.Message)
+		}
+	}
+	if got, err := storedVersionsOn(e.ctx, jm.tgt); err != nil || !slices.Equal(got, []string{"v1beta2", "v1"}) {
+		t.Errorf("storedVersions %v (%v) after the failure, want [v1beta2 v1] untouched", got, err)
+	}
+	if _, err := jm.cs.BatchV1().Jobs(jm.ns).Get(e.ctx, jm.name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the Job after the failure: %v, want it kept", err)
+	}
 }

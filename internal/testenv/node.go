@@ -42,7 +42,8 @@ const cniBinDir = "/usr/lib/cni"
 // servingForNode makes kube-apiserver reachable from a node's Pods: it listens on every
 // address, with a serving certificate for the host's address, the `kubernetes` Service
 // IP and its DNS names (envtest's own names only localhost), and the ServiceAccount
-// admission plugin that envtest turns off is on again, so Pods get their token.
+// admission plugin that envtest turns off is on again, so Pods get their token. It
+// reaches the kubelet (`kubectl logs`) at the node's InternalIP.
 func servingForNode(api *envtest.APIServer) error {
 	ip, err := HostIP()
 	if err != nil {
@@ -78,7 +79,10 @@ func servingForNode(api *envtest.APIServer) error {
 		return err
 	}
 	api.CA = bytes.TrimSpace(rest)
-	api.Configure().Set("bind-address", "0.0.0.0").Disable("disable-admission-plugins")
+	// The kubelet's API (logs, exec) by the node's address: its name, the API server's
+	// first choice by default, resolves nowhere.
+	api.Configure().Set("bind-address", "0.0.0.0").Set("kubelet-preferred-address-types", "InternalIP,Hostname").
+		Disable("disable-admission-plugins")
 	return nil
 }
 

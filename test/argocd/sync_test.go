@@ -247,15 +247,7 @@ func startGated(t *testing.T) (*testenv.ControlPlane, client.Client) {
 	if err := webhook.Setup(mgr, webhook.Options{Timeout: 20 * time.Second, HelmCacheDir: filepath.Join(t.TempDir(), "helm")}); err != nil {
 		t.Fatal(err)
 	}
-	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	testenv.RunManager(t, mgr)
 	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "kyverno"},
 		Spec: v1alpha1.StorageMigrationPolicySpec{Groups: []string{"kyverno.io"}, Proactive: ptr.To(false), AutoMigrate: ptr.To(true)}}
 	if err := ug.Create(ctx, policy); err != nil {

@@ -80,7 +80,7 @@ type release struct {
 func installChart(t *testing.T, ns string, set ...string) *release {
 	t.Helper()
 	started := time.Now()
-	tag, archive := buildImage(t, e2eVersion)
+	_, tag, archive := buildImage(t, e2eVersion)
 	node := cp.StartNode(t, testenv.NodeOptions{Images: []string{archive}})
 	kubectl(t, "create", "namespace", ns)
 	kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")

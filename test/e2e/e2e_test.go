@@ -45,18 +45,18 @@ const e2eVersion = "v0.0.0-e2e"
 var images struct {
 	sync.Mutex
 	dir   string
-	built map[string][2]string // version -> tag, archive
+	built map[string][3]string // version -> reference, tag, archive
 }
 
 // buildImage runs `make image`'s builder for this machine's platform only and returns the
-// image's tag and its `docker save` archive. A version already built in this test binary
-// is not built again.
-func buildImage(t *testing.T, version string) (tag, archive string) {
+// image's reference (repository:tag), its tag and its `docker save` archive. A version
+// already built in this test binary is not built again.
+func buildImage(t *testing.T, version string) (ref, tag, archive string) {
 	t.Helper()
 	images.Lock()
 	defer images.Unlock()
 	if b, ok := images.built[version]; ok {
-		return b[0], b[1]
+		return b[0], b[1], b[2]
 	}
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -66,7 +66,7 @@ func buildImage(t *testing.T, version string) (tag, archive string) {
 		if images.dir, err = os.MkdirTemp("", "upgradeguard-e2e-images-"); err != nil {
 			t.Fatal(err)
 		}
-		images.built = map[string][2]string{}
+		images.built = map[string][3]string{}
 	}
 	out := filepath.Join(images.dir, version)
 	started := time.Now()
@@ -84,16 +84,16 @@ func buildImage(t *testing.T, version string) (tag, archive string) {
 		if a, ok := strings.CutPrefix(line, "docker archive "); ok {
 			archive = a
 		}
-		if ref, ok := strings.CutPrefix(line, "image "); ok {
-			tag = ref[strings.LastIndex(ref, ":")+1:]
+		if r, ok := strings.CutPrefix(line, "image "); ok {
+			ref, tag = r, r[strings.LastIndex(r, ":")+1:]
 		}
 	}
 	if archive == "" || tag == "" {
 		t.Fatalf("the image builder printed no image and archive:\n%s", stdout.String())
 	}
 	t.Logf("image %s built in %v", tag, time.Since(started).Round(time.Second))
-	images.built[version] = [2]string{tag, archive}
-	return tag, archive
+	images.built[version] = [3]string{ref, tag, archive}
+	return ref, tag, archive
 }
 
 // kubectl runs the control plane's kubectl as its admin, failing the test if it fails.

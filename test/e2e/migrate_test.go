@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -52,7 +53,8 @@ func fluxIncident(t *testing.T, ns string, n int) (crds apiextclient.Interface, 
 	crds = apiextclient.NewForConfigOrDie(cp.Config)
 	t.Cleanup(func() {
 		ctx := context.WithoutCancel(ctx)
-		if err := ugClient(t).DeleteAllOf(ctx, &v1alpha1.StorageMigration{}); err != nil {
+		// A cluster that never had the chart (a Job-mode target) has no StorageMigrations.
+		if err := ugClient(t).DeleteAllOf(ctx, &v1alpha1.StorageMigration{}); err != nil && !meta.IsNoMatchError(err) {
 			t.Errorf("cleanup: delete StorageMigrations: %v", err)
 		}
 		// One DeleteCollection of many objects can outlast the API server's request
@@ -112,7 +114,12 @@ func ugClient(t *testing.T) client.Client {
 // waitMigration waits until the StorageMigration name exists and done holds for it.
 func waitMigration(t *testing.T, name string, timeout time.Duration, what string, done func(*v1alpha1.StorageMigration) bool) *v1alpha1.StorageMigration {
 	t.Helper()
-	c := ugClient(t)
+	return waitMigrationIn(t, ugClient(t), name, timeout, what, done)
+}
+
+// waitMigrationIn is waitMigration on the cluster of c (a platform cluster in Job mode).
+func waitMigrationIn(t *testing.T, c client.Client, name string, timeout time.Duration, what string, done func(*v1alpha1.StorageMigration) bool) *v1alpha1.StorageMigration {
+	t.Helper()
 	var sm *v1alpha1.StorageMigration
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		sm = &v1alpha1.StorageMigration{}

@@ -52,7 +52,7 @@ func TestHelmUpgradeMidMigration(t *testing.T) {
 		upgradeAt = 500
 	)
 	started := time.Now()
-	newTag, newArchive := buildImage(t, e2eVersion2)
+	_, newTag, newArchive := buildImage(t, e2eVersion2)
 	crds, _ := fluxIncident(t, ns, n)
 	rel := installChart(t, "ug-upgrade", "--set", "policy.create=false")
 	ctx, cs := t.Context(), rel.cs
