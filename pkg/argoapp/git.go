@@ -28,7 +28,7 @@ func (c *Chart) checkout(ctx context.Context, app *Application, src *Source, cre
 			app.Subject(), src.RepoURL, orHEAD(src.TargetRevision), err)
 	}
 	c.Commit = commit
-	chartDir := filepath.Join(repoDir, filepath.FromSlash(filepath.Clean("/" + src.Path)))
+	chartDir := filepath.Join(repoDir, filepath.FromSlash(filepath.Clean("/"+src.Path)))
 	if err := isChart(chartDir); err != nil {
 		for _, k := range []string{"kustomization.yaml", "kustomization.yml", "Kustomization"} {
 			if _, statErr := os.Stat(filepath.Join(chartDir, k)); statErr == nil {
@@ -156,4 +156,3 @@ func basicAuth(username, password string) transport.AuthMethod {
 	}
 	return &http.BasicAuth{Username: username, Password: password}
 }
-
