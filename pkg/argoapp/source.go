@@ -110,7 +110,7 @@ func (a *Application) unsupported(format string, args ...any) error {
 // credentials, clones a git source at its target revision, and writes the inline values
 // to a file, all in a temporary directory the caller removes with Chart.Close.
 func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
-	src, err := app.helmSource()
+	src, err := app.HelmSource()
 	if err != nil {
 		return nil, err
 	}
@@ -148,10 +148,10 @@ func (c *Chart) resolve(ctx context.Context, app *Application, src *Source, o Op
 	return c.helmOptions(app, src, chartDir)
 }
 
-// helmSource is the one source Argo CD renders with Helm: spec.source, or the one
+// HelmSource is the one source Argo CD renders with Helm: spec.source, or the one
 // source of spec.sources that names a chart or a path (sources with only a ref hold
-// values files for the others).
-func (a *Application) helmSource() (*Source, error) {
+// values files for the others). Other shapes are an *UnsupportedError.
+func (a *Application) HelmSource() (*Source, error) {
 	var candidates []*Source
 	if a.Spec.Source != nil {
 		candidates = append(candidates, a.Spec.Source)
@@ -179,6 +179,11 @@ func (a *Application) helmSource() (*Source, error) {
 		return nil, a.unsupported("the source has no repoURL")
 	}
 	return s, nil
+}
+
+// String names the source: its repository, chart or path, and target revision.
+func (s *Source) String() string {
+	return fmt.Sprintf("%s %s%s@%s", s.RepoURL, s.Chart, s.Path, orHEAD(s.TargetRevision))
 }
 
 // chartRef is the chartsource reference of a chart in a Helm or OCI repository, as

@@ -34,7 +34,7 @@ func TestHelmSource(t *testing.T) {
 		{name: "no repoURL", spec: Spec{Source: &Source{Chart: "web"}}, unsupported: "no repoURL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := app(tc.spec).helmSource()
+			got, err := app(tc.spec).HelmSource()
 			if tc.unsupported != "" {
 				var u *UnsupportedError
 				if !errors.As(err, &u) || !strings.Contains(u.Reason, tc.unsupported) {
