@@ -145,11 +145,11 @@ func (j *judge) application(app *argoapp.Application, gate CRDGate) Application 
 	out := Application{Subject: app.Subject()}
 	out.CRDs, out.Migrations = resourcesOf(app)
 	by := j.appHooks(app, &out)
-	if gate.Running {
-		by = append(by, ByCRDGate)
-	}
 	for _, m := range out.Migrations {
 		by = append(by, byBundledMigration+m)
+	}
+	if gate.Running {
+		by = append(by, ByCRDGate)
 	}
 	out.Sync = Protection{Protected: len(by) > 0, By: by}
 	out.Protected = out.Sync.Protected

@@ -51,6 +51,7 @@ func sources(t *testing.T, cfg *rest.Config) audit.Sources {
 		Leases:   cs.CoordinationV1(),
 		Releases: audit.HelmStorage{Clientset: cs},
 		Objects:  objects(t, cfg),
+		Webhooks: cs.AdmissionregistrationV1(),
 	}
 }
 
@@ -100,7 +101,7 @@ func TestAuditWithoutFlux(t *testing.T) {
 	if err != nil {
 		t.Fatalf("audit: %v", err)
 	}
-	if len(rep.Releases) != 0 || rep.Summary.Coverage != "0/0" || rep.Unprotected() || rep.Controller.Running {
+	if len(rep.Releases) != 0 || rep.Summary.Coverage != "0/0" || rep.Unprotected() || rep.Controller.Running || rep.Applications != nil || rep.CRDGate != nil {
 		t.Errorf("empty cluster: %+v", rep)
 	}
 }
