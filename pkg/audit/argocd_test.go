@@ -99,21 +99,10 @@ func installCRDGate(t *testing.T) {
 }
 
 func byApplication(rep *audit.Report) map[string]audit.Application {
-	out := map[string]audit.Application{}
-	for _, a := range rep.Applications {
-		out[a.Subject] = a
-	}
-	return out
+	return indexed(rep.Applications, func(a audit.Application) string { return a.Subject })
 }
 
-func findingCodes(a audit.Application) []string {
-	var out []string
-	for _, f := range a.Findings {
-		out = append(out, f.Check)
-	}
-	slices.Sort(out)
-	return out
-}
+func findingCodes(a audit.Application) []string { return findingChecks(a.Findings) }
 
 // TestAuditArgoCDApplications: Applications whose resource tree holds CRDs are listed
 // with who protects their sync: an upstream PreSync hook switched on by their

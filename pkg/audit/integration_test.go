@@ -107,16 +107,24 @@ func TestAuditWithoutFlux(t *testing.T) {
 }
 
 func bySubject(rep *audit.Report) map[string]audit.Release {
-	out := map[string]audit.Release{}
-	for _, r := range rep.Releases {
-		out[r.Subject] = r
+	return indexed(rep.Releases, func(r audit.Release) string { return r.Subject })
+}
+
+// indexed maps items by key.
+func indexed[T any](items []T, key func(T) string) map[string]T {
+	out := make(map[string]T, len(items))
+	for _, it := range items {
+		out[key(it)] = it
 	}
 	return out
 }
 
-func codes(r audit.Release) []string {
+func codes(r audit.Release) []string { return findingChecks(r.Findings) }
+
+// findingChecks are the findings' codes, sorted.
+func findingChecks(findings []audit.Finding) []string {
 	var out []string
-	for _, f := range r.Findings {
+	for _, f := range findings {
 		out = append(out, f.Check)
 	}
 	slices.Sort(out)
