@@ -142,7 +142,7 @@ func (c *Chart) resolve(ctx context.Context, app *Application, src *Source, o Op
 		if chartDir, err = c.checkout(ctx, app, src, creds); err != nil {
 			return err
 		}
-	} else if chartDir, err = c.helmChart(app, src, creds); err != nil {
+	} else if chartDir, err = c.helmChart(src, creds); err != nil {
 		return err
 	}
 	return c.helmOptions(app, src, chartDir)
@@ -203,7 +203,7 @@ func chartRef(repoURL, chart string) (kind Kind, ref, repo string) {
 // helmChart fills in a chart of a Helm or OCI repository. When values files name
 // paths in the chart, the chart is fetched and unpacked so they can be read, as the
 // repo-server does; the directory is returned.
-func (c *Chart) helmChart(app *Application, src *Source, creds credentials) (string, error) {
+func (c *Chart) helmChart(src *Source, creds credentials) (string, error) {
 	c.Kind, c.Options.Ref, c.Options.RepoURL = chartRef(src.RepoURL, src.Chart)
 	c.Options.Version = src.TargetRevision
 	creds.apply(&c.Options)
