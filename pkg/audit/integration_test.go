@@ -2,8 +2,10 @@ package audit_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/config"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/test/scenario"
@@ -87,8 +90,8 @@ func installScenario(t *testing.T) {
 	}
 }
 
-// TestAuditWithoutFlux runs on a cluster without the HelmRelease CRD: no Flux is not an
-// error. The package's control plane gets Flux's CRDs from whichever test installs the
+// TestAuditWithoutFlux runs on a cluster without the HelmRelease CRD (nor Argo CD's
+// Application CRD): no Flux is not an error. The package's control plane gets Flux's CRDs from whichever test installs the
 // scenario first, so this test starts a control plane of its own.
 func TestAuditWithoutFlux(t *testing.T) {
 	needCluster(t)
@@ -103,6 +106,13 @@ func TestAuditWithoutFlux(t *testing.T) {
 	}
 	if len(rep.Releases) != 0 || rep.Summary.Coverage != "0/0" || rep.Unprotected() || rep.Controller.Running || rep.Applications != nil || rep.CRDGate != nil {
 		t.Errorf("empty cluster: %+v", rep)
+	}
+	// Nor Argo CD: the audit said nothing of it, and reading one Application names the
+	// missing CRD (what check --argocd-app reports), not a missing Application.
+	_, err = argoapp.Get(t.Context(), dynamic.NewForConfigOrDie(own.Config), "argocd", "flux")
+	var nf *argoapp.NotFoundError
+	if !errors.As(err, &nf) || !nf.NoCRD || !strings.Contains(err.Error(), "Argo CD's Application CRD is not installed") {
+		t.Errorf("Get on a cluster without Argo CD: %v", err)
 	}
 }
 
