@@ -211,3 +211,39 @@ func TestArgoCDAppErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckArgoCDAppCRDsFolder: kyverno's CRDs in the chart's crds/ folder (1.13 drops
+// v2alpha1, which 1.10 stored). Argo CD renders with --include-crds and applies them, so
+// check --argocd-app finds what check --chart --crd-policy create-replace finds; with
+// helm.skipCrds it leaves crds/ out, and the sync is safe.
+func TestCheckArgoCDAppCRDsFolder(t *testing.T) {
+	needCluster(t)
+	testenv.NeedGitCLI(t)
+	cleanCRDs(t, "kyverno.io")
+	applyFixtures(t, fixtureSet(t, "kyverno/v1.10.7")...)
+	applyFixtures(t, fixtureSet(t, "kyverno/v1.12.6")...)
+	files := map[string]string{"charts/kyverno/Chart.yaml": "apiVersion: v2\nname: kyverno\nversion: 3.3.7\n"}
+	for _, f := range fixtureSet(t, "kyverno/v1.13.4") {
+		data, err := os.ReadFile(filepath.Join(fixturesDir(t), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files["charts/kyverno/crds/"+filepath.Base(f)] = string(data)
+	}
+	repo := testenv.NewGitRepo(t)
+	repo.Commit("kyverno 3.3.7", files)
+	source := map[string]any{"repoURL": "file://" + repo.Dir, "path": "charts/kyverno", "targetRevision": "HEAD"}
+	createApplication(t, "kyverno", appSpec(source, "kyverno"))
+
+	r := ug(t, "check", "--argocd-app", "argocd/kyverno", "-o", "json")
+	want := []string{"cleanuppolicies.kyverno.io", "policyexceptions.kyverno.io"}
+	if got := verdicts(report(t, r))[predict.Migrate]; r.code != cli.ExitFindings || !cmp.Equal(got, want) {
+		t.Errorf("exit %d, migrate %v; want 1 and %v (crds/ applied, as Argo CD does)\n%s", r.code, got, want, r.stderr)
+	}
+
+	skip := map[string]any{"repoURL": "file://" + repo.Dir, "path": "charts/kyverno", "targetRevision": "HEAD", "helm": map[string]any{"skipCrds": true}}
+	createApplication(t, "kyverno-skip-crds", appSpec(skip, "kyverno"))
+	if r := ug(t, "check", "--argocd-app", "argocd/kyverno-skip-crds"); r.code != cli.ExitSafe {
+		t.Errorf("helm.skipCrds: exit %d, want 0 (crds/ left out)\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
