@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"io/fs"
 	"os"
@@ -47,7 +48,11 @@ func createApplication(t *testing.T, name string, spec map[string]any) {
 	if _, err := ri.Create(ctx, app, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ri.Delete(t.Context(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		if err := ri.Delete(context.WithoutCancel(t.Context()), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete Application %s: %v", name, err)
+		}
+	})
 }
 
 func appSpec(source map[string]any, destNS string) map[string]any {

@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -48,7 +49,11 @@ func createApplication(t *testing.T, name string, source map[string]any, status 
 	if _, ok := got.Object["status"]; !ok {
 		t.Fatalf("Application %s: the API server dropped its status", name)
 	}
-	t.Cleanup(func() { _ = ri.Delete(t.Context(), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		if err := ri.Delete(context.WithoutCancel(t.Context()), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete Application %s: %v", name, err)
+		}
+	})
 }
 
 func resources(kinds ...[3]string) map[string]any {
@@ -93,7 +98,11 @@ func installCRDGate(t *testing.T) {
 		if _, err := api.Create(t.Context(), &c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = api.Delete(t.Context(), c.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			if err := api.Delete(context.WithoutCancel(t.Context()), c.Name, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("delete MutatingWebhookConfiguration %s: %v", c.Name, err)
+			}
+		})
 		return
 	}
 }
