@@ -157,12 +157,48 @@ func renderAudit(w io.Writer, rep *audit.Report) error {
 			return err
 		}
 	}
+	if err := auditApplications(w, rep); err != nil {
+		return err
+	}
 	for _, warn := range rep.Warnings {
 		fmt.Fprintf(w, "\nWarning: %s\n", warn)
 	}
 	s := rep.Summary
 	fmt.Fprintf(w, "\nCoverage: %s releases that ship CRDs are protected (upgrade %d/%d, rollback %d/%d).\n",
 		s.Coverage, s.UpgradeProtected, s.ShipCRDs, s.RollbackProtected, s.ShipCRDs)
+	if s.Applications > 0 {
+		fmt.Fprintf(w, "Argo CD: %d/%d Applications that deploy CRDs are protected.\n", s.ApplicationsProtected, s.Applications)
+	}
+	return nil
+}
+
+// auditApplications lists the Argo CD Applications that deploy CRDs, each with who
+// protects its sync.
+func auditApplications(w io.Writer, rep *audit.Report) error {
+	if len(rep.Applications) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nArgo CD Applications that deploy CRDs: %d. CRD gate: %s.\n", len(rep.Applications), rep.CRDGate.Reason)
+	for _, a := range rep.Applications {
+		fmt.Fprintf(w, "\n%s\n", a.Subject)
+		t := output.NewTable(w)
+		t.Row("  source", orDash(a.Source))
+		t.Row("  crds", strconv.Itoa(len(a.CRDs)))
+		if len(a.Migrations) > 0 {
+			t.Row("  bundled", "StorageVersionMigration "+strings.Join(a.Migrations, ", "))
+		}
+		mechanismRows(t, a.Mechanisms)
+		t.Row("  sync", protection(a.Sync))
+		for _, f := range a.Findings {
+			t.Row("  "+string(f.Severity), f.Check+": "+f.Message)
+		}
+		for _, n := range a.Notes {
+			t.Row("  note", n)
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -229,7 +265,11 @@ func auditMechanisms(t *output.Table, r audit.Release) {
 		return
 	}
 	t.Row("  values", r.ValuesSource)
-	for _, m := range r.Mechanisms {
+	mechanismRows(t, r.Mechanisms)
+}
+
+func mechanismRows(t *output.Table, mechanisms []audit.Mechanism) {
+	for _, m := range mechanisms {
 		keys := make([]string, len(m.Keys))
 		for i, k := range m.Keys {
 			keys[i] = fmt.Sprintf("%s=%v (%s)", k.Key, k.Value, k.Source)
@@ -270,9 +310,17 @@ upgrade or rollback, a post-upgrade hook where a pre-upgrade one is needed, crds
 and destructive hooks such as velero's cleanUpCRDs. Only the values of the registry's
 keys are shown; no other release value, and no Secret data, is printed.
 
+Argo CD Applications whose resource tree (status.resources) holds CRDs are listed too, with
+who protects a sync that drops a stored version: upgradeguard's CRD gate (its webhook
+crd.upgradeguard.io installed and the controller running), a StorageVersionMigration the
+Application deploys (with a warning: it runs once per name and cannot help the sync that
+drops the old version), or an upstream hook (a pre-upgrade hook runs as a PreSync hook;
+Argo CD never runs rollback hooks). Without Argo CD's Application CRD nothing is said of it.
+
 The last line is the coverage: protected releases / releases that ship CRDs. A release is
 protected when both its upgrade and its rollback are. Exit codes: 0 every release that
-ships CRDs is protected, 1 some are not, 2 could not run.
+ships CRDs (and every Argo CD Application that deploys CRDs) is protected, 1 some are not,
+2 could not run.
 
 With --fleet SELECTOR, audit reads the kubeconfig Secrets that the label selector picks in
 the namespace (-n, else the kubeconfig's) of the platform cluster, in the layouts a

@@ -36,12 +36,15 @@ type checkOptions struct {
 	manifests string
 	stdin     io.Reader
 	flags     *pflag.FlagSet
+	// argo is --argocd-app (check and plan): the chart source read from an Argo CD
+	// Application.
+	argo argoAppOptions
 }
 
 func newCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &checkOptions{}
 	cmd := &cobra.Command{
-		Use:   "check [RELEASE] (--chart REF | --rollback --release NAME | --manifests FILE|DIR|-)",
+		Use:   "check [RELEASE] (--chart REF | --rollback --release NAME | --manifests FILE|DIR|- | --argocd-app NS/NAME)",
 		Short: "Predict whether an upgrade or rollback will fail on CRD storage versions",
 		Long: `check compares the CRDs an upgrade or rollback brings with the live CRDs and says, for
 each one, what the API server will do:
@@ -61,6 +64,13 @@ they write every CRD they carry, from crds/ or templates/ alike: the prediction 
 upgrade under --crd-policy create-replace, with no release (nothing is found deleted).
 Other objects are not judged; those of a CRD's kind are counted.
 
+--argocd-app reads an Argo CD Application's Helm source the way Argo CD's repo-server
+does (chart and targetRevision from a Helm repository, an OCI registry or a git path;
+values files, values, valuesObject, parameters; the release name; the destination
+namespace) and judges that chart under create-replace, since Argo CD applies every CRD
+on each sync (helm.skipCrds: crds/ left out). Kustomize, plugin and directory sources are
+refused with the command that judges them instead.
+
 check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not run.`,
 		Example: `  # Upgrade of a release to a chart in a repository
   upgradeguard check --chart flux2 --repo https://fluxcd-community.github.io/helm-charts \
@@ -78,7 +88,10 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
 
   # Rendered manifests in CI, from standard input
   helm template flux2 ./charts/flux2 --include-crds -n flux-system | upgradeguard check --manifests -
-  kustomize build ./clusters/prod | upgradeguard check --manifests -`,
+  kustomize build ./clusters/prod | upgradeguard check --manifests -
+
+  # An Argo CD Application, before it syncs
+  upgradeguard check --argocd-app argocd/flux`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 { // the release as Helm takes it: check RELEASE --chart REF
@@ -92,6 +105,7 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
 	}
 	o.addPredictFlags(cmd)
 	o.addManifestsFlag(cmd, streams)
+	o.argo.addFlags(cmd)
 	f := cmd.Flags()
 	output.AddFlag(f, &o.output)
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "show every CRD, not only those that change")
@@ -128,6 +142,13 @@ func (o *checkOptions) command() string {
 }
 
 func (o *checkOptions) validate() error {
+	if o.argo.ref != "" && o.release != "" && !o.flags.Changed("release") {
+		return couldNot("--%s and release %q do not go together: Argo CD keeps no Helm release, and the Application names the release; drop %q",
+			argoAppFlag, o.release, o.release)
+	}
+	if o.argo.ref != "" {
+		return o.argo.validate(o.flags, nil, "release", "rollback", "to-revision")
+	}
 	if o.manifests != "" {
 		return o.validateManifests()
 	}
@@ -189,8 +210,34 @@ func (o *checkOptions) predict(ctx context.Context, conn *connection) (*check.Re
 	if o.manifests != "" {
 		return o.predictManifests(ctx, conn)
 	}
+	if o.argo.ref != "" {
+		return o.predictArgoApp(ctx, conn)
+	}
 	o.chart.ReleaseName, o.chart.Namespace, o.chart.KubeVersion = o.release, conn.namespace, conn.serverVersion
-	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: conn.namespace, Policy: o.crdPolicy,
+	return o.predictChart(ctx, conn)
+}
+
+// predictArgoApp judges --argocd-app: the Application's chart, release name, namespace
+// and CRD policy in place of the flags, then the one prediction of a chart upgrade. There
+// is no Helm release: Argo CD renders with helm template and keeps no release record.
+func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*check.Report, error) {
+	c, err := o.argo.resolve(ctx, o.command(), conn)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.Close() }()
+	o.chart, o.crdPolicy, o.release = c.Options, c.Policy, ""
+	rep, err := o.predictChart(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	rep.Application, rep.Namespace = o.argo.ref, c.Options.Namespace
+	return rep, nil
+}
+
+// predictChart predicts the upgrade to o.chart, or the rollback, of o.release.
+func (o *checkOptions) predictChart(ctx context.Context, conn *connection) (*check.Report, error) {
+	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: o.chart.Namespace, Policy: o.crdPolicy,
 		Rollback: o.rollback, ToRevision: o.toRevision}
 	if o.release != "" {
 		reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())

@@ -33,9 +33,11 @@ const (
 // Unauthorized error names that command's verbs, not another's.
 var rbacNeeds = map[string]string{
 	cmdCheck: "upgradeguard check needs get/list on customresourcedefinitions.apiextensions.k8s.io, list on the custom resources it counts, " +
-		"and get/list on the release's Secrets (or ConfigMaps); see docs/operator-guide.md#rbac",
+		"and get/list on the release's Secrets (or ConfigMaps); with --argocd-app, get on applications.argoproj.io and list on Secrets in --argocd-namespace; " +
+		"see docs/operator-guide.md#rbac",
 	cmdPlan: "upgradeguard plan needs what `upgradeguard check` needs (get/list on customresourcedefinitions, list on the custom resources " +
-		"it counts, get/list on the release's Secrets or ConfigMaps), and get on the HelmRelease and its source with --helmrelease",
+		"it counts, get/list on the release's Secrets or ConfigMaps), get on the HelmRelease and its source with --helmrelease, and with " +
+		"--argocd-app get on applications.argoproj.io and list on Secrets in --argocd-namespace",
 	cmdApplyCheck: "apply-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of the release and the chart, " +
 		"patch on them (its server-side dry runs are authorized as writes; nothing is written), and what `upgradeguard check` needs",
 	cmdRollbackCheck: "rollback-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of both revisions, " +
@@ -47,7 +49,8 @@ var rbacNeeds = map[string]string{
 	cmdRBAC: "upgradeguard rbac needs get on customresourcedefinitions.apiextensions.k8s.io (with --chart or --rollback also what " +
 		"`upgradeguard check` needs: get/list on the release's Secrets or ConfigMaps)",
 	cmdAudit: "upgradeguard audit needs list on helmreleases.helm.toolkit.fluxcd.io, on the Helm release Secrets (or ConfigMaps), " +
-		"on storagemigrationpolicies.upgradeguard.io, customresourcedefinitions and leases; see docs/cli.md#audit",
+		"on storagemigrationpolicies.upgradeguard.io, customresourcedefinitions and leases, and on applications.argoproj.io and " +
+		"mutatingwebhookconfigurations for Argo CD; see docs/cli.md#audit",
 	cmdAuditFleet: "upgradeguard audit --fleet needs list on Secrets in the -n namespace of the platform cluster, and on leases, " +
 		"storagemigrationpolicies.upgradeguard.io and storagemigrations.upgradeguard.io; on each target what `upgradeguard audit` needs",
 	cmdUninstallCheck: "uninstall-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of the release, and list " +

@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -84,19 +83,7 @@ func sameVerdicts(t *testing.T, chart, rendered string, chartArgs ...string) *ch
 // the verdicts check --chart gives, and the objects it carries are counted per CRD.
 func TestCheckManifestsFlux(t *testing.T) {
 	needCluster(t)
-	cleanCRDs(t, "toolkit.fluxcd.io")
-	src := func(kind string) string {
-		return "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_" + kind + ".yaml"
-	}
-	applyFixtures(t, src("buckets"), src("helmcharts"), src("helmrepositories"))
-	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
-		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
-		Kind: "HelmRepository", Namespaces: []string{"default"}, PerNS: 2,
-		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	applyFixtures(t, "charts/flux2-2.17.2/rendered/crds.yaml")
+	fluxLiveStoresV1beta2(t)
 
 	chart := filepath.Join(fixturesDir(t), "charts/flux2-2.18.2")
 	rendered := helmTemplate(t, "flux", chart, "flux-system") +

@@ -17,6 +17,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
@@ -31,12 +32,14 @@ type planOptions struct {
 	keepsRollback bool
 	helmRelease   string
 	local         []string
+	// argoChart is the --argocd-app source while the plan runs (closed after it).
+	argoChart *argoapp.Chart
 }
 
 func newPlanCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &planOptions{}
 	cmd := &cobra.Command{
-		Use:   "plan --release NAME (--chart REF | LOCAL-CHART...) [--version V | --latest]",
+		Use:   "plan (--release NAME (--chart REF | LOCAL-CHART...) | --helmrelease NS/NAME | --argocd-app NS/NAME) [--version V | --latest]",
 		Short: "Find the safe path from the running chart version to the one you want, and back",
 		Long: `plan reads the chart versions the source offers (the repository index, the OCI
 tags, or the local chart directories and .tgz files given as arguments) and computes the
@@ -73,7 +76,10 @@ steps exists, 2 no path (the message names the blocking CRD and version) or coul
     --rollback --upgrade-keeps-rollback
 
   # A Flux HelmRelease: the spec.chart.spec.version values to commit, as JSON
-  upgradeguard plan --helmrelease flux-system/flux --latest -o json`,
+  upgradeguard plan --helmrelease flux-system/flux --latest -o json
+
+  # An Argo CD Application: the targetRevision values to commit (default target: its own)
+  upgradeguard plan --argocd-app argocd/flux --latest`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.local = args
 			return o.run(cmd.Context(), streams, kube)
@@ -90,12 +96,17 @@ steps exists, 2 no path (the message names the blocking CRD and version) or coul
 	f.BoolVar(&o.allowSwitch, "allow-storage-switch", false, "let the plan switch a live storage version to one both sides serve (a reverse migration step)")
 	f.BoolVar(&o.keepsRollback, "upgrade-keeps-rollback", false, "say whether the running revision stays reachable by a rollback after the plan")
 	f.StringVar(&o.helmRelease, "helmrelease", "", "plan for a Flux HelmRelease NAMESPACE/NAME: steps are spec.chart.spec.version values to commit")
+	o.argo.addFlags(cmd)
 	output.AddFlag(f, &o.output)
 	return cmd
 }
 
 func (o *planOptions) validate() error {
 	switch {
+	case o.argo.ref != "" && len(o.local) > 0:
+		return couldNot("--%s reads the chart from the Application: drop the local charts", argoAppFlag)
+	case o.argo.ref != "":
+		return o.argo.validate(o.flags, []string{"version"}, "release", "helmrelease", "to-revision", "rollback", "upgrade-keeps-rollback")
 	case o.manifests != "":
 		return couldNot("plan searches the chart versions a repository or local charts offer, and rendered manifests are one fixed version: "+
 			"run `upgradeguard check --%s %s` to judge them (and `upgradeguard migrate --%s %s` for what it finds to migrate)",
@@ -126,11 +137,15 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 	if err != nil {
 		return err
 	}
+	defer func() { _ = o.argoChart.Close() }()
 	req, hr, err := o.request(ctx, conn)
 	if err != nil {
 		return err
 	}
 	p, err := plan.Run(ctx, req)
+	if p != nil && o.argo.ref != "" {
+		p.Application = o.argo.ref
+	}
 	var noPath *plan.NoPathError
 	switch {
 	case errors.As(err, &noPath):
@@ -159,6 +174,10 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Request, *plan.HelmRelease, error) {
 	req := plan.Request{Cluster: conn.cluster, Release: o.release, Namespace: conn.namespace, Target: o.chart.Version,
 		Latest: o.latest, Policy: o.crdPolicy, AllowStorageSwitch: o.allowSwitch, Rollbacks: o.rollback, KeepsRollback: o.keepsRollback}
+	if o.argo.ref != "" {
+		err := o.argoRequest(ctx, conn, &req)
+		return req, nil, err
+	}
 	var hr *plan.HelmRelease
 	src := o.chart
 	if o.helmRelease != "" {
@@ -175,13 +194,7 @@ func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Reque
 		src.ReleaseName, src.Namespace = o.release, conn.namespace
 	}
 	src.KubeVersion, src.IsUpgrade, src.Version = conn.serverVersion, true, ""
-	// One cache for this run: the repository index is read once and each chart version
-	// downloaded once, however many times the search meets it.
-	src.Cache = chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 256, MaxIndexes: 4})
-	if src.Username != "" && src.CredentialsID == "" {
-		src.CredentialsID = "credentials of this run"
-	}
-	history := &chartsource.History{Options: src, Local: o.local}
+	history := &chartsource.History{Options: cached(src), Local: o.local}
 	req.Versions = history
 	reader, err := helmrelease.NewReader(conn.clientset, req.Namespace, o.helmDriver.Driver())
 	if err != nil {
@@ -195,6 +208,44 @@ func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Reque
 		return o.upgradeCommand(history.Ref(v), v, req.Namespace)
 	}
 	return req, hr, nil
+}
+
+// cached gives src one cache for this run: the repository index is read once and each
+// chart version downloaded once, however many times the search meets it.
+func cached(src chartsource.Options) chartsource.Options {
+	src.Cache = chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 256, MaxIndexes: 4})
+	if src.Username != "" && src.CredentialsID == "" {
+		src.CredentialsID = "credentials of this run"
+	}
+	return src
+}
+
+// argoRequest plans for --argocd-app: the Application's chart source, release name,
+// namespace and CRD policy, with no Helm release (Argo CD keeps none), towards --version
+// or else the Application's own targetRevision. A chart on disk (a git checkout) offers
+// its one version. Each upgrade step is a targetRevision to commit.
+func (o *planOptions) argoRequest(ctx context.Context, conn *connection, req *plan.Request) error {
+	c, err := o.argo.resolve(ctx, cmdPlan, conn)
+	if err != nil {
+		return err
+	}
+	o.argoChart = c
+	src := c.Options
+	req.Release, req.Namespace, req.Policy = src.ReleaseName, src.Namespace, c.Policy
+	if !o.latest && o.chart.Version == "" {
+		req.Target = src.Version
+	}
+	history := &chartsource.History{Options: cached(src)}
+	if c.Local() {
+		history.Local, req.Target = []string{src.Ref}, ""
+	}
+	history.Options.Version = ""
+	req.Versions = history
+	ns, name, _ := strings.Cut(o.argo.ref, "/")
+	req.Commands.Upgrade = func(v string) string {
+		return predict.Command{Kind: predict.CommandApplicationRevision, Release: name, Namespace: ns, ChartVersion: v}.String()
+	}
+	return nil
 }
 
 // upgradeCommand is the helm upgrade of one step. Values files are named by path;
@@ -236,8 +287,11 @@ func renderPlan(w io.Writer, format string, p *plan.Plan, hr *plan.HelmRelease) 
 
 func renderPlanText(w io.Writer, p *plan.Plan, hr *plan.HelmRelease) error {
 	subject := fmt.Sprintf("release %s", p.Release)
-	if hr != nil {
+	switch {
+	case hr != nil:
 		subject = fmt.Sprintf("HelmRelease %s/%s (Helm release %s)", hr.Namespace, hr.Name, p.Release)
+	case p.Application != "":
+		subject = fmt.Sprintf("Argo CD Application %s (release %s)", p.Application, p.Release)
 	}
 	from := p.From
 	if from == "" {

@@ -218,6 +218,12 @@ func renderWhy(w io.Writer, findings []check.CRDReport) {
 func title(rep *check.Report) string {
 	var b strings.Builder
 	b.WriteString(strings.ToUpper(string(rep.Operation[:1])) + string(rep.Operation[1:]))
+	if rep.Application != "" {
+		fmt.Fprintf(&b, " of Argo CD Application %s", rep.Application)
+		if rep.Namespace != "" {
+			fmt.Fprintf(&b, " (namespace %s)", rep.Namespace)
+		}
+	}
 	if rep.Release != "" {
 		fmt.Fprintf(&b, " of release %s", rep.Release)
 		if rep.Namespace != "" {

@@ -207,15 +207,23 @@ func AddManifests(cmd *cobra.Command, path *string) {
 // set (AddChartSource) or one of others (flag names without dashes: a command's release
 // flags), or nil when none is set. It says what to do.
 func ManifestsConflict(fs *pflag.FlagSet, others ...string) error {
+	set := ChartSourceSet(fs, others...)
+	if len(set) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--%s and %s do not go together: rendered manifests are the whole incoming side and are judged without a chart or release; "+
+		"drop %s, or drop --%s to check a chart or release", ManifestsFlag, strings.Join(set, ", "), strings.Join(set, ", "), ManifestsFlag)
+}
+
+// ChartSourceSet lists, as --name, the flags of the chart-source set (AddChartSource)
+// and of others (flag names without dashes) that the command line sets: what a command
+// that reads its chart from elsewhere (--manifests, --argocd-app) refuses beside it.
+func ChartSourceSet(fs *pflag.FlagSet, others ...string) []string {
 	var set []string
 	for _, name := range append(slices.Clone(chartSourceFlags), others...) {
 		if f := fs.Lookup(name); f != nil && f.Changed {
 			set = append(set, "--"+name)
 		}
 	}
-	if len(set) == 0 {
-		return nil
-	}
-	return fmt.Errorf("--%s and %s do not go together: rendered manifests are the whole incoming side and are judged without a chart or release; "+
-		"drop %s, or drop --%s to check a chart or release", ManifestsFlag, strings.Join(set, ", "), strings.Join(set, ", "), ManifestsFlag)
+	return set
 }

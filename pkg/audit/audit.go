@@ -1,5 +1,5 @@
 // Package audit owns the coverage audit of CRD storage-migration protection: for every Helm
-// release and Flux HelmRelease in a cluster, does its chart ship CRDs, which upstream hook
+// release, Flux HelmRelease and Argo CD Application in a cluster, does its chart ship CRDs, which upstream hook
 // (from the chart registry) is switched on by its values, which settings switch that
 // protection off, and does upgradeguard's proactive controller cover it instead. It
 // returns a typed report; it never prints, and never returns release values beyond the
@@ -19,6 +19,14 @@
 //     or the chart's copy when the CRD is not in the cluster.
 //   - A release that ships CRDs is protected when both its upgrade and its rollback are.
 //     Coverage is protected releases over releases that ship CRDs.
+//   - An Argo CD Application deploys CRDs when its resource tree (status.resources) lists
+//     one. Argo CD applies every CRD on each sync and never runs rollback hooks, so only
+//     the sync is judged. It is protected by upgradeguard's CRD gate when a
+//     MutatingWebhookConfiguration holds crd.upgradeguard.io for CRD updates and the
+//     controller runs; by a StorageVersionMigration in its resource tree (with a warning:
+//     one runs once per name and cannot help the sync that drops the old version); or
+//     by an upstream hook the registry knows, switched on by its inline values and
+//     parameters, that migrates objects before the upgrade (a PreSync hook under Argo CD).
 package audit
 
 import (
@@ -41,7 +49,12 @@ type Report struct {
 	// Policies are the proactive StorageMigrationPolicies, by name.
 	Policies []string  `json:"proactivePolicies"`
 	Releases []Release `json:"releases"`
-	Summary  Summary   `json:"summary"`
+	// Applications are the Argo CD Applications that deploy CRDs; CRDGate is what the
+	// audit saw of upgradeguard's CRD gate, which protects them. Both are left out when
+	// the cluster has no Application that deploys CRDs.
+	Applications []Application `json:"applications,omitempty"`
+	CRDGate      *CRDGate      `json:"crdGate,omitempty"`
+	Summary      Summary       `json:"summary"`
 	// Warnings are problems that limited the audit without stopping it.
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -151,10 +164,17 @@ type Summary struct {
 	RollbackProtected int `json:"rollbackProtected"`
 	// Coverage is "protected/shipCRDs".
 	Coverage string `json:"coverage"`
+	// Applications counts the Argo CD Applications that deploy CRDs, and
+	// ApplicationsProtected those whose sync is protected.
+	Applications          int `json:"applications,omitempty"`
+	ApplicationsProtected int `json:"applicationsProtected,omitempty"`
 }
 
-// Unprotected reports whether any release that ships CRDs is unprotected.
-func (r *Report) Unprotected() bool { return r.Summary.Protected < r.Summary.ShipCRDs }
+// Unprotected reports whether any release that ships CRDs, or any Argo CD Application
+// that deploys CRDs, is unprotected.
+func (r *Report) Unprotected() bool {
+	return r.Summary.Protected < r.Summary.ShipCRDs || r.Summary.ApplicationsProtected < r.Summary.Applications
+}
 
 // ControllerLeaseName is the controller's leader-election Lease (its leader election ID).
 const ControllerLeaseName = "upgradeguard-controller"

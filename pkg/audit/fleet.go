@@ -50,7 +50,8 @@ type ClusterReport struct {
 	// PendingCRDs have stored versions other than their storage version.
 	PendingCRDs []PendingCRD `json:"pendingCRDs"`
 	// Unprotected are the releases that ship CRDs and are protected neither by an
-	// upstream hook nor by upgradeguard.
+	// upstream hook nor by upgradeguard, and the Argo CD Applications that deploy CRDs
+	// unprotected (the CRD gate is not counted from a platform cluster).
 	Unprotected []string `json:"unprotectedReleases"`
 	// Coverage is "protected/shipCRDs" of the cluster's releases.
 	Coverage string `json:"coverage"`
@@ -229,6 +230,11 @@ func auditCluster(ctx context.Context, s *corev1.Secret, guard *Guard, o FleetOp
 	for _, r := range rep.Releases {
 		if r.ShipsCRDs && !r.Protected {
 			cr.Unprotected = append(cr.Unprotected, r.Subject)
+		}
+	}
+	for _, a := range rep.Applications {
+		if !a.Protected {
+			cr.Unprotected = append(cr.Unprotected, a.Subject)
 		}
 	}
 	cr.Coverage = rep.Summary.Coverage

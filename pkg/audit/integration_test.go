@@ -2,8 +2,10 @@ package audit_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/config"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/test/scenario"
@@ -51,6 +54,7 @@ func sources(t *testing.T, cfg *rest.Config) audit.Sources {
 		Leases:   cs.CoordinationV1(),
 		Releases: audit.HelmStorage{Clientset: cs},
 		Objects:  objects(t, cfg),
+		Webhooks: cs.AdmissionregistrationV1(),
 	}
 }
 
@@ -86,8 +90,8 @@ func installScenario(t *testing.T) {
 	}
 }
 
-// TestAuditWithoutFlux runs on a cluster without the HelmRelease CRD: no Flux is not an
-// error. The package's control plane gets Flux's CRDs from whichever test installs the
+// TestAuditWithoutFlux runs on a cluster without the HelmRelease CRD (nor Argo CD's
+// Application CRD): no Flux is not an error. The package's control plane gets Flux's CRDs from whichever test installs the
 // scenario first, so this test starts a control plane of its own.
 func TestAuditWithoutFlux(t *testing.T) {
 	needCluster(t)
@@ -100,22 +104,37 @@ func TestAuditWithoutFlux(t *testing.T) {
 	if err != nil {
 		t.Fatalf("audit: %v", err)
 	}
-	if len(rep.Releases) != 0 || rep.Summary.Coverage != "0/0" || rep.Unprotected() || rep.Controller.Running {
+	if len(rep.Releases) != 0 || rep.Summary.Coverage != "0/0" || rep.Unprotected() || rep.Controller.Running || rep.Applications != nil || rep.CRDGate != nil {
 		t.Errorf("empty cluster: %+v", rep)
+	}
+	// Nor Argo CD: the audit said nothing of it, and reading one Application names the
+	// missing CRD (what check --argocd-app reports), not a missing Application.
+	_, err = argoapp.Get(t.Context(), dynamic.NewForConfigOrDie(own.Config), "argocd", "flux")
+	var nf *argoapp.NotFoundError
+	if !errors.As(err, &nf) || !nf.NoCRD || !strings.Contains(err.Error(), "Argo CD's Application CRD is not installed") {
+		t.Errorf("Get on a cluster without Argo CD: %v", err)
 	}
 }
 
 func bySubject(rep *audit.Report) map[string]audit.Release {
-	out := map[string]audit.Release{}
-	for _, r := range rep.Releases {
-		out[r.Subject] = r
+	return indexed(rep.Releases, func(r audit.Release) string { return r.Subject })
+}
+
+// indexed maps items by key.
+func indexed[T any](items []T, key func(T) string) map[string]T {
+	out := make(map[string]T, len(items))
+	for _, it := range items {
+		out[key(it)] = it
 	}
 	return out
 }
 
-func codes(r audit.Release) []string {
+func codes(r audit.Release) []string { return findingChecks(r.Findings) }
+
+// findingChecks are the findings' codes, sorted.
+func findingChecks(findings []audit.Finding) []string {
 	var out []string
-	for _, f := range r.Findings {
+	for _, f := range findings {
 		out = append(out, f.Check)
 	}
 	slices.Sort(out)

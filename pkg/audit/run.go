@@ -20,12 +20,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	admissionclient "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
@@ -77,6 +79,9 @@ type Sources struct {
 	// the values are composed as helm-controller composes them. Nil leaves valuesFrom
 	// unresolved: the stored revision's values are used instead.
 	Objects fluxrelease.Reader
+	// Webhooks lists MutatingWebhookConfigurations, to find upgradeguard's CRD gate for
+	// Argo CD Applications. Nil does not count the gate.
+	Webhooks admissionclient.MutatingWebhookConfigurationsGetter
 }
 
 // Options choose what is audited.
@@ -169,9 +174,37 @@ func Run(ctx context.Context, src Sources, o Options) (*Report, error) {
 		rep.Releases = append(rep.Releases, r)
 	}
 	slices.SortFunc(rep.Releases, func(a, b Release) int { return strings.Compare(a.Subject, b.Subject) })
+	if err := j.argoCD(ctx, src, o.Namespace, rep); err != nil {
+		return nil, err
+	}
 	rep.Warnings = j.warnings
 	rep.Summary = summarize(rep.Releases)
+	for _, a := range rep.Applications {
+		rep.Summary.Applications++
+		if a.Protected {
+			rep.Summary.ApplicationsProtected++
+		}
+	}
 	return rep, nil
+}
+
+// argoCD audits the Argo CD Applications in namespace ("" for all) that deploy CRDs. A
+// cluster without Argo CD's Application CRD has none, and the report says nothing of it.
+func (j *judge) argoCD(ctx context.Context, src Sources, namespace string, rep *Report) error {
+	apps, err := argoapp.List(ctx, src.Dynamic, namespace)
+	if err != nil {
+		return err
+	}
+	apps = slices.DeleteFunc(apps, func(a *argoapp.Application) bool { crds, _ := resourcesOf(a); return len(crds) == 0 })
+	if len(apps) == 0 {
+		return nil
+	}
+	gate, err := crdGate(ctx, src.Webhooks, j.controller)
+	if err != nil {
+		return err
+	}
+	rep.CRDGate, rep.Applications = &gate, j.applications(apps, gate)
+	return nil
 }
 
 func summarize(rels []Release) Summary {
@@ -398,5 +431,5 @@ func NewSources(cfg *rest.Config, driver helmrelease.Driver) (Sources, error) {
 		return Sources{}, fmt.Errorf("build clients: %w", err)
 	}
 	return Sources{Dynamic: dyn, Metadata: c.Metadata, Leases: c.Leases, Releases: HelmStorage{Clientset: c.Kube, Driver: driver},
-		Objects: objects}, nil
+		Objects: objects, Webhooks: c.Kube.AdmissionregistrationV1()}, nil
 }

@@ -125,15 +125,18 @@ type MigrationLister interface {
 
 // Report is the result of a prediction.
 type Report struct {
-	Operation    predict.Operation `json:"operation"`
-	Safe         bool              `json:"safe"`
-	Release      string            `json:"release,omitempty"`
-	Namespace    string            `json:"namespace,omitempty"`
-	Chart        string            `json:"chart,omitempty"`
-	ChartVersion string            `json:"chartVersion,omitempty"`
-	FromRevision int               `json:"fromRevision,omitempty"`
-	ToRevision   int               `json:"toRevision,omitempty"`
-	CRDs         []CRDReport       `json:"crds"`
+	Operation predict.Operation `json:"operation"`
+	Safe      bool              `json:"safe"`
+	Release   string            `json:"release,omitempty"`
+	// Application is the Argo CD Application (namespace/name) whose source was predicted;
+	// the front end that read it sets it.
+	Application  string      `json:"application,omitempty"`
+	Namespace    string      `json:"namespace,omitempty"`
+	Chart        string      `json:"chart,omitempty"`
+	ChartVersion string      `json:"chartVersion,omitempty"`
+	FromRevision int         `json:"fromRevision,omitempty"`
+	ToRevision   int         `json:"toRevision,omitempty"`
+	CRDs         []CRDReport `json:"crds"`
 	// BundledMigrations are the StorageVersionMigrations the incoming chart renders for a
 	// CRD that has no entry in CRDs (one only live, or none at all).
 	BundledMigrations []predict.BundledMigration `json:"bundledMigrations,omitempty"`

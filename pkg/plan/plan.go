@@ -115,9 +115,12 @@ type Rollback struct {
 
 // Plan is the result of Run.
 type Plan struct {
-	Release   string `json:"release,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-	Chart     string `json:"chart,omitempty"`
+	// Application is the Argo CD Application (namespace/name) planned for, set by the
+	// front end that read it; Release is then the release name Argo CD renders with.
+	Application string `json:"application,omitempty"`
+	Release     string `json:"release,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+	Chart       string `json:"chart,omitempty"`
 	// From is the chart version the release runs (empty with no release).
 	From string `json:"from,omitempty"`
 	// Target is the chart version the plan reaches.

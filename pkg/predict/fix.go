@@ -87,6 +87,9 @@ const (
 	// CommandHelmReleaseVersion moves a Flux HelmRelease NS/NAME to a chart version: the
 	// value to commit, and the kubectl patch that does the same on the cluster.
 	CommandHelmReleaseVersion CommandKind = "helmrelease-version"
+	// CommandApplicationRevision moves an Argo CD Application NS/NAME (Namespace, Release)
+	// to a chart version: the targetRevision to commit, and the argocd command that sets it.
+	CommandApplicationRevision CommandKind = "application-revision"
 )
 
 // Command is one command to run. String words it: it is the one place that does, so a
@@ -175,6 +178,9 @@ func (c Command) String() string {
 	case CommandHelmReleaseVersion:
 		fmt.Fprintf(&b, `commit spec.chart.spec.version: %q to HelmRelease %s/%s (or: kubectl patch helmrelease %s -n %s --type merge -p '{"spec":{"chart":{"spec":{"version":%q}}}}')`,
 			c.ChartVersion, c.Namespace, c.Release, c.Release, c.Namespace, c.ChartVersion)
+	case CommandApplicationRevision:
+		fmt.Fprintf(&b, `commit targetRevision: %q to the Helm source of Application %s/%s (or: argocd app set %s/%s --revision %s)`,
+			c.ChartVersion, c.Namespace, c.Release, c.Namespace, c.Release, c.ChartVersion)
 	}
 	return b.String()
 }

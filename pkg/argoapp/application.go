@@ -1,0 +1,199 @@
+// Package argoapp owns reading an Argo CD Application (argoproj.io/v1alpha1) the way Argo
+// CD's repo-server reads it, and turning its Helm source into the chart source the rest of
+// upgradeguard predicts with: the chart (a Helm repository, an OCI registry, or a path in a
+// git repository), the target revision, the release name, the destination namespace and
+// the Helm values, parameters and values files. Argo CD renders with `helm template
+// --include-crds` and applies every CRD on each sync, so the CRD policy is create-replace
+// (helm with skipCrds). Only Helm sources are read; other shapes are an *UnsupportedError
+// that says what to run instead. The package reads through the Kubernetes API and never
+// prints; it does not depend on Argo CD's own module.
+package argoapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+// GVR is Argo CD's Application resource.
+var GVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}
+
+// Application is the part of an Argo CD Application that upgradeguard reads. The field
+// names and JSON tags are Argo CD's.
+type Application struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              Spec   `json:"spec"`
+	Status            Status `json:"status,omitempty"`
+}
+
+// Spec is the Application's spec: what it deploys, and where.
+type Spec struct {
+	Source      *Source     `json:"source,omitempty"`
+	Sources     []Source    `json:"sources,omitempty"`
+	Destination Destination `json:"destination"`
+	Project     string      `json:"project,omitempty"`
+}
+
+// Destination is where the Application deploys.
+type Destination struct {
+	Server    string `json:"server,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// Source is one source of an Application.
+type Source struct {
+	RepoURL        string `json:"repoURL"`
+	Path           string `json:"path,omitempty"`
+	TargetRevision string `json:"targetRevision,omitempty"`
+	Chart          string `json:"chart,omitempty"`
+	// Ref names the source for $ref/ values files of other sources.
+	Ref  string `json:"ref,omitempty"`
+	Helm *Helm  `json:"helm,omitempty"`
+	// The other source types: only whether they are set is read.
+	Kustomize *runtime.RawExtension `json:"kustomize,omitempty"`
+	Directory *runtime.RawExtension `json:"directory,omitempty"`
+	Plugin    *runtime.RawExtension `json:"plugin,omitempty"`
+}
+
+// Helm is a source's Helm options.
+type Helm struct {
+	ValueFiles              []string              `json:"valueFiles,omitempty"`
+	Parameters              []Parameter           `json:"parameters,omitempty"`
+	FileParameters          []FileParameter       `json:"fileParameters,omitempty"`
+	ReleaseName             string                `json:"releaseName,omitempty"`
+	Values                  string                `json:"values,omitempty"`
+	ValuesObject            *runtime.RawExtension `json:"valuesObject,omitempty"`
+	IgnoreMissingValueFiles bool                  `json:"ignoreMissingValueFiles,omitempty"`
+	SkipCrds                bool                  `json:"skipCrds,omitempty"`
+	Namespace               string                `json:"namespace,omitempty"`
+	KubeVersion             string                `json:"kubeVersion,omitempty"`
+	APIVersions             []string              `json:"apiVersions,omitempty"`
+	PassCredentials         bool                  `json:"passCredentials,omitempty"`
+}
+
+// Parameter is a --set (or, with ForceString, --set-string) value.
+type Parameter struct {
+	Name        string `json:"name"`
+	Value       string `json:"value"`
+	ForceString bool   `json:"forceString,omitempty"`
+}
+
+// FileParameter is a --set-file value: the file's path, relative to the chart.
+type FileParameter struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// Status is the part of the Application's status the audit reads.
+type Status struct {
+	Resources []ResourceStatus `json:"resources,omitempty"`
+	Sync      struct {
+		Status   string `json:"status,omitempty"`
+		Revision string `json:"revision,omitempty"`
+	} `json:"sync,omitempty"`
+}
+
+// ResourceStatus is one resource of the Application's resource tree.
+type ResourceStatus struct {
+	Group     string `json:"group,omitempty"`
+	Version   string `json:"version,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Status    string `json:"status,omitempty"`
+}
+
+// Subject is Application/<namespace>/<name>, the subject of findings about it.
+func (a *Application) Subject() string { return "Application/" + a.Namespace + "/" + a.Name }
+
+// NotFoundError says that the Application, or Argo CD's Application CRD, is missing.
+type NotFoundError struct {
+	Namespace, Name string
+	// NoCRD is true when the cluster does not serve argoproj.io/v1alpha1 Applications.
+	NoCRD bool
+}
+
+func (e *NotFoundError) Error() string {
+	if e.NoCRD {
+		return fmt.Sprintf("Application %s/%s: the cluster serves no %s (Argo CD's Application CRD is not installed): "+
+			"point --kubeconfig/--context at the cluster that runs Argo CD", e.Namespace, e.Name, GVR.GroupResource())
+	}
+	return fmt.Sprintf("Application %s/%s not found: check the namespace and name (kubectl get applications.argoproj.io -A)", e.Namespace, e.Name)
+}
+
+// Get reads the Application namespace/name.
+func Get(ctx context.Context, dyn dynamic.Interface, namespace, name string) (*Application, error) {
+	u, err := dyn.Resource(GVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case IsNotServed(err):
+		return nil, &NotFoundError{Namespace: namespace, Name: name, NoCRD: true}
+	case apierrors.IsNotFound(err):
+		return nil, &NotFoundError{Namespace: namespace, Name: name}
+	case err != nil:
+		return nil, fmt.Errorf("Application %s/%s: read: %w", namespace, name, err)
+	}
+	return FromUnstructured(u)
+}
+
+// List reads every Application in namespace ("" for all). A cluster without Argo CD's
+// Application CRD has none: that is not an error.
+func List(ctx context.Context, dyn dynamic.Interface, namespace string) ([]*Application, error) {
+	var out []*Application
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := dyn.Resource(GVR).Namespace(namespace).List(ctx, opts)
+		if IsNotServed(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list Argo CD Applications (%s): %w", GVR.GroupVersion(), err)
+		}
+		for i := range list.Items {
+			app, err := FromUnstructured(&list.Items[i])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, app)
+		}
+		if opts.Continue = list.GetContinue(); opts.Continue == "" {
+			return out, nil
+		}
+	}
+}
+
+// IsNotServed is true when the error says the resource type is not served: a 404 on
+// the resource list itself, or no REST mapping.
+func IsNotServed(err error) bool {
+	if err == nil {
+		return false
+	}
+	if meta.IsNoMatchError(err) {
+		return true
+	}
+	// A missing resource type answers 404 with no details naming an object.
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || !apierrors.IsNotFound(err) {
+		return false
+	}
+	d := status.Status().Details
+	return d == nil || d.Name == ""
+}
+
+// FromUnstructured decodes an Application.
+func FromUnstructured(u *unstructured.Unstructured) (*Application, error) {
+	var app Application
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &app); err != nil {
+		return nil, fmt.Errorf("Application %s/%s: decode: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return &app, nil
+}
