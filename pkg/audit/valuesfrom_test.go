@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -113,15 +114,28 @@ spec:
 		if out, err := cp.Helm(args...).CombinedOutput(); err != nil {
 			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+		// Releases that ship CRDs, unprotected: an audit of every namespace by a later
+		// test (TestAuditCountsUpgradeguard's coverage) must not find them.
+		t.Cleanup(func() {
+			if out, err := cp.Helm("uninstall", r.name, "-n", ns, "--no-hooks").CombinedOutput(); err != nil {
+				t.Errorf("helm uninstall %s: %v\n%s", r.name, err, out)
+			}
+		})
 		hr := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
 			"metadata": map[string]any{"namespace": ns, "name": r.name},
 			"spec": map[string]any{"interval": "10m", "valuesFrom": r.valuesFrom,
 				"chart": map[string]any{"spec": map[string]any{"chart": "flux2", "sourceRef": map[string]any{"kind": "HelmRepository", "name": "charts"}}}},
 		}}
-		if _, err := dyn.Resource(helmv2.GroupVersion.WithResource("helmreleases")).Namespace(ns).Create(ctx, hr, metav1.CreateOptions{}); err != nil {
+		hrs := dyn.Resource(helmv2.GroupVersion.WithResource("helmreleases")).Namespace(ns)
+		if _, err := hrs.Create(ctx, hr, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			if err := hrs.Delete(context.WithoutCancel(ctx), r.name, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("delete HelmRelease %s: %v", r.name, err)
+			}
+		})
 	}
 
 	rep := run(t, ns)

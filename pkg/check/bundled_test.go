@@ -37,6 +37,9 @@ import (
 // None changes the CRDs' verdicts or Safe. Where StorageVersionMigrations are not served
 // (1.32), the existing name cannot be known: the report says so.
 func TestBundledStorageVersionMigrations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
 	const hr = "source.toolkit.fluxcd.io_helmrepositories.yaml"
@@ -231,6 +234,9 @@ func TestBundledStorageVersionMigrations(t *testing.T) {
 // the new StorageVersionMigration beside the failed CRD: the reason says so, and this test
 // keeps it true.
 func TestBundledMigrationTooLateWithHelm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
 	cp.NeedHelm3(t)
 	for _, h := range []struct {
 		name string
