@@ -9,6 +9,7 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -29,8 +30,11 @@ const warmLimit = 30 * time.Second
 // is done, or warmLimit after it began, so a restarted Pod takes admission requests with
 // that state in memory, and a release that cannot be read never holds it back.
 type warmer struct {
-	g    *Gate
-	done atomic.Bool
+	g *Gate
+	// mapper says whether the cluster serves HelmReleases: without Flux there is nothing
+	// to warm, and the cache is not asked for a kind it cannot serve.
+	mapper meta.RESTMapper
+	done   atomic.Bool
 	// releases is how many HelmReleases the warm-up reads, for the readiness message.
 	releases atomic.Int64
 }
@@ -44,6 +48,12 @@ func (w *warmer) Start(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, warmLimit)
 	defer cancel()
 	logger := log.FromContext(ctx).WithName("gate-warm")
+	if w.mapper != nil {
+		if _, err := w.mapper.RESTMapping(helmv2.GroupVersion.WithKind(helmv2.HelmReleaseKind).GroupKind()); meta.IsNoMatchError(err) {
+			logger.Info("the cluster serves no HelmReleases: nothing to warm")
+			return nil
+		}
+	}
 	var list helmv2.HelmReleaseList
 	if err := w.g.reader.List(ctx, &list); err != nil {
 		logger.Error(err, "list HelmReleases to warm the gate; the first decisions read everything afresh")

@@ -130,7 +130,7 @@ func Setup(mgr manager.Manager, o Options) error {
 		if err := mgr.Add(g.clusters); err != nil {
 			return err
 		}
-		w := &warmer{g: g}
+		w := &warmer{g: g, mapper: mgr.GetRESTMapper()}
 		if err := mgr.Add(w); err != nil {
 			return err
 		}
