@@ -35,7 +35,7 @@ type watches struct {
 	max       int
 	mu        sync.Mutex
 	informers map[string]*watched
-	tick      uint64 // counts the requests for an informer (watched.used)
+	tick      uint64 // counts the informers started (watched.id)
 	// pages keeps the schema check's complete, single-page LISTs by resource, with the
 	// count of changes the resource's informer had delivered before the LIST.
 	pages *lru.Cache
@@ -50,7 +50,8 @@ type watches struct {
 }
 
 // maxWatches bounds the informers one target keeps (one per resource the schema check
-// reads, plus two); the one asked for least recently is stopped to make room.
+// reads, plus two); the one asked for least recently is stopped to make room once it has
+// been idle for idleBeforeEviction.
 const maxWatches = 64
 
 // maxKeptPage bounds the objects of a kept LIST: a larger collection is read afresh at
@@ -87,8 +88,8 @@ type watched struct {
 	// id tells this informer from an earlier one of the same resource (stopped and
 	// started again), whose count of changes started from zero too.
 	id uint64
-	// used is when the informer was last asked for, in ticks of its watches.
-	used atomic.Uint64
+	// used is when the informer was last asked for (w.now, in Unix nanoseconds).
+	used atomic.Int64
 }
 
 // version is what a kept page is checked against: which informer, and how many changes it
@@ -104,7 +105,8 @@ func watchTweak(o *metav1.ListOptions) {
 }
 
 // informer returns the informer named key, started with build on first use, and whether
-// it has synced. It returns nil when w is nil.
+// it has synced. It returns nil when w is nil, or holds its maximum of informers all asked
+// for recently.
 func (w *watches) informer(key string, build func() toolscache.SharedIndexInformer) (toolscache.SharedIndexInformer, bool) {
 	wd := w.get(key, build)
 	if wd == nil {
@@ -119,12 +121,13 @@ func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.tick++
+	now := w.now().UnixNano()
 	wd, ok := w.informers[key]
 	if !ok {
-		if len(w.informers) >= w.max {
-			w.evictLocked()
+		if len(w.informers) >= w.max && !w.evictLocked(now) {
+			return nil
 		}
+		w.tick++
 		wd = &watched{inf: build(), id: w.tick}
 		changed := func() { wd.changes.Add(1) }
 		if _, err := wd.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
@@ -150,24 +153,35 @@ func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *
 		w.informers[key] = wd
 		go wd.inf.RunWithContext(ctx)
 	}
-	wd.used.Store(w.tick)
+	wd.used.Store(now)
 	return wd
 }
 
-// evictLocked stops the informer asked for least recently, to make room for another: the
-// bound is on memory, and the resource of the informer stopped is read from the API server
-// again (and its informer started again) the next time a decision needs it. w.mu is held.
-func (w *watches) evictLocked() {
+// idleBeforeEviction is how long an informer must have gone unasked before it makes room
+// for another.
+const idleBeforeEviction = time.Minute
+
+// evictLocked stops the informer asked for least recently, if that was idleBeforeEviction
+// ago, and says whether it made room. The bound is on memory: the resource of the
+// informer stopped is read from the API server again (and its informer started again) the
+// next time a decision needs it. Informers all asked for within that time are kept, and a
+// resource beyond the bound is simply read from the API server, so a decision that judges
+// more resources than the bound does not stop and start informers at every turn. w.mu is
+// held.
+func (w *watches) evictLocked(now int64) bool {
 	var oldest string
 	for k, wd := range w.informers {
 		if oldest == "" || wd.used.Load() < w.informers[oldest].used.Load() {
 			oldest = k
 		}
 	}
-	if wd, ok := w.informers[oldest]; ok {
-		wd.stop()
-		delete(w.informers, oldest)
+	wd, ok := w.informers[oldest]
+	if !ok || time.Duration(now-wd.used.Load()) < idleBeforeEviction {
+		return false
 	}
+	wd.stop()
+	delete(w.informers, oldest)
+	return true
 }
 
 // waitSynced waits until every informer w holds now has synced, and says whether they
@@ -293,7 +307,7 @@ func (w *watches) objects(k *KubeCluster, gvr schema.GroupVersionResource) *watc
 }
 
 // countObjects counts a resource's objects from its metadata informer once it has
-// synced; ok is false before that (or when w is nil), and the caller asks the API
+// synced; ok is false before that (or when w has no informer for it), and the caller asks the API
 // server.
 func (w *watches) countObjects(k *KubeCluster, gvr schema.GroupVersionResource) (n int64, ok bool) {
 	if w == nil {

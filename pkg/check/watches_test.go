@@ -61,11 +61,15 @@ func TestPagesWaitForTheCRDToSettle(t *testing.T) {
 }
 
 // TestInformersMakeRoomForTheNewest: at its bound, a target stops the informer asked for
-// least recently to start another, and a page kept under a stopped informer is never taken
-// for one of its successor's (each informer's count of changes starts from zero).
+// least recently to start another, once that one has been idle for idleBeforeEviction;
+// while all are in use it starts none (the resource is read from the API server). A page
+// kept under a stopped informer is never taken for one of its successor's (each
+// informer's count of changes starts from zero).
 func TestInformersMakeRoomForTheNewest(t *testing.T) {
 	w := newWatches(t.Context())
 	w.max = 2
+	now := time.Unix(1000, 0)
+	w.now = func() time.Time { return now }
 	build := func() toolscache.SharedIndexInformer {
 		lw := &toolscache.ListWatch{
 			ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
@@ -77,10 +81,15 @@ func TestInformersMakeRoomForTheNewest(t *testing.T) {
 	}
 	first := w.get("a", build)
 	b := w.get("b", build)
+	if w.get("c", build) != nil {
+		t.Fatal("an informer started for c while a and b, at the bound, were both just asked for")
+	}
+	now = now.Add(idleBeforeEviction)
 	w.get("a", build) // a is now the more recently asked for
-	w.get("c", build)
-	got := slices.Sorted(maps.Keys(w.informers))
-	if !slices.Equal(got, []string{"a", "c"}) {
+	if w.get("c", build) == nil {
+		t.Fatalf("no informer for c, with b idle for %v", idleBeforeEviction)
+	}
+	if got := slices.Sorted(maps.Keys(w.informers)); !slices.Equal(got, []string{"a", "c"}) {
 		t.Fatalf("informers %v after asking for a, b, a, c with room for 2, want [a c]", got)
 	}
 	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
@@ -88,12 +97,15 @@ func TestInformersMakeRoomForTheNewest(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the informer b made room for c but still runs")
 	}
+	now = now.Add(idleBeforeEviction)
+	w.get("c", build)
 	w.get("b", build)
 	if got := slices.Sorted(maps.Keys(w.informers)); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("informers %v, want [b c]: a was asked for before c", got)
 	}
+	now = now.Add(idleBeforeEviction)
 	again := w.get("a", build)
-	if first.version() == again.version() {
-		t.Fatalf("a restarted informer has the version %s of the one it replaced: a page kept under the old one would be taken as current", again.version())
+	if again == nil || first.version() == again.version() {
+		t.Fatalf("a restarted informer has the version of the one it replaced: a page kept under the old one would be taken as current")
 	}
 }
