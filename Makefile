@@ -56,21 +56,24 @@ KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/... \
 
 # Every test must run: hack/noskip reads go test -json, prints what a plain go test would
 # (result lines and the output of failing tests) and fails the run if a test skipped.
+# Tests run in a shuffled order (a new seed each run), so none depends on another having
+# run first; for a failed package noskip prints the command that repeats its order.
 NOSKIP := $(BIN)/noskip
+GOTEST := go test -json -count=1 -shuffle=on -timeout $(TEST_TIMEOUT)
 
 $(BIN)/noskip: hack/noskip/main.go
 	go build -o $(BIN)/noskip ./hack/noskip
 
 .PHONY: test
 test: testbin $(BIN)/noskip ## Run unit and integration tests (real kube-apiserver, kube-controller-manager, etcd, Helm and Flux), then the version-dependent packages on Kubernetes 1.32; fails if a test skips
-	set -o pipefail; go test -json -count=1 -timeout $(TEST_TIMEOUT) ./... | $(NOSKIP)
-	set -o pipefail; UPGRADEGUARD_KUBE_VERSION=$(KUBE_CI) go test -json -count=1 -timeout $(TEST_TIMEOUT) $(KUBE_CI_PACKAGES) | $(NOSKIP)
+	set -o pipefail; $(GOTEST) ./... | $(NOSKIP)
+	set -o pipefail; UPGRADEGUARD_KUBE_VERSION=$(KUBE_CI) $(GOTEST) $(KUBE_CI_PACKAGES) | $(NOSKIP) -env UPGRADEGUARD_KUBE_VERSION=$(KUBE_CI)
 
 .PHONY: e2e
 e2e: $(BIN)/noskip ## Run upgradeguard as users install it: the image and the chart on a real node (needs root; installs containerd, runc and the CNI plugins with apt-get)
 	./hack/node-deps.sh
 	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --node
-	set -o pipefail; go test -tags e2e -json -count=1 -timeout $(TEST_TIMEOUT) ./test/e2e/... | $(NOSKIP)
+	set -o pipefail; $(GOTEST) -tags e2e ./test/e2e/... | $(NOSKIP)
 
 # What CI can afford of e2e: the chart's Pod on a real node and Job mode on a second
 # cluster's node (the image, the chart, the Job with its generated RBAC), without the long
@@ -81,7 +84,7 @@ E2E_CI_TESTS := ^(TestChartPod|TestJobMode|TestJobModeMissingRule)$$
 e2e-ci: $(BIN)/noskip ## Run the e2e subset CI can afford: the chart's Pod and Job mode on a real node (needs root, as e2e)
 	./hack/node-deps.sh
 	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --node
-	set -o pipefail; go test -tags e2e -json -count=1 -timeout $(TEST_TIMEOUT) -run '$(E2E_CI_TESTS)' ./test/e2e/... | $(NOSKIP)
+	set -o pipefail; $(GOTEST) -tags e2e -run '$(E2E_CI_TESTS)' ./test/e2e/... | $(NOSKIP)
 
 # Argo CD's binary (a 203 MiB cgo build of 25-40 minutes on two cores, through its own Go
 # 1.27 toolchain) is not part of testbin: this target builds it and what its tests run
@@ -90,7 +93,7 @@ e2e-ci: $(BIN)/noskip ## Run the e2e subset CI can afford: the chart's Pod and J
 test-argocd: $(BIN)/noskip ## Run the real Argo CD (repo-server, application-controller, Redis) through the storage boundary, with and without the CRD gate (builds Argo CD first; installs redis-server with apt-get)
 	./hack/argocd-deps.sh
 	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --argocd
-	set -o pipefail; go test -tags argocd -json -count=1 -timeout $(TEST_TIMEOUT) ./test/argocd/... | $(NOSKIP)
+	set -o pipefail; $(GOTEST) -tags argocd ./test/argocd/... | $(NOSKIP)
 
 .PHONY: test-matrix
 test-matrix: ## Run every control-plane test package on Kubernetes 1.32, 1.34, 1.36 and 1.37 and print a pass/fail table
@@ -99,7 +102,7 @@ test-matrix: ## Run every control-plane test package on Kubernetes 1.32, 1.34, 1
 
 .PHONY: unit
 unit: ## Run only the tests that need no control plane
-	go test -count=1 -short ./...
+	go test -count=1 -shuffle=on -short ./...
 
 # The demo's last act needs Flux's controllers, whose first build takes about 15 minutes. It
 # starts once what the first acts need is built (so they start as soon as before), runs in

@@ -23,7 +23,8 @@ for m in "${minors[@]}"; do
     short=${p#"$mod"/}
     log="$logs/${m}_${short//\//_}.log"
     echo "test-matrix: Kubernetes $m: $short" >&2
-    if UPGRADEGUARD_KUBE_VERSION=$m go test -count=1 -timeout "$timeout" "$p" >"$log" 2>&1; then
+    # Shuffled like make test; a failing log starts with the -test.shuffle seed to repeat.
+    if UPGRADEGUARD_KUBE_VERSION=$m go test -count=1 -shuffle=on -timeout "$timeout" "$p" >"$log" 2>&1; then
       result[$m,$short]=pass
     else
       result[$m,$short]=FAIL

@@ -7,7 +7,12 @@
 // the test fail and name the step (`make testbin`, an apt-get package) that provides
 // what it needs.
 //
-//	set -o pipefail; go test -json ./... | go run ./hack/noskip
+// Under `go test -shuffle`, a package's "-test.shuffle N" line is kept back; when the
+// package fails, noskip prints the command that runs its tests in the same order again,
+// so a failure that depends on order can be reproduced. -env names the environment the
+// run had (for example UPGRADEGUARD_KUBE_VERSION=1.32), for that command.
+//
+//	set -o pipefail; go test -json -shuffle=on ./... | go run ./hack/noskip
 package main
 
 import (
@@ -22,8 +27,9 @@ import (
 
 func main() {
 	short := flag.Bool("short", false, "the run was go test -short: report skips without failing")
+	env := flag.String("env", "", "the run's environment (NAME=VALUE ...), named in the command that repeats a shuffled order")
 	flag.Parse()
-	r, err := filter(os.Stdin, os.Stdout)
+	r, err := filter(os.Stdin, os.Stdout, *env)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "noskip:", err)
 		os.Exit(2)
@@ -51,8 +57,8 @@ type result struct {
 type testKey struct{ pkg, test string }
 
 // filter copies the human-readable part of the stream in to out, as it arrives.
-func filter(in io.Reader, out io.Writer) (result, error) {
-	f := &filterState{out: out, running: map[testKey][]string{}}
+func filter(in io.Reader, out io.Writer, env string) (result, error) {
+	f := &filterState{out: out, env: env, running: map[testKey][]string{}, seeds: map[string]string{}}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
 	for sc.Scan() {
@@ -68,6 +74,8 @@ func filter(in io.Reader, out io.Writer) (result, error) {
 
 type filterState struct {
 	out     io.Writer
+	env     string            // the run's environment, for the repeat command
+	seeds   map[string]string // a package's -test.shuffle seed
 	running map[testKey][]string // output of tests that have not finished
 	order   []testKey            // tests in the order they started
 	result
@@ -78,6 +86,8 @@ func (f *filterState) handle(e event) {
 	switch {
 	case e.Action == "build-output":
 		fmt.Fprint(f.out, e.Output)
+	case e.Test == "" && e.Action == "output" && strings.HasPrefix(e.Output, shufflePrefix):
+		f.seeds[e.Package] = strings.TrimSpace(strings.TrimPrefix(e.Output, shufflePrefix))
 	case e.Test == "" && e.Action == "output":
 		// Output outside any test, such as the package's result line: a test still
 		// running then never finishes (a -timeout panic); print it first.
@@ -87,7 +97,10 @@ func (f *filterState) handle(e event) {
 		}
 	case e.Test == "" && (e.Action == "pass" || e.Action == "fail"):
 		f.flush(e.Package)
-		f.failed = f.failed || e.Action == "fail"
+		if e.Action == "fail" {
+			f.failed = true
+			f.repeat(e.Package)
+		}
 	case e.Test == "":
 		// start, or skip: a package without test files
 	case e.Action == "run":
@@ -107,6 +120,23 @@ func (f *filterState) handle(e event) {
 	case e.Action == "pass":
 		delete(f.running, k)
 	}
+}
+
+// shufflePrefix starts the line `go test -shuffle` prints before a package's tests.
+const shufflePrefix = "-test.shuffle "
+
+// repeat prints, for a failed package that ran shuffled, the command that runs its
+// tests in the same order again.
+func (f *filterState) repeat(pkg string) {
+	seed, ok := f.seeds[pkg]
+	if !ok {
+		return
+	}
+	env := ""
+	if f.env != "" {
+		env = f.env + " "
+	}
+	fmt.Fprintf(f.out, "noskip: %s ran its tests in shuffled order; the same order again: %sgo test -count=1 -shuffle=%s %s\n", pkg, env, seed, pkg)
 }
 
 // flush prints the output of pkg's tests that have not finished.

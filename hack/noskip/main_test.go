@@ -17,6 +17,7 @@ func TestFilter(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		stream string
+		env    string
 		short  bool
 		want   string
 		code   int
@@ -71,6 +72,19 @@ FAIL	example.com/skipdemo/broken [build failed]
 `,
 		code: 1,
 	}, {
+		name:   "a shuffled run names the order that failed, and only for the failed package",
+		stream: "shuffle.json",
+		env:    "UPGRADEGUARD_KUBE_VERSION=1.32",
+		want: `=== RUN   TestFails
+    a_test.go:7: boom
+--- FAIL: TestFails (0.00s)
+FAIL
+FAIL	example.com/skipdemo	0.314s
+noskip: example.com/skipdemo ran its tests in shuffled order; the same order again: UPGRADEGUARD_KUBE_VERSION=1.32 go test -count=1 -shuffle=1700000000 example.com/skipdemo
+ok  	example.com/skipdemo/ok	0.003s
+`,
+		code: 1,
+	}, {
 		name:   "lines that are not events pass through",
 		stream: "",
 		want:   "go: downloading example.com/x v1.0.0\n",
@@ -85,7 +99,7 @@ FAIL	example.com/skipdemo/broken [build failed]
 				in = string(data)
 			}
 			var out strings.Builder
-			r, err := filter(strings.NewReader(in), &out)
+			r, err := filter(strings.NewReader(in), &out, tc.env)
 			if err != nil {
 				t.Fatal(err)
 			}
