@@ -38,6 +38,10 @@ const (
 	ResultKey = "result.json"
 	// jobPoll is how often a Job-mode migration's result is looked for.
 	jobPoll = 2 * time.Second
+	// jobContainer is the name of the Job's one container.
+	jobContainer = "migrate"
+	// maxExitMessage bounds how much of a Pod's termination message a failure quotes.
+	maxExitMessage = 1024
 )
 
 // JobName is the name of the Job (and of its ServiceAccount, roles and result ConfigMap)
@@ -78,8 +82,8 @@ func (r *StorageMigrationReconciler) runJob(ctx context.Context, sm *v1alpha1.St
 	if job, err := cs.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
 		for _, c := range job.Status.Conditions {
 			if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-				return r.fail(ctx, sm, "", fmt.Sprintf("the migration Job %s/%s failed without a result (%s: %s): see kubectl -n %s logs job/%s on the target",
-					ns, name, c.Reason, c.Message, ns, name))
+				return r.fail(ctx, sm, "", fmt.Sprintf("the migration Job %s/%s failed without a result (%s: %s)%s: see kubectl -n %s logs job/%s on the target",
+					ns, name, c.Reason, c.Message, lastExit(ctx, cs, ns, name), ns, name))
 			}
 		}
 	}
@@ -167,12 +171,46 @@ func JobObjects(sm *v1alpha1.StorageMigration, name, ns, image string, crds []*a
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
 				ServiceAccountName: name, RestartPolicy: corev1.RestartPolicyNever,
 				SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true)},
-				Containers: []corev1.Container{{Name: "migrate", Image: image, Args: args,
+				Containers: []corev1.Container{{Name: jobContainer, Image: image, Args: args,
+					// A migrate that exits before writing its result leaves its last
+					// log lines (its error) as the termination message, for lastExit.
+					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 					SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
 			}},
 		}},
 	}
+}
+
+// lastExit words how the newest terminated migrate container of Job ns/name ended:
+// ", its last Pod exited with code N: MESSAGE", where MESSAGE is the container's
+// termination message (its last log lines, by FallbackToLogsOnError). It is empty when
+// no Pod can be read (the Pods were deleted, or the controller may not list Pods in
+// the Job's namespace): the failure then names `kubectl logs` only.
+func lastExit(ctx context.Context, cs kubernetes.Interface, ns, name string) string {
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + name})
+	if err != nil {
+		return ""
+	}
+	var last *corev1.ContainerStateTerminated
+	for _, p := range pods.Items {
+		for _, st := range p.Status.ContainerStatuses {
+			if t := st.State.Terminated; st.Name == jobContainer && t != nil && (last == nil || t.FinishedAt.After(last.FinishedAt.Time)) {
+				last = t
+			}
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	msg := strings.TrimSpace(last.Message)
+	if len(msg) > maxExitMessage {
+		msg = "..." + strings.ToValidUTF8(msg[len(msg)-maxExitMessage:], "")
+	}
+	if msg == "" {
+		return fmt.Sprintf(", its last Pod exited with code %d", last.ExitCode)
+	}
+	return fmt.Sprintf(", its last Pod exited with code %d: %s", last.ExitCode, msg)
 }
 
 func createAll(ctx context.Context, cs kubernetes.Interface, o JobObjectSet) error {

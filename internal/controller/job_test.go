@@ -326,3 +326,81 @@ func TestJobModeResultFailed(t *testing.T) {
 		t.Errorf("the Job after the failure: %v, want it kept", err)
 	}
 }
+
+// TestJobModeFailedWithoutResult: the Job's command cannot write its result (the Role
+// lost its ConfigMap rule) and exits 2, and the Job fails for good. No kubelet or Job
+// controller runs here, so the test plays both: the Pod the Job ran, terminated with the
+// command's exit code and its last output as the termination message (what
+// FallbackToLogsOnError gives), then the Job's FailureTarget and Failed conditions. The
+// StorageMigration fails naming the Pod's exit code and message, not only `kubectl logs`.
+func TestJobModeFailedWithoutResult(t *testing.T) {
+	e := setup(t)
+	jm := startJobMode(t, e, "job-mode-noresult", 5)
+	spec := jm.job.Spec.Template.Spec
+	if p := spec.Containers[0].TerminationMessagePolicy; p != corev1.TerminationMessageFallbackToLogsOnError {
+		t.Errorf("the Job's container has termination message policy %q, want %q", p, corev1.TerminationMessageFallbackToLogsOnError)
+	}
+	role, err := jm.cs.RbacV1().Roles(jm.ns).Get(e.ctx, jm.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return r.Resources[0] == "configmaps" })
+	if i < 0 {
+		t.Fatalf("the generated Role has no rule for the result ConfigMap: %v", role.Rules)
+	}
+	role.Rules = without(role.Rules, i)
+	if _, err := jm.cs.RbacV1().Roles(jm.ns).Update(e.ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runAs(t, saKubeconfig(t, jm.tgt, jm.cs, jm.ns, jm.name), spec.Containers[0].Args)
+	if code != 2 || !strings.Contains(out, "configmaps") {
+		t.Fatalf("the Job's command without the result rule: exit %d, want 2 naming configmaps\n%s", code, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+
+	// The kubelet's part: the Job's Pod, terminated with the command's exit.
+	now := metav1.Now()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: jm.name + "-x1", Namespace: jm.ns,
+		Labels: map[string]string{batchv1.JobNameLabel: jm.name}}, Spec: spec}
+	pod, err = jm.cs.CoreV1().Pods(jm.ns).Create(e.ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: spec.Containers[0].Name, Image: spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: int32(code), Reason: "Error", Message: out, StartedAt: now, FinishedAt: now}}}}}
+	if _, err := jm.cs.CoreV1().Pods(jm.ns).UpdateStatus(e.ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The Job controller's part: the Job failed for good.
+	job := jm.job.DeepCopy()
+	job.Status.StartTime, job.Status.Failed = &now, 1
+	for _, c := range []batchv1.JobConditionType{batchv1.JobFailureTarget, batchv1.JobFailed} {
+		job.Status.Conditions = append(job.Status.Conditions, batchv1.JobCondition{Type: c, Status: corev1.ConditionTrue,
+			Reason: batchv1.JobReasonBackoffLimitExceeded, Message: "Job has reached the specified backoff limit", LastTransitionTime: now, LastProbeTime: now})
+	}
+	if _, err := jm.cs.BatchV1().Jobs(jm.ns).UpdateStatus(e.ctx, job, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	sm := &v1alpha1.StorageMigration{}
+	waitFor(t, 60*time.Second, "the StorageMigration Failed from the failed Job", func() (bool, error) {
+		err := e.c.Get(e.ctx, client.ObjectKey{Name: jm.sm.Name}, sm)
+		return err == nil && terminalPhase(sm.Status.Phase), err
+	})
+	c := meta.FindStatusCondition(sm.Status.Conditions, v1alpha1.ConditionFailed)
+	if sm.Status.Phase != v1alpha1.PhaseFailed || c == nil {
+		t.Fatalf("StorageMigration: phase %s, conditions %+v; want Failed", sm.Status.Phase, sm.Status.Conditions)
+	}
+	for _, want := range []string{"failed without a result", batchv1.JobReasonBackoffLimitExceeded, "its last Pod exited with code 2: ", last,
+		"kubectl -n " + jm.ns + " logs job/" + jm.name} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("the Failed condition's message lacks %q:\n%s", want, c.Message)
+		}
+	}
+	if _, err := jm.cs.BatchV1().Jobs(jm.ns).Get(e.ctx, jm.name, metav1.GetOptions{}); err != nil {
+		t.Errorf("the Job after the failure: %v, want it kept for its logs", err)
+	}
+}
