@@ -74,8 +74,8 @@ func filter(in io.Reader, out io.Writer, env string) (result, error) {
 
 type filterState struct {
 	out     io.Writer
-	env     string            // the run's environment, for the repeat command
-	seeds   map[string]string // a package's -test.shuffle seed
+	env     string               // the run's environment, for the repeat command
+	seeds   map[string]string    // a package's -test.shuffle seed
 	running map[testKey][]string // output of tests that have not finished
 	order   []testKey            // tests in the order they started
 	result
