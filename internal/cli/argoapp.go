@@ -14,6 +14,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // argoAppFlag is --argocd-app NAMESPACE/NAME: check and plan read the chart source from
@@ -24,6 +25,13 @@ const argoAppFlag = "argocd-app"
 type argoAppOptions struct {
 	ref       string // NAMESPACE/NAME
 	namespace string // where Argo CD keeps its repository Secrets
+}
+
+// upgradeCommand words moving the Application to chart version v: commit its
+// targetRevision (or argocd app set).
+func (a *argoAppOptions) upgradeCommand(v string) string {
+	ns, name, _ := strings.Cut(a.ref, "/")
+	return predict.Command{Kind: predict.CommandApplicationRevision, Release: name, Namespace: ns, ChartVersion: v}.String()
 }
 
 func (a *argoAppOptions) addFlags(cmd *cobra.Command) {

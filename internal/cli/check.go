@@ -39,6 +39,8 @@ type checkOptions struct {
 	// argo is --argocd-app (check and plan): the chart source read from an Argo CD
 	// Application.
 	argo argoAppOptions
+	// upgrade words a step to a chart version in the deployer's terms (check.Sources.Upgrade).
+	upgrade func(chartVersion string) string
 }
 
 func newCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -227,6 +229,7 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 	}
 	defer func() { _ = c.Close() }()
 	o.chart, o.crdPolicy, o.release = c.Options, c.Policy, ""
+	o.upgrade = o.argo.upgradeCommand
 	rep, err := o.predictChart(ctx, conn)
 	if err != nil {
 		return nil, err
@@ -238,7 +241,7 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 // predictChart predicts the upgrade to o.chart, or the rollback, of o.release.
 func (o *checkOptions) predictChart(ctx context.Context, conn *connection) (*check.Report, error) {
 	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: o.chart.Namespace, Policy: o.crdPolicy,
-		Rollback: o.rollback, ToRevision: o.toRevision}
+		Rollback: o.rollback, ToRevision: o.toRevision, Upgrade: o.upgrade}
 	if o.release != "" {
 		reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())
 		if err != nil {

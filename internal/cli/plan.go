@@ -241,10 +241,7 @@ func (o *planOptions) argoRequest(ctx context.Context, conn *connection, req *pl
 	}
 	history.Options.Version = ""
 	req.Versions = history
-	ns, name, _ := strings.Cut(o.argo.ref, "/")
-	req.Commands.Upgrade = func(v string) string {
-		return predict.Command{Kind: predict.CommandApplicationRevision, Release: name, Namespace: ns, ChartVersion: v}.String()
-	}
+	req.Commands.Upgrade = o.argo.upgradeCommand
 	return nil
 }
 

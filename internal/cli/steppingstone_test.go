@@ -43,11 +43,27 @@ func TestSteppingStoneFromRepository(t *testing.T) {
 	if r.code != cli.ExitFindings {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, c := range report(t, r).CRDs {
-		if c.Name == revs && (c.Verdict != predict.Bridge || c.SteppingStone != "1.12.2") {
-			t.Errorf("verdict %s stepping stone %q, want bridge via 1.12.2", c.Verdict, c.SteppingStone)
+	migrate := "upgradeguard migrate --crd " + revs
+	stoneAction := func(r result, want string) {
+		t.Helper()
+		for _, c := range report(t, r).CRDs {
+			if c.Name == revs && (c.Verdict != predict.Bridge || c.SteppingStone != "1.12.2" || c.Action != want) {
+				t.Errorf("verdict %s stepping stone %q action %q, want bridge via 1.12.2 with %q", c.Verdict, c.SteppingStone, c.Action, want)
+			}
 		}
 	}
+	stoneAction(r, "two steps: "+migrate+"; upgrade to chart version 1.12.2; "+migrate+"; then upgrade to 2.0.0")
+
+	// An Argo CD Application of the same chart: the steps are targetRevision commits.
+	createApplication(t, "revs", appSpec(map[string]any{"repoURL": url, "chart": "crossplane-revs", "targetRevision": "2.0.0"}, "crossplane-system"))
+	r = ug(t, "check", "--argocd-app", "argocd/revs", "-o", "json")
+	if r.code != cli.ExitFindings {
+		t.Fatalf("check --argocd-app: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	revision := func(v string) string {
+		return `commit targetRevision: "` + v + `" to the Helm source of Application argocd/revs (or: argocd app set argocd/revs --revision ` + v + ")"
+	}
+	stoneAction(r, "two steps: "+migrate+"; "+revision("1.12.2")+"; "+migrate+"; then "+revision("2.0.0"))
 	r = ug(t, "check", "--chart", "crossplane-revs", "--repo", url, "--version", "2.0.0", "--no-stepping-stone", "-o", "json")
 	for _, c := range report(t, r).CRDs {
 		if c.SteppingStone != "" {

@@ -71,6 +71,11 @@ type Request struct {
 	// crdschema): no pruning, validation or conversion findings, and no object reads.
 	NoSchemaCheck bool
 
+	// Upgrade words moving the deployment to a chart version in its deployer's terms (a
+	// predict.Command: an Argo CD Application's targetRevision, say), for a stepping
+	// stone's steps. Nil words it as a Helm upgrade: "upgrade to chart version V".
+	Upgrade func(chartVersion string) string
+
 	// What the report and its actions name.
 	Release      string
 	Namespace    string
@@ -453,8 +458,11 @@ func action(req Request, c CRDReport) string {
 	case predict.FixSteppingStone:
 		if c.SteppingStone != "" {
 			migrate := predict.Command{Kind: predict.CommandMigrate, CRDs: crd}
-			return fmt.Sprintf("two steps: %s; upgrade to chart version %s; %s; then upgrade to %s",
-				migrate, c.SteppingStone, migrate, orUnknown(req.ChartVersion))
+			stone, target := "upgrade to chart version "+c.SteppingStone, "upgrade to "+orUnknown(req.ChartVersion)
+			if req.Upgrade != nil {
+				stone, target = req.Upgrade(c.SteppingStone), req.Upgrade(orUnknown(req.ChartVersion))
+			}
+			return fmt.Sprintf("two steps: %s; %s; %s; then %s", migrate, stone, migrate, target)
 		}
 		return fmt.Sprintf("go through a chart version whose CRD serves %s and stores at one of %s: upgrade to it, migrate, then upgrade to %s (a chart from a repository or OCI registry lets check name one)",
 			c.LiveStorageVersion, versionList(c.IncomingVersions), orUnknown(req.ChartVersion))

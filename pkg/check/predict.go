@@ -84,6 +84,8 @@ type Sources struct {
 	SteppingStones History
 	// NoObjectCounts skips counting each CRD's objects (Request.NoObjectCounts).
 	NoObjectCounts bool
+	// Upgrade words moving the deployment to a chart version (Request.Upgrade).
+	Upgrade func(chartVersion string) string
 }
 
 // Prediction is a Report with what it was made from, for callers that look further
@@ -109,7 +111,7 @@ var ErrRollbackNeedsRelease = errors.New("a rollback needs the release whose rev
 // the live cluster. It only reads.
 func Predict(ctx context.Context, s Sources) (*Prediction, error) {
 	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Release: s.Release, Namespace: s.Namespace, Current: s.Current,
-		NoObjectCounts: s.NoObjectCounts}
+		NoObjectCounts: s.NoObjectCounts, Upgrade: s.Upgrade}
 	p := &Prediction{}
 	if s.Record != nil {
 		if err := s.record(ctx, &req, p); err != nil {
