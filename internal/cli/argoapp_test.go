@@ -154,6 +154,41 @@ func TestCheckArgoCDAppHelmRepository(t *testing.T) {
 	if want := "argocd app set argocd/flux --revision 2.18.2"; !strings.Contains(strings.Join(commands, "\n"), want) {
 		t.Errorf("plan commands lack %q:\n%s", want, strings.Join(commands, "\n"))
 	}
+	if p.From != "" || p.FromSource != "" {
+		t.Errorf("plan of a never-synced Application from %q (%s), want no start version", p.From, p.FromSource)
+	}
+
+	// Argo CD synced 2.17.2 (history), and its last attempt at 2.18.2 failed (sync
+	// status): the plan starts at the deployed version.
+	setApplicationStatus(t, "flux", map[string]any{"sync": map[string]any{"status": "OutOfSync", "revision": "2.18.2"},
+		"history": []any{map[string]any{"id": int64(0), "revision": "2.17.2"}}})
+	out = ug(t, "plan", "--argocd-app", "argocd/flux", "-o", "json")
+	p = plan.Plan{}
+	if err := json.Unmarshal([]byte(out.stdout), &p); err != nil {
+		t.Fatalf("plan JSON: %v\n%s%s", err, out.stdout, out.stderr)
+	}
+	if p.From != "2.17.2" || p.FromSource != "status.history" || p.Target != "2.18.2" {
+		t.Errorf("plan from %q (%q) to %q, want from 2.17.2 (status.history) to 2.18.2", p.From, p.FromSource, p.Target)
+	}
+	text = ug(t, "plan", "--argocd-app", "argocd/flux")
+	if want := "chart 2.17.2 (deployed, from status.history) -> 2.18.2"; !strings.Contains(text.stdout, want) {
+		t.Errorf("plan text lacks %q:\n%s", want, text.stdout)
+	}
+}
+
+// setApplicationStatus writes the status of Application argocd/name (the test CRD, like
+// Argo CD's, has no status subresource: an update writes it).
+func setApplicationStatus(t *testing.T, name string, status map[string]any) {
+	t.Helper()
+	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(testenv.ApplicationGVR).Namespace(testenv.ArgoCDNamespace)
+	app, err := ri.Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Object["status"] = status
+	if _, err := ri.Update(t.Context(), app, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestCheckArgoCDAppGit: the same chart as a path in a git repository, cloned at the

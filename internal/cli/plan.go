@@ -221,9 +221,10 @@ func cached(src chartsource.Options) chartsource.Options {
 }
 
 // argoRequest plans for --argocd-app: the Application's chart source, release name,
-// namespace and CRD policy, with no Helm release (Argo CD keeps none), towards --version
-// or else the Application's own targetRevision. A chart on disk (a git checkout) offers
-// its one version. Each upgrade step is a targetRevision to commit.
+// namespace and CRD policy, with no Helm release (Argo CD keeps none), from the chart
+// version Argo CD last deployed (argoapp.Application.Deployed) towards --version or else
+// the Application's own targetRevision. A chart on disk (a git checkout) offers its one
+// version. Each upgrade step is a targetRevision to commit.
 func (o *planOptions) argoRequest(ctx context.Context, conn *connection, req *plan.Request) error {
 	c, err := o.argo.resolve(ctx, cmdPlan, conn)
 	if err != nil {
@@ -232,6 +233,7 @@ func (o *planOptions) argoRequest(ctx context.Context, conn *connection, req *pl
 	o.argoChart = c
 	src := c.Options
 	req.Release, req.Namespace, req.Policy = src.ReleaseName, src.Namespace, c.Policy
+	req.From, req.FromSource = c.Deployed, c.DeployedFrom
 	if !o.latest && o.chart.Version == "" {
 		req.Target = src.Version
 	}
@@ -291,8 +293,11 @@ func renderPlanText(w io.Writer, p *plan.Plan, hr *plan.HelmRelease) error {
 		subject = fmt.Sprintf("Argo CD Application %s (release %s)", p.Application, p.Release)
 	}
 	from := p.From
-	if from == "" {
+	switch {
+	case from == "":
 		from = "(not installed)"
+	case p.FromSource != "":
+		from += " (deployed, from " + p.FromSource + ")"
 	}
 	fmt.Fprintf(w, "Plan for %s in %s: chart %s -> %s\n", subject, orDash(p.Namespace), from, p.Target)
 	switch {

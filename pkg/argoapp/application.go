@@ -94,13 +94,63 @@ type FileParameter struct {
 	Path string `json:"path"`
 }
 
-// Status is the part of the Application's status the audit reads.
+// Status is the part of the Application's status that audit and plan read.
 type Status struct {
 	Resources []ResourceStatus `json:"resources,omitempty"`
 	Sync      struct {
-		Status   string `json:"status,omitempty"`
-		Revision string `json:"revision,omitempty"`
+		Status    string   `json:"status,omitempty"`
+		Revision  string   `json:"revision,omitempty"`
+		Revisions []string `json:"revisions,omitempty"`
 	} `json:"sync,omitempty"`
+	// History has one entry per successful sync, the newest last.
+	History []HistoryEntry `json:"history,omitempty"`
+}
+
+// HistoryEntry is one sync in status.history: the revision it deployed (Revisions, one
+// per source, for an Application with spec.sources).
+type HistoryEntry struct {
+	Revision  string   `json:"revision,omitempty"`
+	Revisions []string `json:"revisions,omitempty"`
+}
+
+// Where Application.Deployed read the deployed revision.
+const (
+	FromHistory      = "status.history"
+	FromSyncRevision = "status.sync.revision"
+)
+
+// Deployed is the revision of the Helm source that Argo CD last deployed, and where it
+// was read: the newest status.history entry (Argo CD adds one per successful sync, so a
+// sync that failed is not in it), else status.sync.revision when the Application is
+// Synced and has no history. For a chart source the revision is the chart version; a
+// git source's is a commit, and Deployed then says nothing, as it does when neither
+// field holds one.
+func (a *Application) Deployed() (revision, from string) {
+	src, pos := a.helmSourcePosition()
+	if src == nil || src.Chart == "" {
+		return "", ""
+	}
+	pick := func(rev string, revs []string) string {
+		if pos < 0 {
+			return rev
+		}
+		if pos < len(revs) {
+			return revs[pos]
+		}
+		return ""
+	}
+	if n := len(a.Status.History); n > 0 {
+		if r := pick(a.Status.History[n-1].Revision, a.Status.History[n-1].Revisions); r != "" {
+			return r, FromHistory
+		}
+		return "", ""
+	}
+	if a.Status.Sync.Status == "Synced" {
+		if r := pick(a.Status.Sync.Revision, a.Status.Sync.Revisions); r != "" {
+			return r, FromSyncRevision
+		}
+	}
+	return "", ""
 }
 
 // ResourceStatus is one resource of the Application's resource tree.

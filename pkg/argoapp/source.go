@@ -64,6 +64,9 @@ type Chart struct {
 	Credentials string
 	// Notes say what of the source was read but not applied.
 	Notes []string
+	// Deployed is the chart version Argo CD last deployed, and DeployedFrom where it was
+	// read (Application.Deployed); empty when the Application does not say.
+	Deployed, DeployedFrom string
 
 	dir      string
 	unpacked bool
@@ -120,6 +123,7 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 	}
 	c := &Chart{Subject: app.Subject(), RepoURL: src.RepoURL, Chart: src.Chart, Path: src.Path, TargetRevision: src.TargetRevision,
 		Policy: check.PolicyCreateReplace, dir: dir}
+	c.Deployed, c.DeployedFrom = app.Deployed()
 	if err := c.resolve(ctx, app, src, o); err != nil {
 		_ = c.Close()
 		return nil, err
@@ -179,6 +183,21 @@ func (a *Application) HelmSource() (*Source, error) {
 		return nil, a.unsupported("the source has no repoURL")
 	}
 	return s, nil
+}
+
+// helmSourcePosition is the Helm source and its index in spec.sources (-1 for
+// spec.source); nil when HelmSource refuses the Application.
+func (a *Application) helmSourcePosition() (*Source, int) {
+	src, err := a.HelmSource()
+	if err != nil {
+		return nil, -1
+	}
+	for i := range a.Spec.Sources {
+		if &a.Spec.Sources[i] == src {
+			return src, i
+		}
+	}
+	return src, -1
 }
 
 // String names the source: its repository, chart or path, and target revision.

@@ -143,3 +143,56 @@ func TestFromSecret(t *testing.T) {
 		t.Fatalf("error %v, want one naming sshPrivateKey and never the key", err)
 	}
 }
+
+// TestDeployed: the chart version Argo CD last deployed comes from the newest history
+// entry (a failed sync adds none), else from a Synced sync status; per source for
+// spec.sources; never from a git source, whose revision is a commit.
+func TestDeployed(t *testing.T) {
+	chart := Source{RepoURL: "https://charts.example.com", Chart: "web", TargetRevision: "~1.3"}
+	values := Source{RepoURL: "https://git.example.com/values.git", Ref: "values"}
+	git := Source{RepoURL: "https://git.example.com/charts.git", Path: "web", TargetRevision: "main"}
+	single := func(st Status) *Application { a := app(Spec{Source: &chart}); a.Status = st; return a }
+	synced := func(rev string, revs ...string) Status {
+		var st Status
+		st.Sync.Status, st.Sync.Revision, st.Sync.Revisions = "Synced", rev, revs
+		return st
+	}
+	for _, tc := range []struct {
+		name       string
+		app        *Application
+		want, from string
+	}{
+		{"newest history entry", single(Status{History: []HistoryEntry{{Revision: "1.2.0"}, {Revision: "1.2.3"}}}), "1.2.3", FromHistory},
+		{"history wins over a sync revision that failed", func() *Application {
+			st := synced("1.3.0")
+			st.Sync.Status = "OutOfSync"
+			st.History = []HistoryEntry{{Revision: "1.2.3"}}
+			return single(st)
+		}(), "1.2.3", FromHistory},
+		{"synced without history", single(synced("1.2.3")), "1.2.3", FromSyncRevision},
+		{"out of sync without history", func() *Application { st := synced("1.2.3"); st.Sync.Status = "OutOfSync"; return single(st) }(), "", ""},
+		{"multi-source: the chart's position", func() *Application {
+			a := app(Spec{Sources: []Source{values, chart}})
+			a.Status.History = []HistoryEntry{{Revisions: []string{"0123abc", "1.2.3"}}}
+			return a
+		}(), "1.2.3", FromHistory},
+		{"multi-source synced", func() *Application {
+			a := app(Spec{Sources: []Source{values, chart}})
+			a.Status = synced("", "0123abc", "1.2.3")
+			return a
+		}(), "1.2.3", FromSyncRevision},
+		{"git source: a commit is no chart version", func() *Application {
+			a := app(Spec{Source: &git})
+			a.Status.History = []HistoryEntry{{Revision: "0123abc"}}
+			return a
+		}(), "", ""},
+		{"never synced", single(Status{}), "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, from := tc.app.Deployed()
+			if got != tc.want || from != tc.from {
+				t.Errorf("Deployed() = %q, %q; want %q, %q", got, from, tc.want, tc.from)
+			}
+		})
+	}
+}

@@ -123,6 +123,9 @@ type Plan struct {
 	Chart       string `json:"chart,omitempty"`
 	// From is the chart version the release runs (empty with no release).
 	From string `json:"from,omitempty"`
+	// FromSource says where From was read when there is no Helm release (Request.From):
+	// an Argo CD Application's status.history, say.
+	FromSource string `json:"fromSource,omitempty"`
 	// Target is the chart version the plan reaches.
 	Target string `json:"target,omitempty"`
 	// Reachable says whether a path was found; Steps is empty when not.
@@ -194,6 +197,10 @@ type Request struct {
 	Commands Commands
 	// MaxSearch bounds how many predicted states are expanded (default 5000).
 	MaxSearch int
+	// From is the chart version deployed today when no Helm release says it (Argo CD
+	// keeps none): the plan starts there and only steps through newer versions. FromSource
+	// says where it was read. Ignored when Releases finds a deployed revision.
+	From, FromSource string
 }
 
 // NoPathError says that no sequence of steps reaches the target; it names what blocks it.
@@ -224,6 +231,9 @@ func Run(ctx context.Context, req Request) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{Release: req.Release, Namespace: req.Namespace, Chart: r.chart, From: r.start.version, Steps: []Step{}}
+	if r.deployed == nil && p.From != "" {
+		p.FromSource = req.FromSource
+	}
 	defer func() { p.ChartLoads = r.loads.n }()
 	if p.Target, err = r.target(); err != nil {
 		return p, err
@@ -287,7 +297,7 @@ func newRunner(ctx context.Context, req Request) (*runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read live CRDs: %w", err)
 	}
-	r := &runner{req: req, start: &state{crds: live}, loads: newLoader(req.Versions),
+	r := &runner{req: req, start: &state{crds: live, version: req.From}, loads: newLoader(req.Versions),
 		counts: &counter{live: req.Cluster, liveMap: live, memo: map[string]countResult{}}}
 	if req.Releases != nil {
 		h, err := req.Releases.History(ctx, req.Release)
