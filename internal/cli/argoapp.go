@@ -27,11 +27,14 @@ type argoAppOptions struct {
 	namespace string // where Argo CD keeps its repository Secrets
 }
 
-// upgradeCommand words moving the Application to chart version v: commit its
-// targetRevision (or argocd app set).
-func (a *argoAppOptions) upgradeCommand(v string) string {
+// upgradeCommand words moving the Application of chart c to a chart version: commit its
+// targetRevision (or argocd app set, at the Helm source's position in spec.sources).
+func (a *argoAppOptions) upgradeCommand(c *argoapp.Chart) func(chartVersion string) string {
 	ns, name, _ := strings.Cut(a.ref, "/")
-	return predict.Command{Kind: predict.CommandApplicationRevision, Release: name, Namespace: ns, ChartVersion: v}.String()
+	return func(v string) string {
+		return predict.Command{Kind: predict.CommandApplicationRevision, Release: name, Namespace: ns, ChartVersion: v,
+			SourcePosition: c.SourcePosition}.String()
+	}
 }
 
 func (a *argoAppOptions) addFlags(cmd *cobra.Command) {

@@ -174,6 +174,19 @@ func TestCheckArgoCDAppHelmRepository(t *testing.T) {
 	if want := "chart 2.17.2 (deployed, from status.history) -> 2.18.2"; !strings.Contains(text.stdout, want) {
 		t.Errorf("plan text lacks %q:\n%s", want, text.stdout)
 	}
+
+	// The same chart as the second of two sources (the first holds values): argocd app
+	// set needs the Helm source's position.
+	createApplication(t, "flux-multi", map[string]any{"project": "default",
+		"destination": map[string]any{"server": testenv.InClusterServer, "namespace": "flux-system"},
+		"sources": []any{
+			map[string]any{"repoURL": "https://git.example.com/values.git", "ref": "values"},
+			map[string]any{"repoURL": url, "chart": "flux2", "targetRevision": "~2.18"},
+		}})
+	multi := ug(t, "plan", "--argocd-app", "argocd/flux-multi")
+	if want := "argocd app set argocd/flux-multi --source-position 2 --revision 2.18.2"; !strings.Contains(multi.stdout, want) {
+		t.Errorf("plan of a multi-source Application lacks %q (exit %d):\n%s%s", want, multi.code, multi.stdout, multi.stderr)
+	}
 }
 
 // setApplicationStatus writes the status of Application argocd/name (the test CRD, like

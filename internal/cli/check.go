@@ -229,7 +229,7 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 	}
 	defer func() { _ = c.Close() }()
 	o.chart, o.crdPolicy, o.release = c.Options, c.Policy, ""
-	o.upgrade = o.argo.upgradeCommand
+	o.upgrade = o.argo.upgradeCommand(c)
 	rep, err := o.predictChart(ctx, conn)
 	if err != nil {
 		return nil, err

@@ -243,7 +243,7 @@ func (o *planOptions) argoRequest(ctx context.Context, conn *connection, req *pl
 	}
 	history.Options.Version = ""
 	req.Versions = history
-	req.Commands.Upgrade = o.argo.upgradeCommand
+	req.Commands.Upgrade = o.argo.upgradeCommand(c)
 	return nil
 }
 

@@ -64,6 +64,9 @@ type Chart struct {
 	Credentials string
 	// Notes say what of the source was read but not applied.
 	Notes []string
+	// SourcePosition is the 1-based position of the Helm source in spec.sources (what
+	// `argocd app set --source-position` takes); 0 for spec.source.
+	SourcePosition int
 	// Deployed is the chart version Argo CD last deployed, and DeployedFrom where it was
 	// read (Application.Deployed); empty when the Application does not say.
 	Deployed, DeployedFrom string
@@ -124,6 +127,8 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 	c := &Chart{Subject: app.Subject(), RepoURL: src.RepoURL, Chart: src.Chart, Path: src.Path, TargetRevision: src.TargetRevision,
 		Policy: check.PolicyCreateReplace, dir: dir}
 	c.Deployed, c.DeployedFrom = app.Deployed()
+	_, pos := app.helmSourcePosition()
+	c.SourcePosition = pos + 1
 	if err := c.resolve(ctx, app, src, o); err != nil {
 		_ = c.Close()
 		return nil, err

@@ -115,6 +115,9 @@ type Command struct {
 	// Revision is the release revision a rollback or reverse migration moves to (0: the
 	// previous one, for a reverse migration).
 	Revision int
+	// SourcePosition is the 1-based position of the Helm source in an Argo CD
+	// Application's spec.sources (CommandApplicationRevision); 0 for spec.source.
+	SourcePosition int
 }
 
 // String words the command.
@@ -179,8 +182,12 @@ func (c Command) String() string {
 		fmt.Fprintf(&b, `commit spec.chart.spec.version: %q to HelmRelease %s/%s (or: kubectl patch helmrelease %s -n %s --type merge -p '{"spec":{"chart":{"spec":{"version":%q}}}}')`,
 			c.ChartVersion, c.Namespace, c.Release, c.Release, c.Namespace, c.ChartVersion)
 	case CommandApplicationRevision:
-		fmt.Fprintf(&b, `commit targetRevision: %q to the Helm source of Application %s/%s (or: argocd app set %s/%s --revision %s)`,
-			c.ChartVersion, c.Namespace, c.Release, c.Namespace, c.Release, c.ChartVersion)
+		position := ""
+		if c.SourcePosition > 0 {
+			position = fmt.Sprintf(" --source-position %d", c.SourcePosition)
+		}
+		fmt.Fprintf(&b, `commit targetRevision: %q to the Helm source of Application %s/%s (or: argocd app set %s/%s%s --revision %s)`,
+			c.ChartVersion, c.Namespace, c.Release, c.Namespace, c.Release, position, c.ChartVersion)
 	}
 	return b.String()
 }

@@ -51,6 +51,8 @@ func TestCommand(t *testing.T) {
 			`commit spec.chart.spec.version: "2.18.0" to HelmRelease flux-system/flux (or: kubectl patch helmrelease flux -n flux-system --type merge -p '{"spec":{"chart":{"spec":{"version":"2.18.0"}}}}')`},
 		{Command{Kind: CommandApplicationRevision, Release: "flux", Namespace: "argocd", ChartVersion: "2.18.0"},
 			`commit targetRevision: "2.18.0" to the Helm source of Application argocd/flux (or: argocd app set argocd/flux --revision 2.18.0)`},
+		{Command{Kind: CommandApplicationRevision, Release: "flux", Namespace: "argocd", ChartVersion: "2.18.0", SourcePosition: 2},
+			`commit targetRevision: "2.18.0" to the Helm source of Application argocd/flux (or: argocd app set argocd/flux --source-position 2 --revision 2.18.0)`},
 	} {
 		if got := tc.c.String(); got != tc.want {
 			t.Errorf("%s: String() = %q, want %q", tc.c.Kind, got, tc.want)
