@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,7 +277,7 @@ func TestBuiltinMigratorNotRunning(t *testing.T) {
 }
 
 // TestBuiltinConversionWebhookFails: objects stored at v1alpha1 need a conversion webhook
-// that is down (a closed loopback port). The built-in migrator fails; the run reports its
+// that is down (a loopback port bound but not listening). The built-in migrator fails; the run reports its
 // Failed condition and message, names the webhook, and leaves storedVersions alone.
 func TestBuiltinConversionWebhookFails(t *testing.T) {
 	e := emptyCluster(t)
@@ -337,15 +339,23 @@ func TestBuiltinConversionWebhookFails(t *testing.T) {
 // closedPort is a loopback address nothing listens on.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// A socket bound to the port but never listening: a connection to it is refused, and
+	// no other listener can take the port while the test runs (it has no SO_REUSEADDR).
+	// A port that is merely closed can be reused by another test's server meanwhile.
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
+	syscall.CloseOnExec(fd)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
 		t.Fatal(err)
 	}
-	return addr
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
 
 // TestStorageVersionMigrationInProgress: a StorageVersionMigration made by hand (nobody
