@@ -1,4 +1,4 @@
-package check
+package livecluster
 
 import (
 	"context"
@@ -104,17 +104,6 @@ func watchTweak(o *metav1.ListOptions) {
 	o.TimeoutSeconds = &secs
 }
 
-// informer returns the informer named key, started with build on first use, and whether
-// it has synced. It returns nil when w is nil, or holds its maximum of informers all asked
-// for recently.
-func (w *watches) informer(key string, build func() toolscache.SharedIndexInformer) (toolscache.SharedIndexInformer, bool) {
-	wd := w.get(key, build)
-	if wd == nil {
-		return nil, false
-	}
-	return wd.inf, wd.inf.HasSynced()
-}
-
 func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *watched {
 	if w == nil {
 		return nil
@@ -217,21 +206,11 @@ type helmRecords struct {
 }
 
 func (h *helmRecords) Records(namespace, name string) ([]*metav1.PartialObjectMetadata, bool) {
-	inf, synced := h.w.informer("helm-records", func() toolscache.SharedIndexInformer {
-		return metadatainformer.NewFilteredMetadataInformer(h.md, schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, metav1.NamespaceAll, 0,
-			toolscache.Indexers{releaseIndex: func(obj any) ([]string, error) {
-				m, ok := obj.(*metav1.PartialObjectMetadata)
-				if !ok {
-					return nil, nil
-				}
-				return []string{m.Namespace + "/" + m.Labels["name"]}, nil
-			}},
-			func(o *metav1.ListOptions) { o.LabelSelector = "owner=helm"; watchTweak(o) }).Informer()
-	})
-	if !synced {
+	wd := h.w.records(h.md)
+	if wd == nil || !wd.inf.HasSynced() {
 		return nil, false
 	}
-	objs, err := inf.GetIndexer().ByIndex(releaseIndex, namespace+"/"+name)
+	objs, err := wd.inf.GetIndexer().ByIndex(releaseIndex, namespace+"/"+name)
 	if err != nil {
 		return nil, false
 	}
@@ -242,6 +221,22 @@ func (h *helmRecords) Records(namespace, name string) ([]*metav1.PartialObjectMe
 		}
 	}
 	return out, true
+}
+
+// records is the metadata informer on every Secret labelled owner=helm (Helm's release
+// records), indexed by namespace and release name, started on first use.
+func (w *watches) records(md metadata.Interface) *watched {
+	return w.get("helm-records", func() toolscache.SharedIndexInformer {
+		return metadatainformer.NewFilteredMetadataInformer(md, schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, metav1.NamespaceAll, 0,
+			toolscache.Indexers{releaseIndex: func(obj any) ([]string, error) {
+				m, ok := obj.(*metav1.PartialObjectMetadata)
+				if !ok {
+					return nil, nil
+				}
+				return []string{m.Namespace + "/" + m.Labels["name"]}, nil
+			}},
+			func(o *metav1.ListOptions) { o.LabelSelector = "owner=helm"; watchTweak(o) }).Informer()
+	})
 }
 
 var _ helmrelease.Records = (*helmRecords)(nil)
@@ -351,33 +346,47 @@ func (w *watches) migrationsInProgress(ctx context.Context, k *KubeCluster) (map
 	if w == nil {
 		return svm.Active(ctx, k.disco, k.dynamic)
 	}
-	w.svmMu.Lock()
-	if w.svmAt.IsZero() || time.Since(w.svmAt) > svmTTL {
-		gvr, err := svm.Resource(k.disco)
-		if err != nil {
-			w.svmMu.Unlock()
-			return svm.Active(ctx, k.disco, k.dynamic)
-		}
-		w.svmGVR, w.svmAt = gvr, time.Now()
+	gvr, ok := w.svmResource(k)
+	if !ok {
+		return svm.Active(ctx, k.disco, k.dynamic)
 	}
-	gvr := w.svmGVR
-	w.svmMu.Unlock()
 	if gvr.Empty() {
 		return map[string][]svm.Migration{}, nil
 	}
-	inf, synced := w.informer("svm/"+gvr.String(), func() toolscache.SharedIndexInformer {
-		return dynamicinformer.NewFilteredDynamicInformer(k.dynamic, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
-	})
-	if !synced {
+	wd := w.migrations(k, gvr)
+	if wd == nil || !wd.inf.HasSynced() {
 		return svm.Active(ctx, k.disco, k.dynamic)
 	}
 	var items []unstructured.Unstructured
-	for _, o := range inf.GetStore().List() {
+	for _, o := range wd.inf.GetStore().List() {
 		if u, ok := o.(*unstructured.Unstructured); ok {
 			items = append(items, *u)
 		}
 	}
 	return svm.ActiveOf(items)
+}
+
+// svmResource is the StorageVersionMigration resource as discovery resolved it within
+// svmTTL (empty when none is served); ok is false when discovery failed.
+func (w *watches) svmResource(k *KubeCluster) (schema.GroupVersionResource, bool) {
+	w.svmMu.Lock()
+	defer w.svmMu.Unlock()
+	if w.svmAt.IsZero() || time.Since(w.svmAt) > svmTTL {
+		gvr, err := svm.Resource(k.disco)
+		if err != nil {
+			return schema.GroupVersionResource{}, false
+		}
+		w.svmGVR, w.svmAt = gvr, time.Now()
+	}
+	return w.svmGVR, true
+}
+
+// migrations is the dynamic informer on the StorageVersionMigrations of gvr, started on
+// first use.
+func (w *watches) migrations(k *KubeCluster, gvr schema.GroupVersionResource) *watched {
+	return w.get("svm/"+gvr.String(), func() toolscache.SharedIndexInformer {
+		return dynamicinformer.NewFilteredDynamicInformer(k.dynamic, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
+	})
 }
 
 // crdsFromMemory reads the CRDs from the informer when VerifyCRDs is off, and otherwise
