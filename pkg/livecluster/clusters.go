@@ -53,7 +53,8 @@ type ClustersOptions struct {
 	// VersionTTL is how long a target's Kubernetes version is reused. Default 5 minutes.
 	VersionTTL time.Duration
 	// SyncTimeout bounds how long a decision waits for a new target's first sync before
-	// it lists the CRDs from the API server instead. Default 10s.
+	// it lists the CRDs from the API server instead, and how long after an informer's
+	// start a warm-up (KubeCluster.Warm) waits for it to sync. Default 10s.
 	SyncTimeout time.Duration
 	// VerifyCRDs checks the informer's CRDs against one metadata-only LIST of the CRDs
 	// before each decision uses them (one request per decision), so a decision never
@@ -227,7 +228,7 @@ func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 	var tctx context.Context
 	if c.ctx != nil {
 		tctx, t.cancel = context.WithCancel(c.ctx)
-		kc.watch = newWatches(tctx)
+		kc.watch = newWatches(tctx, c.o.SyncTimeout)
 		t.target.Releases.SetRecords(&helmRecords{w: kc.watch, md: kc.metadata})
 	}
 	switch {

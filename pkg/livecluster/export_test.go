@@ -13,3 +13,15 @@ func Informers(k *KubeCluster) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Synced says, for each informer a KubeCluster of Clusters runs besides its CRD
+// informer, whether it has synced.
+func Synced(k *KubeCluster) map[string]bool {
+	k.watch.mu.Lock()
+	defer k.watch.mu.Unlock()
+	out := map[string]bool{}
+	for key, wd := range k.watch.informers {
+		out[key] = wd.inf.HasSynced()
+	}
+	return out
+}

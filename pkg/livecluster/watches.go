@@ -36,6 +36,8 @@ type watches struct {
 	mu        sync.Mutex
 	informers map[string]*watched
 	tick      uint64 // counts the informers started (watched.id)
+	// syncTimeout bounds how long after an informer's start a warm-up waits for it.
+	syncTimeout time.Duration
 	// pages keeps the schema check's complete, single-page LISTs by resource, with the
 	// count of changes the resource's informer had delivered before the LIST.
 	pages *lru.Cache
@@ -73,8 +75,11 @@ type seenCRD struct {
 	at time.Time
 }
 
-func newWatches(ctx context.Context) *watches {
-	return &watches{ctx: ctx, max: maxWatches, informers: map[string]*watched{}, pages: lru.New(maxWatches), seen: map[string]seenCRD{}, now: time.Now}
+// newWatches keeps informers running until ctx ends; a warm-up waits up to syncTimeout
+// after an informer's start for it to sync (waitSynced).
+func newWatches(ctx context.Context, syncTimeout time.Duration) *watches {
+	return &watches{ctx: ctx, max: maxWatches, syncTimeout: syncTimeout, informers: map[string]*watched{}, pages: lru.New(maxWatches),
+		seen: map[string]seenCRD{}, now: time.Now}
 }
 
 // watched is one informer and how many changes it has delivered (every add, update and
@@ -90,6 +95,8 @@ type watched struct {
 	id uint64
 	// used is when the informer was last asked for (w.now, in Unix nanoseconds).
 	used atomic.Int64
+	// started is when it was started (w.now).
+	started time.Time
 }
 
 // version is what a kept page is checked against: which informer, and how many changes it
@@ -117,7 +124,7 @@ func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *
 			return nil
 		}
 		w.tick++
-		wd = &watched{inf: build(), id: w.tick}
+		wd = &watched{inf: build(), id: w.tick, started: w.now()}
 		changed := func() { wd.changes.Add(1) }
 		if _, err := wd.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc: func(any) { changed() }, UpdateFunc: func(any, any) { changed() }, DeleteFunc: func(any) { changed() },
@@ -173,16 +180,28 @@ func (w *watches) evictLocked(now int64) bool {
 	return true
 }
 
-// waitSynced waits until every informer w holds now has synced, and says whether they
-// did before ctx ended.
-func (w *watches) waitSynced(ctx context.Context) bool {
-	w.mu.Lock()
-	synced := make([]toolscache.InformerSynced, 0, len(w.informers))
-	for _, wd := range w.informers {
-		synced = append(synced, wd.inf.HasSynced)
+// waitSynced waits for each informer of wds (nil ones are skipped) to sync, but for each
+// only until syncTimeout after its own start: an informer that may never sync (its LIST
+// forbidden by RBAC, say) holds a warm-up that long at most, once, and one started longer
+// ago than that is not waited for at all. The target's other informers are not waited
+// for. It says whether ctx was still live.
+func (w *watches) waitSynced(ctx context.Context, wds []*watched) bool {
+	for _, wd := range wds {
+		if wd == nil || wd.inf.HasSynced() {
+			continue
+		}
+		left := w.syncTimeout - w.now().Sub(wd.started)
+		if left <= 0 {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, left)
+		toolscache.WaitForCacheSync(wctx.Done(), wd.inf.HasSynced)
+		cancel()
+		if ctx.Err() != nil {
+			return false
+		}
 	}
-	w.mu.Unlock()
-	return toolscache.WaitForCacheSync(ctx.Done(), synced...)
+	return true
 }
 
 // forget stops wd and removes it, if it is still the informer named key.
