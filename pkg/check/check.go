@@ -122,8 +122,8 @@ type CRDReport struct {
 }
 
 // ExistingMigrationLister is what a Cluster implements when it can tell which
-// StorageVersionMigrations exist, finished or not (livecluster.KubeCluster does). ok is false when it
-// cannot tell (none served, or not allowed to list them).
+// StorageVersionMigrations exist, finished or not (livecluster.KubeCluster does). ok is
+// false when it cannot tell (none served, or not allowed to list them).
 type ExistingMigrationLister interface {
 	ExistingMigrations(ctx context.Context) (m map[string]svm.Existing, ok bool, err error)
 }

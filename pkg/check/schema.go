@@ -16,7 +16,8 @@ import (
 )
 
 // ObjectLister is what a Cluster implements when it can read objects whole, for the
-// schema check (livecluster.KubeCluster does). A Cluster without it gets no schema findings.
+// schema check (livecluster.KubeCluster does). A Cluster without it gets no schema
+// findings.
 type ObjectLister interface {
 	ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
 }
