@@ -17,6 +17,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -71,7 +72,7 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	if err != nil {
 		return err
 	}
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
-	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 )
 
@@ -89,7 +89,7 @@ func benchPlan(ctx context.Context, rounds int) error {
 	}); err != nil {
 		return err
 	}
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
 type checkOptions struct {
@@ -287,7 +288,7 @@ func (o *checkOptions) predictManifests(ctx context.Context, conn *connection) (
 type connection struct {
 	config        *rest.Config
 	clientset     kubernetes.Interface
-	cluster       *check.KubeCluster
+	cluster       *livecluster.KubeCluster
 	namespace     string
 	serverVersion string
 	host          string
@@ -308,7 +309,7 @@ func connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connect
 	if err != nil {
 		return nil, couldNot("build client: %w", err)
 	}
-	cl, err := check.NewKubeCluster(cfg)
+	cl, err := livecluster.NewKubeCluster(cfg)
 	if err != nil {
 		return nil, couldNot("build client: %w", err)
 	}

@@ -27,9 +27,9 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
-	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/kubename"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -57,14 +57,14 @@ type FleetOptions struct {
 
 // FleetReconciler keeps, for every StorageMigrationPolicy with spec.targets, one running
 // target per selected kubeconfig Secret: a goroutine with its own context and backoff
-// that keeps the cluster's CRDs in an informer (check.Clusters), probes it, reports its
+// that keeps the cluster's CRDs in an informer (livecluster.Clusters), probes it, reports its
 // state in status.clusters and creates a StorageMigration (run by the
 // StorageMigrationReconciler against that cluster, with its Leases, events and metrics)
 // for every selected CRD with stale storedVersions. A target is keyed by a hash of its
 // kubeconfig: a rotated Secret replaces it, a deleted one stops it.
 type FleetReconciler struct {
 	Client   client.Client
-	Clusters *check.Clusters
+	Clusters *livecluster.Clusters
 	Options  FleetOptions
 
 	kick    chan event.TypedGenericEvent[*v1alpha1.StorageMigrationPolicy]
@@ -320,7 +320,7 @@ func (t *fleetTarget) run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
-	key := check.Key("fleet", t.policy, t.namespace, t.secret, t.hash)
+	key := livecluster.Key("fleet", t.policy, t.namespace, t.secret, t.hash)
 	defer t.r.Clusters.Remove(key)
 	backoff := t.newBackoff()
 	var unwatch func()

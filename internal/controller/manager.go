@@ -23,7 +23,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	_ "github.com/upgradeguard/upgradeguard/internal/metrics" // registers the metrics
-	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
 // LeaderElectionID is the name of the controller's leader-election Lease. `audit` looks
@@ -132,7 +132,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	}
 	fleet := &FleetReconciler{Client: mgr.GetClient(), Options: o.Fleet,
 		// Its own Clusters, large enough never to evict a target a policy selects.
-		Clusters: check.NewClusters(check.ClustersOptions{MaxTargets: 4096,
+		Clusters: livecluster.NewClusters(livecluster.ClustersOptions{MaxTargets: 4096,
 			// Each sync is the target's probe: its CRDs are checked against one LIST, so a
 			// target that stopped answering is reported Unreachable, not read from memory.
 			VerifyCRDs: true})}

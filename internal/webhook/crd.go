@@ -17,6 +17,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -98,7 +99,7 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 		// last line for a chart change the other doors admitted on state an informer had
 		// not delivered yet, and CRD updates are rare. The request's old object is the
 		// live CRD as the API server has it now.
-		tgt, err := check.Connect(ctx, g.local)
+		tgt, err := livecluster.Connect(ctx, g.local)
 		if err != nil {
 			return nil, err
 		}

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,25 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
-
-// countRequests counts every API request but watches.
-type countRequests struct {
-	rt http.RoundTripper
-	n  *atomic.Int64
-}
-
-func (c countRequests) RoundTrip(r *http.Request) (*http.Response, error) {
-	if w := r.URL.Query().Get("watch"); w != "true" && w != "1" {
-		c.n.Add(1)
-	}
-	return c.rt.RoundTrip(r)
-}
 
 // TestMemoryReaderSecret: a values Secret read once is read again with no API request
 // while it is unchanged, and a change to it is seen by the next reads, on the real API
@@ -50,8 +35,7 @@ func TestMemoryReaderSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n atomic.Int64
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countRequests{rt: rt, n: &n} })
+	cfg := testenv.CountRequests(cp.Config, &n)
 	c, err := cache.New(cfg, cache.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)

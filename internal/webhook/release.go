@@ -22,6 +22,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -257,8 +258,8 @@ func (g *Gate) recordErrored(subject string, err error) decision {
 }
 
 // localTarget is the local cluster, kept between decisions when the gate keeps targets.
-func (g *Gate) localTarget(ctx context.Context) (*check.Target, error) {
-	return g.clusters.Get(ctx, check.Key(g.local.Host), g.local, true)
+func (g *Gate) localTarget(ctx context.Context) (*livecluster.Target, error) {
+	return g.clusters.Get(ctx, livecluster.Key(g.local.Host), g.local, true)
 }
 
 // recordOnHelmRelease puts a release-record or CRD decision where Flux users look: an

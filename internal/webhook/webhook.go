@@ -48,8 +48,8 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
-	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
 // Path is where the webhook server serves the gate (the contract with the chart and
@@ -153,7 +153,7 @@ type Gate struct {
 	settings  *cli.EnvSettings
 	opts      Options
 	cache     *chartsource.Cache
-	clusters  *check.Clusters
+	clusters  *livecluster.Clusters
 	annotator *annotator
 }
 
@@ -182,7 +182,7 @@ func New(reader client.Reader, writer client.Client, local *rest.Config, recorde
 		annotator: newAnnotator(writer)}
 	if o.ChartCacheSize >= 0 {
 		g.cache = chartsource.NewCache(chartsource.CacheOptions{IndexTTL: o.IndexTTL, MaxCharts: o.ChartCacheSize, Clock: o.Clock})
-		g.clusters = check.NewClusters(check.ClustersOptions{Local: o.LocalCRDs})
+		g.clusters = livecluster.NewClusters(livecluster.ClustersOptions{Local: o.LocalCRDs})
 	}
 	return g, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
@@ -132,7 +133,7 @@ func TestBundledStorageVersionMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +299,7 @@ func tooLateWithHelm(t *testing.T, name string, helm func(args ...string) *exec.
 		t.Fatal(err)
 	}
 
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

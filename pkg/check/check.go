@@ -32,6 +32,17 @@ const (
 // ParsePolicy validates a policy name (predict.ParsePolicy).
 func ParsePolicy(s string) (CRDPolicy, error) { return predict.ParsePolicy(s) }
 
+// Cluster is the read-only view of the live cluster that a prediction needs.
+// livecluster.KubeCluster is the one that reads a real cluster (and, for a target of
+// livecluster.Clusters, reads it through memory); it also implements the optional
+// readers below (MigrationLister, ExistingMigrationLister, ObjectLister).
+type Cluster interface {
+	// CRDs returns every CustomResourceDefinition on the cluster, by name.
+	CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error)
+	// CountObjects returns how many objects of the CRD's type exist, in all namespaces.
+	CountObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (int64, error)
+}
+
 // History lets check look for a stepping-stone chart version when an upgrade needs one.
 type History interface {
 	// Versions lists the chart versions to try, newest first.
@@ -116,14 +127,14 @@ type CRDReport struct {
 }
 
 // ExistingMigrationLister is what a Cluster implements when it can tell which
-// StorageVersionMigrations exist, finished or not (KubeCluster does). ok is false when it
-// cannot tell (none served, or not allowed to list them).
+// StorageVersionMigrations exist, finished or not (livecluster.KubeCluster does). ok is
+// false when it cannot tell (none served, or not allowed to list them).
 type ExistingMigrationLister interface {
 	ExistingMigrations(ctx context.Context) (m map[string]svm.Existing, ok bool, err error)
 }
 
 // MigrationLister is what a Cluster implements when it can tell which CRDs a
-// StorageVersionMigration is migrating right now (KubeCluster does).
+// StorageVersionMigration is migrating right now (livecluster.KubeCluster does).
 type MigrationLister interface {
 	MigrationsInProgress(ctx context.Context) (map[string][]svm.Migration, error)
 }

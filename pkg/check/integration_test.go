@@ -16,6 +16,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -218,7 +219,7 @@ func TestVerdictsAgreeWithAPIServer(t *testing.T) {
 		t.Skip("needs the control plane")
 	}
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,8 @@ package check_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/release/common"
@@ -20,10 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/yaml"
 
@@ -31,64 +26,9 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
-
-// requests counts every API request but watches (an informer's watch is one long request).
-type requests struct {
-	rt http.RoundTripper
-	n  *atomic.Int64
-}
-
-func (c requests) RoundTrip(r *http.Request) (*http.Response, error) {
-	if w := r.URL.Query().Get("watch"); w != "true" && w != "1" {
-		c.n.Add(1)
-	}
-	return c.rt.RoundTrip(r)
-}
-
-// countedTarget is a target of a running Clusters whose clients count their requests.
-func countedTarget(t *testing.T, o check.ClustersOptions, local bool) (*check.Target, *atomic.Int64) {
-	t.Helper()
-	ctx := t.Context()
-	n := &atomic.Int64{}
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return requests{rt: rt, n: n} })
-	clusters := check.NewClusters(o)
-	runCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	go func() { _ = clusters.Start(runCtx) }()
-	var target *check.Target
-	// Start runs in its own goroutine: a target is kept once Start has begun.
-	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		target, err = clusters.Get(ctx, check.Key(t.Name()), cfg, local)
-		if err != nil {
-			return false, err
-		}
-		again, err := clusters.Get(ctx, check.Key(t.Name()), cfg, local)
-		return err == nil && again.Cluster == target.Cluster, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return target, n
-}
-
-// eventually polls f until it says done: what an informer delivers arrives a moment after
-// the write, and the test waits for that delivery, not for a fixed time.
-func eventually(t *testing.T, what string, f func() (bool, error)) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		ok, err := f()
-		last = err
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: never happened (last error: %v)", what, last)
-	}
-}
 
 // fieldsCRD is a one-version CRD whose spec declares the named string fields.
 func fieldsCRD(group string, fields ...string) *apiextv1.CustomResourceDefinition {
@@ -133,7 +73,7 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 	t.Cleanup(func() {
 		_ = cp.DeleteCRDs(context.Background(), func(c *apiextv1.CustomResourceDefinition) bool { return c.Spec.Group != group })
 	})
-	o := check.ClustersOptions{}
+	o := livecluster.ClustersOptions{}
 	if local {
 		scheme := runtime.NewScheme()
 		if err := apiextv1.AddToScheme(scheme); err != nil {
@@ -149,7 +89,7 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 		}
 		o.Local = c
 	}
-	target, n := countedTarget(t, o, local)
+	target, n := testenv.CountedTarget(t, cp.Config, o, local)
 	incoming := fieldsCRD(group, "b") // drops spec.a
 	decide := func() (*check.CRDReport, int64, error) {
 		before := n.Load()
@@ -172,7 +112,7 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 			return reqs == 0, nil
 		}
 	}
-	eventually(t, "nothing stored: ok, no object counted, decided with no API request", verdictFromMemory(predict.OK, 0))
+	testenv.Eventually(t, "nothing stored: ok, no object counted, decided with no API request", verdictFromMemory(predict.OK, 0))
 
 	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "gadgets"}
 	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "Gadget",
@@ -180,7 +120,7 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 	if _, err := dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Namespace("default").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "an object holding spec.a: counted, field loss found, then decided from memory again", verdictFromMemory(predict.DataLoss, 1))
+	testenv.Eventually(t, "an object holding spec.a: counted, field loss found, then decided from memory again", verdictFromMemory(predict.DataLoss, 1))
 
 	if err := testenv.ApplyCRD(ctx, cs, fieldsCRD(group, "b", "c")); err != nil {
 		t.Fatal(err)
@@ -188,56 +128,7 @@ func decisionFromMemory(t *testing.T, group string, local bool) {
 	// The live schema no longer declares spec.a (the API server already prunes it on
 	// read): the incoming CRD loses nothing more, and a judge kept for the old live CRD
 	// would still say it does.
-	eventually(t, "the live CRD changed: ok again, then decided from memory", verdictFromMemory(predict.OK, 1))
-}
-
-// TestReleaseFromMemory: a target of Clusters finds a release's deployed revision with
-// no API request once it has read it, and a revision written since is seen by the next
-// reads.
-func TestReleaseFromMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the control plane")
-	}
-	ctx := t.Context()
-	const ns = "memory-releases"
-	kc := kubernetes.NewForConfigOrDie(cp.Config)
-	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	d := driver.NewSecrets(kc.CoreV1().Secrets(ns))
-	rel := func(v int, status common.Status) *release.Release {
-		return &release.Release{Name: "web", Namespace: ns, Version: v, Info: &release.Info{Status: status},
-			Chart: &chart.Chart{Metadata: &chart.Metadata{Name: "web", Version: fmt.Sprintf("1.%d.0", v)}}}
-	}
-	key := func(v int) string { return fmt.Sprintf("sh.helm.release.v1.web.v%d", v) }
-	if err := d.Create(key(1), rel(1, common.StatusDeployed)); err != nil {
-		t.Fatal(err)
-	}
-	target, n := countedTarget(t, check.ClustersOptions{}, false)
-	reader, err := helmrelease.NewReader(target.Clientset, ns, helmrelease.DriverSecret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader.WithMemory(target.Metadata, target.Releases)
-	deployedFromMemory := func(want int) func() (bool, error) {
-		return func() (bool, error) {
-			before := n.Load()
-			r, _, err := reader.Deployed(ctx, "web")
-			if err != nil || r.Version != want {
-				return false, err
-			}
-			return n.Load() == before, nil
-		}
-	}
-	eventually(t, "revision 1 read with no API request", deployedFromMemory(1))
-
-	if err := d.Update(key(1), rel(1, common.StatusSuperseded)); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Create(key(2), rel(2, common.StatusDeployed)); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "revision 2 seen, then read with no API request", deployedFromMemory(2))
+	testenv.Eventually(t, "the live CRD changed: ok again, then decided from memory", verdictFromMemory(predict.OK, 1))
 }
 
 // TestRevisionCRDsFromMemory: a target of Clusters parses the CRDs of a deployed
@@ -267,7 +158,7 @@ func TestRevisionCRDsFromMemory(t *testing.T) {
 	if err := d.Create("sh.helm.release.v1.web.v1", rel(1, common.StatusDeployed, "one.example.io")); err != nil {
 		t.Fatal(err)
 	}
-	target, _ := countedTarget(t, check.ClustersOptions{}, false)
+	target, _ := testenv.CountedTarget(t, cp.Config, livecluster.ClustersOptions{}, false)
 	predictCurrent := func() []chartcrds.CRD {
 		t.Helper()
 		reader, err := helmrelease.NewReader(target.Clientset, ns, helmrelease.DriverSecret)
@@ -289,7 +180,7 @@ func TestRevisionCRDsFromMemory(t *testing.T) {
 	}
 	// Once the release's records are in memory, a prediction reuses the CRDs the one
 	// before it parsed.
-	eventually(t, "the same stored revision's CRDs kept between predictions", func() (bool, error) {
+	testenv.Eventually(t, "the same stored revision's CRDs kept between predictions", func() (bool, error) {
 		first, again := predictCurrent(), predictCurrent()
 		return first[0].CRD == again[0].CRD, nil
 	})
@@ -300,36 +191,8 @@ func TestRevisionCRDsFromMemory(t *testing.T) {
 	if err := d.Create("sh.helm.release.v1.web.v2", rel(2, common.StatusDeployed, "two.example.io")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "revision 2's CRDs read", func() (bool, error) {
+	testenv.Eventually(t, "revision 2's CRDs read", func() (bool, error) {
 		return predictCurrent()[0].CRD.Name == "gadgets.two.example.io", nil
-	})
-}
-
-// TestInformerOfDeletedResourceStops: the metadata informer a decision starts on a
-// resource's objects is stopped and forgotten once the resource is no longer served
-// (its CRD deleted), instead of relisting for as long as the target lives.
-func TestInformerOfDeletedResourceStops(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the control plane")
-	}
-	ctx := t.Context()
-	const group = "forget.memory.example.io"
-	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	if err := testenv.ApplyCRD(ctx, cs, fieldsCRD(group, "a")); err != nil {
-		t.Fatal(err)
-	}
-	target, _ := countedTarget(t, check.ClustersOptions{}, false)
-	key := "objects/" + group + "/v1, Resource=gadgets"
-	eventually(t, "an informer on the gadgets after a decision that counts them", func() (bool, error) {
-		_, err := check.Run(ctx, target.Cluster, check.Request{Operation: predict.Upgrade,
-			Incoming: []chartcrds.CRD{{CRD: fieldsCRD(group, "a"), Source: predict.Templates}}})
-		return slices.Contains(check.Informers(target.Cluster), key), err
-	})
-	if err := cp.DeleteCRDs(ctx, func(c *apiextv1.CustomResourceDefinition) bool { return c.Spec.Group != group }); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "the informer forgotten once the CRD is deleted", func() (bool, error) {
-		return !slices.Contains(check.Informers(target.Cluster), key), nil
 	})
 }
 
@@ -375,8 +238,8 @@ func TestWarmBeforeTheChart(t *testing.T) {
 
 	// A page listed within crdSettle of the CRD's last write is not kept: each attempt
 	// warms a new target, until one is past that window.
-	eventually(t, "the first prediction after Warm served from memory, with the pruned value found", func() (bool, error) {
-		target, n := countedTarget(t, check.ClustersOptions{}, false)
+	testenv.Eventually(t, "the first prediction after Warm served from memory, with the pruned value found", func() (bool, error) {
+		target, n := testenv.CountedTarget(t, cp.Config, livecluster.ClustersOptions{}, false)
 		reader, err := helmrelease.NewReader(target.Clientset, ns, helmrelease.DriverSecret)
 		if err != nil {
 			return false, err

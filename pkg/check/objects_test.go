@@ -17,10 +17,11 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
-func freshCluster(t *testing.T) (context.Context, apiextclient.Interface, *check.KubeCluster) {
+func freshCluster(t *testing.T) (context.Context, apiextclient.Interface, *livecluster.KubeCluster) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the control plane")
@@ -31,7 +32,7 @@ func freshCluster(t *testing.T) (context.Context, apiextclient.Interface, *check
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cp.DeleteAllCRDs(context.WithoutCancel(ctx)) })
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

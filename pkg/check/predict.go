@@ -19,6 +19,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
@@ -231,9 +232,9 @@ func (s Sources) upgrade(ctx context.Context, req *Request, p *Prediction) error
 	return nil
 }
 
-// currentMemo is current through the Cluster's memo (a target of Clusters keeps one):
-// the CRDs of a stored revision that has not
-// changed since they were read are not read again.
+// currentMemo is current through the target's memo (a target of livecluster.Clusters
+// keeps one): the CRDs of a stored revision that has not changed since they were read
+// are not read again.
 func (s Sources) currentMemo(current *release.Release, key string, req *Request, p *Prediction) error {
 	memo := memoOf(s.Cluster)
 	if memo == nil || key == "" {
@@ -258,13 +259,14 @@ func (s Sources) currentMemo(current *release.Release, key string, req *Request,
 // concurrent use.
 type revisionCRDs struct{ current *lru.Cache }
 
-// memoOf is the memo of a KubeCluster of Clusters, or nil.
+// targetMemos are the memos each target of livecluster.Clusters keeps between
+// predictions.
+var targetMemos = livecluster.NewPerTarget(func() *revisionCRDs { return newMemo(0) })
+
+// memoOf is the memo of a target of livecluster.Clusters, or nil.
 func memoOf(cluster Cluster) *revisionCRDs {
-	if r, ok := cluster.(*recordingCluster); ok {
-		cluster = r.Cluster
-	}
-	if k, ok := cluster.(*KubeCluster); ok {
-		return k.memo
+	if m, ok := targetMemos.Of(kubeCluster(cluster)); ok {
+		return m
 	}
 	return nil
 }

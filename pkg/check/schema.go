@@ -11,20 +11,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // ObjectLister is what a Cluster implements when it can read objects whole, for the
-// schema check (KubeCluster does). A Cluster without it gets no schema findings.
+// schema check (livecluster.KubeCluster does). A Cluster without it gets no schema
+// findings.
 type ObjectLister interface {
 	ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
-}
-
-// ListObjects lists one page of a custom resource's objects in every namespace; for a
-// cluster of Clusters, a small collection unchanged since its last LIST is answered from
-// memory. The objects returned must not be modified.
-func (k *KubeCluster) ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
-	return k.watch.listObjects(ctx, k, gvr, opts)
 }
 
 // judgement is one CRD the operation writes over a live one.
@@ -85,14 +80,36 @@ func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds
 	return g.Wait()
 }
 
-// judgesOf is the cache of compiled judges the cluster keeps between runs (a KubeCluster
-// of Clusters), or nil: every judge is then compiled for this run.
+// maxJudges bounds how many compiled schema judges each target keeps
+// (crdschema.Judges).
+const maxJudges = 32
+
+// targetJudges are the compiled judges each target of livecluster.Clusters keeps between
+// runs.
+var targetJudges = livecluster.NewPerTarget(func() *crdschema.Judges { return crdschema.NewJudges(maxJudges) })
+
+// judgesOf is the cache of compiled judges the cluster keeps between runs (a target of
+// livecluster.Clusters), or nil: every judge is then compiled for this run.
 func judgesOf(cluster Cluster) *crdschema.Judges {
-	if r, ok := cluster.(*recordingCluster); ok {
-		cluster = r.Cluster
-	}
-	if k, ok := cluster.(*KubeCluster); ok {
-		return k.judges
+	if j, ok := targetJudges.Of(kubeCluster(cluster)); ok {
+		return j
 	}
 	return nil
 }
+
+// kubeCluster is the livecluster.KubeCluster behind cluster, or nil.
+func kubeCluster(cluster Cluster) *livecluster.KubeCluster {
+	if r, ok := cluster.(*recordingCluster); ok {
+		cluster = r.Cluster
+	}
+	k, _ := cluster.(*livecluster.KubeCluster)
+	return k
+}
+
+// A real cluster answers every question a prediction asks.
+var (
+	_ Cluster                 = (*livecluster.KubeCluster)(nil)
+	_ MigrationLister         = (*livecluster.KubeCluster)(nil)
+	_ ExistingMigrationLister = (*livecluster.KubeCluster)(nil)
+	_ ObjectLister            = (*livecluster.KubeCluster)(nil)
+)

@@ -19,6 +19,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -55,7 +56,7 @@ func TestSchemaDataLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	incoming := []chartcrds.CRD{{CRD: next[0], Source: predict.Templates}}
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func TestSchemaRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestSchemaWarningsAndConversion(t *testing.T) {
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
 	t.Cleanup(func() { _ = cp.DeleteAllCRDs(ctx) })
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -29,7 +30,7 @@ type Request struct {
 	Cache *chartsource.Cache
 	// Clusters, when set, keeps each target's clients, Kubernetes version and an
 	// informer's CRDs between checks.
-	Clusters *check.Clusters
+	Clusters *livecluster.Clusters
 	// NoObjectCounts leaves the report's object counts out (one LIST per CRD saved).
 	NoObjectCounts bool
 }
@@ -131,7 +132,7 @@ func Warm(ctx context.Context, req Request) error {
 type opened struct {
 	rel      *Release
 	remote   bool
-	target   *check.Target
+	target   *livecluster.Target
 	releases *helmrelease.Reader
 }
 
@@ -159,6 +160,6 @@ func open(ctx context.Context, req Request) (*opened, error) {
 
 // connect returns the target's clients and Kubernetes version: kept in clusters when
 // given, else built for this check (a nil Clusters connects once).
-func connect(ctx context.Context, clusters *check.Clusters, cfg *rest.Config, remote bool, id string) (*check.Target, error) {
-	return clusters.Get(ctx, check.Key(cfg.Host, id), cfg, !remote)
+func connect(ctx context.Context, clusters *livecluster.Clusters, cfg *rest.Config, remote bool, id string) (*livecluster.Target, error) {
+	return clusters.Get(ctx, livecluster.Key(cfg.Host, id), cfg, !remote)
 }

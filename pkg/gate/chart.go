@@ -10,7 +10,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
-	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
 // Chart is a chart as the caller will install it: the loaded chart and the release it
@@ -34,7 +34,7 @@ func ChartCRDs(ctx context.Context, target *rest.Config, c Chart) ([]chartcrds.C
 	if c.Chart == nil {
 		return nil, errors.New("gate: no chart given: load it with chartsource.Fetch or the Helm SDK loader")
 	}
-	cluster, err := check.NewKubeCluster(target)
+	cluster, err := livecluster.NewKubeCluster(target)
 	if err != nil {
 		return nil, err
 	}

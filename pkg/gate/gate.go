@@ -18,6 +18,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -131,7 +132,7 @@ const (
 // needed migrations forward. An error means it could not decide (cluster unreachable,
 // RBAC); the caller should retry and not upgrade.
 func Decide(ctx context.Context, target *rest.Config, incoming []chartcrds.CRD, o Options) (*Decision, error) {
-	cluster, err := check.NewKubeCluster(target)
+	cluster, err := livecluster.NewKubeCluster(target)
 	if err != nil {
 		return nil, err
 	}

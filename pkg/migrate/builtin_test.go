@@ -27,6 +27,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
@@ -383,7 +384,7 @@ func TestStorageVersionMigrationInProgress(t *testing.T) {
 		_ = cs.StoragemigrationV1().StorageVersionMigrations().Delete(context.WithoutCancel(e.ctx), hand.Name, metav1.DeleteOptions{})
 	})
 
-	cluster, err := check.NewKubeCluster(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

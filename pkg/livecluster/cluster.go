@@ -1,4 +1,11 @@
-package check
+// Package livecluster owns a target cluster as decisions read it: its clients, and for a
+// target kept by Clusters the memory between decisions (an informer on its CRDs, informers
+// on the Helm release records, StorageVersionMigrations and the objects the schema check
+// reads, and pages of those objects kept while nothing changed). It only ever reads the
+// cluster. What a caller keeps per target for its own use (package check's memo of
+// revision CRDs and compiled schema judges) hangs off the target through PerTarget, so this
+// package knows none of its types.
+package livecluster
 
 import (
 	"context"
@@ -7,27 +14,20 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
-	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
-// Cluster is the read-only view of the live cluster that check needs.
-type Cluster interface {
-	// CRDs returns every CustomResourceDefinition on the cluster, by name.
-	CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error)
-	// CountObjects returns how many objects of the CRD's type exist, in all namespaces.
-	CountObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (int64, error)
-}
-
-// KubeCluster reads a real cluster. It only ever issues GET and LIST.
+// KubeCluster reads a real cluster (it implements check.Cluster and the optional readers
+// check asks for). It only ever issues GET and LIST.
 type KubeCluster struct {
 	crds     apiextclient.Interface
 	metadata metadata.Interface
@@ -35,15 +35,14 @@ type KubeCluster struct {
 	dynamic  dynamic.Interface
 	// memory, when set (Clusters), reads the CRDs from an informer's cache.
 	memory *memoryCRDs
-	// judges, when set (Clusters), keeps the schema check's compiled judges.
-	judges *crdschema.Judges
-	// memo, when set (Clusters), keeps the CRDs of release revisions between predictions.
-	memo *revisionCRDs
+	// slots, when set (Clusters), holds what callers keep per target (PerTarget).
+	slots *slots
 	// watch, when set (Clusters), keeps informers that answer repeated reads.
 	watch *watches
 }
 
-// NewKubeCluster builds a Cluster from a REST config.
+// NewKubeCluster builds a KubeCluster from a REST config, kept nowhere: every read asks
+// the API server.
 func NewKubeCluster(cfg *rest.Config) (*KubeCluster, error) {
 	c, err := kubeclient.New(cfg)
 	if err != nil {
@@ -117,6 +116,13 @@ func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomReso
 		}
 		opts.Continue = list.Continue
 	}
+}
+
+// ListObjects lists one page of a custom resource's objects in every namespace; for a
+// target of Clusters, a small collection unchanged since its last LIST is answered from
+// memory. The objects returned must not be modified.
+func (k *KubeCluster) ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	return k.watch.listObjects(ctx, k, gvr, opts)
 }
 
 // CountObjects asks for one object's metadata and reads the remaining item count the

@@ -1,4 +1,4 @@
-package check
+package livecluster
 
 import (
 	"context"
@@ -36,6 +36,8 @@ type watches struct {
 	mu        sync.Mutex
 	informers map[string]*watched
 	tick      uint64 // counts the informers started (watched.id)
+	// syncTimeout bounds how long after an informer's start a warm-up waits for it.
+	syncTimeout time.Duration
 	// pages keeps the schema check's complete, single-page LISTs by resource, with the
 	// count of changes the resource's informer had delivered before the LIST.
 	pages *lru.Cache
@@ -73,8 +75,11 @@ type seenCRD struct {
 	at time.Time
 }
 
-func newWatches(ctx context.Context) *watches {
-	return &watches{ctx: ctx, max: maxWatches, informers: map[string]*watched{}, pages: lru.New(maxWatches), seen: map[string]seenCRD{}, now: time.Now}
+// newWatches keeps informers running until ctx ends; a warm-up waits up to syncTimeout
+// after an informer's start for it to sync (waitSynced).
+func newWatches(ctx context.Context, syncTimeout time.Duration) *watches {
+	return &watches{ctx: ctx, max: maxWatches, syncTimeout: syncTimeout, informers: map[string]*watched{}, pages: lru.New(maxWatches),
+		seen: map[string]seenCRD{}, now: time.Now}
 }
 
 // watched is one informer and how many changes it has delivered (every add, update and
@@ -90,6 +95,8 @@ type watched struct {
 	id uint64
 	// used is when the informer was last asked for (w.now, in Unix nanoseconds).
 	used atomic.Int64
+	// started is when it was started (w.now).
+	started time.Time
 }
 
 // version is what a kept page is checked against: which informer, and how many changes it
@@ -102,17 +109,6 @@ func (wd *watched) version() string {
 func watchTweak(o *metav1.ListOptions) {
 	secs := int64(watchTimeout / time.Second)
 	o.TimeoutSeconds = &secs
-}
-
-// informer returns the informer named key, started with build on first use, and whether
-// it has synced. It returns nil when w is nil, or holds its maximum of informers all asked
-// for recently.
-func (w *watches) informer(key string, build func() toolscache.SharedIndexInformer) (toolscache.SharedIndexInformer, bool) {
-	wd := w.get(key, build)
-	if wd == nil {
-		return nil, false
-	}
-	return wd.inf, wd.inf.HasSynced()
 }
 
 func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *watched {
@@ -128,7 +124,7 @@ func (w *watches) get(key string, build func() toolscache.SharedIndexInformer) *
 			return nil
 		}
 		w.tick++
-		wd = &watched{inf: build(), id: w.tick}
+		wd = &watched{inf: build(), id: w.tick, started: w.now()}
 		changed := func() { wd.changes.Add(1) }
 		if _, err := wd.inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc: func(any) { changed() }, UpdateFunc: func(any, any) { changed() }, DeleteFunc: func(any) { changed() },
@@ -184,16 +180,28 @@ func (w *watches) evictLocked(now int64) bool {
 	return true
 }
 
-// waitSynced waits until every informer w holds now has synced, and says whether they
-// did before ctx ended.
-func (w *watches) waitSynced(ctx context.Context) bool {
-	w.mu.Lock()
-	synced := make([]toolscache.InformerSynced, 0, len(w.informers))
-	for _, wd := range w.informers {
-		synced = append(synced, wd.inf.HasSynced)
+// waitSynced waits for each informer of wds (nil ones are skipped) to sync, but for each
+// only until syncTimeout after its own start: an informer that may never sync (its LIST
+// forbidden by RBAC, say) holds a warm-up that long at most, once, and one started longer
+// ago than that is not waited for at all. The target's other informers are not waited
+// for. It says whether ctx was still live.
+func (w *watches) waitSynced(ctx context.Context, wds []*watched) bool {
+	for _, wd := range wds {
+		if wd == nil || wd.inf.HasSynced() {
+			continue
+		}
+		left := w.syncTimeout - w.now().Sub(wd.started)
+		if left <= 0 {
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, left)
+		toolscache.WaitForCacheSync(wctx.Done(), wd.inf.HasSynced)
+		cancel()
+		if ctx.Err() != nil {
+			return false
+		}
 	}
-	w.mu.Unlock()
-	return toolscache.WaitForCacheSync(ctx.Done(), synced...)
+	return true
 }
 
 // forget stops wd and removes it, if it is still the informer named key.
@@ -217,21 +225,11 @@ type helmRecords struct {
 }
 
 func (h *helmRecords) Records(namespace, name string) ([]*metav1.PartialObjectMetadata, bool) {
-	inf, synced := h.w.informer("helm-records", func() toolscache.SharedIndexInformer {
-		return metadatainformer.NewFilteredMetadataInformer(h.md, schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, metav1.NamespaceAll, 0,
-			toolscache.Indexers{releaseIndex: func(obj any) ([]string, error) {
-				m, ok := obj.(*metav1.PartialObjectMetadata)
-				if !ok {
-					return nil, nil
-				}
-				return []string{m.Namespace + "/" + m.Labels["name"]}, nil
-			}},
-			func(o *metav1.ListOptions) { o.LabelSelector = "owner=helm"; watchTweak(o) }).Informer()
-	})
-	if !synced {
+	wd := h.w.records(h.md)
+	if wd == nil || !wd.inf.HasSynced() {
 		return nil, false
 	}
-	objs, err := inf.GetIndexer().ByIndex(releaseIndex, namespace+"/"+name)
+	objs, err := wd.inf.GetIndexer().ByIndex(releaseIndex, namespace+"/"+name)
 	if err != nil {
 		return nil, false
 	}
@@ -242,6 +240,22 @@ func (h *helmRecords) Records(namespace, name string) ([]*metav1.PartialObjectMe
 		}
 	}
 	return out, true
+}
+
+// records is the metadata informer on every Secret labelled owner=helm (Helm's release
+// records), indexed by namespace and release name, started on first use.
+func (w *watches) records(md metadata.Interface) *watched {
+	return w.get("helm-records", func() toolscache.SharedIndexInformer {
+		return metadatainformer.NewFilteredMetadataInformer(md, schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, metav1.NamespaceAll, 0,
+			toolscache.Indexers{releaseIndex: func(obj any) ([]string, error) {
+				m, ok := obj.(*metav1.PartialObjectMetadata)
+				if !ok {
+					return nil, nil
+				}
+				return []string{m.Namespace + "/" + m.Labels["name"]}, nil
+			}},
+			func(o *metav1.ListOptions) { o.LabelSelector = "owner=helm"; watchTweak(o) }).Informer()
+	})
 }
 
 var _ helmrelease.Records = (*helmRecords)(nil)
@@ -351,33 +365,47 @@ func (w *watches) migrationsInProgress(ctx context.Context, k *KubeCluster) (map
 	if w == nil {
 		return svm.Active(ctx, k.disco, k.dynamic)
 	}
-	w.svmMu.Lock()
-	if w.svmAt.IsZero() || time.Since(w.svmAt) > svmTTL {
-		gvr, err := svm.Resource(k.disco)
-		if err != nil {
-			w.svmMu.Unlock()
-			return svm.Active(ctx, k.disco, k.dynamic)
-		}
-		w.svmGVR, w.svmAt = gvr, time.Now()
+	gvr, ok := w.svmResource(k)
+	if !ok {
+		return svm.Active(ctx, k.disco, k.dynamic)
 	}
-	gvr := w.svmGVR
-	w.svmMu.Unlock()
 	if gvr.Empty() {
 		return map[string][]svm.Migration{}, nil
 	}
-	inf, synced := w.informer("svm/"+gvr.String(), func() toolscache.SharedIndexInformer {
-		return dynamicinformer.NewFilteredDynamicInformer(k.dynamic, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
-	})
-	if !synced {
+	wd := w.migrations(k, gvr)
+	if wd == nil || !wd.inf.HasSynced() {
 		return svm.Active(ctx, k.disco, k.dynamic)
 	}
 	var items []unstructured.Unstructured
-	for _, o := range inf.GetStore().List() {
+	for _, o := range wd.inf.GetStore().List() {
 		if u, ok := o.(*unstructured.Unstructured); ok {
 			items = append(items, *u)
 		}
 	}
 	return svm.ActiveOf(items)
+}
+
+// svmResource is the StorageVersionMigration resource as discovery resolved it within
+// svmTTL (empty when none is served); ok is false when discovery failed.
+func (w *watches) svmResource(k *KubeCluster) (schema.GroupVersionResource, bool) {
+	w.svmMu.Lock()
+	defer w.svmMu.Unlock()
+	if w.svmAt.IsZero() || time.Since(w.svmAt) > svmTTL {
+		gvr, err := svm.Resource(k.disco)
+		if err != nil {
+			return schema.GroupVersionResource{}, false
+		}
+		w.svmGVR, w.svmAt = gvr, time.Now()
+	}
+	return w.svmGVR, true
+}
+
+// migrations is the dynamic informer on the StorageVersionMigrations of gvr, started on
+// first use.
+func (w *watches) migrations(k *KubeCluster, gvr schema.GroupVersionResource) *watched {
+	return w.get("svm/"+gvr.String(), func() toolscache.SharedIndexInformer {
+		return dynamicinformer.NewFilteredDynamicInformer(k.dynamic, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
+	})
 }
 
 // crdsFromMemory reads the CRDs from the informer when VerifyCRDs is off, and otherwise

@@ -1,4 +1,4 @@
-package check
+package livecluster
 
 import (
 	"context"
@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 )
 
@@ -37,8 +36,8 @@ type Target struct {
 	Config *rest.Config
 	// Metadata reads objects' metadata only (Helm storage labels).
 	Metadata metadata.Interface
-	// Releases keeps decoded release revisions between decisions (the Cluster keeps
-	// their CRDs); nil for a target built for one check.
+	// Releases keeps decoded release revisions between decisions (package check keeps
+	// their CRDs per target); nil for a target built for one decision.
 	Releases *helmrelease.Cache
 }
 
@@ -54,16 +53,14 @@ type ClustersOptions struct {
 	// VersionTTL is how long a target's Kubernetes version is reused. Default 5 minutes.
 	VersionTTL time.Duration
 	// SyncTimeout bounds how long a decision waits for a new target's first sync before
-	// it lists the CRDs from the API server instead. Default 10s.
+	// it lists the CRDs from the API server instead, and how long after an informer's
+	// start a warm-up (KubeCluster.Warm) waits for it to sync. Default 10s.
 	SyncTimeout time.Duration
 	// VerifyCRDs checks the informer's CRDs against one metadata-only LIST of the CRDs
 	// before each decision uses them (one request per decision), so a decision never
 	// reads CRDs older than the API server's. Default false: a decision trusts the
 	// informer, which lags the API server by what its watch has not delivered yet.
 	VerifyCRDs bool
-	// MaxJudges bounds how many compiled schema judges each target keeps (see
-	// crdschema.Judges). Default 32.
-	MaxJudges int
 }
 
 // Clusters keeps one Target per target cluster between decisions, so a repeated decision
@@ -226,12 +223,12 @@ func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 		return nil, err
 	}
 	kc := tgt.Cluster
-	tgt.Releases, kc.memo = helmrelease.NewCache(0), newMemo(0)
+	tgt.Releases, kc.slots = helmrelease.NewCache(0), newSlots()
 	t := &cachedTarget{target: *tgt}
 	var tctx context.Context
 	if c.ctx != nil {
 		tctx, t.cancel = context.WithCancel(c.ctx)
-		kc.watch = newWatches(tctx)
+		kc.watch = newWatches(tctx, c.o.SyncTimeout)
 		t.target.Releases.SetRecords(&helmRecords{w: kc.watch, md: kc.metadata})
 	}
 	switch {
@@ -244,7 +241,6 @@ func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 		}
 	}
 	kc.memory = &memoryCRDs{reader: t.reader, synced: t.synced, waitSync: t.waitSync, wait: c.o.SyncTimeout, verify: c.o.VerifyCRDs}
-	kc.judges = crdschema.NewJudges(c.o.MaxJudges)
 	return t, nil
 }
 
@@ -325,7 +321,7 @@ func (m *memoryCRDs) crds(ctx context.Context) (map[string]*apiextv1.CustomResou
 		return nil, false, nil
 	}
 	var list apiextv1.CustomResourceDefinitionList
-	// The cached objects are shared, not copied: check never changes a live CRD.
+	// The cached objects are shared, not copied: no caller changes a live CRD.
 	if err := m.reader.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, false, fmt.Errorf("list CustomResourceDefinitions from the cache: %w", err)
 	}

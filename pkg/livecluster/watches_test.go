@@ -1,4 +1,4 @@
-package check
+package livecluster
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // not been written for crdSettle, LISTs are kept again. The last write is the newest
 // managedFields time, or, without managedFields, when the resourceVersion was first read.
 func TestPagesWaitForTheCRDToSettle(t *testing.T) {
-	w := newWatches(t.Context())
+	w := newWatches(t.Context(), time.Second)
 	now := time.Unix(1000, 0)
 	w.now = func() time.Time { return now }
 	crd := func(rv string, written ...time.Time) *apiextv1.CustomResourceDefinition {
@@ -66,7 +66,7 @@ func TestPagesWaitForTheCRDToSettle(t *testing.T) {
 // kept under a stopped informer is never taken for one of its successor's (each
 // informer's count of changes starts from zero).
 func TestInformersMakeRoomForTheNewest(t *testing.T) {
-	w := newWatches(t.Context())
+	w := newWatches(t.Context(), time.Second)
 	w.max = 2
 	now := time.Unix(1000, 0)
 	w.now = func() time.Time { return now }
@@ -107,5 +107,32 @@ func TestInformersMakeRoomForTheNewest(t *testing.T) {
 	again := w.get("a", build)
 	if again == nil || first.version() == again.version() {
 		t.Fatalf("a restarted informer has the version of the one it replaced: a page kept under the old one would be taken as current")
+	}
+}
+
+// TestPerTargetOwnedByTheTarget: a PerTarget's state is built once per target and kept
+// with it; two PerTargets keep apart states; a KubeCluster that keeps nothing between
+// decisions has none.
+func TestPerTargetOwnedByTheTarget(t *testing.T) {
+	builds := 0
+	counts := NewPerTarget(func() *int { builds++; return new(int) })
+	names := NewPerTarget(func() *string { return new(string) })
+	a, b := &KubeCluster{slots: newSlots()}, &KubeCluster{slots: newSlots()}
+	first, ok := counts.Of(a)
+	if !ok {
+		t.Fatal("no state on a target of Clusters")
+	}
+	*first = 7
+	if again, _ := counts.Of(a); again != first || builds != 1 {
+		t.Errorf("a second Of built new state (%d builds), want the first one back", builds)
+	}
+	if other, _ := counts.Of(b); other == first || *other != 0 {
+		t.Error("two targets share their state")
+	}
+	if n, _ := names.Of(a); n == nil || *n != "" {
+		t.Error("a second PerTarget on the same target got the first one's state")
+	}
+	if _, ok := counts.Of(&KubeCluster{}); ok {
+		t.Error("a KubeCluster that keeps nothing has state")
 	}
 }

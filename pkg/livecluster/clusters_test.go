@@ -1,8 +1,9 @@
-package check_test
+package livecluster_test
 
 import (
 	"context"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,8 +14,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
-	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
+
+var cp *testenv.ControlPlane
+
+func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, &cp)) }
 
 // crdLists counts full LISTs of CRDs (not watches, not metadata-only lists).
 type crdLists struct {
@@ -48,19 +53,19 @@ func TestClustersFromMemory(t *testing.T) {
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return crdLists{rt: rt, n: &lists} })
 
-	clusters := check.NewClusters(check.ClustersOptions{})
+	clusters := livecluster.NewClusters(livecluster.ClustersOptions{})
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = clusters.Start(runCtx) }()
-	var target *check.Target
+	var target *livecluster.Target
 	// Start runs in its own goroutine: a target is kept once Start has begun.
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
-		target, err = clusters.Get(ctx, check.Key("test"), cfg, false)
+		target, err = clusters.Get(ctx, livecluster.Key("test"), cfg, false)
 		if err != nil {
 			return false, err
 		}
-		again, err := clusters.Get(ctx, check.Key("test"), cfg, false)
+		again, err := clusters.Get(ctx, livecluster.Key("test"), cfg, false)
 		return err == nil && again.Cluster == target.Cluster, err
 	})
 	if err != nil {
@@ -90,14 +95,14 @@ func TestClustersFromMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The informer answers once its watch delivers the change.
-	eventually(t, "the new storedVersions seen", func() (bool, error) {
+	testenv.Eventually(t, "the new storedVersions seen", func() (bool, error) {
 		crds, err := target.Cluster.CRDs(ctx)
 		return err == nil && len(crds[name].Status.StoredVersions) == 2, err
 	})
 
 	// With VerifyCRDs, one metadata LIST per call proves the informer fresh, so a change
 	// made a moment ago is seen at once, caught up or not.
-	verified, _ := countedTarget(t, check.ClustersOptions{VerifyCRDs: true}, false)
+	verified, _ := testenv.CountedTarget(t, cp.Config, livecluster.ClustersOptions{VerifyCRDs: true}, false)
 	if _, err := verified.Cluster.CRDs(ctx); err != nil { // waits for the first sync
 		t.Fatal(err)
 	}
