@@ -63,6 +63,9 @@ func TestStorageMigrationBuiltinEngine(t *testing.T) {
 // Succeeded with storedVersions [v1], its message names the migration whose prune was
 // skipped, and a BuiltinMigrationRerun event says so.
 func TestStorageMigrationBuiltinRerun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
 	if cp.Minor < 37 {
 		t.Logf("1.%d serves no StorageVersionMigrations by default: TestStorageMigrationBuiltinEngine covers the failure", cp.Minor)
 		return
