@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -81,6 +83,17 @@ func mustHelm(t *testing.T, env []string, args ...string) {
 	if out, err := helm(t, env, args...); err != nil {
 		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+}
+
+// uninstallOnCleanup uninstalls the release when the test ends (with env, as installed),
+// failing the test if Helm cannot: a release left behind changes what later tests see.
+func uninstallOnCleanup(t *testing.T, env []string, release, ns string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if out, err := helm(t, env, "uninstall", release, "-n", ns); err != nil {
+			t.Errorf("helm uninstall %s -n %s: %v\n%s", release, ns, err, out)
+		}
+	})
 }
 
 func fixtureChart(t *testing.T, name, version string, files ...string) string {
@@ -363,7 +376,18 @@ func TestCrossplaneRollbacks(t *testing.T) {
 func TestConfigMapDriver(t *testing.T) {
 	needCluster(t)
 	env := []string{"HELM_DRIVER=configmap"}
+	// The live state is this test's own: no kro CRD (nor object) another test left.
+	notKro := func(c *apiextv1.CustomResourceDefinition) bool { return !strings.HasSuffix(c.Spec.Group, "kro.run") }
+	if err := cp.DeleteCRDs(t.Context(), notKro); err != nil {
+		t.Fatal(err)
+	}
 	mustHelm(t, env, "install", "kro", fixtureChart(t, "kro", "0.2.0", "crds/kro/v0.2.0/kro.run_resourcegraphdefinitions.yaml"), "-n", "kro", "--create-namespace")
+	t.Cleanup(func() {
+		if err := cp.DeleteCRDs(context.WithoutCancel(t.Context()), notKro); err != nil {
+			t.Errorf("delete the kro CRDs: %v", err)
+		}
+	})
+	uninstallOnCleanup(t, env, "kro", "kro")
 	mustHelm(t, env, "upgrade", "kro", fixtureChart(t, "kro", "0.9.3", "crds/kro/v0.9.3/kro.run_resourcegraphdefinitions.yaml", "crds/kro/v0.9.3/internal.kro.run_graphrevisions.yaml"), "-n", "kro")
 
 	r := ug(t, "check", "--rollback", "--release", "kro", "-n", "kro", "--helm-driver", "configmap", "-o", "json")

@@ -28,10 +28,15 @@ func TestCheckDataLoss(t *testing.T) {
 	needCluster(t)
 	ctx := t.Context()
 	const crd = "resourcegraphdefinitions.kro.run"
-	t.Cleanup(func() { _ = cp.DeleteAllCRDs(ctx) })
+	t.Cleanup(func() {
+		if err := cp.DeleteAllCRDs(context.WithoutCancel(ctx)); err != nil {
+			t.Errorf("delete the CRDs: %v", err)
+		}
+	})
 	rev1 := fixtureChart(t, "kro", "0.2.0", "crds/kro/v0.2.0/kro.run_resourcegraphdefinitions.yaml")
 	rev2 := fixtureChart(t, "kro", "0.9.3", "crds/kro/v0.9.3/kro.run_resourcegraphdefinitions.yaml")
 	mustHelm(t, nil, "install", "kro", rev1, "-n", "kro", "--create-namespace")
+	uninstallOnCleanup(t, nil, "kro", "kro")
 	if err := testenv.WaitEstablished(ctx, apiextclient.NewForConfigOrDie(cp.Config), crd); err != nil {
 		t.Fatal(err)
 	}

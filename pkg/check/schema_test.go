@@ -1,6 +1,7 @@
 package check_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,7 +35,11 @@ func TestSchemaDataLoss(t *testing.T) {
 	}
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	t.Cleanup(func() { _ = cp.DeleteAllCRDs(ctx) })
+	t.Cleanup(func() {
+		if err := cp.DeleteAllCRDs(context.WithoutCancel(ctx)); err != nil {
+			t.Errorf("delete the CRDs: %v", err)
+		}
+	})
 	if err := testenv.ApplyFixtureCRDs(ctx, cs, dir(t, "flux-helm-controller/v0.37.4")...); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +133,11 @@ func TestSchemaRollback(t *testing.T) {
 	}
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	t.Cleanup(func() { _ = cp.DeleteAllCRDs(ctx) })
+	t.Cleanup(func() {
+		if err := cp.DeleteAllCRDs(context.WithoutCancel(ctx)); err != nil {
+			t.Errorf("delete the CRDs: %v", err)
+		}
+	})
 	if err := testenv.ApplyFixtureCRDs(ctx, cs, dir(t, "kro/v0.9.3")...); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +190,11 @@ func TestSchemaWarningsAndConversion(t *testing.T) {
 	}
 	ctx := t.Context()
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
-	t.Cleanup(func() { _ = cp.DeleteAllCRDs(ctx) })
+	t.Cleanup(func() {
+		if err := cp.DeleteAllCRDs(context.WithoutCancel(ctx)); err != nil {
+			t.Errorf("delete the CRDs: %v", err)
+		}
+	})
 	cluster, err := livecluster.NewKubeCluster(cp.Config)
 	if err != nil {
 		t.Fatal(err)
