@@ -49,41 +49,69 @@ func (e *DocumentError) Unwrap() error { return e.Err }
 
 // Objects decodes every object of a rendered manifest, in document order, which is the
 // order Helm applies a release manifest in (Helm stores it already sorted into install
-// order). Documents with no object (blank, comments only, null) are skipped, and a List
+// order; sorting it again through releaseutil.SortManifests would not keep that order,
+// as it orders documents by the names "manifest-0", "manifest-1", "manifest-10", ... as
+// strings). Documents with no object (blank, comments only, null) are skipped, and a List
 // kind (any object with an items array) gives its items, each an object of its own.
 //
 // A document that does not decode is skipped too and reported: the error joins one
 // *DocumentError per such document, and the objects of all the other documents are
 // still returned. Callers that only look for something (redaction, an owner label) use
 // them; callers that act on the manifest as a whole use All.
-func Objects(manifest string) ([]*unstructured.Unstructured, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifest)))
-	var out []*unstructured.Unstructured
+func Objects(text string) ([]*unstructured.Unstructured, error) {
+	docs, err := Documents(text)
 	var errs []error
-	for index := 1; ; index++ {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out, errors.Join(errs...)
-		}
+	var out []*unstructured.Unstructured
+	for _, d := range docs {
+		objs, err := decode([]byte(d.Text))
 		if err != nil {
-			// The reader cannot go on past a line it cannot read.
-			errs = append(errs, &DocumentError{Index: index, Err: err})
-			return out, errors.Join(errs...)
-		}
-		objs, err := decode(doc)
-		if err != nil {
-			errs = append(errs, &DocumentError{Index: index, Source: Source(string(doc)), Err: err})
+			errs = append(errs, &DocumentError{Index: d.Index, Source: d.Source, Err: err})
 			continue
 		}
 		out = append(out, objs...)
+	}
+	// The reader stops at a line it cannot read: that error comes last.
+	return out, errors.Join(append(errs, err)...)
+}
+
+// Document is one document of a manifest, as written.
+type Document struct {
+	// Index is the document's place in the manifest, from 1 (see DocumentError).
+	Index int
+	// Source is the file its "# Source:" line names ("" when it has none).
+	Source string
+	// Text is the document, comments included.
+	Text string
+}
+
+// Documents splits a manifest into its documents, in order, for callers that read them
+// their own way (chartcrds decodes the CustomResourceDefinitions among them strictly).
+// Blank documents are left out. A line the YAML reader cannot read (a "---" followed by
+// more than a comment) ends the split: the documents before it are returned with a
+// *DocumentError.
+func Documents(text string) ([]Document, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(text)))
+	var out []Document
+	for index := 1; ; index++ {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, &DocumentError{Index: index, Err: err}
+		}
+		if strings.TrimSpace(string(doc)) == "" {
+			continue
+		}
+		out = append(out, Document{Index: index, Source: Source(string(doc)), Text: string(doc)})
 	}
 }
 
 // All decodes every object of a rendered manifest as Objects does, for callers that act
 // on the manifest as a whole: a document that does not decode is an error (naming the
 // document) and no objects are returned.
-func All(manifest string) ([]*unstructured.Unstructured, error) {
-	objs, err := Objects(manifest)
+func All(text string) ([]*unstructured.Unstructured, error) {
+	objs, err := Objects(text)
 	if err != nil {
 		return nil, fmt.Errorf("read the manifest: %w", err)
 	}
@@ -149,8 +177,8 @@ func SubjectOf(kind, namespace, name string) string {
 
 // Subjects lists the Subject of every object of a manifest that decodes, in document
 // order.
-func Subjects(manifest string) []string {
-	objs, _ := Objects(manifest)
+func Subjects(text string) []string {
+	objs, _ := Objects(text)
 	out := make([]string, 0, len(objs))
 	for _, obj := range objs {
 		out = append(out, Subject(obj))

@@ -160,3 +160,23 @@ func TestSource(t *testing.T) {
 		}
 	}
 }
+
+// TestDocuments: documents as written, blank ones left out, each with its place and
+// its "# Source:" file; a line the reader cannot read ends the split.
+func TestDocuments(t *testing.T) {
+	text := "---\n# Source: app/templates/a.yaml\n" + cm("a", "one") + "---\n\n---\n# Source: app/templates/empty.yaml\n---\n" + cm("a", "two") +
+		"---x\n" + cm("a", "three")
+	docs, err := manifest.Documents(text)
+	want := []manifest.Document{
+		// The reader keeps the separator at the very start with the first document.
+		{Index: 1, Source: "app/templates/a.yaml", Text: "---\n# Source: app/templates/a.yaml\n" + cm("a", "one")},
+		{Index: 3, Source: "app/templates/empty.yaml", Text: "# Source: app/templates/empty.yaml\n"},
+	}
+	if diff := cmp.Diff(want, docs); diff != "" {
+		t.Errorf("documents (-want +got):\n%s", diff)
+	}
+	var de *manifest.DocumentError
+	if !errors.As(err, &de) || de.Index != 4 {
+		t.Errorf("error %v, want document 4's", err)
+	}
+}
