@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // listPage bounds every LIST: big namespaces are read in pages.
@@ -253,10 +254,11 @@ func (in *inspector) ownedByRelease(ctx context.Context, ns string, owners []met
 		if err != nil {
 			continue
 		}
-		subject := ref.Kind + "/" + ns + "/" + ref.Name
+		subjectNS := ns
 		if m.Scope.Name() != "namespace" {
-			subject = ref.Kind + "/" + ref.Name
+			subjectNS = ""
 		}
+		subject := manifest.SubjectOf(ref.Kind, subjectNS, ref.Name)
 		if in.listed[subject] {
 			return true, nil
 		}
