@@ -2,6 +2,13 @@
 // summarising their version sets: which versions exist, which are served, which one is
 // the storage version and what the conversion strategy is. It is the vocabulary every
 // other package uses to talk about CRD versions.
+//
+// Documents is a manifest reader of its own, beside pkg/manifest (which owns reading the
+// objects of a rendered manifest) on purpose: it keeps each document's raw bytes, decodes
+// a CustomResourceDefinition strictly (a duplicate key, an unknown field) and checks the
+// fields the API server requires, reads what kubectl reads from a file (JSON streams and
+// arrays too), and names the file of a broken document. pkg/manifest decodes leniently,
+// as Helm's builder does for every other kind.
 package crdversions
 
 import (

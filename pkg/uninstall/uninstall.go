@@ -119,7 +119,8 @@ func load(ctx context.Context, c *Clients, o Options) (*loaded, error) {
 }
 
 // parseManifest splits a stored manifest the way helm uninstall does, in its uninstall
-// order.
+// order. It goes through Helm's own releaseutil.SortManifests, not pkg/manifest: the
+// prediction is of helm uninstall, so it takes that order and refuses what it refuses.
 func parseManifest(text, releaseNamespace string, mapper meta.RESTMapper) ([]manifestObject, error) {
 	_, files, err := releaseutil.SortManifests(releaseutil.SplitManifests(text), nil, releaseutil.UninstallOrder)
 	if err != nil {
