@@ -499,7 +499,7 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 		return Volume{}, nil, fmt.Errorf("the new chart's PersistentVolumeClaim %s: %w", newObj.GetName(), err)
 	}
 	v := Volume{OldPVC: oldObj.GetName(), NewPVC: newObj.GetName(), NewObject: newObj.Object}
-	subject := "PersistentVolumeClaim/" + ns + "/" + v.OldPVC
+	subject := manifest.SubjectOf("PersistentVolumeClaim", ns, v.OldPVC)
 	if newPVC.Spec.StorageClassName != nil {
 		v.NewClass = *newPVC.Spec.StorageClassName
 	}

@@ -135,7 +135,7 @@ func (in *inspector) foreignUsers(ctx context.Context, ns, claim string) ([]stri
 		}
 		for i := range list.Items {
 			j := &list.Items[i]
-			subject := "Job/" + ns + "/" + j.Name
+			subject := manifest.SubjectOf("Job", ns, j.Name)
 			if jobFinished(j) || in.listed[subject] || !mounts(j.Spec.Template.Spec.Volumes, claim) {
 				continue
 			}
@@ -200,7 +200,7 @@ func (in *inspector) podsIn(ctx context.Context, ns string) ([]podRef, error) {
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 				continue // a finished pod holds no volume
 			}
-			ref := podRef{subject: "Pod/" + ns + "/" + p.Name, owners: p.OwnerReferences}
+			ref := podRef{subject: manifest.SubjectOf("Pod", ns, p.Name), owners: p.OwnerReferences}
 			for _, v := range p.Spec.Volumes {
 				if v.PersistentVolumeClaim != nil {
 					ref.claims = append(ref.claims, v.PersistentVolumeClaim.ClaimName)
