@@ -5,13 +5,13 @@
 // does (Flatten), and says how a report names an object (Subject: Kind/namespace/name).
 //
 // Every package that acts on the objects of a manifest (applycheck, releasediff,
-// chartmigrate, redact, the webhook) reads them here, so that they agree on what a
-// manifest holds and on what each object is called.
+// chartmigrate, chartcrds, redact, the webhook) reads them here, so that they agree on
+// what a manifest holds and on what each object is called.
 //
-// Not here: crdversions.Documents, which keeps each document's raw bytes and decodes
-// CustomResourceDefinitions strictly for the API server's own validation rules, and
-// uninstall's reading of a stored manifest through Helm's releaseutil.SortManifests,
-// which reproduces helm uninstall's order and its refusal of a corrupted record.
+// Two readers decode apart on purpose: crdversions.Documents splits with Documents but
+// decodes CustomResourceDefinitions strictly, for the API server's own validation rules,
+// and uninstall reads a stored manifest through Helm's releaseutil.SortManifests, which
+// reproduces helm uninstall's order and its refusal of a corrupted record.
 package manifest
 
 import (
