@@ -59,7 +59,7 @@ func (e *DocumentError) Unwrap() error { return e.Err }
 // still returned. Callers that only look for something (redaction, an owner label) use
 // them; callers that act on the manifest as a whole use All.
 func Objects(text string) ([]*unstructured.Unstructured, error) {
-	docs, err := Documents(text)
+	docs, splitErr := Documents(text)
 	var errs []error
 	var out []*unstructured.Unstructured
 	for _, d := range docs {
@@ -71,7 +71,7 @@ func Objects(text string) ([]*unstructured.Unstructured, error) {
 		out = append(out, objs...)
 	}
 	// The reader stops at a line it cannot read: that error comes last.
-	return out, errors.Join(append(errs, err)...)
+	return out, errors.Join(append(errs, splitErr)...)
 }
 
 // Document is one document of a manifest, as written.
@@ -85,8 +85,8 @@ type Document struct {
 }
 
 // Documents splits a manifest into its documents, in order, for callers that read them
-// their own way (chartcrds decodes the CustomResourceDefinitions among them strictly).
-// Blank documents are left out. A line the YAML reader cannot read (a "---" followed by
+// their own way (crdversions decodes the CustomResourceDefinitions among them strictly).
+// Blank documents are left out (their place still counts in Index). A line the YAML reader cannot read (a "---" followed by
 // more than a comment) ends the split: the documents before it are returned with a
 // *DocumentError.
 func Documents(text string) ([]Document, error) {
