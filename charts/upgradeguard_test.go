@@ -1,13 +1,10 @@
 package charts_test
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,12 +19,12 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 var cp *testenv.ControlPlane
@@ -82,25 +79,11 @@ type manifests struct {
 
 func parse(t *testing.T, out string) *manifests {
 	t.Helper()
-	m := &manifests{}
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(out)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return m
-		}
-		if err != nil {
-			t.Fatalf("read rendered YAML: %v", err)
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(doc, &obj); err != nil {
-			t.Fatalf("rendered YAML: %v\n%s", err, doc)
-		}
-		if len(obj) == 0 {
-			continue
-		}
-		m.objs = append(m.objs, &unstructured.Unstructured{Object: obj})
+	objs, err := manifest.All(out)
+	if err != nil {
+		t.Fatalf("rendered YAML: %v", err)
 	}
+	return &manifests{objs: objs}
 }
 
 // find returns the only rendered object of kind (with the given name, when not empty).
@@ -614,18 +597,12 @@ func TestRenderWebhookMirrorsCanonical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := strings.Split(string(data), "\n---\n")
-	if len(docs) != 2 {
-		t.Fatalf("config/webhook/manifests.yaml holds %d documents, want 2", len(docs))
+	canon := parse(t, string(data))
+	if len(canon.objs) != 2 {
+		t.Fatalf("config/webhook/manifests.yaml holds %d objects, want 2", len(canon.objs))
 	}
-	var canonical admissionregistrationv1.ValidatingWebhookConfiguration
-	if err := yaml.Unmarshal([]byte(docs[0]), &canonical); err != nil {
-		t.Fatal(err)
-	}
-	var canonicalCRD admissionregistrationv1.MutatingWebhookConfiguration
-	if err := yaml.Unmarshal([]byte(docs[1]), &canonicalCRD); err != nil {
-		t.Fatal(err)
-	}
+	canonical := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, canon, "ValidatingWebhookConfiguration", "")
+	canonicalCRD := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, canon, "MutatingWebhookConfiguration", "")
 	m := render(t, "upgradeguard", "upgradeguard-system", "fullnameOverride=upgradeguard")
 	rendered := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "upgradeguard")
 	renderedCRD := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, m, "MutatingWebhookConfiguration", "upgradeguard")

@@ -24,7 +24,10 @@ import (
 	"helm.sh/helm/v4/pkg/chart/loader"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // binaries builds the image platforms once per test binary into a shared directory, the
@@ -299,15 +302,20 @@ func renderedDeployment(t *testing.T, dir string) *appsv1.Deployment {
 	if !ok {
 		t.Fatalf("render %s: release type %T", dir, r)
 	}
+	objs, err := manifest.All(rel.Manifest)
+	if err != nil {
+		t.Fatalf("rendered manifest: %v", err)
+	}
 	var found []*appsv1.Deployment
-	for doc := range strings.SplitSeq(rel.Manifest, "\n---") {
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" {
+			continue
+		}
 		var d appsv1.Deployment
-		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
-			t.Fatalf("rendered manifest: %v\n%s", err, doc)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+			t.Fatalf("rendered %s: %v", manifest.Subject(o), err)
 		}
-		if d.Kind == "Deployment" {
-			found = append(found, &d)
-		}
+		found = append(found, &d)
 	}
 	if len(found) != 1 {
 		t.Fatalf("the chart renders %d Deployments, want 1", len(found))

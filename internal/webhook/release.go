@@ -9,20 +9,19 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	release "helm.sh/helm/v4/pkg/release/v1"
-	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
-	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -105,18 +104,13 @@ func (o owner) migrations(g *Gate, dryRun bool) *storageMigrations {
 }
 
 // fluxOwner reads helm-controller's origin labels from the first object of a rendered
-// manifest that carries them.
-func fluxOwner(manifest string) (namespace, name string) {
-	for _, doc := range releaseutil.SplitManifests(manifest) {
-		var obj struct {
-			Metadata struct {
-				Labels map[string]string `json:"labels"`
-			} `json:"metadata"`
-		}
-		if yaml.Unmarshal([]byte(doc), &obj) != nil {
-			continue
-		}
-		if n, ns := obj.Metadata.Labels[LabelFluxName], obj.Metadata.Labels[LabelFluxNamespace]; n != "" && ns != "" {
+// manifest, in document order, that carries them. A document that does not parse is
+// passed over: the labels are looked for, not the manifest judged.
+func fluxOwner(text string) (namespace, name string) {
+	objs, _ := manifest.Objects(text)
+	for _, obj := range objs {
+		labels := obj.GetLabels()
+		if n, ns := labels[LabelFluxName], labels[LabelFluxNamespace]; n != "" && ns != "" {
 			return ns, n
 		}
 	}

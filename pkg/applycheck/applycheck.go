@@ -38,11 +38,9 @@
 package applycheck
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -52,11 +50,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
 
@@ -665,8 +662,8 @@ type buildErr struct {
 // build maps every object of a manifest, in Helm's install order, as Helm's builder
 // does: namespaced objects without a namespace get the release namespace, and every
 // object gets Helm's ownership metadata (as helm upgrade sets it before applying).
-func build(mapper meta.RESTMapper, manifest, namespace string) ([]item, []buildErr) {
-	objs, err := Objects(manifest)
+func build(mapper meta.RESTMapper, text, namespace string) ([]item, []buildErr) {
+	objs, err := manifest.All(text)
 	if err != nil {
 		return nil, []buildErr{{subject: "(manifest)", err: err}}
 	}
@@ -676,7 +673,7 @@ func build(mapper meta.RESTMapper, manifest, namespace string) ([]item, []buildE
 		gvk := obj.GroupVersionKind()
 		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			errs = append(errs, buildErr{subject: Subject(obj), err: fmt.Errorf("no matches for kind %q in version %q (the cluster does not serve it: install its CRD first, or drop the object)",
+			errs = append(errs, buildErr{subject: manifest.Subject(obj), err: fmt.Errorf("no matches for kind %q in version %q (the cluster does not serve it: install its CRD first, or drop the object)",
 				gvk.Kind, gvk.GroupVersion().String())})
 			continue
 		}
@@ -687,7 +684,7 @@ func build(mapper meta.RESTMapper, manifest, namespace string) ([]item, []buildE
 		} else {
 			obj.SetNamespace("")
 		}
-		out = append(out, item{obj: obj, mapping: mapping, subject: Subject(obj)})
+		out = append(out, item{obj: obj, mapping: mapping, subject: manifest.Subject(obj)})
 	}
 	return out, errs
 }
@@ -754,49 +751,4 @@ func orEmpty(s []string) []string {
 		return []string{}
 	}
 	return s
-}
-
-// Subject names an object as Kind/namespace/name (Kind/name when cluster-scoped).
-func Subject(obj *unstructured.Unstructured) string {
-	if obj.GetNamespace() == "" {
-		return obj.GetKind() + "/" + obj.GetName()
-	}
-	return obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
-}
-
-// Subjects lists the Kind/namespace/name of every object of a manifest, in apply order.
-func Subjects(manifest string) []string {
-	objs, _ := Objects(manifest)
-	out := make([]string, 0, len(objs))
-	for _, obj := range objs {
-		out = append(out, Subject(obj))
-	}
-	return out
-}
-
-// Objects splits a rendered manifest into objects, in document order. Helm renders a
-// release manifest already sorted into install order (by kind, then template path) and
-// applies it in document order, so that is the apply order. (Sorting again through
-// releaseutil.SortManifests would not be: it orders documents by the names
-// "manifest-0", "manifest-1", "manifest-10", ... as strings.)
-func Objects(manifest string) ([]*unstructured.Unstructured, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(manifest)))
-	var out []*unstructured.Unstructured
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("split manifest: %w", err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
-			return nil, fmt.Errorf("split manifest: %w", err)
-		}
-		if len(obj.Object) == 0 {
-			continue
-		}
-		out = append(out, obj)
-	}
 }

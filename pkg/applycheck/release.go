@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/redact"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
@@ -141,16 +142,16 @@ func CheckRelease(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMa
 }
 
 func prune(ctx context.Context, rc ReleaseCheck, dropped []*unstructured.Unstructured) (*uninstall.Report, error) {
-	var manifest strings.Builder
+	var text strings.Builder
 	for _, obj := range dropped {
 		data, err := yaml.Marshal(obj.Object)
 		if err != nil {
-			return nil, fmt.Errorf("%s: encode: %w", Subject(obj), err)
+			return nil, fmt.Errorf("%s: encode: %w", manifest.Subject(obj), err)
 		}
-		manifest.WriteString("---\n")
-		manifest.Write(data)
+		text.WriteString("---\n")
+		text.Write(data)
 	}
-	return uninstall.Prune(ctx, rc.Clients, uninstall.PruneOptions{Release: rc.Release, Namespace: rc.Namespace, Operation: string(rc.Operation), Dropped: manifest.String()})
+	return uninstall.Prune(ctx, rc.Clients, uninstall.PruneOptions{Release: rc.Release, Namespace: rc.Namespace, Operation: string(rc.Operation), Dropped: text.String()})
 }
 
 type planned struct {

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // GVR is Argo CD's Application resource.
@@ -164,7 +166,7 @@ type ResourceStatus struct {
 }
 
 // Subject is Application/<namespace>/<name>, the subject of findings about it.
-func (a *Application) Subject() string { return "Application/" + a.Namespace + "/" + a.Name }
+func (a *Application) Subject() string { return manifest.SubjectOf("Application", a.Namespace, a.Name) }
 
 // NotFoundError says that the Application, or Argo CD's Application CRD, is missing.
 type NotFoundError struct {

@@ -1,10 +1,7 @@
 package audit_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"slices"
 	"testing"
@@ -17,12 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 const argoNS = "argo-audit"
@@ -79,14 +76,11 @@ func installCRDGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			t.Fatal("config/webhook/manifests.yaml has no MutatingWebhookConfiguration")
-		} else if err != nil {
-			t.Fatal(err)
-		}
+	objs, err := manifest.All(string(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range objs {
 		if u.GetKind() != "MutatingWebhookConfiguration" {
 			continue
 		}
@@ -105,6 +99,7 @@ func installCRDGate(t *testing.T) {
 		})
 		return
 	}
+	t.Fatal("config/webhook/manifests.yaml has no MutatingWebhookConfiguration")
 }
 
 func byApplication(rep *audit.Report) map[string]audit.Application {

@@ -12,6 +12,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/registry"
 )
@@ -72,7 +73,7 @@ func (j *judge) evaluate(in input) (Release, error) {
 
 func subjectOf(in input) string {
 	if in.hr != nil {
-		return fmt.Sprintf("HelmRelease/%s/%s", in.hr.Namespace, in.hr.Name)
+		return manifest.SubjectOf("HelmRelease", in.hr.Namespace, in.hr.Name)
 	}
 	return fmt.Sprintf("Release/%s/%s", in.rel.Namespace, in.rel.Name)
 }

@@ -8,24 +8,23 @@ package chartcrds
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
-	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
@@ -39,7 +38,10 @@ type CRD = predict.ChartCRD
 // most of a large manifest's bytes); the CRDs and the first error keep the manifest's
 // order.
 func FromManifest(manifest string) ([]CRD, error) {
-	docs := documents(manifest, "CustomResourceDefinition")
+	docs, err := documents(manifest, "CustomResourceDefinition")
+	if err != nil {
+		return nil, err
+	}
 	found, errs := make([][]CRD, len(docs)), make([]error, len(docs))
 	var wg sync.WaitGroup
 	limit := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -66,22 +68,23 @@ func FromManifest(manifest string) ([]CRD, error) {
 // document is one document of a rendered manifest and the file its "# Source:" line names.
 type document struct{ file, content string }
 
-// documents are, in Helm's install order, the documents of a rendered manifest that name
-// kind (a manifest that never names it is not split).
-func documents(manifest, kind string) []document {
-	if !strings.Contains(manifest, kind) {
-		return nil
+// documents are, in Helm's install order (the manifest's document order), the documents
+// of a rendered manifest that name kind (a manifest that never names it is not split).
+func documents(text, kind string) ([]document, error) {
+	if !strings.Contains(text, kind) {
+		return nil, nil
 	}
-	docs := releaseutil.SplitManifests(manifest)
-	keys := slices.Collect(maps.Keys(docs))
-	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+	docs, err := manifest.Documents(text)
+	if err != nil {
+		return nil, err
+	}
 	var out []document
-	for _, k := range keys {
-		if content := docs[k]; strings.Contains(content, kind) {
-			out = append(out, document{file: sourceFile(content, k), content: content})
+	for _, d := range docs {
+		if strings.Contains(d.Text, kind) {
+			out = append(out, document{file: cmp.Or(d.Source, fmt.Sprintf("document %d", d.Index)), content: d.Text})
 		}
 	}
-	return out
+	return out, nil
 }
 
 // FromCRDsDir returns the CRDs in the crds/ folders of a chart and its subcharts.
@@ -124,17 +127,6 @@ func All(ch *chart.Chart, manifest string) ([]CRD, error) {
 		out = append(out, c)
 	}
 	return out, nil
-}
-
-// sourceFile reads the "# Source: chart/templates/x.yaml" line Helm puts above every
-// rendered document.
-func sourceFile(content, fallback string) string {
-	for _, line := range strings.SplitN(content, "\n", 3) {
-		if f, ok := strings.CutPrefix(strings.TrimSpace(line), "# Source: "); ok {
-			return f
-		}
-	}
-	return fallback
 }
 
 // Rendered is what rendered manifests bring (helm template --include-crds, kustomize
@@ -239,7 +231,7 @@ func (r *Rendered) Add(file string, data []byte) error {
 	r.Files = append(r.Files, file)
 	source := ""
 	for _, d := range docs {
-		if s := sourceFile(string(d.Raw), ""); s != "" {
+		if s := manifest.Source(string(d.Raw)); s != "" {
 			source = s
 		}
 		if len(d.CRDs) > 0 || len(d.Objects) > 0 {
@@ -300,8 +292,12 @@ type Migration = predict.ChartMigration
 // manifest text alone, so a release manifest, a chart render and rendered manifests from
 // elsewhere are read the same way.
 func MigrationsFromManifest(manifest string) ([]Migration, error) {
+	docs, err := documents(manifest, "StorageVersionMigration")
+	if err != nil {
+		return nil, err
+	}
 	var out []Migration
-	for _, d := range documents(manifest, "StorageVersionMigration") {
+	for _, d := range docs {
 		file, content := d.file, d.content
 		var obj struct {
 			APIVersion string `json:"apiVersion"`

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -562,7 +563,7 @@ func (x *executor) secrets(ctx context.Context) (string, error) {
 	var done []string
 	api := x.env.Kube.CoreV1().Secrets(x.p.Namespace)
 	for _, s := range x.p.Secrets {
-		subject := "Secret/" + x.p.Namespace + "/" + s.New
+		subject := manifest.SubjectOf("Secret", x.p.Namespace, s.New)
 		saved, err := backupSecret(x.o.Dir, x.p.Namespace, s.Old)
 		if err != nil {
 			return "", err

@@ -29,8 +29,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // Finding is something the plan found, with what to do about it. A blocking finding
@@ -230,11 +230,12 @@ func newPlanner(kube kubernetes.Interface, in PlanInput) (*planner, error) {
 
 // kept says whether the uninstall keeps the object.
 func (pl *planner) kept(kind, name string) bool {
-	return slices.Contains(pl.p.Kept, kind+"/"+pl.in.Namespace+"/"+name)
+	return slices.Contains(pl.p.Kept, pl.subject(kind, name))
 }
 
+// subject names an object of the release namespace as reports do.
 func (pl *planner) subject(kind, name string) string {
-	return kind + "/" + pl.in.Namespace + "/" + name
+	return manifest.SubjectOf(kind, pl.in.Namespace, name)
 }
 
 // sides gathers the claims of the old release and of the new chart.
@@ -339,7 +340,7 @@ func (pl *planner) keptClaim(v *Volume, findings []Finding) []Finding {
 	if v.Kept {
 		// A kept claim is never deleted, so execute leaves its volume's policy alone.
 		for i := range findings {
-			if findings[i].Check == CheckNotRetain && findings[i].Subject == "PersistentVolume/"+v.PV {
+			if findings[i].Check == CheckNotRetain && findings[i].Subject == manifest.SubjectOf("PersistentVolume", "", v.PV) {
 				findings[i].Message = "reclaimPolicy is " + v.ReclaimPolicy + "; the claim " + v.OldPVC + " is kept as it is, so the migration does not put the data at risk"
 				findings[i].Remediation = "none needed for the migration; Retain protects against a later deletion of the claim"
 			}
@@ -398,8 +399,8 @@ func orEmpty(s []string) []string {
 }
 
 // byKind splits a manifest into kind -> name -> object, namespaced to ns.
-func byKind(manifest, ns string) (map[string]map[string]*unstructured.Unstructured, error) {
-	objs, err := applycheck.Objects(manifest)
+func byKind(text, ns string) (map[string]map[string]*unstructured.Unstructured, error) {
+	objs, err := manifest.All(text)
 	if err != nil {
 		return nil, err
 	}
@@ -498,7 +499,7 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 		return Volume{}, nil, fmt.Errorf("the new chart's PersistentVolumeClaim %s: %w", newObj.GetName(), err)
 	}
 	v := Volume{OldPVC: oldObj.GetName(), NewPVC: newObj.GetName(), NewObject: newObj.Object}
-	subject := "PersistentVolumeClaim/" + ns + "/" + v.OldPVC
+	subject := manifest.SubjectOf("PersistentVolumeClaim", ns, v.OldPVC)
 	if newPVC.Spec.StorageClassName != nil {
 		v.NewClass = *newPVC.Spec.StorageClassName
 	}
@@ -530,7 +531,7 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 
 	var fs []Finding
 	if v.ReclaimPolicy != string(corev1.PersistentVolumeReclaimRetain) {
-		fs = append(fs, Finding{Check: CheckNotRetain, Severity: finding.Info, Subject: "PersistentVolume/" + v.PV,
+		fs = append(fs, Finding{Check: CheckNotRetain, Severity: finding.Info, Subject: manifest.SubjectOf("PersistentVolume", "", v.PV),
 			Message:     "reclaimPolicy is " + v.ReclaimPolicy + ": the uninstall would delete the data",
 			Remediation: "execute patches it to Retain first, after confirmation"})
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // StatefulSet claims are the claims a StatefulSet's controller makes from its
@@ -139,7 +140,7 @@ func oldSTSClaims(ctx context.Context, kube kubernetes.Interface, m map[string]*
 				c, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, cn, metav1.GetOptions{})
 				switch {
 				case apierrors.IsNotFound(err):
-					fs = append(fs, Finding{Check: CheckSTSClaimMissing, Severity: finding.Info, Subject: "PersistentVolumeClaim/" + ns + "/" + cn,
+					fs = append(fs, Finding{Check: CheckSTSClaimMissing, Severity: finding.Info, Subject: manifest.SubjectOf("PersistentVolumeClaim", ns, cn),
 						Message: fmt.Sprintf("StatefulSet %s runs ordinal %d but its claim for template %s does not exist (the pod never started): there is no data to carry", name, ord, t.Name)})
 					continue
 				case err != nil:
@@ -170,7 +171,7 @@ func claimsBeyond(claims []corev1.PersistentVolumeClaim, s *appsv1.StatefulSet, 
 		if !ok || err != nil || ord < 0 || strconv.Itoa(ord) != suffix || slices.Contains(run, ord) {
 			continue
 		}
-		fs = append(fs, Finding{Check: CheckSTSClaimBeyond, Severity: finding.Info, Subject: "PersistentVolumeClaim/" + ns + "/" + c.Name,
+		fs = append(fs, Finding{Check: CheckSTSClaimBeyond, Severity: finding.Info, Subject: manifest.SubjectOf("PersistentVolumeClaim", ns, c.Name),
 			Message:     fmt.Sprintf("a claim of StatefulSet %s's template %s at ordinal %d, which it does not run (%d replicas; left by an earlier scale-down): the migration neither moves nor deletes it, so the new release does not get its data", s.Name, template, ord, len(run)),
 			Remediation: fmt.Sprintf("if it holds data to carry over, scale StatefulSet %s to cover ordinal %d and plan again; otherwise delete it once you no longer need it", s.Name, ord)})
 	}

@@ -2,10 +2,16 @@
 // summarising their version sets: which versions exist, which are served, which one is
 // the storage version and what the conversion strategy is. It is the vocabulary every
 // other package uses to talk about CRD versions.
+//
+// Documents splits a manifest with pkg/manifest (which owns reading rendered manifests)
+// but decodes each document its own way, on purpose: it keeps each document's raw bytes,
+// decodes a CustomResourceDefinition strictly (a duplicate key, an unknown field) and
+// checks the fields the API server requires, reads what kubectl reads from a file (JSON
+// streams and arrays too), and names the file of a broken document. manifest.Objects
+// decodes leniently, as Helm's builder does for every kind.
 package crdversions
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -14,8 +20,9 @@ import (
 	"strings"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // Version is one entry of a CRD's spec.versions.
@@ -171,25 +178,20 @@ func (h Head) Group() string {
 // decode strictly or lacks the fields the API server requires, is a *ParseError naming
 // the file and the document.
 func Documents(file string, data []byte) ([]Document, error) {
-	reader := utilyaml.NewYAMLReader(bufioReader(data))
+	docs, splitErr := manifest.Documents(string(data))
 	var out []Document
-	for doc := 1; ; doc++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, &ParseError{File: file, Document: doc, Err: err}
-		}
-		if len(bytes.TrimSpace(raw)) == 0 {
-			continue
-		}
-		d := Document{Index: doc, Raw: raw}
+	for _, md := range docs {
+		d := Document{Index: md.Index, Raw: []byte(md.Text)}
 		if err := d.decode(); err != nil {
-			return nil, &ParseError{File: file, Document: doc, Err: err}
+			return nil, &ParseError{File: file, Document: d.Index, Err: err}
 		}
 		out = append(out, d)
 	}
+	var de *manifest.DocumentError
+	if errors.As(splitErr, &de) {
+		return nil, &ParseError{File: file, Document: de.Index, Err: de.Err}
+	}
+	return out, nil
 }
 
 // decode reads the document's objects: a JSON stream value by value, YAML in one parse.
@@ -340,5 +342,3 @@ func validate(crd *apiextv1.CustomResourceDefinition) error {
 	}
 	return nil
 }
-
-func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }

@@ -108,6 +108,8 @@ func TestDocuments(t *testing.T) {
 		{name: "a kind that ends in List but has no items is an object", data: "apiVersion: example.com/v1\nkind: AccessList\nspec: {}\n",
 			want: []doc{{Index: 1, Objects: []Head{{"example.com/v1", "AccessList"}}}}},
 		{name: "bad YAML names the document", data: good + "---\n" + "kind: [\n", errHas: "(document 2): "},
+		{name: "a separator the YAML reader refuses names the document", data: good + "---\n" + cm + "\n---x\n" + good,
+			errHas: "(document 2): invalid Yaml document separator"},
 		{name: "bad JSON names the document", data: "apiVersion: v1\nkind: ConfigMap\n---\n{\"kind\": ", errHas: "(document 2): not valid JSON"},
 		{name: "a broken CRD in a List names the item", data: `{"kind":"List","items":[` + widget + "," + strings.Replace(goodJSON, `"scope"`, `"scopez"`, 1) + `]}`,
 			errHas: `(document 1): item 1: invalid CustomResourceDefinition: json: unknown field "scopez"`},

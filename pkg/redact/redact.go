@@ -14,7 +14,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // Mask replaces what a Redactor hides.
@@ -65,20 +66,17 @@ func (r *Redactor) AddValues(v any) {
 	}
 }
 
-// AddManifest hides the data of every Secret a manifest renders, both base64-encoded
-// (as stored) and decoded (as a message may quote it). A manifest that does not parse
-// adds what parsed before the error.
-func (r *Redactor) AddManifest(manifest string) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	for {
-		var obj map[string]any
-		if err := dec.Decode(&obj); err != nil {
-			return // the end, or a document that does not parse: keep what was added
-		}
-		u := unstructured.Unstructured{Object: obj}
+// AddManifest hides the data of every Secret a manifest renders (manifest.Objects: List
+// items included), both base64-encoded (as stored) and decoded (as a message may quote
+// it). A document that does not parse adds nothing; the Secrets of the others are still
+// hidden.
+func (r *Redactor) AddManifest(text string) {
+	objs, _ := manifest.Objects(text) // what does not parse brings no Secret to hide
+	for _, u := range objs {
 		if u.GetKind() != "Secret" || u.GroupVersionKind().Group != "" {
 			continue
 		}
+		obj := u.Object
 		data, _, _ := unstructured.NestedMap(obj, "data")
 		for _, v := range data {
 			if s, ok := v.(string); ok {

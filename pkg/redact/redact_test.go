@@ -81,3 +81,19 @@ func TestWhatIsHidden(t *testing.T) {
 		}
 	}
 }
+
+// TestAddManifestReadsEveryDocument: a document that does not parse hides nothing, but
+// the Secrets of the documents after it still are, and so is a Secret in a List (Helm
+// applies a List's items as objects of their own).
+func TestAddManifestReadsEveryDocument(t *testing.T) {
+	r := redact.New()
+	r.AddManifest("apiVersion: v1\nkind: Secret\nmetadata:\n  name: before\nstringData:\n  k: before-sentinel\n" +
+		"---\nkind: [unclosed\n" +
+		"---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: after\nstringData:\n  k: after-sentinel\n" +
+		"---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata:\n    name: listed\n  stringData:\n    k: listed-sentinel\n" +
+		"---\napiVersion: example.com/v1\nkind: Secret\nmetadata:\n  name: not-core\nstringData:\n  k: other-group-sentinel\n")
+	got := r.String("before-sentinel after-sentinel listed-sentinel other-group-sentinel")
+	if want := redact.Mask + " " + redact.Mask + " " + redact.Mask + " other-group-sentinel"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+}

@@ -29,8 +29,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
 
@@ -165,7 +165,7 @@ func run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, fai
 		rep.FailedStatus = failed.Info.Status.String()
 		rep.rejected(crdversions.StoredVersionRejections(failed.Info.Description))
 	}
-	failedObjs, err := applycheck.Objects(failed.Manifest)
+	failedObjs, err := manifest.All(failed.Manifest)
 	if err != nil {
 		return nil, fmt.Errorf("revision %d: %w", failed.Version, err)
 	}
@@ -173,7 +173,7 @@ func run(ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, fai
 	var prevOrder []string
 	if previous != nil {
 		rep.PreviousRevision = previous.Version
-		objs, err := applycheck.Objects(previous.Manifest)
+		objs, err := manifest.All(previous.Manifest)
 		if err != nil {
 			return nil, fmt.Errorf("revision %d: %w", previous.Version, err)
 		}
@@ -238,12 +238,12 @@ func resolve(mapper meta.RESTMapper, obj *unstructured.Unstructured, ns string) 
 	gvk := obj.GroupVersionKind()
 	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return applycheck.Subject(obj), err
+		return manifest.Subject(obj), err
 	}
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace && obj.GetNamespace() == "" {
 		obj.SetNamespace(ns)
 	}
-	return applycheck.Subject(obj), nil
+	return manifest.Subject(obj), nil
 }
 
 // client returns the resource client of an object, or nil when the cluster does not

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // Backup layout: DIR/index.json lists what was saved; DIR/objects/*.yaml hold the
@@ -148,7 +150,7 @@ func Backup(ctx context.Context, c *Clients, o Options, dir string) (*BackupResu
 		if err != nil {
 			return nil, fmt.Errorf("PersistentVolume/%s: read for backup: %w", n, err)
 		}
-		f := BackupFile{Subject: "PersistentVolume/" + n, Kind: "PersistentVolume", Name: n, ReclaimPolicy: string(pv.Spec.PersistentVolumeReclaimPolicy)}
+		f := BackupFile{Subject: manifest.SubjectOf("PersistentVolume", "", n), Kind: "PersistentVolume", Name: n, ReclaimPolicy: string(pv.Spec.PersistentVolumeReclaimPolicy)}
 		if ref := pv.Spec.ClaimRef; ref != nil {
 			f.Claim = ref.Namespace + "/" + ref.Name
 		}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // listPage bounds every LIST: big namespaces are read in pages.
@@ -134,7 +135,7 @@ func (in *inspector) foreignUsers(ctx context.Context, ns, claim string) ([]stri
 		}
 		for i := range list.Items {
 			j := &list.Items[i]
-			subject := "Job/" + ns + "/" + j.Name
+			subject := manifest.SubjectOf("Job", ns, j.Name)
 			if jobFinished(j) || in.listed[subject] || !mounts(j.Spec.Template.Spec.Volumes, claim) {
 				continue
 			}
@@ -199,7 +200,7 @@ func (in *inspector) podsIn(ctx context.Context, ns string) ([]podRef, error) {
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 				continue // a finished pod holds no volume
 			}
-			ref := podRef{subject: "Pod/" + ns + "/" + p.Name, owners: p.OwnerReferences}
+			ref := podRef{subject: manifest.SubjectOf("Pod", ns, p.Name), owners: p.OwnerReferences}
 			for _, v := range p.Spec.Volumes {
 				if v.PersistentVolumeClaim != nil {
 					ref.claims = append(ref.claims, v.PersistentVolumeClaim.ClaimName)
@@ -253,10 +254,11 @@ func (in *inspector) ownedByRelease(ctx context.Context, ns string, owners []met
 		if err != nil {
 			continue
 		}
-		subject := ref.Kind + "/" + ns + "/" + ref.Name
+		subjectNS := ns
 		if m.Scope.Name() != "namespace" {
-			subject = ref.Kind + "/" + ref.Name
+			subjectNS = ""
 		}
+		subject := manifest.SubjectOf(ref.Kind, subjectNS, ref.Name)
 		if in.listed[subject] {
 			return true, nil
 		}

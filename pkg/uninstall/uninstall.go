@@ -29,6 +29,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // DefaultHelmVersion is the Helm version a verdict assumes when none is given: the
@@ -118,9 +119,10 @@ func load(ctx context.Context, c *Clients, o Options) (*loaded, error) {
 }
 
 // parseManifest splits a stored manifest the way helm uninstall does, in its uninstall
-// order.
-func parseManifest(manifest, releaseNamespace string, mapper meta.RESTMapper) ([]manifestObject, error) {
-	_, files, err := releaseutil.SortManifests(releaseutil.SplitManifests(manifest), nil, releaseutil.UninstallOrder)
+// order. It goes through Helm's own releaseutil.SortManifests, not pkg/manifest: the
+// prediction is of helm uninstall, so it takes that order and refuses what it refuses.
+func parseManifest(text, releaseNamespace string, mapper meta.RESTMapper) ([]manifestObject, error) {
+	_, files, err := releaseutil.SortManifests(releaseutil.SplitManifests(text), nil, releaseutil.UninstallOrder)
 	if err != nil {
 		return nil, fmt.Errorf("the stored manifest does not parse (helm uninstall would refuse it as a corrupted release record): %w", err)
 	}
@@ -174,10 +176,7 @@ func mapping(o manifestObject, mapper meta.RESTMapper) (*meta.RESTMapping, error
 }
 
 func (o manifestObject) subject() string {
-	if o.namespace == "" {
-		return o.kind + "/" + o.name
-	}
-	return o.kind + "/" + o.namespace + "/" + o.name
+	return manifest.SubjectOf(o.kind, o.namespace, o.name)
 }
 
 // Check predicts what `helm uninstall` of the release does, with the Helm version in
