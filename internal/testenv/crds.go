@@ -11,6 +11,7 @@ import (
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apiextv1client "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -140,6 +141,9 @@ func (cp *ControlPlane) DeleteCRDs(ctx context.Context, keep func(*apiextv1.Cust
 			continue
 		}
 		doomed = append(doomed, crd.Name)
+		if crd.DeletionTimestamp != nil {
+			continue // being deleted: the API server's finalizer deletes its instances
+		}
 		if crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextv1.WebhookConverter {
 			// A conversion webhook that is not running would make the instances unlistable.
 			crd.Spec.Conversion = &apiextv1.CustomResourceConversion{Strategy: apiextv1.NoneConverter}
@@ -157,6 +161,11 @@ func (cp *ControlPlane) DeleteCRDs(ctx context.Context, keep func(*apiextv1.Cust
 			attempt, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			objs, last = md.Resource(gvr).List(attempt, metav1.ListOptions{})
+			if apierrors.IsNotFound(last) && deleting(ctx, api, crd.Name) {
+				// Deleted meanwhile (by a test's clean-up, or Helm): the API server's
+				// finalizer deletes its instances.
+				objs, last = &metav1.PartialObjectMetadataList{}, nil
+			}
 			return last == nil, nil
 		})
 		if err != nil {
@@ -189,6 +198,12 @@ func (cp *ControlPlane) DeleteCRDs(ctx context.Context, keep func(*apiextv1.Cust
 		}
 		return true, nil
 	})
+}
+
+// deleting says whether CRD name is gone or being deleted.
+func deleting(ctx context.Context, api apiextv1client.CustomResourceDefinitionInterface, name string) bool {
+	crd, err := api.Get(ctx, name, metav1.GetOptions{})
+	return apierrors.IsNotFound(err) || (err == nil && crd.DeletionTimestamp != nil)
 }
 
 func ignoreNotFound(err error) error {
