@@ -3,8 +3,12 @@
 // traps behind lost data (keep only on the live object, stripped ownership that protects
 // only with Helm 4.3 or newer, a failed last revision, PVCs on Delete volumes, cascading
 // Namespace and CRD deletes, credentials Secrets, foreign pods holding PVCs). It also takes
-// the backup a restore needs (Backup). It reads the release through the Helm SDK's storage
-// drivers, never prints, and never returns Secret data or release values.
+// the backup a restore needs (Backup: the data objects of the release's manifest, read as
+// the prediction reads it) and judges the deletes of an upgrade or rollback (Prune) with
+// the prediction's per-object inspector; they share the release loading, the manifest
+// reading and that inspector, so they stay in one package. It reads the release through
+// the Helm SDK's storage drivers, never prints, and never returns Secret data or release
+// values.
 package uninstall
 
 import (
