@@ -16,6 +16,7 @@ import (
 // (safe) and that bundles one migration for it and one for a resource nothing serves
 // exits 0, with both judged.
 func TestCheckBundledMigrations(t *testing.T) {
+	needCluster(t)
 	const g = "cli.bundled.upgradeguard.test"
 	fx, err := testenv.Fixtures()
 	if err != nil {
