@@ -72,18 +72,18 @@ test: testbin $(BIN)/noskip ## Run unit and integration tests (real kube-apiserv
 .PHONY: e2e
 e2e: $(BIN)/noskip ## Run upgradeguard as users install it: the image and the chart on a real node (needs root; installs containerd, runc and the CNI plugins with apt-get)
 	./hack/node-deps.sh
-	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --node
+	./hack/testbin.sh --kube $(KUBE_DEFAULT) --node
 	set -o pipefail; $(GOTEST) -tags e2e ./test/e2e/... | $(NOSKIP)
 
 # What CI can afford of e2e: the chart's Pod on a real node and Job mode on a second
 # cluster's node (the image, the chart, the Job with its generated RBAC), without the long
 # migrations of the hand-over and upgrade tests. Same set-up steps as e2e.
-E2E_CI_TESTS := ^(TestChartPod|TestJobMode|TestJobModeMissingRule)$$
+E2E_CI_TESTS := ^(TestChartPod|TestHelmControllerHeldThroughService|TestJobMode|TestJobModeMissingRule)$$
 
 .PHONY: e2e-ci
 e2e-ci: $(BIN)/noskip ## Run the e2e subset CI can afford: the chart's Pod and Job mode on a real node (needs root, as e2e)
 	./hack/node-deps.sh
-	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --node
+	./hack/testbin.sh --kube $(KUBE_DEFAULT) --node
 	set -o pipefail; $(GOTEST) -tags e2e -run '$(E2E_CI_TESTS)' ./test/e2e/... | $(NOSKIP)
 
 # Argo CD's binary (a 203 MiB cgo build of 25-40 minutes on two cores, through its own Go

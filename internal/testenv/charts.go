@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -127,12 +128,25 @@ type ChartRepo struct {
 	srv *httptest.Server
 }
 
-// NewChartRepo serves an empty chart repository from dir. Close stops it.
-func NewChartRepo(dir string) (*ChartRepo, error) {
+// NewChartRepo serves an empty chart repository from dir on loopback. Close stops it.
+func NewChartRepo(dir string) (*ChartRepo, error) { return NewChartRepoAt(dir, "") }
+
+// NewChartRepoAt is NewChartRepo listening on host (an IP address; "" is loopback), for
+// clients that cannot reach the test's loopback, such as a node's Pods.
+func NewChartRepoAt(dir, host string) (*ChartRepo, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	srv := httptest.NewUnstartedServer(http.FileServer(http.Dir(dir)))
+	if host != "" {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("chart repository on %s: %w", host, err)
+		}
+		_ = srv.Listener.Close()
+		srv.Listener = l
+	}
+	srv.Start()
 	r := &ChartRepo{URL: srv.URL, dir: dir, srv: srv}
 	if err := r.reindex(); err != nil {
 		srv.Close()

@@ -408,7 +408,8 @@ func Fixtures() (string, error) {
 }
 
 // RunTests is a test package's TestMain: unless -short, it starts one control plane for
-// the package into *cp, runs the tests and stops it.
+// the package into *cp, runs the tests and stops it. With Options.Node it first checks
+// what a node needs and stops at once, naming the install steps, if anything is missing.
 func RunTests(m *testing.M, cp **ControlPlane, opts ...Options) int {
 	flag.Parse()
 	if testing.Short() {
@@ -418,6 +419,13 @@ func RunTests(m *testing.M, cp **ControlPlane, opts ...Options) int {
 	if *cp, err = Start(opts...); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
+	}
+	if (*cp).node {
+		if msg := (*cp).NodeMissing(); msg != "" {
+			fmt.Fprintln(os.Stderr, "node:", msg)
+			_ = (*cp).Stop()
+			return 2
+		}
 	}
 	code := m.Run()
 	if err := (*cp).Stop(); err != nil {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
@@ -116,8 +117,9 @@ func installChart(t *testing.T, ns string, set ...string) *release {
 
 // uninstalled runs `helm uninstall` and checks what it leaves: no webhook configuration
 // (a fail-closed webhook without its Pod would refuse every HelmRelease change), the CRDs
-// (Helm never deletes crds/) and the controller's leader-election Lease, and nothing else
-// in the namespace or the cluster.
+// (Helm never deletes crds/), the controller's leader-election Lease and released
+// migration Leases, which the chart README's two commands delete, and nothing else in the
+// namespace or the cluster.
 func uninstalled(t *testing.T, cs *kubernetes.Clientset, ns string) {
 	t.Helper()
 	ctx := t.Context()
@@ -135,15 +137,16 @@ func uninstalled(t *testing.T, cs *kubernetes.Clientset, ns string) {
 			t.Errorf("after helm uninstall, CRD %s is gone (%s): Helm keeps crds/", crd, strings.TrimSpace(out))
 		}
 	}
-	// The Pod terminates after the Deployment is gone. The leader-election Lease stays:
-	// the controller creates it at run time, and Helm has deleted the Role that would let
-	// the stopping Pod delete it (the chart's README says so).
+	// The Pod terminates after the Deployment is gone. Leases stay: the leader-election
+	// Lease, which the controller creates at run time (Helm has deleted the Role that would
+	// let the stopping Pod delete it), and a released migration Lease per CRD migrated (the
+	// CLI's `migrate` shares them). The chart's README says so and how to delete them.
 	var extra []string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
 		extra = nil
-		for _, o := range strings.Fields(kubectlOut("get", "all,secrets,configmaps,serviceaccounts,roles,rolebindings,leases,poddisruptionbudgets",
+		for _, o := range strings.Fields(kubectlOut("get", "all,secrets,configmaps,serviceaccounts,roles,rolebindings,poddisruptionbudgets",
 			"-n", ns, "-o", "name")) {
-			if o != "serviceaccount/default" && o != "configmap/kube-root-ca.crt" && o != "lease.coordination.k8s.io/upgradeguard-controller" {
+			if o != "serviceaccount/default" && o != "configmap/kube-root-ca.crt" {
 				extra = append(extra, o)
 			}
 		}
@@ -151,6 +154,21 @@ func uninstalled(t *testing.T, cs *kubernetes.Clientset, ns string) {
 	})
 	if err != nil {
 		t.Errorf("after helm uninstall, %s still holds %v", ns, extra)
+	}
+	leases, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+	must(t, err, "list Leases in %s", ns)
+	for _, l := range leases.Items {
+		released := l.Labels["app.kubernetes.io/managed-by"] == "upgradeguard" && ptr.Deref(l.Spec.HolderIdentity, "") == ""
+		if l.Name != "upgradeguard-controller" && !released {
+			t.Errorf("after helm uninstall, Lease %s/%s (holder %q) is neither the leader-election Lease nor a released migration Lease",
+				ns, l.Name, ptr.Deref(l.Spec.HolderIdentity, ""))
+		}
+	}
+	// The README's clean-up leaves nothing.
+	kubectl(t, "delete", "lease", "-n", ns, "upgradeguard-controller", "--ignore-not-found")
+	kubectl(t, "delete", "lease", "-n", ns, "-l", "app.kubernetes.io/managed-by=upgradeguard")
+	if left := strings.TrimSpace(kubectlOut("get", "leases", "-n", ns, "-o", "name")); left != "" {
+		t.Errorf("after the README's clean-up, %s still holds %s", ns, left)
 	}
 	cluster := kubectlOut("get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance=upgradeguard", "-o", "name")
 	if strings.TrimSpace(cluster) != "" && !strings.Contains(cluster, "No resources") {

@@ -66,18 +66,7 @@ func TestHelmUpgradeMidMigration(t *testing.T) {
 	must(t, err, "import the %s image into the node: %s", e2eVersion2, out)
 
 	// A HelmRelease whose chart changes are gated, outside the release namespace.
-	kubectl(t, "create", "namespace", appsNS)
-	t.Cleanup(func() { _ = kubectlOut("delete", "namespace", appsNS, "--wait=false") })
-	dyn, err := dynamic.NewForConfig(cp.Config)
-	must(t, err, "dynamic client")
-	hr := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
-		"metadata": map[string]any{"name": "podinfo", "namespace": appsNS},
-		"spec": map[string]any{"interval": "10m", "chart": map[string]any{"spec": map[string]any{
-			"chart": "podinfo", "version": "6.0.0", "sourceRef": map[string]any{"kind": "HelmRepository", "name": "podinfo"}}}},
-	}}
-	hr, err = dyn.Resource(helmreleasesV2).Namespace(appsNS).Create(ctx, hr, metav1.CreateOptions{})
-	must(t, err, "create HelmRelease %s/podinfo", appsNS)
+	_, hr := gatedHelmRelease(t, appsNS)
 	gate := startGateProbe(t, hr)
 	if a := gate.waitAnswers(t, 1); a[0].class != answerAdmitted && a[0].class != answerDenied {
 		t.Fatalf("before the upgrade the gate does not answer: %s", a[0].msg)
@@ -203,8 +192,6 @@ func startGateProbe(t *testing.T, hr *unstructured.Unstructured) *gateProbe {
 	cfg.QPS, cfg.Burst = -1, 0     // the probe sets its own pace
 	dyn, err := dynamic.NewForConfig(cfg)
 	must(t, err, "dynamic client")
-	changed := hr.DeepCopy()
-	must(t, unstructured.SetNestedField(changed.Object, "6.0.1", "spec", "chart", "spec", "version"), "set the chart version")
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	p := &gateProbe{cancel: cancel, done: make(chan struct{})}
 	t.Cleanup(func() { p.stop() })
@@ -214,7 +201,7 @@ func startGateProbe(t *testing.T, hr *unstructured.Unstructured) *gateProbe {
 		defer tick.Stop()
 		for {
 			sent := time.Now()
-			_, err := dyn.Resource(helmreleasesV2).Namespace(hr.GetNamespace()).Update(ctx, changed, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			err := chartChange(ctx, dyn, hr)
 			if ctx.Err() != nil {
 				return
 			}

@@ -13,36 +13,20 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
-	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/go-logr/logr"
-	eventsv1 "k8s.io/api/events/v1"
-	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
-	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
-	"github.com/upgradeguard/upgradeguard/internal/webhook"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
 )
 
-var (
-	env fluxtest.Env
-	ug  client.Client // reads upgradeguard's objects
-)
+var env fluxtest.Env
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
@@ -74,7 +58,7 @@ func setup() (func(), error) {
 	if err != nil {
 		return stop, err
 	}
-	env, ug = g.Env, g.UG
+	env = g.Env
 	return stop, nil
 }
 
@@ -85,234 +69,22 @@ func needCluster(t *testing.T) {
 	}
 }
 
-// waitUpgraded waits until helm-controller reports Ready=True at chart version To.
-func waitUpgraded(t *testing.T, s *fluxtest.Scenario) *helmv2.HelmRelease {
-	t.Helper()
-	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
-		l := hr.Status.History.Latest()
-		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && testenv.ChartSemver(l.ChartVersion) == fluxtest.To
-	})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, s.Flux.LogTail(40))
-	}
-	return hr
-}
-
-// assertUpgraded checks what a held-then-upgraded release must look like: To deployed
-// with no failed revision on the way (nothing of To was applied before the migration),
-// the breaking CRDs at To's spec with v2alpha1 pruned from storedVersions, every object
-// readable, and To's ordinary objects applied.
-func assertUpgraded(t *testing.T, s *fluxtest.Scenario, before int) {
-	t.Helper()
-	var statuses []string
-	for _, r := range s.History(t) {
-		if r.Revision > before {
-			// An OCI chart's version carries its digest (3.3.7+abc...).
-			chart, _, _ := strings.Cut(r.Chart, "+")
-			statuses = append(statuses, fmt.Sprintf("%s %s", r.Status, chart))
-		}
-	}
-	if want := []string{"deployed kyverno-" + fluxtest.To}; !slices.Equal(statuses, want) {
-		t.Errorf("revisions after %d = %v, want %v (a denied upgrade stores no revision)", before, statuses, want)
-	}
-	crds := s.CRDs(t)
-	for _, name := range fluxtest.BreakingCRDs {
-		if st := crds[name]; slices.Contains(st.StoredVersions, "v2alpha1") || slices.Contains(st.Versions, "v2alpha1") {
-			t.Errorf("%s after the upgrade: %+v, want v2alpha1 gone from spec.versions and storedVersions", name, st)
-		}
-	}
-	if errs := s.ReadObjects(t); len(errs) > 0 {
-		t.Errorf("objects unreadable after the upgrade: %v", errs)
-	}
-	if v := s.ChartVersionInCluster(t); v != fluxtest.To {
-		t.Errorf("ConfigMap version = %s, want %s", v, fluxtest.To)
-	}
-}
-
-// migration waits for the HelmRelease's StorageMigration to succeed and returns it.
-func migration(t *testing.T, s *fluxtest.Scenario) *v1alpha1.StorageMigration {
-	t.Helper()
-	sm := migrationOf(t, s)
-	slices.Sort(sm.Spec.Resources)
-	if !slices.Equal(sm.Spec.Resources, fluxtest.BreakingCRDs) {
-		// Say which decision made it, to tell a replaced StorageMigration from a short one.
-		t.Errorf("StorageMigration %s resources = %v, want %v (created %s, holds %q, status %+v)", sm.Name, sm.Spec.Resources, fluxtest.BreakingCRDs,
-			sm.CreationTimestamp, sm.Annotations[webhook.AnnotationHolds], sm.Status.Resources)
-	}
-	return sm
-}
-
-// migrationOf waits for the HelmRelease's StorageMigration to succeed.
-func migrationOf(t *testing.T, s *fluxtest.Scenario) *v1alpha1.StorageMigration {
-	t.Helper()
-	name := webhook.MigrationName(s.HelmRelease.Namespace, s.HelmRelease.Name)
-	var sm v1alpha1.StorageMigration
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := ug.Get(ctx, client.ObjectKey{Name: name}, &sm); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return sm.Status.Phase == v1alpha1.PhaseSucceeded, nil
-	})
-	if err != nil {
-		t.Fatalf("StorageMigration %s did not succeed: %v (%+v)", name, err, sm.Status)
-	}
-	return &sm
-}
-
-// recordedOnHelmRelease checks what the gate left on the HelmRelease across a hold: an
-// event for each reason (the note is the gate's message), and the gate annotation, which
-// says admitted once the upgrade went through.
-func recordedOnHelmRelease(t *testing.T, s *fluxtest.Scenario, reasons ...string) {
-	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(s.CP.Config)
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if webhook.ParseState(s.HelmReleaseNow(t)).Decision != webhook.OutcomeAdmitted {
-			return false, nil
-		}
-		evs, err := cs.EventsV1().Events(s.Name).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, r := range reasons {
-			if !slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
-				return e.Regarding.Kind == helmv2.HelmReleaseKind && e.Regarding.Name == s.Name && e.Reason == r && strings.Contains(e.Note, "upgradeguard")
-			}) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		t.Errorf("the HelmRelease lacks the gate's events %v or its admitted annotation (%+v): %v", reasons, webhook.ParseState(s.HelmReleaseNow(t)), err)
-	}
-}
-
-// retried checks that the controller asked helm-controller to retry at once once the
-// migration succeeded, and that helm-controller retried on that request: the
-// HelmRelease's requestedAt and resetAt carry a token the controller wrote (its event on
-// the StorageMigration names it; the test's own token, when it wrote one, is another),
-// and helm-controller's status says it handled that token, as a request and as a reset.
-func retried(t *testing.T, s *fluxtest.Scenario, testToken string) {
-	t.Helper()
-	ann := s.HelmReleaseNow(t).Annotations
-	token := ann[meta.ReconcileRequestAnnotation]
-	if token == "" || token == testToken || ann[annotationResetAt] != token {
-		t.Fatalf("HelmRelease annotations = %v, want requestedAt and resetAt set by the controller to one token (the test wrote %q)", ann, testToken)
-	}
-	cs := kubernetes.NewForConfigOrDie(s.CP.Config)
-	sm := webhook.MigrationName(s.HelmRelease.Namespace, s.HelmRelease.Name)
-	hr := s.HelmReleaseNow(t)
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := cs.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		asked := slices.ContainsFunc(evs.Items, func(e eventsv1.Event) bool {
-			return e.Regarding.Kind == "StorageMigration" && e.Regarding.Name == sm && e.Reason == controller.EventRetryRequested && strings.Contains(e.Note, token)
-		})
-		hr = s.HelmReleaseNow(t)
-		return asked && hr.Status.LastHandledReconcileAt == token && hr.Status.LastHandledResetAt == token, nil
-	})
-	if err != nil {
-		t.Errorf("helm-controller did not retry on the controller's request %s (event %s on StorageMigration %s): lastHandledReconcileAt %q, lastHandledResetAt %q: %v",
-			token, controller.EventRetryRequested, sm, hr.Status.LastHandledReconcileAt, hr.Status.LastHandledResetAt, err)
-	}
-}
-
-// annotationResetAt asks helm-controller to reset its failure counters when it equals
-// requestedAt (what `flux reconcile helmrelease --reset` sets).
-const annotationResetAt = "reconcile.fluxcd.io/resetAt"
-
-func readyMessage(hr *helmv2.HelmRelease) string {
-	if c := apimeta.FindStatusCondition(hr.Status.Conditions, meta.ReadyCondition); c != nil {
-		return c.Message
-	}
-	return ""
-}
-
-// waitHeldMessage waits until helm-controller's Ready condition carries the gate's
-// denial (helm-controller reports the failed upgrade with the API server's answer). It
-// watches the HelmRelease from resourceVersion since (read before the trigger), so it
-// sees every status write: a hold that a fast migration ends within a second leaves
-// its message for less than any poll interval.
-func waitHeldMessage(t *testing.T, s *fluxtest.Scenario, since, want string) string {
-	t.Helper()
-	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: testenv.FluxScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	w, err := wc.Watch(ctx, &helmv2.HelmReleaseList{}, client.InNamespace(s.HelmRelease.Namespace),
-		client.MatchingFields{"metadata.name": s.HelmRelease.Name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: since}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	var msgs []string
-	for ev := range w.ResultChan() {
-		hr, ok := ev.Object.(*helmv2.HelmRelease)
-		if !ok {
-			t.Fatalf("watching HelmRelease %s: %v event %v", s.HelmRelease, ev.Type, ev.Object)
-		}
-		m := readyMessage(hr)
-		if len(msgs) == 0 || msgs[len(msgs)-1] != m {
-			msgs = append(msgs, m)
-		}
-		if strings.Contains(m, want) {
-			return m
-		}
-	}
-	t.Fatalf("no Ready message with %q within 3 minutes; messages seen:\n%s", want, strings.Join(msgs, "\n"))
-	return ""
-}
-
 // TestSemverRangeHeldMigratedUpgraded: the repository gains the breaking chart version
 // while the HelmRelease (version "3.x") is unchanged; helm-controller upgrades by itself.
-// See recordHeld.
+// See Scenario.RecordHeld.
 func TestSemverRangeHeldMigratedUpgraded(t *testing.T) {
 	needCluster(t)
-	recordHeld(t, fluxtest.SemverRange(t, env, "semver-range", fluxtest.Options{}))
-}
-
-// recordHeld runs a scenario whose trigger reaches helm-controller without any chart
-// change of the HelmRelease (a source that moves, or a values change): helm-controller's
-// upgrade is denied at its release record, the StorageMigration runs, the controller asks
-// helm-controller to retry, and the release ends Ready=True at To with nothing failed on
-// the way.
-//
-// The kyverno To chart no longer renders admissionreports.kyverno.io, which From renders:
-// Helm would delete that CRD and its objects, and no migration fixes that. So the record
-// gate first holds the upgrade with that reason, visible on the HelmRelease (the gate
-// annotation and helm-controller's Ready message), and stores nothing. The operator does
-// what the message says (keep the CRD, then `flux reconcile helmrelease --reset`); the next
-// attempt is held for the migration only.
-func recordHeld(t *testing.T, s *fluxtest.Scenario) {
-	t.Helper()
-	before, since := s.ReleaseRevision, s.HelmReleaseNow(t).ResourceVersion
-	if err := s.Trigger(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	asked := blockedOnDeletion(t, s, `admission webhook "release.upgradeguard.io" denied the request`, before, since)
-	sm := migration(t, s)
-	if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], fmt.Sprintf("upgrade of release %s/%s", s.Name, s.Name)) {
-		t.Errorf("StorageMigration holds annotation = %q", sm.Annotations[webhook.AnnotationHolds])
-	}
-	hr := waitUpgraded(t, s)
-	t.Logf("Ready: %s", readyMessage(hr))
-	assertUpgraded(t, s, before)
-	retried(t, s, asked)
-	recordedOnHelmRelease(t, s, webhook.ReasonReleaseBlocked, webhook.ReasonReleaseHeld, webhook.ReasonReleaseAdmitted)
+	fluxtest.SemverRange(t, env, "semver-range", fluxtest.Options{}).RecordHeld(t)
 }
 
 func TestOCISemverHeldMigratedUpgraded(t *testing.T) {
 	needCluster(t)
-	recordHeld(t, fluxtest.OCISemver(t, env, "oci-semver", fluxtest.Options{}))
+	fluxtest.OCISemver(t, env, "oci-semver", fluxtest.Options{}).RecordHeld(t)
 }
 
 func TestOCIMovedTagHeldMigratedUpgraded(t *testing.T) {
 	needCluster(t)
-	recordHeld(t, fluxtest.OCIMovedTag(t, env, "oci-tag", fluxtest.Options{}))
+	fluxtest.OCIMovedTag(t, env, "oci-tag", fluxtest.Options{}).RecordHeld(t)
 }
 
 // TestValuesSwitchHeldMigratedUpgraded: a values change turns the chart's CRDs on, and
@@ -325,7 +97,7 @@ func TestValuesSwitchHeldMigratedUpgraded(t *testing.T) {
 	if err := s.Trigger(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	migration(t, s)
+	s.Migration(t)
 	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.Name, s.Name, 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
 		l := hr.Status.History.Latest()
 		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.Version > before
@@ -333,57 +105,9 @@ func TestValuesSwitchHeldMigratedUpgraded(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, s.Flux.LogTail(40))
 	}
-	t.Logf("Ready: %s", readyMessage(hr))
-	assertUpgraded(t, s, before)
-	retried(t, s, "")
-}
-
-// bumpThroughHelmReleaseGate applies the version bump the way GitOps does, again after
-// each denial: a pinned version bump is a chart change of the HelmRelease, decided by the
-// HelmRelease gate before helm-controller sees it. The first denial is the deletion of
-// admissionreports.kyverno.io (see recordHeld), which the operator answers by keeping the
-// CRD; the second holds the change for the migration; once it succeeded the bump is
-// admitted.
-func bumpThroughHelmReleaseGate(t *testing.T, s *fluxtest.Scenario) {
-	t.Helper()
-	err := s.Trigger(t.Context())
-	if err == nil || !strings.Contains(err.Error(), `admission webhook "helmrelease.upgradeguard.io" denied the request`) ||
-		!strings.Contains(err.Error(), "admissionreports.kyverno.io: no longer rendered by the upgrade target") {
-		t.Fatalf("the version bump: %v, want the HelmRelease gate's denial for the dropped CRD", err)
-	}
-	crd := &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "admissionreports.kyverno.io"}}
-	keep := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"helm.sh/resource-policy":"keep"}}}`))
-	if err := s.Flux.Client.Patch(t.Context(), crd, keep); err != nil {
-		t.Fatal(err)
-	}
-	reapplyUntilAdmitted(t, s)
-}
-
-// reapplyUntilAdmitted re-applies the trigger the way GitOps does until the HelmRelease
-// gate admits it: held while the StorageMigration runs (a conflict with helm-controller's
-// own writes is retried too). The StorageMigration must have succeeded.
-func reapplyUntilAdmitted(t *testing.T, s *fluxtest.Scenario) {
-	t.Helper()
-	var answers []string
-	err := wait.PollUntilContextTimeout(t.Context(), 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := s.Trigger(ctx)
-		switch {
-		case err == nil:
-			return true, nil
-		case strings.Contains(err.Error(), "denied the request: upgradeguard is holding the upgrade"), apierrors.IsConflict(err):
-			answers = append(answers, err.Error())
-			return false, nil
-		}
-		return false, err
-	})
-	if err != nil {
-		t.Fatalf("the re-applied version bump: %v; answers: %v", err, answers)
-	}
-	// The gate started the migration, which succeeded before the bump was admitted.
-	sm := migration(t, s)
-	if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], "upgrade of release "+s.Name) {
-		t.Errorf("StorageMigration holds annotation = %q", sm.Annotations[webhook.AnnotationHolds])
-	}
+	t.Logf("Ready: %s", fluxtest.ReadyMessage(hr))
+	s.AssertUpgraded(t, before)
+	s.Retried(t, "")
 }
 
 // TestVersionBumpHeldMigratedUpgraded: a pinned version bump, through the HelmRelease
@@ -392,9 +116,9 @@ func TestVersionBumpHeldMigratedUpgraded(t *testing.T) {
 	needCluster(t)
 	s := fluxtest.VersionBump(t, env, "version-bump", fluxtest.Options{})
 	before := s.ReleaseRevision
-	bumpThroughHelmReleaseGate(t, s)
-	waitUpgraded(t, s)
-	assertUpgraded(t, s, before)
+	s.BumpThroughHelmReleaseGate(t)
+	s.WaitUpgraded(t)
+	s.AssertUpgraded(t, before)
 }
 
 // TestRemediationRollbackNotNeeded: with upgrade.remediation.strategy rollback, the
@@ -404,9 +128,9 @@ func TestRemediationRollbackNotNeeded(t *testing.T) {
 	needCluster(t)
 	s := fluxtest.RemediationRollback(t, env, "remediation", fluxtest.Options{})
 	before := s.ReleaseRevision
-	bumpThroughHelmReleaseGate(t, s)
-	hr := waitUpgraded(t, s)
-	assertUpgraded(t, s, before)
+	s.BumpThroughHelmReleaseGate(t)
+	hr := s.WaitUpgraded(t)
+	s.AssertUpgraded(t, before)
 	if hr.Status.UpgradeFailures != 0 || hr.Status.Failures != 0 {
 		t.Errorf("failures %d, upgrade failures %d; want none", hr.Status.Failures, hr.Status.UpgradeFailures)
 	}
@@ -418,20 +142,7 @@ func TestRemediationRollbackNotNeeded(t *testing.T) {
 // v2alpha1, starts the migration, and helm-controller's retry succeeds.
 func TestCRDsCreateHeldByCRDGate(t *testing.T) {
 	needCluster(t)
-	s := fluxtest.CRDsPolicy(t, env, "crds-create", helmv2.Create, fluxtest.Options{})
-	before, since := s.ReleaseRevision, s.HelmReleaseNow(t).ResourceVersion
-	if err := s.Trigger(t.Context()); err != nil {
-		t.Fatalf("the version bump: %v", err)
-	}
-	msg := waitHeldMessage(t, s, since, `admission webhook "crd.upgradeguard.io" denied the request`)
-	t.Logf("held: %s", msg)
-	// helm-controller applies crds/ one CRD at a time and stops at the first denial: the
-	// gate sees (and migrates) one breaking CRD per attempt, and the retry after each
-	// migration meets the next one.
-	migrationOf(t, s)
-	waitUpgraded(t, s)
-	assertUpgraded(t, s, before)
-	retried(t, s, "")
+	fluxtest.CRDsPolicy(t, env, "crds-create", helmv2.Create, fluxtest.Options{}).HeldByCRDGate(t)
 }
 
 // TestCRDsCreateReplaceHeldByHelmReleaseGate: with upgrade.crds CreateReplace, the
@@ -443,52 +154,7 @@ func TestCRDsCreateReplaceHeldByHelmReleaseGate(t *testing.T) {
 	if err := s.Trigger(t.Context()); err == nil || !strings.Contains(err.Error(), "denied the request: upgradeguard is holding the upgrade") {
 		t.Fatalf("the version bump: %v; want it held", err)
 	}
-	reapplyUntilAdmitted(t, s)
-	waitUpgraded(t, s)
-	assertUpgraded(t, s, before)
-}
-
-// blockedOnDeletion waits until the gate, answering helm-controller, has refused the
-// upgrade because Helm would delete admissionreports.kyverno.io: helm-controller's Ready
-// message carries the denial (from the gate named by denial), the gate annotation on the
-// HelmRelease says blocked with the reason, and no revision was stored. It then does what
-// the message says: keep the CRD, and ask helm-controller to retry with its failure
-// counters reset (what `flux reconcile helmrelease --reset` does), and returns the token
-// it asked with.
-func blockedOnDeletion(t *testing.T, s *fluxtest.Scenario, denial string, before int, since string) string {
-	t.Helper()
-	const reason = "admissionreports.kyverno.io: no longer rendered by the upgrade target: Helm deletes the CRD and every object of its type"
-	msg := waitHeldMessage(t, s, since, reason)
-	t.Logf("helm-controller Ready message while blocked: %s", msg)
-	if !strings.Contains(msg, denial) || !strings.Contains(msg, "kubectl annotate crd admissionreports.kyverno.io helm.sh/resource-policy=keep") {
-		t.Errorf("Ready message %q lacks the denial or its next step", msg)
-	}
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		st := webhook.ParseState(s.HelmReleaseNow(t))
-		return st.Decision == webhook.OutcomeBlocked && strings.Contains(st.Message, reason), nil
-	})
-	if err != nil {
-		t.Errorf("the gate annotation does not say blocked with the reason: %+v", webhook.ParseState(s.HelmReleaseNow(t)))
-	}
-	for _, r := range s.History(t) {
-		if r.Revision > before {
-			t.Errorf("revision %d (%s %s) stored while the upgrade was refused", r.Revision, r.Status, r.Chart)
-		}
-	}
-	crd := &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "admissionreports.kyverno.io"}}
-	keep := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"helm.sh/resource-policy":"keep"}}}`))
-	if err := s.Flux.Client.Patch(t.Context(), crd, keep); err != nil {
-		t.Fatalf("annotate CRD admissionreports.kyverno.io: %v", err)
-	}
-	token := time.Now().UTC().Format(time.RFC3339Nano)
-	hr := s.HelmReleaseNow(t)
-	if err := s.Flux.Update(t.Context(), hr, func() {
-		if hr.Annotations == nil {
-			hr.Annotations = map[string]string{}
-		}
-		hr.Annotations[meta.ReconcileRequestAnnotation], hr.Annotations[annotationResetAt] = token, token
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return token
+	s.ReapplyUntilAdmitted(t)
+	s.WaitUpgraded(t)
+	s.AssertUpgraded(t, before)
 }

@@ -26,7 +26,7 @@ func waitRollbackHeld(t *testing.T, ns, name string) *helmv2.HelmRelease {
 	t.Helper()
 	var msgs []string
 	last, err := env.Flux.WaitHelmRelease(t.Context(), ns, name, 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
-		m := readyMessage(hr)
+		m := fluxtest.ReadyMessage(hr)
 		if len(msgs) == 0 || msgs[len(msgs)-1] != m {
 			msgs = append(msgs, m)
 		}
@@ -85,7 +85,7 @@ func TestRemediationRollbackNeedsReverseMigration(t *testing.T) {
 		t.Fatalf("the version bump to 2.0.0 (safe for its CRD): %v", err)
 	}
 	last := waitRollbackHeld(t, ns, "sprockets")
-	msg := readyMessage(last)
+	msg := fluxtest.ReadyMessage(last)
 	for _, want := range []string{
 		"upgradeguard denied the rollback of release rollback-reverse/sprockets to revision 1 (chart sprockets@1.0.0",
 		"before anything was applied", "live storage version v1 is dropped by the incoming CRD",
@@ -133,7 +133,7 @@ func TestRemediationRollbackWouldDeleteCRD(t *testing.T) {
 	_, gears := fluxtest.GearsInUse(t, env, ns)
 
 	last := waitRollbackHeld(t, ns, "gears")
-	msg := readyMessage(last)
+	msg := fluxtest.ReadyMessage(last)
 	for _, want := range []string{
 		"upgradeguard denied the rollback of release rollback-delete/gears to revision 1 (chart gears@1.0.0",
 		"before anything was applied", crdName + ": no longer rendered by the rollback target: Helm deletes the CRD and every object of its type",

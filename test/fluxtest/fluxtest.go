@@ -94,6 +94,13 @@ const (
 type Env struct {
 	CP   *testenv.ControlPlane
 	Flux *testenv.Flux
+	// UG reads upgradeguard's objects (StorageMigrations) where upgradeguard runs: the
+	// checks in held.go need it.
+	UG client.Client
+	// RepoHost is the address the scenario's chart repository listens on: loopback when
+	// empty. Where the gate runs in a node's Pod, it fetches charts from there too, and a
+	// Pod reaches the host's address (testenv.HostIP), not its loopback.
+	RepoHost string
 }
 
 // Scenario is a kyverno HelmRelease at From, ready for its Trigger.
@@ -360,7 +367,7 @@ func withKeepPolicy(data []byte) ([]byte, error) {
 
 func (s *Scenario) serveRepo(t testing.TB, versions ...string) {
 	t.Helper()
-	repo, err := testenv.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
+	repo, err := testenv.NewChartRepoAt(filepath.Join(t.TempDir(), "repo"), s.RepoHost)
 	if err != nil {
 		t.Fatal(err)
 	}

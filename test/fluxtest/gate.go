@@ -29,9 +29,7 @@ import (
 // StorageMigrationPolicy "kyverno" with autoMigrate for kyverno.io (proactive mode off:
 // only the gate migrates). The fluxgate tests and `make demo` share it.
 type Gated struct {
-	Env
-	// UG reads and writes upgradeguard's and Flux's objects.
-	UG client.Client
+	Env // its UG reads and writes upgradeguard's and Flux's objects
 
 	stops []func() error
 }
