@@ -157,7 +157,7 @@ while it was held:`)
 	}
 
 	step(`Then upgradeguard asked helm-controller to retry at once, and the real helm-controller upgraded:`)
-	fmt.Printf("  HelmRelease %s: Ready=%s: %s\n", s.HelmRelease, readyStatus(hr), readyMessage(hr))
+	fmt.Printf("  HelmRelease %s: Ready=%s: %s\n", s.HelmRelease, readyStatus(hr), fluxtest.ReadyMessage(hr))
 	var history []fluxtest.Revision
 	if err := t.do(func() { history = s.History(t) }); err != nil {
 		return err
@@ -195,13 +195,6 @@ func wrap(msg, prefix string) string {
 func helmRelease(ctx context.Context, g *fluxtest.Gated, key types.NamespacedName) (*helmv2.HelmRelease, error) {
 	hr := &helmv2.HelmRelease{}
 	return hr, g.UG.Get(ctx, key, hr)
-}
-
-func readyMessage(hr *helmv2.HelmRelease) string {
-	if c := apimeta.FindStatusCondition(hr.Status.Conditions, meta.ReadyCondition); c != nil {
-		return c.Message
-	}
-	return ""
 }
 
 func readyStatus(hr *helmv2.HelmRelease) metav1.ConditionStatus {
