@@ -64,6 +64,14 @@ func appSpec(source map[string]any, destNS string) map[string]any {
 // them: storage v1, storedVersions [v1beta2 v1], with HelmRepositories stored at v1beta2.
 func fluxLiveStoresV1beta2(t *testing.T) {
 	t.Helper()
+	fluxLive212(t)
+	applyFixtures(t, "charts/flux2-2.17.2/rendered/crds.yaml")
+}
+
+// fluxLive212 leaves the flux source CRDs as flux2 2.12 leaves them (source-controller
+// v1.2.0: storage v1beta2), with two HelmRepositories stored at v1beta2.
+func fluxLive212(t *testing.T) {
+	t.Helper()
 	cleanCRDs(t, "toolkit.fluxcd.io")
 	src := func(kind string) string {
 		return "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_" + kind + ".yaml"
@@ -76,7 +84,6 @@ func fluxLiveStoresV1beta2(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	applyFixtures(t, "charts/flux2-2.17.2/rendered/crds.yaml")
 }
 
 // sameAsChart asserts that check --argocd-app reports what check --chart ...

@@ -1,0 +1,148 @@
+package cli_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
+)
+
+// pushFlux packages the flux2 charts in pkgs (fluxSeries, or the two real ones) and
+// pushes each to host/charts as its version tag; it returns the OCI repository
+// HOST/charts.
+func pushFlux(t *testing.T, host, pkgs string) string {
+	t.Helper()
+	tgzs, err := filepath.Glob(filepath.Join(pkgs, "*.tgz"))
+	if err != nil || len(tgzs) == 0 {
+		t.Fatalf("no charts in %s: %v", pkgs, err)
+	}
+	for _, tgz := range tgzs {
+		if _, err := testenv.PushOCI(tgz, host, "charts"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return host + "/charts"
+}
+
+// ociRepositorySecret creates Argo CD's repository Secret for the plain-HTTP OCI Helm
+// repository url, as `argocd repo add URL --type helm --enable-oci
+// --insecure-oci-force-http` writes it, deleted when the test ends.
+func ociRepositorySecret(t *testing.T, name, url string) {
+	t.Helper()
+	secrets := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().Secrets(testenv.ArgoCDNamespace)
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{argoapp.SecretTypeLabel: "repository"}},
+		StringData: map[string]string{"type": "helm", "name": name, "url": url, "enableOCI": "true", "insecureOCIForceHttp": "true"},
+	}
+	if _, err := secrets.Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := secrets.Delete(context.WithoutCancel(t.Context()), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete Secret %s: %v", name, err)
+		}
+	})
+}
+
+// TestCheckArgoCDAppOCI: the real flux2 charts pushed to an OCI registry on loopback
+// (plain HTTP), an Application of flux2 from it, over live CRDs 2.17.2 left storing
+// v1beta2, in both spellings Argo CD takes for an OCI Helm repository. With Argo CD's
+// repository Secret (enableOCI, insecureOCIForceHttp) check --argocd-app gives the
+// verdicts of check --chart from a Helm repository; without it, exit 2 naming the
+// Secret to add.
+func TestCheckArgoCDAppOCI(t *testing.T) {
+	needCluster(t)
+	fluxLiveStoresV1beta2(t)
+	pkgs := t.TempDir()
+	for _, v := range []string{"2.17.2", "2.18.2"} {
+		if _, err := testenv.Package(filepath.Join(fixturesDir(t), "charts/flux2-"+v), pkgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host, stop := testenv.ServeOCI()
+	defer stop()
+	repo := pushFlux(t, host, pkgs)
+	url, stopHTTP, err := testenv.ServeRepo(pkgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopHTTP()
+
+	createApplication(t, "flux-oci", appSpec(map[string]any{"repoURL": "oci://" + repo, "chart": "flux2", "targetRevision": "2.18.2"}, "flux-system"))
+	createApplication(t, "flux-oci-bare", appSpec(map[string]any{"repoURL": repo, "chart": "flux2", "targetRevision": "2.18.2"}, "flux-system"))
+	for _, app := range []string{"argocd/flux-oci", "argocd/flux-oci-bare"} {
+		r := ug(t, "check", "--argocd-app", app)
+		if r.code != cli.ExitCouldNot {
+			t.Errorf("%s without a repository Secret: exit %d, want 2\n%s%s", app, r.code, r.stdout, r.stderr)
+		}
+		t.Logf("%s: %s", app, r.stderr)
+	}
+
+	ociRepositorySecret(t, "flux-oci", repo)
+	for _, app := range []string{"argocd/flux-oci", "argocd/flux-oci-bare"} {
+		sameAsChart(t, app, "--chart", "flux2", "--repo", url, "--version", "2.18.2", "-n", "flux-system")
+	}
+	text := ug(t, "check", "--argocd-app", "argocd/flux-oci")
+	for _, want := range []string{"to flux2 2.18.2", "upgradeguard migrate --crd " + buckets} {
+		if !strings.Contains(text.stdout, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text.stdout)
+		}
+	}
+}
+
+// TestPlanArgoCDAppOCI: flux2 2.12 to 2.18.2 read from an OCI registry's tags, for an
+// Application that last deployed 2.12.0 over live CRDs that store HelmRepositories at
+// v1beta2. The registry also holds a channel tag and a pre-release, which are no chart
+// versions to step through. plan --argocd-app walks the semver tags newer than the
+// deployed version and words each step as a targetRevision to commit; the same chart
+// as the second of two sources needs that source's position.
+func TestPlanArgoCDAppOCI(t *testing.T) {
+	needCluster(t)
+	fluxLive212(t)
+	pkgs := t.TempDir()
+	fluxSeries(t, pkgs)
+	host, stop := testenv.ServeOCI()
+	defer stop()
+	repo := pushFlux(t, host, pkgs)
+	for _, tag := range []string{"stable", "2.17.3-rc.1"} {
+		if _, err := testenv.PushOCITag(filepath.Join(pkgs, "flux2-2.18.2.tgz"), host, "charts", tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createApplication(t, "flux-oci-plan", appSpec(map[string]any{"repoURL": repo, "chart": "flux2", "targetRevision": "2.18.2"}, "flux-system"))
+	ociRepositorySecret(t, "flux-oci", repo)
+	setApplicationStatus(t, "flux-oci-plan", map[string]any{"sync": map[string]any{"status": "OutOfSync", "revision": "2.18.2"},
+		"history": []any{map[string]any{"id": int64(0), "revision": "2.12.0"}}})
+
+	p := planOf(t, cli.ExitFindings, "--argocd-app", "argocd/flux-oci-plan")
+	var steps, commands []string
+	for _, s := range p.Steps {
+		steps = append(steps, string(s.Kind)+" "+s.ChartVersion)
+		commands = append(commands, s.Commands...)
+	}
+	if diff := cmp.Diff([]string{"upgrade 2.17.2", "migrate ", "upgrade 2.18.2"}, steps); diff != "" {
+		t.Fatalf("steps (-want +got):\n%s", diff)
+	}
+	// 2.13.0, 2.14.0, 2.16.0, 2.17.2 and 2.18.2: newer than the deployed 2.12.0, and
+	// neither the channel tag nor the pre-release.
+	if p.From != "2.12.0" || p.FromSource != argoapp.FromHistory || p.VersionsConsidered != 5 {
+		t.Errorf("plan from %q (%s) weighing %d versions, want from 2.12.0 (status.history) weighing 5", p.From, p.FromSource, p.VersionsConsidered)
+	}
+	for _, want := range []string{`commit targetRevision: "2.17.2"`, "argocd app set argocd/flux-oci-plan --revision 2.17.2",
+		"upgradeguard migrate --crd " + buckets, "argocd app set argocd/flux-oci-plan --revision 2.18.2"} {
+		if !slices.ContainsFunc(commands, func(c string) bool { return strings.Contains(c, want) }) {
+			t.Errorf("plan commands lack %q:\n%s", want, strings.Join(commands, "\n"))
+		}
+	}
+}
