@@ -102,7 +102,7 @@ func advice(command string, err error) string {
 		load     *chartsource.LoadError
 	)
 	switch {
-	case errors.As(err, &load) && load.Step == "fetch" && refusedCredentials(load.Err):
+	case errors.As(err, &load) && load.Step == chartsource.StepFetch && refusedCredentials(load.Err):
 		return "; the chart server wants credentials: pass --username and --password (and --ca-file, --cert-file and --key-file for TLS)"
 	case errors.As(err, &nf) && nf.Revision == 0 && nf.Driver == helmrelease.DriverSecret:
 		return "; pass --helm-driver configmap if it was installed with HELM_DRIVER=configmap"
