@@ -36,14 +36,19 @@ func pushFlux(t *testing.T, host, pkgs string) string {
 }
 
 // ociRepositorySecret creates Argo CD's repository Secret for the plain-HTTP OCI Helm
-// repository url, as `argocd repo add URL --type helm --enable-oci
-// --insecure-oci-force-http` writes it, deleted when the test ends.
+// repository url, as `argocd repo add` writes it (--type oci for an oci:// url, else
+// --type helm --enable-oci; both with --insecure-oci-force-http), deleted when the test
+// ends.
 func ociRepositorySecret(t *testing.T, name, url string) {
 	t.Helper()
+	typ := "helm"
+	if strings.HasPrefix(url, "oci://") {
+		typ = "oci"
+	}
 	secrets := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().Secrets(testenv.ArgoCDNamespace)
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{argoapp.SecretTypeLabel: "repository"}},
-		StringData: map[string]string{"type": "helm", "name": name, "url": url, "enableOCI": "true", "insecureOCIForceHttp": "true"},
+		StringData: map[string]string{"type": typ, "name": name, "url": url, "enableOCI": "true", "insecureOCIForceHttp": "true"},
 	}
 	if _, err := secrets.Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -79,19 +84,37 @@ func TestCheckArgoCDAppOCI(t *testing.T) {
 	}
 	defer stopHTTP()
 
-	createApplication(t, "flux-oci", appSpec(map[string]any{"repoURL": "oci://" + repo, "chart": "flux2", "targetRevision": "2.18.2"}, "flux-system"))
-	createApplication(t, "flux-oci-bare", appSpec(map[string]any{"repoURL": repo, "chart": "flux2", "targetRevision": "2.18.2"}, "flux-system"))
-	for _, app := range []string{"argocd/flux-oci", "argocd/flux-oci-bare"} {
-		r := ug(t, "check", "--argocd-app", app)
-		if r.code != cli.ExitCouldNot {
-			t.Errorf("%s without a repository Secret: exit %d, want 2\n%s%s", app, r.code, r.stdout, r.stderr)
+	apps := []struct{ name, repoURL, add string }{
+		{"flux-oci", "oci://" + repo, "argocd repo add oci://" + repo + " --type oci --insecure-oci-force-http"},
+		{"flux-oci-bare", repo, "argocd repo add " + repo + " --type helm --enable-oci --insecure-oci-force-http"},
+	}
+	for _, a := range apps {
+		createApplication(t, a.name, appSpec(map[string]any{"repoURL": a.repoURL, "chart": "flux2", "targetRevision": "2.18.2"}, "flux-system"))
+	}
+	// Without the repository Secret the registry is read over HTTPS, as Argo CD reads it:
+	// exit 2, naming the Secret that makes it work.
+	for _, a := range apps {
+		for _, cmd := range []string{"check", "plan"} {
+			r := ug(t, cmd, "--argocd-app", "argocd/"+a.name)
+			want := []string{"Application/argocd/" + a.name + ": the registry of " + a.repoURL + " speaks plain HTTP",
+				"no Argo CD repository Secret in namespace argocd has url " + a.repoURL, `insecureOCIForceHttp: "true"`, a.add}
+			if r.code != cli.ExitCouldNot || !containsAll(r.stderr, want...) || strings.Contains(r.stderr, "--username") {
+				t.Errorf("%s --argocd-app argocd/%s without a repository Secret: exit %d, want 2 with %q and no --username advice\n%s%s",
+					cmd, a.name, r.code, want, r.stdout, r.stderr)
+			}
 		}
-		t.Logf("%s: %s", app, r.stderr)
 	}
 
-	ociRepositorySecret(t, "flux-oci", repo)
-	for _, app := range []string{"argocd/flux-oci", "argocd/flux-oci-bare"} {
-		sameAsChart(t, app, "--chart", "flux2", "--repo", url, "--version", "2.18.2", "-n", "flux-system")
+	for _, a := range apps {
+		ociRepositorySecret(t, a.name, a.repoURL)
+		sameAsChart(t, "argocd/"+a.name, "--chart", "flux2", "--repo", url, "--version", "2.18.2", "-n", "flux-system")
+	}
+	// A semver range resolves against the registry's tags, as Argo CD resolves it:
+	// ~2.17 is 2.17.2, whose CRDs are the live ones, and the sync is safe.
+	createApplication(t, "flux-oci-safe", appSpec(map[string]any{"repoURL": repo, "chart": "flux2", "targetRevision": "~2.17"}, "flux-system"))
+	safe := ug(t, "check", "--argocd-app", "argocd/flux-oci-safe", "-o", "json")
+	if rep := report(t, safe); safe.code != cli.ExitSafe || rep.ChartVersion != "2.17.2" {
+		t.Errorf("targetRevision ~2.17: exit %d at chart version %q, want 0 at 2.17.2\n%s", safe.code, rep.ChartVersion, safe.stderr)
 	}
 	text := ug(t, "check", "--argocd-app", "argocd/flux-oci")
 	for _, want := range []string{"to flux2 2.18.2", "upgradeguard migrate --crd " + buckets} {
@@ -145,4 +168,13 @@ func TestPlanArgoCDAppOCI(t *testing.T) {
 			t.Errorf("plan commands lack %q:\n%s", want, strings.Join(commands, "\n"))
 		}
 	}
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }

@@ -71,8 +71,9 @@ type Chart struct {
 	// read (Application.Deployed); empty when the Application does not say.
 	Deployed, DeployedFrom string
 
-	dir      string
-	unpacked bool
+	dir              string
+	unpacked         bool
+	secretsNamespace string
 }
 
 // Local says whether Options.Ref is a chart directory on disk (a git checkout, or a
@@ -125,7 +126,7 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 		return nil, fmt.Errorf("%s: %w", app.Subject(), err)
 	}
 	c := &Chart{Subject: app.Subject(), RepoURL: src.RepoURL, Chart: src.Chart, Path: src.Path, TargetRevision: src.TargetRevision,
-		Policy: check.PolicyCreateReplace, dir: dir}
+		Policy: check.PolicyCreateReplace, dir: dir, secretsNamespace: o.namespace()}
 	c.Deployed, c.DeployedFrom = app.Deployed()
 	_, pos := app.helmSourcePosition()
 	c.SourcePosition = pos + 1
@@ -152,7 +153,7 @@ func (c *Chart) resolve(ctx context.Context, app *Application, src *Source, o Op
 			return err
 		}
 	} else if chartDir, err = c.helmChart(src, creds); err != nil {
-		return err
+		return c.Explain(err)
 	}
 	return c.helmOptions(app, src, chartDir)
 }
