@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -116,6 +117,14 @@ func TestCheckArgoCDAppOCI(t *testing.T) {
 	if rep := report(t, safe); safe.code != cli.ExitSafe || rep.ChartVersion != "2.17.2" {
 		t.Errorf("targetRevision ~2.17: exit %d at chart version %q, want 0 at 2.17.2\n%s", safe.code, rep.ChartVersion, safe.stderr)
 	}
+	// The registry's digest of 2.18.2 as targetRevision: Argo CD takes none for a Helm
+	// chart, and neither does check.
+	digest := manifestDigest(t, host, "charts/flux2", "2.18.2")
+	createApplication(t, "flux-oci-digest", appSpec(map[string]any{"repoURL": repo, "chart": "flux2", "targetRevision": digest}, "flux-system"))
+	if r := ug(t, "check", "--argocd-app", "argocd/flux-oci-digest"); r.code != cli.ExitCouldNot ||
+		!containsAll(r.stderr, "targetRevision \""+digest+"\" is a digest", "set targetRevision to the chart version") {
+		t.Errorf("targetRevision %s: exit %d, want 2 saying it is a digest\n%s%s", digest, r.code, r.stdout, r.stderr)
+	}
 	text := ug(t, "check", "--argocd-app", "argocd/flux-oci")
 	for _, want := range []string{"to flux2 2.18.2", "upgradeguard migrate --crd " + buckets} {
 		if !strings.Contains(text.stdout, want) {
@@ -177,4 +186,24 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// manifestDigest is the digest the registry at host gives repository:tag.
+func manifestDigest(t *testing.T, host, repository, tag string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodHead, "http://"+host+"/v2/"+repository+"/manifests/"+tag, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	d := resp.Header.Get("Docker-Content-Digest")
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(d, "sha256:") {
+		t.Fatalf("HEAD %s:%s: %s, digest %q", repository, tag, resp.Status, d)
+	}
+	return d
 }

@@ -230,6 +230,10 @@ func chartRef(repoURL, chart string) (kind Kind, ref, repo string) {
 // repo-server does; the directory is returned.
 func (c *Chart) helmChart(src *Source, creds credentials) (string, error) {
 	c.Kind, c.Options.Ref, c.Options.RepoURL = chartRef(src.RepoURL, src.Chart)
+	if isDigest(src.TargetRevision) {
+		return "", fmt.Errorf("%s: targetRevision %q is a digest: Argo CD resolves a Helm chart's targetRevision as a chart version, "+
+			"a semver range or a tag, and fails to sync a digest; set targetRevision to the chart version", c.Subject, src.TargetRevision)
+	}
 	c.Options.Version = src.TargetRevision
 	creds.apply(&c.Options)
 	if src.Helm != nil {
@@ -244,6 +248,13 @@ func (c *Chart) helmChart(src *Source, creds credentials) (string, error) {
 	}
 	c.Options.Ref, c.Options.RepoURL, c.Options.Version, c.unpacked = dir, "", "", true
 	return dir, nil
+}
+
+// isDigest says whether a target revision is a content digest (sha256:..., or
+// TAG@sha256:...), which only OCI artifact sources without a chart resolve.
+func isDigest(rev string) bool {
+	d := rev[strings.LastIndex(rev, "@")+1:]
+	return strings.HasPrefix(d, "sha256:") || strings.HasPrefix(d, "sha512:")
 }
 
 // needsChartFiles says whether values files or file parameters name files in the chart.
