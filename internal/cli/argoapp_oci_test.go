@@ -177,6 +177,27 @@ func TestPlanArgoCDAppOCI(t *testing.T) {
 			t.Errorf("plan commands lack %q:\n%s", want, strings.Join(commands, "\n"))
 		}
 	}
+
+	// The same chart as the second of two sources (the first holds values): the
+	// deployed version is that source's revision, and argocd app set names its position.
+	createApplication(t, "flux-oci-multi", map[string]any{"project": "default",
+		"destination": map[string]any{"server": testenv.InClusterServer, "namespace": "flux-system"},
+		"sources": []any{
+			map[string]any{"repoURL": "https://git.example.com/values.git", "ref": "values"},
+			map[string]any{"repoURL": "oci://" + repo, "chart": "flux2", "targetRevision": "2.18.2"},
+		}})
+	ociRepositorySecret(t, "flux-oci-multi", "oci://"+repo)
+	setApplicationStatus(t, "flux-oci-multi", map[string]any{"history": []any{map[string]any{"id": int64(0),
+		"revisions": []any{"0123456789abcdef0123456789abcdef01234567", "2.12.0"}}}})
+	multi := planOf(t, cli.ExitFindings, "--argocd-app", "argocd/flux-oci-multi")
+	var first []string
+	if len(multi.Steps) > 0 {
+		first = multi.Steps[0].Commands
+	}
+	if want := "argocd app set argocd/flux-oci-multi --source-position 2 --revision 2.17.2"; multi.From != "2.12.0" ||
+		!slices.ContainsFunc(first, func(c string) bool { return strings.Contains(c, want) }) {
+		t.Errorf("multi-source plan from %q, first step %q; want from 2.12.0 and %q", multi.From, first, want)
+	}
 }
 
 func containsAll(s string, subs ...string) bool {
