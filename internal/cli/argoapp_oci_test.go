@@ -19,9 +19,8 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 )
 
-// pushFlux packages the flux2 charts in pkgs (fluxSeries, or the two real ones) and
-// pushes each to host/charts as its version tag; it returns the OCI repository
-// HOST/charts.
+// pushFlux pushes each packaged chart in pkgs (fluxSeries, or realFluxPackages) to
+// host/charts, tagged with its version, and returns the OCI repository host/charts.
 func pushFlux(t *testing.T, host, pkgs string) string {
 	t.Helper()
 	tgzs, err := filepath.Glob(filepath.Join(pkgs, "*.tgz"))
@@ -70,12 +69,7 @@ func ociRepositorySecret(t *testing.T, name, url string) {
 func TestCheckArgoCDAppOCI(t *testing.T) {
 	needCluster(t)
 	fluxLiveStoresV1beta2(t)
-	pkgs := t.TempDir()
-	for _, v := range []string{"2.17.2", "2.18.2"} {
-		if _, err := testenv.Package(filepath.Join(fixturesDir(t), "charts/flux2-"+v), pkgs); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pkgs := realFluxPackages(t)
 	host, stop := testenv.ServeOCI()
 	defer stop()
 	repo := pushFlux(t, host, pkgs)

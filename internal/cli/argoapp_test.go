@@ -86,6 +86,18 @@ func fluxLive212(t *testing.T) {
 	}
 }
 
+// realFluxPackages packages the real flux2 2.17.2 and 2.18.2 charts into a directory.
+func realFluxPackages(t *testing.T) string {
+	t.Helper()
+	pkgs := t.TempDir()
+	for _, v := range []string{"2.17.2", "2.18.2"} {
+		if _, err := testenv.Package(filepath.Join(fixturesDir(t), "charts/flux2-"+v), pkgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pkgs
+}
+
 // sameAsChart asserts that check --argocd-app reports what check --chart ...
 // --crd-policy create-replace reports: the exit code, and per CRD the same finding and
 // next action.
@@ -121,12 +133,7 @@ func sameAsChart(t *testing.T, app string, chartArgs ...string) *check.Report {
 func TestCheckArgoCDAppHelmRepository(t *testing.T) {
 	needCluster(t)
 	fluxLiveStoresV1beta2(t)
-	pkgs := t.TempDir()
-	for _, v := range []string{"2.17.2", "2.18.2"} {
-		if _, err := testenv.Package(filepath.Join(fixturesDir(t), "charts/flux2-"+v), pkgs); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pkgs := realFluxPackages(t)
 	url, stop, err := testenv.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)

@@ -296,7 +296,7 @@ func TestExplainOCIRegistry(t *testing.T) {
 		}
 	}
 	other := errors.New("render failed")
-	if c := (&Chart{Kind: OCI}); c.Explain(other) != other || c.Explain(nil) != nil {
+	if c := (&Chart{Kind: OCI}); !errors.Is(c.Explain(other), other) || errors.As(c.Explain(other), new(*RepositoryError)) || c.Explain(nil) != nil {
 		t.Error("Explain changed an error that is not the chart server's")
 	}
 }
