@@ -101,8 +101,8 @@ func advice(command string, err error) string {
 		secret   *chartmigrate.MissingSecretError
 		nf       *helmrelease.NotFoundError
 		load     *chartsource.LoadError
+		repoErr  *argoapp.RepositoryError
 	)
-	var repoErr *argoapp.RepositoryError
 	switch {
 	case errors.As(err, &repoErr) && repoErr.Secret == "":
 		return "; if Argo CD keeps its repository Secrets in another namespace, pass --argocd-namespace"

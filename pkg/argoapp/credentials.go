@@ -146,19 +146,21 @@ func (e *RepositoryError) Error() string {
 		return fmt.Sprintf(`%s: the registry of %s speaks plain HTTP, and repository Secret %s does not say insecureOCIForceHttp: "true": %v; set it`,
 			e.Subject, e.RepoURL, e.Secret, e.Err)
 	case e.Secret == "":
-		return fmt.Sprintf("%s: read %s: %v; no Argo CD repository Secret in namespace %s has url %s: if the %s wants credentials or speaks "+
-			"plain HTTP, add one (%s)", e.Subject, e.RepoURL, e.Err, e.Namespace, e.RepoURL, e.server(), e.addCommand())
+		return fmt.Sprintf("%s: read %s: %v; no Argo CD repository Secret in namespace %s has url %s: if the %s, add one (%s)",
+			e.Subject, e.RepoURL, e.Err, e.Namespace, e.RepoURL, e.needs(), e.addCommand())
 	}
 	return fmt.Sprintf("%s: read %s with repository Secret %s: %v; check the Secret's url, username and password", e.Subject, e.RepoURL, e.Secret, e.Err)
 }
 
 func (e *RepositoryError) Unwrap() error { return e.Err }
 
-func (e *RepositoryError) server() string {
+// needs says when a repository Secret is needed: for credentials, and for an OCI
+// registry without TLS.
+func (e *RepositoryError) needs() string {
 	if e.Kind == OCI {
-		return "registry"
+		return "registry wants credentials or speaks plain HTTP"
 	}
-	return "repository"
+	return "repository wants credentials"
 }
 
 // addCommand is the argocd command that writes the repository Secret: an OCI Helm

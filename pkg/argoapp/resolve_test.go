@@ -214,11 +214,14 @@ func TestResolveHelmRepository(t *testing.T) {
 		t.Errorf("chart %+v, want a helm repository chart unpacked with argocd/charts, policy helm (skipCrds)", c)
 	}
 
-	// Without the Secret the repository refuses: a chart load error.
+	// Without the Secret the repository refuses: a chart load error that names the
+	// Secret to add.
 	_, err = Resolve(t.Context(), a, Options{})
 	var load *chartsource.LoadError
-	if !errors.As(err, &load) {
-		t.Errorf("without credentials: %v, want a chartsource.LoadError", err)
+	var re *RepositoryError
+	if !errors.As(err, &load) || !errors.As(err, &re) || re.PlainHTTP ||
+		!strings.Contains(err.Error(), "repository wants credentials, add one (argocd repo add "+url+" --type helm --username USER --password PASSWORD)") {
+		t.Errorf("without credentials: %v, want a chartsource.LoadError explained as a RepositoryError", err)
 	}
 }
 
