@@ -64,6 +64,14 @@ func appSpec(source map[string]any, destNS string) map[string]any {
 // them: storage v1, storedVersions [v1beta2 v1], with HelmRepositories stored at v1beta2.
 func fluxLiveStoresV1beta2(t *testing.T) {
 	t.Helper()
+	fluxLive212(t)
+	applyFixtures(t, "charts/flux2-2.17.2/rendered/crds.yaml")
+}
+
+// fluxLive212 leaves the flux source CRDs as flux2 2.12 leaves them (source-controller
+// v1.2.0: storage v1beta2), with two HelmRepositories stored at v1beta2.
+func fluxLive212(t *testing.T) {
+	t.Helper()
 	cleanCRDs(t, "toolkit.fluxcd.io")
 	src := func(kind string) string {
 		return "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_" + kind + ".yaml"
@@ -76,7 +84,18 @@ func fluxLiveStoresV1beta2(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	applyFixtures(t, "charts/flux2-2.17.2/rendered/crds.yaml")
+}
+
+// realFluxPackages packages the real flux2 2.17.2 and 2.18.2 charts into a directory.
+func realFluxPackages(t *testing.T) string {
+	t.Helper()
+	pkgs := t.TempDir()
+	for _, v := range []string{"2.17.2", "2.18.2"} {
+		if _, err := testenv.Package(filepath.Join(fixturesDir(t), "charts/flux2-"+v), pkgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pkgs
 }
 
 // sameAsChart asserts that check --argocd-app reports what check --chart ...
@@ -114,12 +133,7 @@ func sameAsChart(t *testing.T, app string, chartArgs ...string) *check.Report {
 func TestCheckArgoCDAppHelmRepository(t *testing.T) {
 	needCluster(t)
 	fluxLiveStoresV1beta2(t)
-	pkgs := t.TempDir()
-	for _, v := range []string{"2.17.2", "2.18.2"} {
-		if _, err := testenv.Package(filepath.Join(fixturesDir(t), "charts/flux2-"+v), pkgs); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pkgs := realFluxPackages(t)
 	url, stop, err := testenv.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)

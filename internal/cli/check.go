@@ -14,6 +14,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -40,6 +41,9 @@ type checkOptions struct {
 	// argo is --argocd-app (check and plan): the chart source read from an Argo CD
 	// Application.
 	argo argoAppOptions
+	// argoChart is the --argocd-app source while check runs: it explains a chart server
+	// that cannot be read in terms of Argo CD's repository Secrets.
+	argoChart *argoapp.Chart
 	// upgrade words a step to a chart version in the deployer's terms (check.Sources.Upgrade).
 	upgrade func(chartVersion string) string
 }
@@ -229,7 +233,7 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 		return nil, err
 	}
 	defer func() { _ = c.Close() }()
-	o.chart, o.crdPolicy, o.release = c.Options, c.Policy, ""
+	o.chart, o.crdPolicy, o.release, o.argoChart = c.Options, c.Policy, "", c
 	o.upgrade = o.argo.upgradeCommand(c)
 	rep, err := o.predictChart(ctx, conn)
 	if err != nil {
@@ -257,6 +261,7 @@ func (o *checkOptions) predictChart(ctx context.Context, conn *connection) (*che
 		}
 	}
 	p, err := check.Predict(ctx, s)
+	err = o.argoChart.Explain(err)
 	var load *chartsource.LoadError
 	if errors.As(err, &load) {
 		return nil, chartFailed(o.command(), err)

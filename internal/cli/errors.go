@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
@@ -100,9 +101,14 @@ func advice(command string, err error) string {
 		secret   *chartmigrate.MissingSecretError
 		nf       *helmrelease.NotFoundError
 		load     *chartsource.LoadError
+		repoErr  *argoapp.RepositoryError
 	)
 	switch {
-	case errors.As(err, &load) && load.Step == "fetch" && refusedCredentials(load.Err):
+	case errors.As(err, &repoErr) && repoErr.Secret == "":
+		return "; if Argo CD keeps its repository Secrets in another namespace, pass --argocd-namespace"
+	case repoErr != nil:
+		return "" // it names the repository Secret to fix
+	case errors.As(err, &load) && load.Step == chartsource.StepFetch && refusedCredentials(load.Err):
 		return "; the chart server wants credentials: pass --username and --password (and --ca-file, --cert-file and --key-file for TLS)"
 	case errors.As(err, &nf) && nf.Revision == 0 && nf.Driver == helmrelease.DriverSecret:
 		return "; pass --helm-driver configmap if it was installed with HELM_DRIVER=configmap"

@@ -143,6 +143,7 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 		return err
 	}
 	p, err := plan.Run(ctx, req)
+	err = o.argoChart.Explain(err)
 	if p != nil && o.argo.ref != "" {
 		p.Application = o.argo.ref
 	}

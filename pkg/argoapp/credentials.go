@@ -2,6 +2,7 @@ package argoapp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -33,6 +34,14 @@ func (c credentials) apply(o *chartsource.Options) {
 
 func (c credentials) gitAuth() transport.AuthMethod { return basicAuth(c.username, c.password) }
 
+// namespace is where Argo CD keeps its repository Secrets.
+func (o Options) namespace() string {
+	if o.Namespace == "" {
+		return DefaultNamespace
+	}
+	return o.Namespace
+}
+
 // credentialsFor finds the repository Secret for url as Argo CD does: a "repository"
 // Secret whose url is the same repository, else the "repo-creds" template with the
 // longest url prefix. None, or Secrets it may not list, means no credentials.
@@ -40,10 +49,7 @@ func credentialsFor(ctx context.Context, o Options, url string) (credentials, er
 	if o.Secrets == nil {
 		return credentials{}, nil
 	}
-	ns := o.Namespace
-	if ns == "" {
-		ns = DefaultNamespace
-	}
+	ns := o.namespace()
 	list, err := o.Secrets.Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: SecretTypeLabel + " in (repository,repo-creds)"})
 	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
 		return credentials{}, nil
@@ -112,4 +118,71 @@ type unusableError struct{ secret, key string }
 
 func (e *unusableError) Error() string {
 	return fmt.Sprintf("repository Secret %s holds %s credentials; upgradeguard uses only username and password", e.secret, e.key)
+}
+
+// RepositoryError says that the chart server of an Application's Helm source (a Helm
+// repository or an OCI registry) could not be read, and what in Argo CD's repository
+// Secret would make it readable: Argo CD reads the server with the same Secret, so the
+// sync fails the same way.
+type RepositoryError struct {
+	Subject string
+	Kind    Kind
+	// RepoURL is the source's repoURL: the url a repository Secret for it holds.
+	RepoURL string
+	// Secret is the repository Secret (namespace/name) that was used; "" when none in
+	// Namespace matched RepoURL.
+	Secret, Namespace string
+	// PlainHTTP is true when the registry answered plain HTTP to HTTPS.
+	PlainHTTP bool
+	Err       error
+}
+
+func (e *RepositoryError) Error() string {
+	switch {
+	case e.PlainHTTP && e.Secret == "":
+		return fmt.Sprintf("%s: the registry of %s speaks plain HTTP, and no Argo CD repository Secret in namespace %s has url %s: %v; "+
+			`add one with enableOCI: "true" and insecureOCIForceHttp: "true" (%s)`, e.Subject, e.RepoURL, e.Namespace, e.RepoURL, e.Err, e.addCommand())
+	case e.PlainHTTP:
+		return fmt.Sprintf(`%s: the registry of %s speaks plain HTTP, and repository Secret %s does not say insecureOCIForceHttp: "true": %v; set it`,
+			e.Subject, e.RepoURL, e.Secret, e.Err)
+	case e.Secret == "":
+		return fmt.Sprintf("%s: read %s: %v; no Argo CD repository Secret in namespace %s has url %s: if the %s, add one (%s)",
+			e.Subject, e.RepoURL, e.Err, e.Namespace, e.RepoURL, e.needs(), e.addCommand())
+	}
+	return fmt.Sprintf("%s: read %s with repository Secret %s: %v; check the Secret's url, username and password", e.Subject, e.RepoURL, e.Secret, e.Err)
+}
+
+func (e *RepositoryError) Unwrap() error { return e.Err }
+
+// needs says when a repository Secret is needed: for credentials, and for an OCI
+// registry without TLS.
+func (e *RepositoryError) needs() string {
+	if e.Kind == OCI {
+		return "registry wants credentials or speaks plain HTTP"
+	}
+	return "repository wants credentials"
+}
+
+// addCommand is the argocd command that writes the repository Secret: an OCI Helm
+// repository (bare host and path), an OCI repository (oci://) or a Helm repository.
+func (e *RepositoryError) addCommand() string {
+	switch {
+	case e.Kind != OCI:
+		return "argocd repo add " + e.RepoURL + " --type helm --username USER --password PASSWORD"
+	case strings.HasPrefix(e.RepoURL, "oci://"):
+		return "argocd repo add " + e.RepoURL + " --type oci --insecure-oci-force-http"
+	}
+	return "argocd repo add " + e.RepoURL + " --type helm --enable-oci --insecure-oci-force-http"
+}
+
+// Explain turns a failure to read the chart's repository or registry (a remote
+// *chartsource.LoadError) into a *RepositoryError that names the repository Secret to
+// add or fix; other errors are returned as they are.
+func (c *Chart) Explain(err error) error {
+	var load *chartsource.LoadError
+	if c == nil || (c.Kind != OCI && c.Kind != HelmRepository) || !errors.As(err, &load) || !load.Remote() {
+		return err
+	}
+	return &RepositoryError{Subject: c.Subject, Kind: c.Kind, RepoURL: c.RepoURL, Secret: c.Credentials, Namespace: c.secretsNamespace,
+		PlainHTTP: chartsource.AnsweredPlainHTTP(err), Err: err}
 }

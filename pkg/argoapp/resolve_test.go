@@ -214,10 +214,92 @@ func TestResolveHelmRepository(t *testing.T) {
 		t.Errorf("chart %+v, want a helm repository chart unpacked with argocd/charts, policy helm (skipCrds)", c)
 	}
 
-	// Without the Secret the repository refuses: a chart load error.
+	// Without the Secret the repository refuses: a chart load error that names the
+	// Secret to add.
 	_, err = Resolve(t.Context(), a, Options{})
 	var load *chartsource.LoadError
-	if !errors.As(err, &load) {
-		t.Errorf("without credentials: %v, want a chartsource.LoadError", err)
+	var re *RepositoryError
+	if !errors.As(err, &load) || !errors.As(err, &re) || re.PlainHTTP ||
+		!strings.Contains(err.Error(), "repository wants credentials, add one (argocd repo add "+url+" --type helm --username USER --password PASSWORD)") {
+		t.Errorf("without credentials: %v, want a chartsource.LoadError explained as a RepositoryError", err)
+	}
+}
+
+// TestExplainOCIRegistry: a chart in a plain-HTTP OCI registry, read as Argo CD reads
+// it: over HTTPS unless the repository Secret says insecureOCIForceHttp. The failure
+// names the Secret to add, or the one to fix; with the field set the chart loads.
+func TestExplainOCIRegistry(t *testing.T) {
+	host, stop := testenv.ServeOCI()
+	defer stop()
+	chartDir, err := testenv.WriteChart(t.TempDir(), "web", "1.0.0", map[string]string{"templates/cm.yaml": webTemplate,
+		"values.yaml": "inline: {key: none}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgz, err := testenv.Package(chartDir, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.PushOCI(tgz, host, "charts"); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HELM_REPOSITORY_CACHE", t.TempDir())
+	repo := host + "/charts"
+	secret := func(data map[string]string) Options {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "registry", Namespace: "argocd", Labels: map[string]string{SecretTypeLabel: "repository"}},
+			Data: map[string][]byte{}}
+		for k, v := range data {
+			s.Data[k] = []byte(v)
+		}
+		return Options{Secrets: fake.NewClientset(s).CoreV1()}
+	}
+	for _, tc := range []struct {
+		name     string
+		o        Options
+		secret   string
+		mentions []string
+	}{
+		{"no Secret", Options{}, "", []string{"no Argo CD repository Secret in namespace argocd has url " + repo, `insecureOCIForceHttp: "true"`,
+			"argocd repo add " + repo + " --type helm --enable-oci --insecure-oci-force-http"}},
+		{"a Secret without insecureOCIForceHttp", secret(map[string]string{"url": repo, "enableOCI": "true", "username": "u", "password": "p"}),
+			"argocd/registry", []string{"repository Secret argocd/registry does not say insecureOCIForceHttp"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := &Application{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "argocd"}, Spec: Spec{
+				Source: &Source{RepoURL: repo, Chart: "web", TargetRevision: "1.0.0"}, Destination: Destination{Namespace: "web"}}}
+			c, err := Resolve(t.Context(), app, tc.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = c.Close() }()
+			_, err = chartsource.Load(t.Context(), c.Options)
+			var re *RepositoryError
+			if !errors.As(c.Explain(err), &re) || !re.PlainHTTP || re.Secret != tc.secret || !errors.As(re, new(*chartsource.LoadError)) {
+				t.Fatalf("explained %v as %+v, want a plain-HTTP RepositoryError with Secret %q wrapping the load error", err, re, tc.secret)
+			}
+			for _, m := range tc.mentions {
+				if !strings.Contains(re.Error(), m) {
+					t.Errorf("%q lacks %q", re.Error(), m)
+				}
+			}
+		})
+	}
+
+	ok := secret(map[string]string{"url": repo, "enableOCI": "true", "insecureOCIForceHttp": "true"})
+	app := &Application{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "argocd"}, Spec: Spec{
+		Source: &Source{RepoURL: repo, Chart: "web", TargetRevision: "1.0.0"}, Destination: Destination{Namespace: "web"}}}
+	if c, manifest := render(t, app, ok); c.Kind != OCI || c.Credentials != "argocd/registry" || !strings.Contains(manifest, "namespace: web\n") {
+		t.Errorf("with insecureOCIForceHttp: chart %+v rendered\n%s", c, manifest)
+	}
+	// A digest is no Helm chart revision to Argo CD: said before any fetch.
+	for _, rev := range []string{"sha256:" + strings.Repeat("0f", 32), "1.0.0@sha256:" + strings.Repeat("0f", 32)} {
+		app.Spec.Source.TargetRevision = rev
+		if _, err := Resolve(t.Context(), app, ok); err == nil || !strings.Contains(err.Error(), "is a digest") || errors.As(err, new(*RepositoryError)) {
+			t.Errorf("targetRevision %s: %v, want an error that says it is a digest", rev, err)
+		}
+	}
+	other := errors.New("render failed")
+	if c := (&Chart{Kind: OCI}); !errors.Is(c.Explain(other), other) || errors.As(c.Explain(other), new(*RepositoryError)) || c.Explain(nil) != nil {
+		t.Error("Explain changed an error that is not the chart server's")
 	}
 }

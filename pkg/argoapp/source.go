@@ -71,8 +71,9 @@ type Chart struct {
 	// read (Application.Deployed); empty when the Application does not say.
 	Deployed, DeployedFrom string
 
-	dir      string
-	unpacked bool
+	dir              string
+	unpacked         bool
+	secretsNamespace string
 }
 
 // Local says whether Options.Ref is a chart directory on disk (a git checkout, or a
@@ -125,7 +126,7 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 		return nil, fmt.Errorf("%s: %w", app.Subject(), err)
 	}
 	c := &Chart{Subject: app.Subject(), RepoURL: src.RepoURL, Chart: src.Chart, Path: src.Path, TargetRevision: src.TargetRevision,
-		Policy: check.PolicyCreateReplace, dir: dir}
+		Policy: check.PolicyCreateReplace, dir: dir, secretsNamespace: o.namespace()}
 	c.Deployed, c.DeployedFrom = app.Deployed()
 	_, pos := app.helmSourcePosition()
 	c.SourcePosition = pos + 1
@@ -152,7 +153,7 @@ func (c *Chart) resolve(ctx context.Context, app *Application, src *Source, o Op
 			return err
 		}
 	} else if chartDir, err = c.helmChart(src, creds); err != nil {
-		return err
+		return c.Explain(err)
 	}
 	return c.helmOptions(app, src, chartDir)
 }
@@ -229,6 +230,10 @@ func chartRef(repoURL, chart string) (kind Kind, ref, repo string) {
 // repo-server does; the directory is returned.
 func (c *Chart) helmChart(src *Source, creds credentials) (string, error) {
 	c.Kind, c.Options.Ref, c.Options.RepoURL = chartRef(src.RepoURL, src.Chart)
+	if isDigest(src.TargetRevision) {
+		return "", fmt.Errorf("%s: targetRevision %q is a digest: Argo CD resolves a Helm chart's targetRevision as a chart version, "+
+			"a semver range or a tag, and fails to sync a digest; set targetRevision to the chart version", c.Subject, src.TargetRevision)
+	}
 	c.Options.Version = src.TargetRevision
 	creds.apply(&c.Options)
 	if src.Helm != nil {
@@ -243,6 +248,13 @@ func (c *Chart) helmChart(src *Source, creds credentials) (string, error) {
 	}
 	c.Options.Ref, c.Options.RepoURL, c.Options.Version, c.unpacked = dir, "", "", true
 	return dir, nil
+}
+
+// isDigest says whether a target revision is a content digest (sha256:..., or
+// TAG@sha256:...), which only OCI artifact sources without a chart resolve.
+func isDigest(rev string) bool {
+	d := rev[strings.LastIndex(rev, "@")+1:]
+	return strings.HasPrefix(d, "sha256:") || strings.HasPrefix(d, "sha512:")
 }
 
 // needsChartFiles says whether values files or file parameters name files in the chart.

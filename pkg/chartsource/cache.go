@@ -218,10 +218,10 @@ func (c *Cache) resolveHTTP(o Options, settings *cli.EnvSettings, creds string) 
 	}
 	cv, err := idx.Get(o.Ref, o.Version)
 	if err != nil {
-		return chartKey{}, nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("chart %q version %q not found in the index of %s (fetched at most %s ago): %w", o.Ref, o.Version, o.RepoURL, c.ttl, err)}
+		return chartKey{}, nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: fmt.Errorf("chart %q version %q not found in the index of %s (fetched at most %s ago): %w", o.Ref, o.Version, o.RepoURL, c.ttl, err)}
 	}
 	if len(cv.URLs) == 0 {
-		return chartKey{}, nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("chart %q version %s has no download URL in the index of %s", o.Ref, cv.Version, o.RepoURL)}
+		return chartKey{}, nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: fmt.Errorf("chart %q version %s has no download URL in the index of %s", o.Ref, cv.Version, o.RepoURL)}
 	}
 	return chartKey{source: o.RepoURL, chart: o.Ref, version: cv.Version, digest: cv.Digest, creds: creds}, cv, nil
 }
@@ -238,7 +238,7 @@ func (c *Cache) fetchHTTP(o Options, settings *cli.EnvSettings, creds string) (*
 	}
 	chartURL, err := repo.ResolveReferenceURL(o.RepoURL, cv.URLs[0])
 	if err != nil {
-		return nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: err}
+		return nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: err}
 	}
 	// Download the exact URL the index names, with Helm's downloader. Helm passes the
 	// repository's credentials on only to the repository's own host unless
@@ -274,7 +274,7 @@ func (c *Cache) fetchOCI(o Options, settings *cli.EnvSettings, creds string) (*c
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: err}
+		return nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: err}
 	}
 	ch, err := loadArchive(o.Ref, data)
 	if err != nil {
@@ -303,7 +303,7 @@ func (c *Cache) index(o Options, settings *cli.EnvSettings, creds string) (*repo
 		CertFile: o.CertFile, KeyFile: o.KeyFile, CAFile: o.CAFile, InsecureSkipTLSVerify: o.InsecureSkipTLSVerify,
 	}, getter.All(settings))
 	if err != nil {
-		return nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: err}
+		return nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: err}
 	}
 	r.CachePath = settings.RepositoryCache
 	c.mu.Lock()
@@ -316,7 +316,7 @@ func (c *Cache) index(o Options, settings *cli.EnvSettings, creds string) (*repo
 	_ = os.Remove(filepath.Join(r.CachePath, helmpath.CacheChartsFile(r.Config.Name)))
 	c.mu.Unlock()
 	if err != nil {
-		return nil, &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("index of %s: %w (check the URL and that the repository is reachable)", o.RepoURL, err)}
+		return nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: fmt.Errorf("index of %s: %w (check the URL and that the repository is reachable)", o.RepoURL, err)}
 	}
 	c.indexes.Add(ik, &indexEntry{at: at, index: idx})
 	return idx, nil
@@ -340,7 +340,7 @@ func (c *Cache) cachedChart(ref string, key chartKey) (*chart.Chart, bool) {
 func (c *Cache) keep(ref string, key chartKey, path string) (*chart.Chart, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &LoadError{Ref: ref, Step: "fetch", Err: err}
+		return nil, &LoadError{Ref: ref, Step: StepFetch, Err: err}
 	}
 	ch, err := loadArchive(ref, data)
 	if err != nil {

@@ -103,6 +103,24 @@ func (e *LoadError) Error() string {
 
 func (e *LoadError) Unwrap() error { return e.Err }
 
+// The steps of a LoadError that reach a chart server: a failure there is about the
+// repository or registry (its address, credentials or protocol), not the chart.
+const (
+	StepFetch    = "fetch"
+	StepVersions = "list versions"
+)
+
+// Remote says whether the chart server failed the load: fetching the chart or listing
+// its versions, as opposed to loading or rendering what was fetched.
+func (e *LoadError) Remote() bool { return e.Step == StepFetch || e.Step == StepVersions }
+
+// AnsweredPlainHTTP says whether err is a registry that answered plain HTTP to an
+// HTTPS request: an OCI registry without TLS, which needs PlainHTTP. Go's HTTP client
+// reports it only in its message.
+func AnsweredPlainHTTP(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
+}
+
 // Load fetches, loads and renders the chart.
 func Load(ctx context.Context, o Options) (*Chart, error) {
 	if strings.TrimSpace(o.Ref) == "" {
@@ -169,7 +187,7 @@ func (o Options) Locate(settings *cli.EnvSettings) (string, error) {
 	}
 	path, err := install.LocateChart(o.Ref, settings)
 	if err != nil {
-		return "", &LoadError{Ref: o.Ref, Step: "fetch", Err: fmt.Errorf("%w (check the chart reference, its version and repository URL, and that the repository or registry is reachable)", err)}
+		return "", &LoadError{Ref: o.Ref, Step: StepFetch, Err: fmt.Errorf("%w (check the chart reference, its version and repository URL, and that the repository or registry is reachable)", err)}
 	}
 	return path, nil
 }

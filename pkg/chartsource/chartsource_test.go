@@ -202,6 +202,37 @@ func TestLoadFromOCIRegistry(t *testing.T) {
 	}
 }
 
+// TestPlainHTTPRegistryWithoutPlainHTTP: a registry without TLS, read over HTTPS. Both
+// the fetch and the tag listing fail as the chart server's (Remote) load errors, which
+// say that the registry answered plain HTTP.
+func TestPlainHTTPRegistryWithoutPlainHTTP(t *testing.T) {
+	host, stop := testenv.ServeOCI()
+	defer stop()
+	tgz, err := testenv.Package(crdChart(t, t.TempDir(), "1.0.0"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := testenv.PushOCI(tgz, host, "charts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := chartsource.Options{Ref: ref, Version: "1.0.0", Settings: settings(t)}
+	_, loadErr := chartsource.Load(t.Context(), o)
+	_, versionsErr := chartsource.Versions(t.Context(), o)
+	for _, tc := range []struct {
+		name, step string
+		err        error
+	}{{"load", chartsource.StepFetch, loadErr}, {"versions", chartsource.StepVersions, versionsErr}} {
+		var le *chartsource.LoadError
+		if !errors.As(tc.err, &le) || le.Step != tc.step || !le.Remote() || !chartsource.AnsweredPlainHTTP(tc.err) {
+			t.Errorf("%s: %v (%T), want a remote *LoadError of step %q that says the registry answered plain HTTP", tc.name, tc.err, tc.err, tc.step)
+		}
+	}
+	if chartsource.AnsweredPlainHTTP(errors.New("dial tcp: connection refused")) {
+		t.Error("a refused connection is no plain-HTTP answer")
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	badMeta, err := testenv.WriteChart(dir, "badmeta", "1.0.0", nil)

@@ -20,7 +20,8 @@ import (
 
 // Versions returns the chart versions the source publishes, newest first, so that a
 // stepping stone can be looked for. Local directories and .tgz files have no history and
-// return nil. Pre-releases are left out.
+// return nil. Pre-releases are left out. A repository or registry that cannot be read
+// is a *LoadError of StepVersions.
 func Versions(ctx context.Context, o Options) ([]*semver.Version, error) {
 	settings := o.settings()
 	var raw []string
@@ -36,7 +37,7 @@ func Versions(ctx context.Context, o Options) ([]*semver.Version, error) {
 		}
 		tags, err := rc.Tags(ref)
 		if err != nil {
-			return nil, fmt.Errorf("list tags of %s: %w", o.Ref, err)
+			return nil, &LoadError{Ref: o.Ref, Step: StepVersions, Err: fmt.Errorf("list the registry's tags: %w", err)}
 		}
 		raw = tags
 	default:
@@ -94,7 +95,7 @@ func (o Options) index(settings *cli.EnvSettings, url string) (*repo.IndexFile, 
 	r.CachePath = settings.RepositoryCache
 	path, err := r.DownloadIndexFile()
 	if err != nil {
-		return nil, fmt.Errorf("download index of %s: %w", url, err)
+		return nil, &LoadError{Ref: o.Ref, Step: StepVersions, Err: fmt.Errorf("download index of %s: %w", url, err)}
 	}
 	return repo.LoadIndexFile(path)
 }
