@@ -1,0 +1,259 @@
+//go:build argocd
+
+package argocd_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+	"github.com/upgradeguard/upgradeguard/test/fluxtest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// gateDenial is how Argo CD shows a CRD write the gate refused, up to the CRD's name.
+const gateDenial = `admission webhook "crd.upgradeguard.io" denied the request: upgradeguard denied the update of CustomResourceDefinition `
+
+// migrateCRDs runs upgradeguard's migration of the breaking CRDs (to storage, a storage
+// switch when it is not the live one) and fails the test unless each ends migrated.
+func migrateCRDs(t *testing.T, s *scenario, storage string) {
+	t.Helper()
+	m, err := migrate.New(s.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets []migrate.Target
+	for _, n := range fluxtest.BreakingCRDs {
+		targets = append(targets, migrate.Target{Name: n, StorageVersion: storage})
+	}
+	results, err := m.Run(t.Context(), targets, migrate.Options{Deadline: time.Minute, LeaseNamespace: "default", AllowStorageSwitch: storage != ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if r.Status != migrate.Migrated {
+			t.Fatalf("migration of %s: %s (%s)", r.Name, r.Status, r.Message)
+		}
+	}
+}
+
+// promotedScenario is an Application synced from Old (kyverno 1.10, the objects stored
+// at v2alpha1) to Promoted (kyverno 1.11, storage v2beta1), whose objects were then
+// migrated to v2beta1 and storedVersions pruned to [v2beta1] (what upgradeguard migrate,
+// or a proactive StorageMigrationPolicy, does after a storage promotion), with automated
+// sync turned off, as `argocd app rollback` requires.
+func promotedScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string) *scenario {
+	t.Helper()
+	s := startScenario(t, cp, argo, name, fromGit, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
+		fluxtest.Old, Promoted)
+	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
+	s.bump(t, Promoted)
+	s.waitSynced(t, Promoted)
+	s.expectCRDs(t, Promoted, "v2beta1", "v2alpha1", "v2beta1")
+	migrateCRDs(t, s, "")
+	s.expectCRDs(t, Promoted, "v2beta1", "v2beta1")
+	if err := argo.DisableAutomatedSync(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// rollBack rolls the Application back to its history entry of chart version v, as
+// `argocd app rollback NAME ID` does, and waits until the operation ended.
+func (s *scenario) rollBack(t *testing.T, v string) *testenv.Application {
+	t.Helper()
+	ctx := t.Context()
+	app, err := s.argo.Get(ctx, s.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, ok := app.Status.Entry(s.commits[v])
+	if !ok {
+		t.Fatalf("no history entry of %s (%s): %+v", v, s.commits[v], app.Status.History)
+	}
+	if err := s.argo.Rollback(ctx, s.name, entry.ID); err != nil {
+		t.Fatal(err)
+	}
+	app, err = s.argo.WaitApplication(ctx, s.name, 3*time.Minute, func(app *testenv.Application) bool {
+		op := app.Status.OperationState
+		return op != nil && op.Operation.Sync.Revision == s.commits[v] && slices.Contains([]string{"Succeeded", "Failed", "Error"}, op.Phase)
+	})
+	if err != nil {
+		t.Fatalf("the rollback to %s did not end: %v\n%s", v, err, s.argo.LogTail(30))
+	}
+	t.Logf("%s", app)
+	return app
+}
+
+// TestRollbackAcrossPromotionFails: without upgradeguard, `argocd app rollback` from a
+// chart whose CRDs promoted a new storage version (and whose objects were migrated to
+// it) to the chart before the promotion fails. The old CRDs do not list v2beta1, which
+// status.storedVersions holds alone: the API server refuses each, and the rollback, an
+// operation without retries, fails at once with the API server's text. The CRDs and the
+// objects stay as they were, but the ConfigMap of the same wave is rolled back: the
+// release is half at Old.
+func TestRollbackAcrossPromotionFails(t *testing.T) {
+	needCluster(t)
+	cp := testenv.ForTest(t)
+	argo := cp.StartArgoCD(t)
+	s := promotedScenario(t, cp, argo, "rollback")
+
+	app := s.rollBack(t, fluxtest.Old)
+	op := app.Status.OperationState
+	wording := crdversions.WordingFor(cp.Minor)
+	if op.Phase != "Failed" || op.RetryCount != 0 || !strings.HasPrefix(op.Message, "one or more synchronization tasks completed unsuccessfully") {
+		t.Errorf("rollback: phase %s, retry count %d, message %q; want Failed at once with Argo CD's failed-tasks message", op.Phase, op.RetryCount, op.Message)
+	}
+	if got, want := rejectedCRDs(op.Message, wording), []string{"cleanuppolicies.kyverno.io@v2beta1", "policyexceptions.kyverno.io@v2beta1"}; !slices.Equal(got, want) {
+		t.Errorf("operation message %q: storedVersions rejections (%q wording) %v, want %v", op.Message, wording, got, want)
+	}
+	results := resourceResults(op)
+	for _, n := range fluxtest.BreakingCRDs {
+		if r := results[n]; !strings.HasPrefix(r, "SyncFailed: ") || !slices.Equal(rejectedCRDs(r, wording), []string{n + "@v2beta1"}) {
+			t.Errorf("sync result of %s = %q, want SyncFailed with the API server's rejection of v2beta1", n, r)
+		}
+	}
+	crds := s.crds(t)
+	for _, n := range fluxtest.BreakingCRDs {
+		if got := crds[n]; got.Storage != "v2beta1" || !slices.Equal(got.Versions, []string{"v2alpha1", "v2beta1"}) || !slices.Equal(got.StoredVersions, []string{"v2beta1"}) {
+			t.Errorf("%s after the failed rollback: %+v, want %s's CRD unchanged (storage v2beta1, storedVersions [v2beta1])", n, got, Promoted)
+		}
+	}
+	if errs := s.readObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable after the failed rollback: %v", errs)
+	}
+	if v := s.chartVersionInCluster(t); v != fluxtest.Old {
+		t.Errorf("ConfigMap version after the failed rollback = %s, want %s (applied in the same wave as the refused CRDs)", v, fluxtest.Old)
+	}
+}
+
+// TestCRDGateBlocksRollbackAcrossPromotion: the same rollback with upgradeguard's CRD gate.
+// The gate does not know the write is a rollback (it sees one CRD update); it finds the
+// live storage version v2beta1 dropped, a bridge, which no migration fixes, so it denies
+// each CRD with its reason and the storage switch to v2alpha1 (served by both: the
+// reverse migration) as the next step, and starts no StorageMigration. Argo CD's failed
+// operation carries that message, never the API server's. Running the step the message
+// names and rolling back again succeeds: the CRDs are 1.10's and every object reads.
+func TestCRDGateBlocksRollbackAcrossPromotion(t *testing.T) {
+	needCluster(t)
+	cp, ug := startGated(t)
+	argo := cp.StartArgoCD(t)
+	s := promotedScenario(t, cp, argo, "gated-rollback")
+
+	app := s.rollBack(t, fluxtest.Old)
+	op := app.Status.OperationState
+	if op.Phase != "Failed" {
+		t.Fatalf("rollback %s, want Failed: %s", op.Phase, op.Message)
+	}
+	if got := crdversions.StoredVersionRejections(op.Message); len(got) > 0 {
+		t.Errorf("the API server's own rejection reached Argo CD (%v): the gate should answer first", got)
+	}
+	results := resourceResults(op)
+	for _, n := range fluxtest.BreakingCRDs {
+		step := "upgradeguard migrate --crd " + n + " --storage-version v2alpha1 --allow-storage-switch"
+		for _, msg := range []string{op.Message, results[n]} {
+			for _, want := range []string{
+				gateDenial + n + ", which drops v2beta1 from spec.versions",
+				n + ": live storage version v2beta1 is dropped by the incoming CRD ([v2alpha1]): a migration alone cannot help; switch live storage to v2alpha1 (served by both), migrate, prune",
+				"Next steps: " + step,
+			} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("Argo CD's sync result lacks %q:\n%s", want, msg)
+				}
+			}
+		}
+		if !strings.HasPrefix(results[n], "SyncFailed: ") {
+			t.Errorf("sync result of %s = %q, want SyncFailed", n, results[n])
+		}
+	}
+	var sms v1alpha1.StorageMigrationList
+	if err := ug.List(t.Context(), &sms, client.Limit(10)); err != nil || len(sms.Items) > 0 {
+		t.Errorf("StorageMigrations after a blocked rollback: %d (%v), want none: no automatic migration fixes a bridge", len(sms.Items), err)
+	}
+	s.expectCRDs(t, Promoted, "v2beta1", "v2beta1")
+	if errs := s.readObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable after the blocked rollback: %v", errs)
+	}
+
+	// The next step the denial names, then the same rollback again.
+	migrateCRDs(t, s, "v2alpha1")
+	s.expectCRDs(t, Promoted, "v2alpha1", "v2alpha1")
+	app = s.rollBack(t, fluxtest.Old)
+	if op := app.Status.OperationState; op.Phase != "Succeeded" {
+		t.Fatalf("rollback after the storage switch: %s: %s", op.Phase, op.Message)
+	}
+	crds := s.crds(t)
+	for _, n := range fluxtest.BreakingCRDs {
+		if got := crds[n]; got.Storage != "v2alpha1" || !slices.Equal(got.Versions, []string{"v2alpha1"}) || !slices.Equal(got.StoredVersions, []string{"v2alpha1"}) {
+			t.Errorf("%s after the rollback: %+v, want %s's CRD (v2alpha1 only)", n, got, fluxtest.Old)
+		}
+	}
+	if errs := s.readObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable after the rollback: %v", errs)
+	}
+	if v := s.chartVersionInCluster(t); v != fluxtest.Old {
+		t.Errorf("ConfigMap version after the rollback = %s, want %s", v, fluxtest.Old)
+	}
+}
+
+// TestCRDGateDeniesBridge: with the CRD gate, automated sync moves an Application from Old
+// (kyverno 1.10: v2alpha1 alone, stored) straight to To (kyverno 1.13: v2 and v2beta1).
+// The live storage version itself is dropped, so no migration can help: a bridge. The
+// gate denies every attempt, names the stepping stone (a chart version whose CRD serves
+// v2alpha1 and stores at v2 or v2beta1) and the plan command that computes the whole
+// path, and starts no StorageMigration. Argo CD's failed operation, each CRD's sync result
+// and its SyncError condition carry the message; the CRDs and objects stay as they were.
+func TestCRDGateDeniesBridge(t *testing.T) {
+	needCluster(t)
+	cp, ug := startGated(t)
+	argo := cp.StartArgoCD(t)
+	s := startScenario(t, cp, argo, "bridge", fromGit, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
+		fluxtest.Old, fluxtest.To)
+	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
+
+	s.bump(t, fluxtest.To)
+	app, err := argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *testenv.Application) bool {
+		op := app.Status.OperationState
+		_, syncError := app.Status.Condition("SyncError")
+		return op != nil && op.Operation.Sync.Revision == s.commits[fluxtest.To] && op.Phase == "Failed" && syncError
+	})
+	if err != nil {
+		t.Fatalf("the sync of %s did not fail with a SyncError: %v\n%s", fluxtest.To, err, argo.LogTail(30))
+	}
+	t.Logf("%s", app)
+	op := app.Status.OperationState
+	if op.RetryCount != 2 {
+		t.Errorf("retry count %d, want 2: every attempt denied", op.RetryCount)
+	}
+	if got := crdversions.StoredVersionRejections(op.Message); len(got) > 0 {
+		t.Errorf("the API server's own rejection reached Argo CD (%v): the gate should answer first", got)
+	}
+	syncError, _ := app.Status.Condition("SyncError")
+	results := resourceResults(op)
+	for _, n := range fluxtest.BreakingCRDs {
+		for _, msg := range []string{op.Message, results[n], syncError} {
+			for _, want := range []string{
+				gateDenial + n + ", which drops v2alpha1 from spec.versions",
+				n + ": live storage version v2alpha1 is dropped by the incoming CRD ([v2 v2beta1]): a migration alone cannot help; go through a chart version whose CRD serves v2alpha1 and stores at one of [v2 v2beta1]",
+				"The whole safe path: upgradeguard plan",
+			} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("Argo CD's status lacks %q:\n%s", want, msg)
+				}
+			}
+		}
+	}
+	var sms v1alpha1.StorageMigrationList
+	if err := ug.List(t.Context(), &sms, client.Limit(10)); err != nil || len(sms.Items) > 0 {
+		t.Errorf("StorageMigrations after a bridge: %d (%v), want none", len(sms.Items), err)
+	}
+	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
+	if errs := s.readObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable after the denied sync: %v", errs)
+	}
+}
