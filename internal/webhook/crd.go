@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
@@ -75,7 +76,9 @@ func (c *crdGate) Handle(ctx context.Context, req admission.Request) admission.R
 }
 
 // crdOwner is the HelmRelease (helm-controller's origin labels) or the Helm release
-// (Helm's meta.helm.sh annotations) that applies the CRD; else the CRD itself.
+// (Helm's meta.helm.sh annotations) that applies the CRD; else the CRD itself. An Argo
+// CD Application that syncs it (Argo CD's tracking annotation) is named too: Argo CD
+// renders with helm template, so no release is stored.
 func crdOwner(crd *apiextv1.CustomResourceDefinition) owner {
 	o := owner{hrNamespace: crd.Labels[LabelFluxNamespace], hrName: crd.Labels[LabelFluxName]}
 	if o.hrName == "" || o.hrNamespace == "" {
@@ -84,6 +87,9 @@ func crdOwner(crd *apiextv1.CustomResourceDefinition) owner {
 	o.namespace, o.release = crd.Annotations["meta.helm.sh/release-namespace"], crd.Annotations["meta.helm.sh/release-name"]
 	if o.release == "" {
 		o.namespace, o.release = "", crd.Name
+	}
+	if !o.flux() {
+		o.appNamespace, o.app, _ = argoapp.TrackedBy(crd.Annotations)
 	}
 	return o
 }
@@ -117,8 +123,11 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 	if len(dropped) == 0 {
 		what = fmt.Sprintf("update of CustomResourceDefinition %s, which changes the schema its stored objects are judged by", crd.Name)
 	}
-	if o.flux() {
+	switch {
+	case o.flux():
 		what += fmt.Sprintf(", applied for HelmRelease %s/%s", o.hrNamespace, o.hrName)
+	case o.argo():
+		what += fmt.Sprintf(", applied for Argo CD Application %s/%s", o.appNamespace, o.app)
 	}
 	sms.live = p.Live
 	// Only this CRD write is refused: the client may have applied other objects before it

@@ -7,7 +7,12 @@ import (
 	"strings"
 	"testing"
 
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 )
 
@@ -48,5 +53,44 @@ func TestBridgeDenialNamesPlan(t *testing.T) {
 	}
 	if err := setVersion(ctx, s.c, ns, release, p.Steps[0].ChartVersion); err != nil {
 		t.Errorf("the gate denied the plan's first step (%s): %v", p.Steps[0].ChartVersion, err)
+	}
+}
+
+// TestCRDGateBridgeNamesApplication: a CRD that Argo CD syncs (its tracking annotation)
+// stores at v1alpha1 only; an update that keeps only v1 is a bridge. The CRD gate denies
+// it naming the Application, its plan command and how to go on; no release is stored for
+// an Argo CD Application, so nothing else could name them.
+func TestCRDGateBridgeNamesApplication(t *testing.T) {
+	skipShort(t)
+	ctx := t.Context()
+	const ns = "crdbridge"
+	namespace(t, s.c, ns)
+	crdName := "bridgeboxes." + gadgetGroup
+	apply := func(versions ...string) error {
+		var crd apiextv1.CustomResourceDefinition
+		if err := yaml.Unmarshal([]byte(gadgetCRD("bridgeboxes", versions...)), &crd); err != nil {
+			t.Fatal(err)
+		}
+		crd.Annotations = map[string]string{argoapp.TrackingAnnotation: "team-a_boxes:apiextensions.k8s.io/CustomResourceDefinition:/" + crdName}
+		return testenv.ApplyCRDServerSide(ctx, s.cp.Config, &crd, "argocd-controller")
+	}
+	if err := apply("v1alpha1"); err != nil {
+		t.Fatal(err)
+	}
+	readable := createObjects(t, ns, "bridgeboxes", "v1alpha1", 2)
+	err := apply("v1")
+	if err == nil {
+		t.Fatal("the CRD update dropping the storage version v1alpha1 was accepted; want it denied")
+	}
+	mustContain(t, err.Error(), `admission webhook "crd.upgradeguard.io" denied the request`,
+		"upgradeguard denied the update of CustomResourceDefinition "+crdName+", which drops v1alpha1 from spec.versions while status.storedVersions still lists it (the API server rejects it), applied for Argo CD Application team-a/boxes",
+		crdName+": live storage version v1alpha1 is dropped by the incoming CRD ([v1]): a migration alone cannot help",
+		"then sync Application team-a/boxes again (or roll it back again)",
+		"The whole safe path: upgradeguard plan --argocd-app team-a/boxes")
+	if got := liveCRD(t, crdName).Status.StoredVersions; !slices.Equal(got, []string{"v1alpha1"}) {
+		t.Errorf("storedVersions = %v, want [v1alpha1]", got)
+	}
+	if n := readable("v1alpha1"); n != 2 {
+		t.Errorf("%d objects readable at v1alpha1, want 2", n)
 	}
 }

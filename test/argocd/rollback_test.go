@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // gateDenial is how Argo CD shows a CRD write the gate refused, up to the CRD's name.
