@@ -3,6 +3,8 @@
 package argocd_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -11,9 +13,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
+	"github.com/upgradeguard/upgradeguard/pkg/plan"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
 )
 
@@ -159,9 +163,9 @@ func TestCRDGateBlocksRollbackAcrossPromotion(t *testing.T) {
 		step := "upgradeguard migrate --crd " + n + " --storage-version v2alpha1 --allow-storage-switch"
 		for _, msg := range []string{op.Message, results[n]} {
 			for _, want := range []string{
-				gateDenial + n + ", which drops v2beta1 from spec.versions",
+				gateDenial + n + ", which drops v2beta1 from spec.versions while status.storedVersions still lists it (the API server rejects it), applied for Argo CD Application argocd/gated-rollback",
 				n + ": live storage version v2beta1 is dropped by the incoming CRD ([v2alpha1]): a migration alone cannot help; switch live storage to v2alpha1 (served by both), migrate, prune",
-				"Next steps: " + step,
+				"Next steps: " + step + "; then sync Application argocd/gated-rollback again (or roll it back again)",
 			} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("Argo CD's sync result lacks %q:\n%s", want, msg)
@@ -202,19 +206,22 @@ func TestCRDGateBlocksRollbackAcrossPromotion(t *testing.T) {
 	}
 }
 
-// TestCRDGateDeniesBridge: with the CRD gate, automated sync moves an Application from Old
-// (kyverno 1.10: v2alpha1 alone, stored) straight to To (kyverno 1.13: v2 and v2beta1).
-// The live storage version itself is dropped, so no migration can help: a bridge. The
-// gate denies every attempt, names the stepping stone (a chart version whose CRD serves
-// v2alpha1 and stores at v2 or v2beta1) and the plan command that computes the whole
-// path, and starts no StorageMigration. Argo CD's failed operation, each CRD's sync result
-// and its SyncError condition carry the message; the CRDs and objects stay as they were.
+// TestCRDGateDeniesBridge: with the CRD gate, automated sync moves an Application of a
+// Helm repository (Old, From and To published) from Old (kyverno 1.10: v2alpha1 alone,
+// stored) straight to To (kyverno 1.13: v2 and v2beta1). The live storage version itself
+// is dropped, so no migration can help: a bridge. The gate denies every attempt, says
+// what a stepping stone must be, names the Application and the plan command that
+// computes the whole path, and starts no StorageMigration. Argo CD's failed operation,
+// each CRD's sync result and its SyncError condition carry the message; the CRDs and the
+// objects stay as they were. The plan command, run as the message words it, names From
+// as the stepping stone; following it (targetRevision From, migrate, targetRevision To)
+// ends synced at To with every object readable.
 func TestCRDGateDeniesBridge(t *testing.T) {
 	needCluster(t)
 	cp, ug := startGated(t)
 	argo := cp.StartArgoCD(t)
-	s := startScenario(t, cp, argo, "bridge", fromGit, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
-		fluxtest.Old, fluxtest.To)
+	s := startScenario(t, cp, argo, "bridge", fromHelmRepo, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
+		fluxtest.Old, fluxtest.From, fluxtest.To)
 	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
 
 	s.bump(t, fluxtest.To)
@@ -234,14 +241,16 @@ func TestCRDGateDeniesBridge(t *testing.T) {
 	if got := crdversions.StoredVersionRejections(op.Message); len(got) > 0 {
 		t.Errorf("the API server's own rejection reached Argo CD (%v): the gate should answer first", got)
 	}
+	const planCmd = "upgradeguard plan --argocd-app " + testenv.ArgoCDNamespace + "/bridge"
 	syncError, _ := app.Status.Condition("SyncError")
 	results := resourceResults(op)
 	for _, n := range fluxtest.BreakingCRDs {
 		for _, msg := range []string{op.Message, results[n], syncError} {
 			for _, want := range []string{
-				gateDenial + n + ", which drops v2alpha1 from spec.versions",
+				gateDenial + n + ", which drops v2alpha1 from spec.versions while status.storedVersions still lists it (the API server rejects it), applied for Argo CD Application argocd/bridge",
 				n + ": live storage version v2alpha1 is dropped by the incoming CRD ([v2 v2beta1]): a migration alone cannot help; go through a chart version whose CRD serves v2alpha1 and stores at one of [v2 v2beta1]",
-				"The whole safe path: upgradeguard plan",
+				"then sync Application argocd/bridge again",
+				"The whole safe path: " + planCmd,
 			} {
 				if !strings.Contains(msg, want) {
 					t.Errorf("Argo CD's status lacks %q:\n%s", want, msg)
@@ -257,4 +266,44 @@ func TestCRDGateDeniesBridge(t *testing.T) {
 	if errs := s.readObjects(t); len(errs) > 0 {
 		t.Errorf("objects unreadable after the denied sync: %v", errs)
 	}
+
+	// The plan command the denial names, then its steps.
+	steps := runPlan(t, cp, planCmd)
+	if want := []string{"upgrade " + fluxtest.From, "migrate ", "upgrade " + fluxtest.To}; !slices.Equal(steps, want) {
+		t.Fatalf("%s: steps %v, want %v", planCmd, steps, want)
+	}
+	s.bump(t, fluxtest.From)
+	s.waitSynced(t, fluxtest.From)
+	migrateCRDs(t, s, "")
+	s.bump(t, fluxtest.To)
+	s.waitSynced(t, fluxtest.To)
+	s.expectCRDs(t, fluxtest.To, "v2", "v2", "v2beta1")
+	if errs := s.readObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable at %s: %v", fluxtest.To, errs)
+	}
+}
+
+// runPlan runs the upgradeguard command line (a plan) and returns its steps as "kind
+// version", checking that each upgrade step names the targetRevision to commit.
+func runPlan(t *testing.T, cp *testenv.ControlPlane, command string) []string {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	args := append([]string{"--kubeconfig", cp.Kubeconfig}, strings.Fields(command)[1:]...)
+	code := cli.Execute(t.Context(), append(args, "-o", "json"), cli.Streams{Out: &out, ErrOut: &errOut})
+	if code != cli.ExitFindings {
+		t.Fatalf("%s: exit %d, want %d\n%s%s", command, code, cli.ExitFindings, out.String(), errOut.String())
+	}
+	var p plan.Plan
+	if err := json.Unmarshal(out.Bytes(), &p); err != nil {
+		t.Fatalf("%s -o json: %v\n%s", command, err, out.String())
+	}
+	t.Logf("%s: from %s: %s", command, p.From, out.String())
+	var steps []string
+	for _, st := range p.Steps {
+		steps = append(steps, string(st.Kind)+" "+st.ChartVersion)
+		if st.Kind == plan.Upgrade && !strings.Contains(st.Commands[0], `targetRevision: "`+st.ChartVersion+`"`) {
+			t.Errorf("step %q does not name the targetRevision to commit", st.Commands[0])
+		}
+	}
+	return steps
 }
