@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -76,9 +77,7 @@ func (c *crdGate) Handle(ctx context.Context, req admission.Request) admission.R
 }
 
 // crdOwner is the HelmRelease (helm-controller's origin labels) or the Helm release
-// (Helm's meta.helm.sh annotations) that applies the CRD; else the CRD itself. An Argo
-// CD Application that syncs it (Argo CD's tracking annotation) is named too: Argo CD
-// renders with helm template, so no release is stored.
+// (Helm's meta.helm.sh annotations) that applies the CRD; else the CRD itself.
 func crdOwner(crd *apiextv1.CustomResourceDefinition) owner {
 	o := owner{hrNamespace: crd.Labels[LabelFluxNamespace], hrName: crd.Labels[LabelFluxName]}
 	if o.hrName == "" || o.hrNamespace == "" {
@@ -88,10 +87,27 @@ func crdOwner(crd *apiextv1.CustomResourceDefinition) owner {
 	if o.release == "" {
 		o.namespace, o.release = "", crd.Name
 	}
-	if !o.flux() {
-		o.appNamespace, o.app, _ = argoapp.TrackedBy(crd.Annotations)
-	}
 	return o
+}
+
+// argoApplication is the Argo CD Application whose resource tree lists the CRD, when
+// exactly one does; "" when none does, several do, or they cannot be read (the name only
+// words the denial).
+func (g *Gate) argoApplication(ctx context.Context, crd string) (namespace, name string) {
+	dyn, err := dynamic.NewForConfig(g.local)
+	if err != nil {
+		return "", ""
+	}
+	apps, err := argoapp.List(ctx, dyn, "")
+	if err != nil {
+		log.FromContext(ctx).Info("could not read Argo CD Applications to name the one that syncs the CRD", "crd", crd, "error", err.Error())
+		return "", ""
+	}
+	found := argoapp.Deploying(apps, apiextv1.GroupName, "CustomResourceDefinition", "", crd)
+	if len(found) != 1 {
+		return "", ""
+	}
+	return found[0].Namespace, found[0].Name
 }
 
 func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceDefinition, dropped []string, dryRun bool) decision {
@@ -117,6 +133,12 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 	})
 	if err != nil {
 		return g.recordErrored("update of CustomResourceDefinition "+crd.Name, err)
+	}
+	if !p.Report.Safe && !o.flux() && o.namespace == "" {
+		// Argo CD renders charts with helm template (no release is stored) and leaves the
+		// CRDs it syncs untracked: its Application's resource tree names it. Read only for
+		// a change that is not admitted outright, as the name only words the answer.
+		o.appNamespace, o.app = g.argoApplication(ctx, crd.Name)
 	}
 	what := fmt.Sprintf("update of CustomResourceDefinition %s, which drops %s from spec.versions while status.storedVersions still lists it (the API server rejects it)",
 		crd.Name, strings.Join(dropped, ", "))

@@ -2,12 +2,17 @@ package webhook_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
@@ -56,22 +61,38 @@ func TestBridgeDenialNamesPlan(t *testing.T) {
 	}
 }
 
-// TestCRDGateBridgeNamesApplication: a CRD that Argo CD syncs (its tracking annotation)
-// stores at v1alpha1 only; an update that keeps only v1 is a bridge. The CRD gate denies
-// it naming the Application, its plan command and how to go on; no release is stored for
-// an Argo CD Application, so nothing else could name them.
+// TestCRDGateBridgeNamesApplication: a CRD that an Argo CD Application syncs (its
+// resource tree lists it; Argo CD leaves CRDs untracked) stores at v1alpha1 only; an
+// update that keeps only v1 is a bridge. The CRD gate denies it naming the Application,
+// its plan command and how to go on: Argo CD stores no Helm release, so nothing else
+// could name them.
 func TestCRDGateBridgeNamesApplication(t *testing.T) {
 	skipShort(t)
 	ctx := t.Context()
 	const ns = "crdbridge"
 	namespace(t, s.c, ns)
 	crdName := "bridgeboxes." + gadgetGroup
+	if err := testenv.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(s.cp.Config)); err != nil {
+		t.Fatal(err)
+	}
+	app := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+		"metadata": map[string]any{"namespace": ns, "name": "boxes"},
+		"spec":     map[string]any{"project": "default"},
+		"status": map[string]any{"resources": []any{
+			map[string]any{"group": "apiextensions.k8s.io", "version": "v1", "kind": "CustomResourceDefinition", "name": crdName, "status": "Synced"},
+		}},
+	}}
+	apps := dynamic.NewForConfigOrDie(s.cp.Config).Resource(argoapp.GVR).Namespace(ns)
+	if _, err := apps.Create(ctx, app, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = apps.Delete(context.WithoutCancel(ctx), "boxes", metav1.DeleteOptions{}) })
 	apply := func(versions ...string) error {
 		var crd apiextv1.CustomResourceDefinition
 		if err := yaml.Unmarshal([]byte(gadgetCRD("bridgeboxes", versions...)), &crd); err != nil {
 			t.Fatal(err)
 		}
-		crd.Annotations = map[string]string{argoapp.TrackingAnnotation: "team-a_boxes:apiextensions.k8s.io/CustomResourceDefinition:/" + crdName}
 		return testenv.ApplyCRDServerSide(ctx, s.cp.Config, &crd, "argocd-controller")
 	}
 	if err := apply("v1alpha1"); err != nil {
@@ -83,10 +104,10 @@ func TestCRDGateBridgeNamesApplication(t *testing.T) {
 		t.Fatal("the CRD update dropping the storage version v1alpha1 was accepted; want it denied")
 	}
 	mustContain(t, err.Error(), `admission webhook "crd.upgradeguard.io" denied the request`,
-		"upgradeguard denied the update of CustomResourceDefinition "+crdName+", which drops v1alpha1 from spec.versions while status.storedVersions still lists it (the API server rejects it), applied for Argo CD Application team-a/boxes",
+		"upgradeguard denied the update of CustomResourceDefinition "+crdName+", which drops v1alpha1 from spec.versions while status.storedVersions still lists it (the API server rejects it), applied for Argo CD Application crdbridge/boxes",
 		crdName+": live storage version v1alpha1 is dropped by the incoming CRD ([v1]): a migration alone cannot help",
-		"then sync Application team-a/boxes again (or roll it back again)",
-		"The whole safe path: upgradeguard plan --argocd-app team-a/boxes")
+		"then sync Application crdbridge/boxes again (or roll it back again)",
+		"The whole safe path: upgradeguard plan --argocd-app crdbridge/boxes")
 	if got := liveCRD(t, crdName).Status.StoredVersions; !slices.Equal(got, []string{"v1alpha1"}) {
 		t.Errorf("storedVersions = %v, want [v1alpha1]", got)
 	}

@@ -80,8 +80,8 @@ func (r *releaseGate) Handle(ctx context.Context, req admission.Request) admissi
 type owner struct {
 	hrNamespace, hrName string // a HelmRelease, when helm-controller manages it
 	namespace, release  string // the Helm release; namespace "" for a CRD no release applies
-	// appNamespace and app name the Argo CD Application that synced a CRD (its tracking
-	// annotation), when one did.
+	// appNamespace and app name the Argo CD Application whose resource tree lists a CRD
+	// no release applies, when one does.
 	appNamespace, app string
 }
 
