@@ -238,7 +238,7 @@ func startGated(t *testing.T) (*testenv.ControlPlane, client.Client) {
 	}
 	wh := cp.Webhooks
 	mgr, err := controller.NewManager(cp.Config, controller.Options{
-		LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0",
+		LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, // one manager per test
 		EnableWebhook: true, WebhookPort: wh.LocalServingPort, WebhookCertDir: wh.LocalServingCertDir,
 	})
 	if err != nil {
