@@ -123,19 +123,16 @@ func TestRollbackAcrossPromotionFails(t *testing.T) {
 			t.Errorf("sync result of %s = %q, want SyncFailed with the API server's rejection of v2beta1", n, r)
 		}
 	}
-	crds := s.crds(t)
-	for _, n := range fluxtest.BreakingCRDs {
-		if got := crds[n]; got.Storage != "v2beta1" || !slices.Equal(got.Versions, []string{"v2alpha1", "v2beta1"}) || !slices.Equal(got.StoredVersions, []string{"v2beta1"}) {
-			t.Errorf("%s after the failed rollback: %+v, want %s's CRD unchanged (storage v2beta1, storedVersions [v2beta1])", n, got, Promoted)
-		}
-	}
-	if errs := s.readObjects(t); len(errs) > 0 {
-		t.Errorf("objects unreadable after the failed rollback: %v", errs)
-	}
-	if v := s.chartVersionInCluster(t); v != fluxtest.Old {
-		t.Errorf("ConfigMap version after the failed rollback = %s, want %s (applied in the same wave as the refused CRDs)", v, fluxtest.Old)
-	}
+	// The CRDs stay at Promoted; the ConfigMap of the same wave is rolled back.
+	s.expectLeft(t, "after the failed rollback", promotedMigrated, fluxtest.Old)
 }
+
+// promotedMigrated is what Promoted's CRDs hold once the objects were migrated to
+// v2beta1; at10 what Old's hold, v2alpha1 alone.
+var (
+	promotedMigrated = crdState{Storage: "v2beta1", Versions: []string{"v2alpha1", "v2beta1"}, StoredVersions: []string{"v2beta1"}}
+	at10             = crdState{Storage: "v2alpha1", Versions: []string{"v2alpha1"}, StoredVersions: []string{"v2alpha1"}}
+)
 
 // TestCRDGateBlocksRollbackAcrossPromotion: the same rollback with upgradeguard's CRD gate.
 // The gate does not know the write is a rollback (it sees one CRD update); it finds the
@@ -180,10 +177,7 @@ func TestCRDGateBlocksRollbackAcrossPromotion(t *testing.T) {
 	if err := ug.List(t.Context(), &sms, client.Limit(10)); err != nil || len(sms.Items) > 0 {
 		t.Errorf("StorageMigrations after a blocked rollback: %d (%v), want none: no automatic migration fixes a bridge", len(sms.Items), err)
 	}
-	s.expectCRDs(t, Promoted, "v2beta1", "v2beta1")
-	if errs := s.readObjects(t); len(errs) > 0 {
-		t.Errorf("objects unreadable after the blocked rollback: %v", errs)
-	}
+	s.expectLeft(t, "after the blocked rollback", promotedMigrated, fluxtest.Old)
 
 	// The next step the denial names, then the same rollback again.
 	migrateCRDs(t, s, "v2alpha1")
@@ -192,18 +186,7 @@ func TestCRDGateBlocksRollbackAcrossPromotion(t *testing.T) {
 	if op := app.Status.OperationState; op.Phase != "Succeeded" {
 		t.Fatalf("rollback after the storage switch: %s: %s", op.Phase, op.Message)
 	}
-	crds := s.crds(t)
-	for _, n := range fluxtest.BreakingCRDs {
-		if got := crds[n]; got.Storage != "v2alpha1" || !slices.Equal(got.Versions, []string{"v2alpha1"}) || !slices.Equal(got.StoredVersions, []string{"v2alpha1"}) {
-			t.Errorf("%s after the rollback: %+v, want %s's CRD (v2alpha1 only)", n, got, fluxtest.Old)
-		}
-	}
-	if errs := s.readObjects(t); len(errs) > 0 {
-		t.Errorf("objects unreadable after the rollback: %v", errs)
-	}
-	if v := s.chartVersionInCluster(t); v != fluxtest.Old {
-		t.Errorf("ConfigMap version after the rollback = %s, want %s", v, fluxtest.Old)
-	}
+	s.expectLeft(t, "after the rollback", at10, fluxtest.Old)
 }
 
 // TestCRDGateDeniesBridge: with the CRD gate, automated sync moves an Application of a
@@ -224,16 +207,7 @@ func TestCRDGateDeniesBridge(t *testing.T) {
 		fluxtest.Old, fluxtest.From, fluxtest.To)
 	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
 
-	s.bump(t, fluxtest.To)
-	app, err := argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *testenv.Application) bool {
-		op := app.Status.OperationState
-		_, syncError := app.Status.Condition("SyncError")
-		return op != nil && op.Operation.Sync.Revision == s.commits[fluxtest.To] && op.Phase == "Failed" && syncError
-	})
-	if err != nil {
-		t.Fatalf("the sync of %s did not fail with a SyncError: %v\n%s", fluxtest.To, err, argo.LogTail(30))
-	}
-	t.Logf("%s", app)
+	app := s.bumpFails(t, fluxtest.To)
 	op := app.Status.OperationState
 	if op.RetryCount != 2 {
 		t.Errorf("retry count %d, want 2: every attempt denied", op.RetryCount)
@@ -262,10 +236,8 @@ func TestCRDGateDeniesBridge(t *testing.T) {
 	if err := ug.List(t.Context(), &sms, client.Limit(10)); err != nil || len(sms.Items) > 0 {
 		t.Errorf("StorageMigrations after a bridge: %d (%v), want none", len(sms.Items), err)
 	}
-	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
-	if errs := s.readObjects(t); len(errs) > 0 {
-		t.Errorf("objects unreadable after the denied sync: %v", errs)
-	}
+	// The CRDs stay at Old; the ConfigMap of the same wave is at To.
+	s.expectLeft(t, "after the denied sync", at10, fluxtest.To)
 
 	// The plan command the denial names, then its steps.
 	steps := runPlan(t, cp, planCmd)
@@ -277,10 +249,7 @@ func TestCRDGateDeniesBridge(t *testing.T) {
 	migrateCRDs(t, s, "")
 	s.bump(t, fluxtest.To)
 	s.waitSynced(t, fluxtest.To)
-	s.expectCRDs(t, fluxtest.To, "v2", "v2", "v2beta1")
-	if errs := s.readObjects(t); len(errs) > 0 {
-		t.Errorf("objects unreadable at %s: %v", fluxtest.To, errs)
-	}
+	s.expectLeft(t, "at "+fluxtest.To, at13, fluxtest.To)
 }
 
 // runPlan runs the upgradeguard command line (a plan) and returns its steps as "kind

@@ -218,6 +218,23 @@ func (s *scenario) synced(v string) func(*testenv.Application) bool {
 	}
 }
 
+// bumpFails moves the Application to chart version v and waits until automated sync
+// gave up on it: the operation at v Failed, its retries spent, and a SyncError condition.
+func (s *scenario) bumpFails(t *testing.T, v string) *testenv.Application {
+	t.Helper()
+	s.bump(t, v)
+	app, err := s.argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *testenv.Application) bool {
+		op := app.Status.OperationState
+		_, syncError := app.Status.Condition("SyncError")
+		return op != nil && op.Operation.Sync.Revision == s.commits[v] && op.Phase == "Failed" && syncError
+	})
+	if err != nil {
+		t.Fatalf("the sync of %s did not fail with a SyncError: %v\n%s", v, err, s.argo.LogTail(30))
+	}
+	t.Logf("%s", app)
+	return app
+}
+
 // waitSynced waits until Argo CD has synced chart version v.
 func (s *scenario) waitSynced(t *testing.T, v string) *testenv.Application {
 	t.Helper()
@@ -264,6 +281,25 @@ func (s *scenario) chartVersionInCluster(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return cm.Data["version"]
+}
+
+// expectLeft checks what a sync or rollback left (when says which): both breaking CRDs
+// as want (storage version, spec.versions in order, storedVersions), every object
+// readable at the storage version, and the version ConfigMap at chart.
+func (s *scenario) expectLeft(t *testing.T, when string, want crdState, chart string) {
+	t.Helper()
+	crds := s.crds(t)
+	for _, n := range fluxtest.BreakingCRDs {
+		if got := crds[n]; got.Storage != want.Storage || !slices.Equal(got.Versions, want.Versions) || !slices.Equal(got.StoredVersions, want.StoredVersions) {
+			t.Errorf("%s %s: %+v, want %+v", n, when, got, want)
+		}
+	}
+	if errs := s.readObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable %s: %v", when, errs)
+	}
+	if v := s.chartVersionInCluster(t); v != chart {
+		t.Errorf("ConfigMap version %s = %s, want %s", when, v, chart)
+	}
 }
 
 // readObjects reads every object at its CRD's storage version and returns the errors.
