@@ -87,7 +87,11 @@ func TestCRDGateBridgeNamesApplication(t *testing.T) {
 	if _, err := apps.Create(ctx, app, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = apps.Delete(context.WithoutCancel(ctx), "boxes", metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		if err := apps.Delete(context.WithoutCancel(ctx), "boxes", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("clean-up: delete Application %s/boxes: %v", ns, err)
+		}
+	})
 	apply := func(versions ...string) error {
 		var crd apiextv1.CustomResourceDefinition
 		if err := yaml.Unmarshal([]byte(gadgetCRD("bridgeboxes", versions...)), &crd); err != nil {
