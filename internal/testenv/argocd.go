@@ -434,17 +434,8 @@ func (a *ArgoCD) Create(ctx context.Context, app *unstructured.Unstructured) err
 // version): what a GitOps change of the Application does. The controller refreshes on
 // the change, and automated sync follows.
 func (a *ArgoCD) SetTargetRevision(ctx context.Context, name, revision string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		ri := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
-		app, err := ri.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if err := unstructured.SetNestedField(app.Object, revision, "spec", "source", "targetRevision"); err != nil {
-			return err
-		}
-		_, err = ri.Update(ctx, app, metav1.UpdateOptions{})
-		return err
+	return a.updateApplication(ctx, name, func(app *unstructured.Unstructured) error {
+		return unstructured.SetNestedField(app.Object, revision, "spec", "source", "targetRevision")
 	})
 }
 
@@ -472,7 +463,10 @@ type ApplicationStatus struct {
 		Message string `json:"message"`
 	} `json:"conditions"`
 	OperationState *OperationState `json:"operationState"`
-	Resources      []struct {
+	// History are the syncs that succeeded, oldest first: what `argocd app history`
+	// lists and `argocd app rollback` picks from.
+	History   []HistoryEntry `json:"history"`
+	Resources []struct {
 		Group     string `json:"group"`
 		Kind      string `json:"kind"`
 		Namespace string `json:"namespace"`
@@ -505,6 +499,24 @@ type OperationState struct {
 	} `json:"syncResult"`
 	StartedAt  string `json:"startedAt"`
 	FinishedAt string `json:"finishedAt"`
+}
+
+// HistoryEntry is one entry of an Application's status.history: a sync that succeeded,
+// with the revision and the source it synced.
+type HistoryEntry struct {
+	ID       int64          `json:"id"`
+	Revision string         `json:"revision"`
+	Source   map[string]any `json:"source"`
+}
+
+// Entry returns the history entry of revision, the last one when several synced it.
+func (s ApplicationStatus) Entry(revision string) (HistoryEntry, bool) {
+	for i := len(s.History) - 1; i >= 0; i-- {
+		if s.History[i].Revision == revision {
+			return s.History[i], true
+		}
+	}
+	return HistoryEntry{}, false
 }
 
 // Condition returns the message of the Application's condition typ, and whether it is
@@ -618,4 +630,68 @@ func (a *ArgoCD) Delete(ctx context.Context, name string) error {
 		return nil
 	}
 	return err
+}
+
+// DisableAutomatedSync turns the Application's automated sync off (`argocd app set NAME
+// --sync-policy none`): spec.syncPolicy.automated goes, its retry and sync options stay.
+// Argo CD refuses a rollback while automated sync is on.
+func (a *ArgoCD) DisableAutomatedSync(ctx context.Context, name string) error {
+	return a.updateApplication(ctx, name, func(app *unstructured.Unstructured) error {
+		unstructured.RemoveNestedField(app.Object, "spec", "syncPolicy", "automated")
+		return nil
+	})
+}
+
+// Rollback starts the rollback of the Application name to its history entry id as
+// `argocd app rollback NAME ID` does (Argo CD v3.6's API server, Rollback in
+// server/application): refused while automated sync is on or another operation runs, it
+// sets operation.sync to the entry's revision and source, with the Application's sync
+// options, the apply strategy and no retry, and clears status.operationState. The
+// Application's spec is left as it is, so it reads OutOfSync afterwards.
+func (a *ArgoCD) Rollback(ctx context.Context, name string, id int64) error {
+	return a.updateApplication(ctx, name, func(obj *unstructured.Unstructured) error {
+		if _, on, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "syncPolicy", "automated"); on {
+			return errors.New("rollback cannot be initiated when auto-sync is enabled")
+		}
+		if _, running, _ := unstructured.NestedFieldNoCopy(obj.Object, "operation"); running {
+			return errors.New("another operation is already in progress")
+		}
+		app, err := applicationOf(obj)
+		if err != nil {
+			return err
+		}
+		var entry *HistoryEntry
+		for i := range app.Status.History {
+			if app.Status.History[i].ID == id {
+				entry = &app.Status.History[i]
+			}
+		}
+		if entry == nil {
+			return fmt.Errorf("application %s does not have deployment with id %d", name, id)
+		}
+		sync := map[string]any{"revision": entry.Revision, "source": entry.Source, "syncStrategy": map[string]any{"apply": map[string]any{}}}
+		if opts, found, _ := unstructured.NestedSlice(obj.Object, "spec", "syncPolicy", "syncOptions"); found {
+			sync["syncOptions"] = opts
+		}
+		obj.Object["operation"] = map[string]any{"sync": sync, "initiatedBy": map[string]any{"username": "admin"}}
+		unstructured.RemoveNestedField(obj.Object, "status", "operationState")
+		return nil
+	})
+}
+
+// updateApplication reads the Application name, changes it and writes it back, again on
+// a conflict (Argo CD writes its status into the same object).
+func (a *ArgoCD) updateApplication(ctx context.Context, name string, change func(*unstructured.Unstructured) error) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ri := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
+		app, err := ri.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if err := change(app); err != nil {
+			return fmt.Errorf("Application %s/%s: %w", ArgoCDNamespace, name, err)
+		}
+		_, err = ri.Update(ctx, app, metav1.UpdateOptions{})
+		return err
+	})
 }

@@ -10,10 +10,12 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
@@ -88,6 +90,26 @@ func crdOwner(crd *apiextv1.CustomResourceDefinition) owner {
 	return o
 }
 
+// argoApplication is the Argo CD Application whose resource tree lists the CRD, when
+// exactly one does; "" when none does, several do, or they cannot be read (the name only
+// words the denial).
+func (g *Gate) argoApplication(ctx context.Context, crd string) (namespace, name string) {
+	dyn, err := dynamic.NewForConfig(g.local)
+	if err != nil {
+		return "", ""
+	}
+	apps, err := argoapp.List(ctx, dyn, "")
+	if err != nil {
+		log.FromContext(ctx).Info("could not read Argo CD Applications to name the one that syncs the CRD", "crd", crd, "error", err.Error())
+		return "", ""
+	}
+	found := argoapp.Deploying(apps, apiextv1.GroupName, "CustomResourceDefinition", "", crd)
+	if len(found) != 1 {
+		return "", ""
+	}
+	return found[0].Namespace, found[0].Name
+}
+
 func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceDefinition, dropped []string, dryRun bool) decision {
 	g := c.g
 	ctx = readFresh(ctx) // policies and StorageMigrations too, not only the CRDs
@@ -112,13 +134,22 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 	if err != nil {
 		return g.recordErrored("update of CustomResourceDefinition "+crd.Name, err)
 	}
+	if !p.Report.Safe && !o.flux() && o.namespace == "" {
+		// Argo CD renders charts with helm template (no release is stored) and leaves the
+		// CRDs it syncs untracked: its Application's resource tree names it. Read only for
+		// a change that is not admitted outright, as the name only words the answer.
+		o.appNamespace, o.app = g.argoApplication(ctx, crd.Name)
+	}
 	what := fmt.Sprintf("update of CustomResourceDefinition %s, which drops %s from spec.versions while status.storedVersions still lists it (the API server rejects it)",
 		crd.Name, strings.Join(dropped, ", "))
 	if len(dropped) == 0 {
 		what = fmt.Sprintf("update of CustomResourceDefinition %s, which changes the schema its stored objects are judged by", crd.Name)
 	}
-	if o.flux() {
+	switch {
+	case o.flux():
 		what += fmt.Sprintf(", applied for HelmRelease %s/%s", o.hrNamespace, o.hrName)
+	case o.argo():
+		what += fmt.Sprintf(", applied for Argo CD Application %s/%s", o.appNamespace, o.app)
 	}
 	sms.live = p.Live
 	// Only this CRD write is refused: the client may have applied other objects before it

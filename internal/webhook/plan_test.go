@@ -2,12 +2,22 @@ package webhook_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
 	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 )
 
@@ -48,5 +58,64 @@ func TestBridgeDenialNamesPlan(t *testing.T) {
 	}
 	if err := setVersion(ctx, s.c, ns, release, p.Steps[0].ChartVersion); err != nil {
 		t.Errorf("the gate denied the plan's first step (%s): %v", p.Steps[0].ChartVersion, err)
+	}
+}
+
+// TestCRDGateBridgeNamesApplication: a CRD that an Argo CD Application syncs (its
+// resource tree lists it; Argo CD leaves CRDs untracked) stores at v1alpha1 only; an
+// update that keeps only v1 is a bridge. The CRD gate denies it naming the Application,
+// its plan command and how to go on: Argo CD stores no Helm release, so nothing else
+// could name them.
+func TestCRDGateBridgeNamesApplication(t *testing.T) {
+	skipShort(t)
+	ctx := t.Context()
+	const ns = "crdbridge"
+	namespace(t, s.c, ns)
+	crdName := "bridgeboxes." + gadgetGroup
+	if err := testenv.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(s.cp.Config)); err != nil {
+		t.Fatal(err)
+	}
+	app := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+		"metadata": map[string]any{"namespace": ns, "name": "boxes"},
+		"spec":     map[string]any{"project": "default"},
+		"status": map[string]any{"resources": []any{
+			map[string]any{"group": "apiextensions.k8s.io", "version": "v1", "kind": "CustomResourceDefinition", "name": crdName, "status": "Synced"},
+		}},
+	}}
+	apps := dynamic.NewForConfigOrDie(s.cp.Config).Resource(argoapp.GVR).Namespace(ns)
+	if _, err := apps.Create(ctx, app, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := apps.Delete(context.WithoutCancel(ctx), "boxes", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("clean-up: delete Application %s/boxes: %v", ns, err)
+		}
+	})
+	apply := func(versions ...string) error {
+		var crd apiextv1.CustomResourceDefinition
+		if err := yaml.Unmarshal([]byte(gadgetCRD("bridgeboxes", versions...)), &crd); err != nil {
+			t.Fatal(err)
+		}
+		return testenv.ApplyCRDServerSide(ctx, s.cp.Config, &crd, "argocd-controller")
+	}
+	if err := apply("v1alpha1"); err != nil {
+		t.Fatal(err)
+	}
+	readable := createObjects(t, ns, "bridgeboxes", "v1alpha1", 2)
+	err := apply("v1")
+	if err == nil {
+		t.Fatal("the CRD update dropping the storage version v1alpha1 was accepted; want it denied")
+	}
+	mustContain(t, err.Error(), `admission webhook "crd.upgradeguard.io" denied the request`,
+		"upgradeguard denied the update of CustomResourceDefinition "+crdName+", which drops v1alpha1 from spec.versions while status.storedVersions still lists it (the API server rejects it), applied for Argo CD Application crdbridge/boxes",
+		crdName+": live storage version v1alpha1 is dropped by the incoming CRD ([v1]): a migration alone cannot help",
+		"then sync Application crdbridge/boxes again (or roll it back again)",
+		"The whole safe path: upgradeguard plan --argocd-app crdbridge/boxes")
+	if got := liveCRD(t, crdName).Status.StoredVersions; !slices.Equal(got, []string{"v1alpha1"}) {
+		t.Errorf("storedVersions = %v, want [v1alpha1]", got)
+	}
+	if n := readable("v1alpha1"); n != 2 {
+		t.Errorf("%d objects readable at v1alpha1, want 2", n)
 	}
 }

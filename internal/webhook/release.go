@@ -80,9 +80,27 @@ func (r *releaseGate) Handle(ctx context.Context, req admission.Request) admissi
 type owner struct {
 	hrNamespace, hrName string // a HelmRelease, when helm-controller manages it
 	namespace, release  string // the Helm release; namespace "" for a CRD no release applies
+	// appNamespace and app name the Argo CD Application whose resource tree lists a CRD
+	// no release applies, when one does.
+	appNamespace, app string
 }
 
 func (o owner) flux() bool { return o.hrName != "" }
+
+func (o owner) argo() bool { return o.app != "" }
+
+// planCommand is the plan command a bridge denial of rep names for o: its HelmRelease's
+// (as the HelmRelease gate words it) or its Application's; "" leaves it to the report (a
+// Helm release's).
+func (o owner) planCommand(rep *check.Report) string {
+	switch {
+	case o.flux():
+		return predict.Command{Kind: predict.CommandPlanHelmRelease, Release: o.hrName, Namespace: o.hrNamespace, ChartVersion: rep.ChartVersion}.String()
+	case o.argo():
+		return predict.Command{Kind: predict.CommandPlanApplication, Release: o.app, Namespace: o.appNamespace}.String()
+	}
+	return ""
+}
 
 // migrations is the Migrator for what o holds: the HelmRelease's own StorageMigration
 // (the same one its chart-change gate creates), else one per Helm release.
@@ -159,13 +177,17 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 // is retried.
 func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrations, what, before string, o owner) decision {
 	retry, again := retryAdvice(o), "then run the helm command again"
-	if o.flux() {
+	switch {
+	case o.flux():
 		again = fmt.Sprintf("then let helm-controller retry (flux reconcile helmrelease %s -n %s --reset)", o.hrName, o.hrNamespace)
-	} else if o.namespace == "" {
+	case o.argo():
+		retry = "retry the update when it has succeeded"
+		again = fmt.Sprintf("then sync Application %s/%s again (or roll it back again)", o.appNamespace, o.app)
+	case o.namespace == "":
 		retry, again = "retry the update when it has succeeded", "then retry the update"
 	}
 	sms.holds = fmt.Sprintf("holds the %s until the stored versions are migrated; %s", what, retry)
-	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms})
+	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, PlanCommand: o.planCommand(rep)})
 	if err != nil {
 		return g.recordErrored(what, err)
 	}

@@ -79,6 +79,9 @@ const (
 	CommandCheck CommandKind = "check"
 	// CommandPlanHelmRelease is `upgradeguard plan --helmrelease NS/NAME --version V`.
 	CommandPlanHelmRelease CommandKind = "plan-helmrelease"
+	// CommandPlanApplication is `upgradeguard plan --argocd-app NS/NAME` (Namespace,
+	// Release).
+	CommandPlanApplication CommandKind = "plan-application"
 	// CommandHelmUpgrade is `helm upgrade R CHART --repo URL --version V --plain-http -f
 	// FILE -n NS`, each flag only when its value is known (CHART when the chart is not).
 	CommandHelmUpgrade CommandKind = "helm-upgrade"
@@ -156,6 +159,8 @@ func (c Command) String() string {
 		if c.ChartVersion != "" {
 			b.WriteString(" --version " + c.ChartVersion)
 		}
+	case CommandPlanApplication:
+		fmt.Fprintf(&b, "upgradeguard plan --argocd-app %s/%s", c.Namespace, c.Release)
 	case CommandHelmUpgrade:
 		chart := c.Chart
 		if chart == "" {

@@ -41,6 +41,7 @@ func TestCommand(t *testing.T) {
 		{Command{Kind: CommandPlan, Chart: "flux2"}, "upgradeguard plan --chart flux2"},
 		{Command{Kind: CommandPlanHelmRelease, Release: "flux", Namespace: "flux-system", ChartVersion: "2.18.0"},
 			"upgradeguard plan --helmrelease flux-system/flux --version 2.18.0"},
+		{Command{Kind: CommandPlanApplication, Release: "flux", Namespace: "argocd"}, "upgradeguard plan --argocd-app argocd/flux"},
 		{Command{Kind: CommandHelmUpgrade, Release: "flux", Namespace: "flux-system", ChartVersion: "2.18.0"}, "helm upgrade flux CHART --version 2.18.0 -n flux-system"},
 		{Command{Kind: CommandHelmUpgrade, Release: "web", Namespace: "apps", Chart: "web", Repo: "https://charts.example.io", ChartVersion: "1.2.0",
 			PlainHTTP: true, ValuesFiles: []string{"a.yaml", "b.yaml"}}, "helm upgrade web web --repo https://charts.example.io --version 1.2.0 --plain-http -f a.yaml -f b.yaml -n apps"},

@@ -61,6 +61,15 @@ type scenario struct {
 	objects []fluxtest.Object
 }
 
+// Promoted is the kyverno chart of kyverno 1.11, used by the rollback cases: its CRDs
+// promote v2beta1 to the storage version and still serve v2alpha1, which Old (kyverno
+// 1.10) stores at and lists alone.
+const Promoted = "3.1.4"
+
+// crdSets maps a chart version to its fixture CRD set.
+var crdSets = map[string]string{fluxtest.Old: fluxtest.KyvernoCRDs[fluxtest.Old], Promoted: "kyverno/v1.11.4",
+	fluxtest.From: fluxtest.KyvernoCRDs[fluxtest.From], fluxtest.To: fluxtest.KyvernoCRDs[fluxtest.To]}
+
 // chartFiles is the kyverno chart of one version, as files of the git repository: the
 // breaking CRDs of its fixture set in templates/ and the version ConfigMap.
 func chartFiles(t *testing.T, version string) map[string]string {
@@ -74,7 +83,7 @@ func chartFiles(t *testing.T, version string) map[string]string {
 		chartPath + "/templates/version.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + versionConfigMap + "\ndata:\n  version: {{ .Chart.Version | quote }}\n",
 	}
 	for _, f := range breakingFiles {
-		data, err := os.ReadFile(filepath.Join(fx, "crds", fluxtest.KyvernoCRDs[version], f))
+		data, err := os.ReadFile(filepath.Join(fx, "crds", crdSets[version], f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,23 +110,51 @@ const (
 // the premise: both breaking CRDs store v2beta1 with storedVersions [v2alpha1 v2beta1].
 func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry) *scenario {
 	t.Helper()
+	s := startScenario(t, cp, argo, name, kind, r, fluxtest.Old, fluxtest.From, fluxtest.To)
+	s.bump(t, fluxtest.From)
+	s.waitSynced(t, fluxtest.From)
+	s.expectCRDs(t, fluxtest.From, "v2beta1", "v2alpha1", "v2beta1")
+	if v := s.chartVersionInCluster(t); v != fluxtest.From {
+		t.Fatalf("ConfigMap version at %s = %s", fluxtest.From, v)
+	}
+	return s
+}
+
+// expectCRDs fails the test unless both breaking CRDs store at storage with exactly
+// stored in status.storedVersions, at chart version v.
+func (s *scenario) expectCRDs(t *testing.T, v, storage string, stored ...string) {
+	t.Helper()
+	crds := s.crds(t)
+	for _, n := range fluxtest.BreakingCRDs {
+		if got := crds[n]; got.Storage != storage || !slices.Equal(got.StoredVersions, stored) {
+			t.Fatalf("%s at %s: storage %s, storedVersions %v; want %s and %v", n, v, got.Storage, got.StoredVersions, storage, stored)
+		}
+	}
+}
+
+// startScenario publishes the chart versions (to a git repository or a Helm
+// repository), creates an Application at the first with automated sync and retry r,
+// waits until Argo CD synced it, and creates the objects, stored at v2alpha1 (every
+// first version here is Old, kyverno 1.10).
+func startScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry, versions ...string) *scenario {
+	t.Helper()
 	ctx := t.Context()
 	s := &scenario{cp: cp, argo: argo, name: name, commits: map[string]string{}}
 	var source testenv.ApplicationSource
 	switch kind {
 	case fromGit:
 		repo := testenv.NewGitRepo(t)
-		for _, v := range []string{fluxtest.Old, fluxtest.From, fluxtest.To} {
+		for _, v := range versions {
 			s.commits[v] = repo.Commit("kyverno chart "+v, chartFiles(t, v)).String()
 		}
-		source = testenv.GitSource(repo.Dir, chartPath, s.commits[fluxtest.Old])
+		source = testenv.GitSource(repo.Dir, chartPath, s.commits[versions[0]])
 	case fromHelmRepo:
 		repo, err := testenv.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(repo.Close)
-		for _, v := range []string{fluxtest.Old, fluxtest.From, fluxtest.To} {
+		for _, v := range versions {
 			dir := filepath.Join(t.TempDir(), v)
 			for path, content := range chartFiles(t, v) {
 				p := filepath.Join(dir, path)
@@ -133,13 +170,13 @@ func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, n
 			}
 			s.commits[v] = v
 		}
-		source = testenv.HelmRepoSource(repo.URL, "kyverno", fluxtest.Old)
+		source = testenv.HelmRepoSource(repo.URL, "kyverno", versions[0])
 	}
 	app := testenv.AutomatedApplication(name, source, name, r)
 	if err := argo.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	s.waitSynced(t, fluxtest.Old)
+	s.waitSynced(t, versions[0])
 	for _, o := range []fluxtest.Object{
 		{GVR: schema.GroupVersionResource{Group: "kyverno.io", Version: "v2alpha1", Resource: "policyexceptions"}, Kind: "PolicyException", Namespace: name},
 		{GVR: schema.GroupVersionResource{Group: "kyverno.io", Version: "v2alpha1", Resource: "cleanuppolicies"}, Kind: "CleanupPolicy", Namespace: name},
@@ -153,17 +190,6 @@ func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, n
 		}
 		o.Name = "obj-0"
 		s.objects = append(s.objects, o)
-	}
-	s.bump(t, fluxtest.From)
-	s.waitSynced(t, fluxtest.From)
-	crds := s.crds(t)
-	for _, n := range fluxtest.BreakingCRDs {
-		if got := crds[n]; got.Storage != "v2beta1" || !slices.Equal(got.StoredVersions, []string{"v2alpha1", "v2beta1"}) {
-			t.Fatalf("%s at %s: storage %s, storedVersions %v; want v2beta1 and [v2alpha1 v2beta1]", n, fluxtest.From, got.Storage, got.StoredVersions)
-		}
-	}
-	if v := s.chartVersionInCluster(t); v != fluxtest.From {
-		t.Fatalf("ConfigMap version at %s = %s", fluxtest.From, v)
 	}
 	return s
 }
@@ -190,6 +216,23 @@ func (s *scenario) synced(v string) func(*testenv.Application) bool {
 		return op != nil && op.Phase == "Succeeded" && op.Operation.Sync.Revision == s.commits[v] &&
 			app.Status.Sync.Revision == s.commits[v] && app.ResourceStatus("ConfigMap", versionConfigMap) == "Synced"
 	}
+}
+
+// bumpFails moves the Application to chart version v and waits until automated sync
+// gave up on it: the operation at v Failed, its retries spent, and a SyncError condition.
+func (s *scenario) bumpFails(t *testing.T, v string) *testenv.Application {
+	t.Helper()
+	s.bump(t, v)
+	app, err := s.argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *testenv.Application) bool {
+		op := app.Status.OperationState
+		_, syncError := app.Status.Condition("SyncError")
+		return op != nil && op.Operation.Sync.Revision == s.commits[v] && op.Phase == "Failed" && syncError
+	})
+	if err != nil {
+		t.Fatalf("the sync of %s did not fail with a SyncError: %v\n%s", v, err, s.argo.LogTail(30))
+	}
+	t.Logf("%s", app)
+	return app
 }
 
 // waitSynced waits until Argo CD has synced chart version v.
@@ -238,6 +281,25 @@ func (s *scenario) chartVersionInCluster(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return cm.Data["version"]
+}
+
+// expectLeft checks what a sync or rollback left (when says which): both breaking CRDs
+// as want (storage version, spec.versions in order, storedVersions), every object
+// readable at the storage version, and the version ConfigMap at chart.
+func (s *scenario) expectLeft(t *testing.T, when string, want crdState, chart string) {
+	t.Helper()
+	crds := s.crds(t)
+	for _, n := range fluxtest.BreakingCRDs {
+		if got := crds[n]; got.Storage != want.Storage || !slices.Equal(got.Versions, want.Versions) || !slices.Equal(got.StoredVersions, want.StoredVersions) {
+			t.Errorf("%s %s: %+v, want %+v", n, when, got, want)
+		}
+	}
+	if errs := s.readObjects(t); len(errs) > 0 {
+		t.Errorf("objects unreadable %s: %v", when, errs)
+	}
+	if v := s.chartVersionInCluster(t); v != chart {
+		t.Errorf("ConfigMap version %s = %s, want %s", when, v, chart)
+	}
 }
 
 // readObjects reads every object at its CRD's storage version and returns the errors.

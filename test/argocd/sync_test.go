@@ -52,16 +52,7 @@ func syncFails(t *testing.T, kind sourceKind) {
 	argo := cp.StartArgoCD(t)
 	s := newScenario(t, cp, argo, "no-gate", kind, testenv.SyncRetry{Limit: 5, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
 
-	s.bump(t, fluxtest.To)
-	app, err := argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *testenv.Application) bool {
-		op := app.Status.OperationState
-		_, syncError := app.Status.Condition("SyncError")
-		return op != nil && op.Operation.Sync.Revision == s.commits[fluxtest.To] && op.Phase == "Failed" && syncError
-	})
-	if err != nil {
-		t.Fatalf("the sync of %s did not fail with a SyncError: %v\n%s", fluxtest.To, err, argo.LogTail(30))
-	}
-	t.Logf("%s", app)
+	app := s.bumpFails(t, fluxtest.To)
 	wording := crdversions.WordingFor(cp.Minor)
 	op := app.Status.OperationState
 	if op.RetryCount != 5 || !strings.HasPrefix(op.Message, "one or more synchronization tasks completed unsuccessfully") ||
@@ -83,20 +74,10 @@ func syncFails(t *testing.T, kind sourceKind) {
 	if app.Status.Sync.Status != "OutOfSync" {
 		t.Errorf("sync status %s, want OutOfSync", app.Status.Sync.Status)
 	}
-	crds := s.crds(t)
-	for _, n := range fluxtest.BreakingCRDs {
-		if got := crds[n]; got.Storage != "v2beta1" || !slices.Contains(got.Versions, "v2alpha1") || !slices.Equal(got.StoredVersions, []string{"v2alpha1", "v2beta1"}) {
-			t.Errorf("%s after the failed sync: %+v, want it unchanged (v2alpha1 in spec.versions and storedVersions, storage v2beta1)", n, got)
-		}
-	}
-	if errs := s.readObjects(t); len(errs) > 0 {
-		t.Errorf("objects unreadable after the failed sync: %v", errs)
-	}
-	// The rest of the wave was applied: Argo CD applies a wave's tasks together, so the
-	// failed sync leaves the release half at To.
-	if v := s.chartVersionInCluster(t); v != fluxtest.To {
-		t.Errorf("ConfigMap version after the failed sync = %s, want %s (applied in the same wave as the refused CRDs)", v, fluxtest.To)
-	}
+	// The CRDs stay at From, but the rest of the wave was applied: Argo CD applies a
+	// wave's tasks together, so the failed sync leaves the release half at To.
+	s.expectLeft(t, "after the failed sync", crdState{Storage: "v2beta1", Versions: []string{"v2", "v2alpha1", "v2beta1"},
+		StoredVersions: []string{"v2alpha1", "v2beta1"}}, fluxtest.To)
 }
 
 // TestCRDGateHoldsArgoCDSyncUntilMigrated: the same sync with upgradeguard running (the
@@ -153,21 +134,14 @@ func TestCRDGateHoldsArgoCDSyncUntilMigrated(t *testing.T) {
 			t.Errorf("StorageMigration %s holds %q", sm.Name, sm.Annotations[webhook.AnnotationHolds])
 		}
 	}
-	crds := s.crds(t)
-	for _, n := range fluxtest.BreakingCRDs {
-		// 1.13's CRDs store v2: the apply added it to storedVersions after the migration
-		// pruned v2alpha1.
-		if got := crds[n]; got.Storage != "v2" || !slices.Equal(got.Versions, []string{"v2", "v2beta1"}) || !slices.Equal(got.StoredVersions, []string{"v2", "v2beta1"}) {
-			t.Errorf("%s after the sync: %+v, want 1.13's spec (storage v2, versions v2 and v2beta1) with v2alpha1 gone from storedVersions", n, got)
-		}
-	}
-	if errs := s.readObjects(t); len(errs) > 0 {
-		t.Errorf("objects unreadable after the sync: %v", errs)
-	}
-	if v := s.chartVersionInCluster(t); v != fluxtest.To {
-		t.Errorf("ConfigMap version = %s, want %s", v, fluxtest.To)
-	}
+	// 1.13's CRDs store v2: the apply added it to storedVersions after the migration
+	// pruned v2alpha1.
+	s.expectLeft(t, "after the sync", at13, fluxtest.To)
 }
+
+// at13 is what kyverno 1.13's CRDs leave once v2alpha1 was migrated away: storage v2,
+// v2 added to storedVersions by the apply.
+var at13 = crdState{Storage: "v2", Versions: []string{"v2", "v2beta1"}, StoredVersions: []string{"v2", "v2beta1"}}
 
 func sortedValues(m map[string]string) []string {
 	out := make([]string, 0, len(m))
@@ -238,7 +212,7 @@ func startGated(t *testing.T) (*testenv.ControlPlane, client.Client) {
 	}
 	wh := cp.Webhooks
 	mgr, err := controller.NewManager(cp.Config, controller.Options{
-		LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0",
+		LeaderElectionNamespace: "default", MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, // one manager per test
 		EnableWebhook: true, WebhookPort: wh.LocalServingPort, WebhookCertDir: wh.LocalServingCertDir,
 	})
 	if err != nil {
