@@ -418,6 +418,9 @@ func RunTests(m *testing.M, cp **ControlPlane, opts ...Options) int {
 	var err error
 	if *cp, err = Start(opts...); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		if slices.ContainsFunc(opts, func(o Options) bool { return o.Node }) {
+			fmt.Fprintln(os.Stderr, "A real node's tests need more than `make testbin`: `make e2e` (or `make e2e-ci`) installs and builds all of it.")
+		}
 		return 2
 	}
 	if (*cp).node {
