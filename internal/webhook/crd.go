@@ -110,6 +110,9 @@ func (g *Gate) argoApplication(ctx context.Context, crd string) (namespace, name
 	return found[0].Namespace, found[0].Name
 }
 
+// crdGateChart names the one-CRD "chart" the CRD gate judges a CRD write as.
+const crdGateChart = "CustomResourceDefinition"
+
 func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceDefinition, dropped []string, dryRun bool) decision {
 	g := c.g
 	ctx = readFresh(ctx) // policies and StorageMigrations too, not only the CRDs
@@ -128,7 +131,7 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 		// The incoming CRD as the update applies it; the one prediction engine decides.
 		return check.Predict(ctx, check.Sources{Cluster: tgt.Cluster, Live: []*apiextv1.CustomResourceDefinition{old}, NoObjectCounts: true,
 			Chart: func(context.Context, bool) (*check.Chart, error) {
-				return &check.Chart{Name: "CustomResourceDefinition", CRDs: []chartcrds.CRD{{CRD: crd, Source: predict.Templates}}}, nil
+				return &check.Chart{Name: crdGateChart, CRDs: []chartcrds.CRD{{CRD: crd, Source: predict.Templates}}}, nil
 			}})
 	})
 	if err != nil {

@@ -92,30 +92,68 @@ func TestCRDGateBridgeNamesApplication(t *testing.T) {
 			t.Errorf("clean-up: delete Application %s/boxes: %v", ns, err)
 		}
 	})
-	apply := func(versions ...string) error {
-		var crd apiextv1.CustomResourceDefinition
-		if err := yaml.Unmarshal([]byte(gadgetCRD("bridgeboxes", versions...)), &crd); err != nil {
-			t.Fatal(err)
-		}
-		return testenv.ApplyCRDServerSide(ctx, s.cp.Config, &crd, "argocd-controller")
-	}
-	if err := apply("v1alpha1"); err != nil {
-		t.Fatal(err)
-	}
-	readable := createObjects(t, ns, "bridgeboxes", "v1alpha1", 2)
-	err := apply("v1")
-	if err == nil {
-		t.Fatal("the CRD update dropping the storage version v1alpha1 was accepted; want it denied")
-	}
+	err := bridgeDenied(t, ns, "bridgeboxes", nil)
 	mustContain(t, err.Error(), `admission webhook "crd.upgradeguard.io" denied the request`,
 		"upgradeguard denied the update of CustomResourceDefinition "+crdName+", which drops v1alpha1 from spec.versions while status.storedVersions still lists it (the API server rejects it), applied for Argo CD Application crdbridge/boxes",
 		crdName+": live storage version v1alpha1 is dropped by the incoming CRD ([v1]): a migration alone cannot help",
 		"then sync Application crdbridge/boxes again (or roll it back again)",
 		"The whole safe path: upgradeguard plan --argocd-app crdbridge/boxes")
-	if got := liveCRD(t, crdName).Status.StoredVersions; !slices.Equal(got, []string{"v1alpha1"}) {
-		t.Errorf("storedVersions = %v, want [v1alpha1]", got)
+}
+
+// TestCRDGateBridgePlanByOwner: the CRD gate judges one CRD write and knows no chart. A
+// bridge denial of a CRD a Helm release applies (its meta.helm.sh annotations) names that
+// release's plan command with CHART to fill in; one of a CRD nobody claims names no plan
+// command, rather than one that cannot run.
+func TestCRDGateBridgePlanByOwner(t *testing.T) {
+	skipShort(t)
+	const ns = "crdbridgeowner"
+	namespace(t, s.c, ns)
+	err := bridgeDenied(t, ns, "releaseboxes", map[string]string{"meta.helm.sh/release-name": "boxes", "meta.helm.sh/release-namespace": ns})
+	mustContain(t, err.Error(), "releaseboxes."+gadgetGroup+": live storage version v1alpha1 is dropped",
+		"The whole safe path: upgradeguard plan --release boxes -n crdbridgeowner --chart CHART")
+
+	err = bridgeDenied(t, ns, "lonelyboxes", nil)
+	mustContain(t, err.Error(), "lonelyboxes."+gadgetGroup+": live storage version v1alpha1 is dropped", "then retry the update")
+	if strings.Contains(err.Error(), "upgradeguard plan") {
+		t.Errorf("the denial of a CRD nobody claims names a plan command: %v", err)
+	}
+}
+
+// bridgeDenied applies the CRD of plural (with annotations) storing v1alpha1, creates two
+// objects, then applies it keeping only v1 (a bridge) and returns the CRD gate's denial.
+// Nothing may have changed: storedVersions and the objects stay at v1alpha1. The CRD is
+// deleted when the test ends.
+func bridgeDenied(t *testing.T, ns, plural string, annotations map[string]string) error {
+	t.Helper()
+	ctx := t.Context()
+	apply := func(versions ...string) error {
+		var crd apiextv1.CustomResourceDefinition
+		if err := yaml.Unmarshal([]byte(gadgetCRD(plural, versions...)), &crd); err != nil {
+			t.Fatal(err)
+		}
+		crd.Annotations = annotations
+		return testenv.ApplyCRDServerSide(ctx, s.cp.Config, &crd, "argocd-controller")
+	}
+	name := plural + "." + gadgetGroup
+	t.Cleanup(func() {
+		if err := s.cp.DeleteCRDs(context.WithoutCancel(ctx), func(c *apiextv1.CustomResourceDefinition) bool { return c.Name != name }); err != nil {
+			t.Errorf("clean-up: delete CRD %s: %v", name, err)
+		}
+	})
+	if err := apply("v1alpha1"); err != nil {
+		t.Fatal(err)
+	}
+	readable := createObjects(t, ns, plural, "v1alpha1", 2)
+	err := apply("v1")
+	if err == nil {
+		t.Fatalf("the CRD update of %s dropping the storage version v1alpha1 was accepted; want it denied", plural)
+	}
+	mustContain(t, err.Error(), `admission webhook "crd.upgradeguard.io" denied the request`)
+	if got := liveCRD(t, name).Status.StoredVersions; !slices.Equal(got, []string{"v1alpha1"}) {
+		t.Errorf("%s storedVersions = %v, want [v1alpha1]", name, got)
 	}
 	if n := readable("v1alpha1"); n != 2 {
-		t.Errorf("%d objects readable at v1alpha1, want 2", n)
+		t.Errorf("%d objects of %s readable at v1alpha1, want 2", n, name)
 	}
+	return err
 }

@@ -91,15 +91,21 @@ func (o owner) argo() bool { return o.app != "" }
 
 // planCommand is the plan command a bridge denial of rep names for o: its HelmRelease's
 // (as the HelmRelease gate words it) or its Application's; "" leaves it to the report (a
-// Helm release's).
-func (o owner) planCommand(rep *check.Report) string {
+// Helm release's). A CRD write (rep.Chart is crdGateChart) knows no chart: for a Helm
+// release the command names CHART for the operator to fill in, and for a CRD nobody
+// claims there is none (noPlan).
+func (o owner) planCommand(rep *check.Report) (cmd string, noPlan bool) {
 	switch {
 	case o.flux():
-		return predict.Command{Kind: predict.CommandPlanHelmRelease, Release: o.hrName, Namespace: o.hrNamespace, ChartVersion: rep.ChartVersion}.String()
+		return predict.Command{Kind: predict.CommandPlanHelmRelease, Release: o.hrName, Namespace: o.hrNamespace, ChartVersion: rep.ChartVersion}.String(), false
 	case o.argo():
-		return predict.Command{Kind: predict.CommandPlanApplication, Release: o.app, Namespace: o.appNamespace}.String()
+		return predict.Command{Kind: predict.CommandPlanApplication, Release: o.app, Namespace: o.appNamespace}.String(), false
+	case rep.Chart != crdGateChart:
+		return "", false
+	case o.namespace != "":
+		return predict.Command{Kind: predict.CommandPlan, Release: o.release, Namespace: o.namespace, Chart: "CHART"}.String(), false
 	}
-	return ""
+	return "", true
 }
 
 // migrations is the Migrator for what o holds: the HelmRelease's own StorageMigration
@@ -187,7 +193,8 @@ func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrat
 		retry, again = "retry the update when it has succeeded", "then retry the update"
 	}
 	sms.holds = fmt.Sprintf("holds the %s until the stored versions are migrated; %s", what, retry)
-	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, PlanCommand: o.planCommand(rep)})
+	plan, noPlan := o.planCommand(rep)
+	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, PlanCommand: plan, NoPlan: noPlan})
 	if err != nil {
 		return g.recordErrored(what, err)
 	}

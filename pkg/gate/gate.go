@@ -81,8 +81,12 @@ type Options struct {
 	ObservedGeneration int64
 	// PlanCommand is the command that computes the whole safe path, for a decision
 	// blocked by a bridge (the HelmRelease gate: upgradeguard plan --helmrelease NS/NAME).
-	// Empty: one is written from the report (upgradeguard plan --release ...).
+	// Empty: one is written from the report (upgradeguard plan --release ...), unless
+	// NoPlan.
 	PlanCommand string
+	// NoPlan says that no plan command can be named: the report's chart is not one plan
+	// can search (a lone CRD write that no release, HelmRelease or Application claims).
+	NoPlan bool
 	// BeforeMigrate, when set, is called once with the conditions of a migration that is
 	// about to start (Required True, InProgress True), before Decide spends its budget on
 	// it, so that the caller can publish them on its resource first: customers then see
@@ -192,9 +196,9 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 	return d.migrate(ctx, o)
 }
 
-// planCommand is the plan command a bridge denial names.
+// planCommand is the plan command a bridge denial names, or "".
 func planCommand(rep *check.Report, o Options) string {
-	if o.PlanCommand != "" {
+	if o.PlanCommand != "" || o.NoPlan {
 		return o.PlanCommand
 	}
 	return predict.Command{Kind: predict.CommandPlan, Release: rep.Release, Namespace: rep.Namespace, Chart: rep.Chart, ChartVersion: rep.ChartVersion}.String()
