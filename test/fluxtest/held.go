@@ -31,9 +31,9 @@ import (
 // the current revision with the gate's reason on the HelmRelease, migrated, then upgraded
 // by helm-controller. These need Env.UG.
 
-// AnnotationResetAt asks helm-controller to reset its failure counters when it equals
+// annotationResetAt asks helm-controller to reset its failure counters when it equals
 // requestedAt (what `flux reconcile helmrelease --reset` sets).
-const AnnotationResetAt = "reconcile.fluxcd.io/resetAt"
+const annotationResetAt = "reconcile.fluxcd.io/resetAt"
 
 // droppedCRD is the CRD kyverno To no longer renders, and the gate's reason for it.
 const (
@@ -161,7 +161,7 @@ func (s *Scenario) Retried(t testing.TB, testToken string) {
 	t.Helper()
 	ann := s.HelmReleaseNow(t).Annotations
 	token := ann[meta.ReconcileRequestAnnotation]
-	if token == "" || token == testToken || ann[AnnotationResetAt] != token {
+	if token == "" || token == testToken || ann[annotationResetAt] != token {
 		t.Fatalf("HelmRelease annotations = %v, want requestedAt and resetAt set by the controller to one token (the test wrote %q)", ann, testToken)
 	}
 	cs := kubernetes.NewForConfigOrDie(s.CP.Config)
@@ -349,7 +349,7 @@ func (s *Scenario) BlockedOnDeletion(t testing.TB, denial string, before int, si
 		if hr.Annotations == nil {
 			hr.Annotations = map[string]string{}
 		}
-		hr.Annotations[meta.ReconcileRequestAnnotation], hr.Annotations[AnnotationResetAt] = token, token
+		hr.Annotations[meta.ReconcileRequestAnnotation], hr.Annotations[annotationResetAt] = token, token
 	}); err != nil {
 		t.Fatal(err)
 	}
