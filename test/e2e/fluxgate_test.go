@@ -11,6 +11,7 @@ import (
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,11 +44,16 @@ import (
 // and the StorageMigrations the gates created are kept with the CRDs.
 func TestHelmControllerHeldThroughService(t *testing.T) {
 	ctx := t.Context()
-	// Flux's CRDs and kyverno's go when the test ends (after Flux stops: clean-ups run
-	// last-in first-out), so that the next test starts from a cluster without them.
+	// Flux's CRDs and kyverno's, and the StorageMigrations the gates created, go when the
+	// test ends (after Flux stops: clean-ups run last-in first-out), so that the next test
+	// starts from a cluster without them.
 	t.Cleanup(func() {
+		ctx := context.WithoutCancel(ctx)
+		if err := ugClient(t).DeleteAllOf(ctx, &v1alpha1.StorageMigration{}); err != nil && !meta.IsNoMatchError(err) {
+			t.Errorf("cleanup: delete StorageMigrations: %v", err)
+		}
 		keep := func(c *apiextv1.CustomResourceDefinition) bool { return c.Spec.Group == v1alpha1.GroupVersion.Group }
-		if err := cp.DeleteCRDs(context.WithoutCancel(ctx), keep); err != nil {
+		if err := cp.DeleteCRDs(ctx, keep); err != nil {
 			t.Errorf("cleanup: delete the Flux and kyverno CRDs: %v", err)
 		}
 	})
