@@ -140,6 +140,10 @@ func TestTruthy(t *testing.T) {
 	}
 }
 
+// noMechanism are fixture charts that ship no storage-migration mechanism: they are
+// fixtures for other transitions (lws: its CRD moves from templates/ to crds/).
+var noMechanism = map[string]bool{"lws": true}
+
 // TestRegistryMatchesFixtureCharts checks every mechanism of a chart in test/fixtures
 // against the chart's real values.yaml and hook template: in each fixture version the
 // constraint admits, every key exists with the stated default and the template carries
@@ -160,6 +164,9 @@ func TestRegistryMatchesFixtureCharts(t *testing.T) {
 		var meta struct{ Name, Version string }
 		readYAML(t, filepath.Join(dir, "Chart.yaml"), &meta)
 		c, ok := r.Lookup(meta.Name)
+		if !ok && noMechanism[meta.Name] {
+			continue
+		}
 		if !ok {
 			t.Errorf("fixture chart %s is not in the registry", meta.Name)
 			continue
