@@ -386,6 +386,8 @@ func TestClusterRoleAuthorizes(t *testing.T) {
 		{"events.k8s.io", "events", "", "create", "apps"},
 		{"helm.toolkit.fluxcd.io", "helmreleases", "", "patch", "apps"},
 		{"source.toolkit.fluxcd.io", "ocirepositories", "", "watch", ""},
+		// The custom-resource rule: the metadata informers that count and read objects.
+		{"source.toolkit.fluxcd.io", "buckets", "", "watch", ""},
 		{"", "secrets", "", "get", "apps"},
 		{"", "secrets", "", "list", "apps"},
 	}
@@ -492,5 +494,89 @@ func TestHelmInstallAndUpgrade(t *testing.T) {
 	}
 	if !bytes.Equal(vwc.Webhooks[0].ClientConfig.CABundle, after.Data["ca.crt"]) {
 		t.Error("caBundle after the upgrade is not the kept CA")
+	}
+}
+
+// TestCRDDeletionGuardOnAPIServer applies the chart's CRD deletion guard to the real API
+// server with no controller behind it. With the default failurePolicy Fail a CRD
+// deletion is refused; the escape hatch needs no controller (a CRD annotated
+// upgradeguard.io/allow-delete=true never reaches the webhook, through matchConditions),
+// and with webhook.crdDeletion.failurePolicy=Ignore a deletion goes through.
+func TestCRDDeletionGuardOnAPIServer(t *testing.T) {
+	c := newCluster(t)
+	ctx := t.Context()
+	const release, ns, group = "guard", "guard-system", "guard.chart.example.io"
+	api := c.apiext.ApiextensionsV1().CustomResourceDefinitions()
+	var probeCRD *apiextv1.CustomResourceDefinition
+	crd := func(plural, kind string) string {
+		t.Helper()
+		def := testenv.TwoVersionCRD(group, plural, kind)
+		if err := testenv.ApplyCRD(ctx, c.apiext, def); err != nil {
+			t.Fatal(err)
+		}
+		if plural == "probes" {
+			probeCRD = def
+		}
+		t.Cleanup(func() {
+			// With the guard gone (its configuration is deleted first): nothing refuses.
+			if err := api.Delete(context.WithoutCancel(ctx), def.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete CRD %s: %v", def.Name, err)
+			}
+		})
+		return def.Name
+	}
+	probe, kept, allowed, ignored := crd("probes", "Probe"), crd("keeps", "Keep"), crd("alloweds", "Allowed"), crd("ignoreds", "Ignored")
+	set := []string{"certManager.enabled=false", "policy.create=false", "webhook.crdDeletion.timeoutSeconds=5"}
+	c.applyAll(t, render(t, release, ns, set...), ns)
+
+	const webhookErr = `failed calling webhook "crd-delete.upgradeguard.io"`
+	del := func(name string) error { return api.Delete(ctx, name, metav1.DeleteOptions{}) }
+	// The API server loads a new webhook configuration from its informer, a moment after
+	// it is applied: wait until a deletion reaches the webhook.
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if last = del(probe); last == nil {
+			// Deleted before the configuration took effect: create it again (once its
+			// deletion has finished) and retry.
+			return false, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				if _, err := api.Get(ctx, probe, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return false, nil
+				}
+				return true, testenv.ApplyCRD(ctx, c.apiext, probeCRD)
+			})
+		}
+		return strings.Contains(last.Error(), webhookErr), nil
+	})
+	if err != nil {
+		t.Fatalf("the CRD deletion guard never took effect: %v (last answer: %v)", err, last)
+	}
+
+	// Fail (the default): refused while the controller is down.
+	if err := del(kept); err == nil || !strings.Contains(err.Error(), webhookErr) {
+		t.Errorf("delete CRD %s with failurePolicy Fail and the controller down: err = %v, want %q", kept, err, webhookErr)
+	}
+	if _, err := api.Get(ctx, kept, metav1.GetOptions{}); err != nil {
+		t.Errorf("CRD %s after the refused deletion: %v", kept, err)
+	}
+	// The escape hatch: annotated, it never reaches the webhook and deletes at once.
+	patch := `{"metadata":{"annotations":{"upgradeguard.io/allow-delete":"true"}}}`
+	if _, err := api.Patch(ctx, allowed, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := del(allowed); err != nil {
+		t.Errorf("delete CRD %s annotated upgradeguard.io/allow-delete=true with the controller down: %v; want it deleted", allowed, err)
+	}
+
+	// Ignore: the deletion goes through while the controller is down.
+	c.applyAll(t, render(t, release, ns, append(set, "webhook.crdDeletion.failurePolicy=Ignore")...), ns)
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		last = del(ignored)
+		if last != nil && !strings.Contains(last.Error(), webhookErr) {
+			return false, last
+		}
+		return last == nil, nil
+	})
+	if err != nil {
+		t.Errorf("delete CRD %s with webhook.crdDeletion.failurePolicy=Ignore and the controller down: %v (last: %v); want it deleted", ignored, err, last)
 	}
 }

@@ -351,8 +351,16 @@ func TestRenderDefaults(t *testing.T) {
 	// The webhook: the contract's path, behind the Service's 443, failing closed by
 	// default, only for chart changes, never in its own namespace.
 	vwc := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", full)
-	if len(vwc.Webhooks) != 2 {
-		t.Fatalf("%d webhooks, want 2 (the HelmRelease gate, the release-record gate)", len(vwc.Webhooks))
+	if len(vwc.Webhooks) != 3 {
+		t.Fatalf("%d webhooks, want 3 (the HelmRelease gate, the release-record gate, the CRD deletion guard)", len(vwc.Webhooks))
+	}
+	// The CRD deletion guard is on and fails closed, on CRD DELETEs only, and never sees a
+	// CRD annotated upgradeguard.io/allow-delete=true (matchConditions).
+	if del := vwc.Webhooks[2]; del.Name != "crd-delete.upgradeguard.io" || *del.FailurePolicy != admissionregistrationv1.Fail ||
+		len(del.Rules) != 1 || !slices.Equal(del.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Delete}) ||
+		!slices.Equal(del.Rules[0].Resources, []string{"customresourcedefinitions"}) || len(del.MatchConditions) != 1 ||
+		!strings.Contains(del.MatchConditions[0].Expression, "upgradeguard.io/allow-delete") {
+		t.Errorf("CRD deletion guard %+v", del)
 	}
 	// The release-record and CRD gates fail open, whatever the HelmRelease gate does.
 	if rec := vwc.Webhooks[1]; rec.Name != "release.upgradeguard.io" || *rec.FailurePolicy != admissionregistrationv1.Ignore ||
@@ -486,7 +494,8 @@ func TestRenderVariants(t *testing.T) {
 			t.Error("inject-ca-from set without cert-manager")
 		}
 		mwc := typed[admissionregistrationv1.MutatingWebhookConfiguration](t, m, "MutatingWebhookConfiguration", "ug-upgradeguard")
-		for _, b := range [][]byte{vwc.Webhooks[0].ClientConfig.CABundle, vwc.Webhooks[1].ClientConfig.CABundle, mwc.Webhooks[0].ClientConfig.CABundle} {
+		for _, b := range [][]byte{vwc.Webhooks[0].ClientConfig.CABundle, vwc.Webhooks[1].ClientConfig.CABundle, vwc.Webhooks[2].ClientConfig.CABundle,
+			mwc.Webhooks[0].ClientConfig.CABundle} {
 			if !bytes.Equal(b, sec.Data["ca.crt"]) {
 				t.Error("a caBundle is not the Secret's ca.crt")
 			}
@@ -546,13 +555,27 @@ func TestRenderVariants(t *testing.T) {
 			t.Errorf("--enable-webhook=%s --metrics-bind-address=%s", flag(t, fs, "enable-webhook"), flag(t, fs, "metrics-bind-address"))
 		}
 	})
-	t.Run("release-record and CRD gates off", func(t *testing.T) {
-		m := render(t, "ug", "ops", "webhook.releaseRecords.enabled=false", "webhook.crdGate.enabled=false")
+	t.Run("release-record and CRD gates and the CRD deletion guard off", func(t *testing.T) {
+		m := render(t, "ug", "ops", "webhook.releaseRecords.enabled=false", "webhook.crdGate.enabled=false", "webhook.crdDeletion.enabled=false")
 		if m.has("MutatingWebhookConfiguration") {
 			t.Error("MutatingWebhookConfiguration rendered with webhook.crdGate.enabled=false")
 		}
 		if vwc := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "ug-upgradeguard"); len(vwc.Webhooks) != 1 {
-			t.Errorf("%d webhooks with webhook.releaseRecords.enabled=false, want 1", len(vwc.Webhooks))
+			t.Errorf("%d webhooks with webhook.releaseRecords.enabled=false and webhook.crdDeletion.enabled=false, want 1", len(vwc.Webhooks))
+		}
+	})
+	t.Run("CRD deletion guard: its own failurePolicy", func(t *testing.T) {
+		m := render(t, "ug", "ops", "webhook.crdDeletion.failurePolicy=Ignore", "webhook.crdDeletion.timeoutSeconds=4")
+		vwc := typed[admissionregistrationv1.ValidatingWebhookConfiguration](t, m, "ValidatingWebhookConfiguration", "ug-upgradeguard")
+		i := slices.IndexFunc(vwc.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) bool { return w.Name == "crd-delete.upgradeguard.io" })
+		if i < 0 {
+			t.Fatalf("no crd-delete.upgradeguard.io webhook in %d webhooks", len(vwc.Webhooks))
+		}
+		if wh := vwc.Webhooks[i]; *wh.FailurePolicy != admissionregistrationv1.Ignore || *wh.TimeoutSeconds != 4 {
+			t.Errorf("crd-delete.upgradeguard.io failurePolicy %s timeout %d, want Ignore 4", *wh.FailurePolicy, *wh.TimeoutSeconds)
+		}
+		if *vwc.Webhooks[0].FailurePolicy != admissionregistrationv1.Fail {
+			t.Errorf("the HelmRelease gate's failurePolicy %s, want Fail (webhook.failurePolicy is its own)", *vwc.Webhooks[0].FailurePolicy)
 		}
 	})
 	t.Run("lease namespaces", func(t *testing.T) {

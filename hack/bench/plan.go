@@ -132,10 +132,9 @@ func benchPlan(ctx context.Context, rounds int) error {
 		return err
 	}
 	cached, err := measure("plan 1.0.0 -> 1.99.0, chartsource.Cache per plan", rounds, func() error {
-		o := opts
-		o.Cache = chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 128})
+		cache := chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 128})
 		q, err := plan.Run(ctx, plan.Request{Cluster: cluster, Releases: reader, Release: "widgets", Namespace: "bench",
-			Versions: &chartsource.History{Options: o}, Latest: true})
+			Versions: &chartsource.History{Options: opts, Loader: cache}, Latest: true})
 		if err == nil && len(q.Steps) != 5 {
 			err = fmt.Errorf("plan of %d steps, want 5", len(q.Steps))
 		}
@@ -146,10 +145,9 @@ func benchPlan(ctx context.Context, rounds int) error {
 	}
 	var direct *plan.Plan
 	oneStep, err := measure("plan 1.0.0 -> 1.47.0 (one step), cache per plan", rounds, func() error {
-		o := opts
-		o.Cache = chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 128})
+		cache := chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 128})
 		direct, err = plan.Run(ctx, plan.Request{Cluster: cluster, Releases: reader, Release: "widgets", Namespace: "bench",
-			Versions: &chartsource.History{Options: o}, Target: "1.47.0"})
+			Versions: &chartsource.History{Options: opts, Loader: cache}, Target: "1.47.0"})
 		if err == nil && len(direct.Steps) != 1 {
 			err = fmt.Errorf("plan of %d steps, want 1", len(direct.Steps))
 		}

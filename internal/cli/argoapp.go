@@ -71,7 +71,11 @@ func (a *argoAppOptions) resolve(ctx context.Context, command string, conn *conn
 		return nil, couldNot("build client: %w", err)
 	}
 	app, err := argoapp.Get(ctx, dyn, ns, name)
-	if errors.As(err, new(*argoapp.NotFoundError)) {
+	var nf *argoapp.NotFoundError
+	if errors.As(err, &nf) {
+		if nf.NoCRD {
+			return nil, couldNot("%w (point --kubeconfig/--context at it)", err)
+		}
 		return nil, couldNot("%w", err)
 	}
 	if err != nil {

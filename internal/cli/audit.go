@@ -255,6 +255,9 @@ func auditChart(r audit.Release) string {
 	}
 	if !r.Known && r.Chart != "" {
 		chart += ", not in the registry"
+		if r.ShipsCRDs {
+			chart += " (add an entry with --registry FILE)"
+		}
 	}
 	return chart
 }

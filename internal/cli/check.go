@@ -203,13 +203,7 @@ func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	if err != nil {
 		return err
 	}
-	if err := render(streams.Out, o.output, o.verbose, rep); err != nil {
-		return couldNot("write output: %w", err)
-	}
-	if !rep.Safe {
-		return &ExitError{Code: ExitFindings}
-	}
-	return nil
+	return finish(streams, o.output, rep, func(w io.Writer) error { return renderText(w, o.verbose, rep) }, !rep.Safe)
 }
 
 // predict runs the upgrade or rollback prediction the flags describe: one check.Predict.
@@ -255,7 +249,7 @@ func (o *checkOptions) predictChart(ctx context.Context, conn *connection) (*che
 		s.Releases = reader
 	}
 	if !o.rollback {
-		s.Chart = chartsource.CheckChart(o.chart)
+		s.Chart = chartsource.CheckChart(chartsource.Helm{}, o.chart)
 		if !o.noHistory {
 			s.SteppingStones = &chartsource.History{Options: o.chart}
 		}
@@ -290,6 +284,8 @@ func (o *checkOptions) predictManifests(ctx context.Context, conn *connection) (
 	return p.Report, nil
 }
 
+// connection is the CLI's target: the livecluster.Target of the kubeconfig, and the
+// namespace it names.
 type connection struct {
 	config        *rest.Config
 	clientset     kubernetes.Interface
@@ -299,7 +295,8 @@ type connection struct {
 	host          string
 }
 
-// connect loads the kubeconfig and checks that the API server answers, so that an
+// connect loads the kubeconfig and connects to its cluster as every front end does
+// (livecluster.Connect), which checks that the API server answers, so that an
 // unreachable cluster is reported once, clearly, before any other work.
 func connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connection, error) {
 	cfg, err := kube.ToRESTConfig()
@@ -310,17 +307,13 @@ func connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connect
 	if err != nil {
 		return nil, couldNot("read namespace from kubeconfig: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
+	t, err := livecluster.Connect(ctx, cfg)
+	var unreachable *livecluster.UnreachableError
+	switch {
+	case errors.As(err, &unreachable):
+		return nil, couldNot("%w (check --kubeconfig, --context and that the cluster is up)", err)
+	case err != nil:
 		return nil, couldNot("build client: %w", err)
 	}
-	cl, err := livecluster.NewKubeCluster(cfg)
-	if err != nil {
-		return nil, couldNot("build client: %w", err)
-	}
-	c := &connection{config: cfg, clientset: cs, cluster: cl, namespace: ns, host: cfg.Host}
-	if c.serverVersion, err = cl.ServerVersion(ctx); err != nil {
-		return nil, couldNot("cannot reach the Kubernetes API server at %s: %w (check --kubeconfig, --context and that the cluster is up)", cfg.Host, err)
-	}
-	return c, nil
+	return &connection{config: t.Config, clientset: t.Clientset, cluster: t.Cluster, namespace: ns, serverVersion: t.Version, host: cfg.Host}, nil
 }

@@ -226,8 +226,16 @@ func TestFluxIncident(t *testing.T) {
 	if got := verdicts(rep)[predict.Bridge]; !slices.Equal(got, migrate) {
 		t.Errorf("bridge verdicts %v, want %v", got, migrate)
 	}
-	if got := len(verdicts(rep)[predict.Delete]); got != 11 {
-		t.Errorf("%d delete verdicts, want 11 (the CRDs revision 1 does not render)", got)
+	// The 11 CRDs revision 1 does not render hold no objects: their deletion loses
+	// nothing, so it is no finding, and each row says it.
+	retired := 0
+	for _, c := range rep.CRDs {
+		if c.Verdict == predict.OK && strings.Contains(c.Reason, "deletes the CRD; it holds no") {
+			retired++
+		}
+	}
+	if got := len(verdicts(rep)[predict.Delete]); got != 0 || retired != 11 {
+		t.Errorf("%d delete verdicts and %d empty CRDs deleted, want 0 and 11 (the CRDs revision 1 does not render)", got, retired)
 	}
 	for _, c := range rep.CRDs {
 		if c.Verdict == predict.Bridge && (c.StorageSwitchTo != "v1beta2" || !strings.Contains(c.Action, "--rollback --release flux -n flux-system --to-revision 1")) {
@@ -372,7 +380,8 @@ func TestCrossplaneRollbacks(t *testing.T) {
 }
 
 // TestConfigMapDriver reads releases stored by HELM_DRIVER=configmap, and finds the CRD a
-// rollback would delete: kro 0.9.3 added GraphRevision, which 0.2.0 does not render.
+// rollback would delete: kro 0.9.3 added GraphRevision, which 0.2.0 does not render. It
+// holds no objects, so nothing is lost and the rollback is safe.
 func TestConfigMapDriver(t *testing.T) {
 	needCluster(t)
 	env := []string{"HELM_DRIVER=configmap"}
@@ -391,12 +400,17 @@ func TestConfigMapDriver(t *testing.T) {
 	mustHelm(t, env, "upgrade", "kro", fixtureChart(t, "kro", "0.9.3", "crds/kro/v0.9.3/kro.run_resourcegraphdefinitions.yaml", "crds/kro/v0.9.3/internal.kro.run_graphrevisions.yaml"), "-n", "kro")
 
 	r := ug(t, "check", "--rollback", "--release", "kro", "-n", "kro", "--helm-driver", "configmap", "-o", "json")
-	if r.code != cli.ExitFindings {
+	if r.code != cli.ExitSafe {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	got := verdicts(report(t, r))
-	if !slices.Equal(got[predict.Delete], []string{"graphrevisions.internal.kro.run"}) || !slices.Equal(got[predict.OK], []string{"resourcegraphdefinitions.kro.run"}) {
+	rep := report(t, r)
+	if got := verdicts(rep); !slices.Equal(got[predict.OK], []string{"graphrevisions.internal.kro.run", "resourcegraphdefinitions.kro.run"}) {
 		t.Errorf("verdicts %v", got)
+	}
+	for _, c := range rep.CRDs {
+		if c.Name == "graphrevisions.internal.kro.run" && !strings.Contains(c.Reason, "Helm deletes the CRD; it holds no GraphRevision objects") {
+			t.Errorf("graphrevisions: reason %q does not say the rollback deletes it", c.Reason)
+		}
 	}
 	r = ug(t, "check", "--rollback", "--release", "kro", "-n", "kro", "--helm-driver", "secret")
 	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "--helm-driver configmap") {

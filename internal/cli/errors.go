@@ -7,12 +7,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
+	"github.com/upgradeguard/upgradeguard/pkg/backup"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/crdbackup"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/slots"
-	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
 // The commands whose errors are classified here, by the name a user types.
@@ -28,6 +29,8 @@ const (
 	cmdUninstallCheck = "release uninstall-check"
 	cmdDiffFailed     = "release diff-failed"
 	cmdReleaseMigrate = "release migrate"
+	cmdCRDBackup      = "crd backup"
+	cmdCRDRestore     = "crd restore"
 )
 
 // rbacNeeds is, per command, the permissions it needs: the advice for a Forbidden or
@@ -60,21 +63,32 @@ var rbacNeeds = map[string]string{
 		"on them (its server-side dry runs are authorized as writes; nothing is written)",
 	cmdReleaseMigrate: "release migrate needs what helm uninstall and helm install of the two charts need, plus get/list/patch on " +
 		"PersistentVolumes and create/delete on PersistentVolumeClaims and Secrets in the namespace",
+	cmdCRDBackup: "crd backup needs get on the customresourcedefinitions.apiextensions.k8s.io it saves and list on their custom resources " +
+		"in every namespace",
+	cmdCRDRestore: "crd restore needs get/create on customresourcedefinitions.apiextensions.k8s.io, get on the namespaces the objects live in, " +
+		"and get/list/create on the custom resources, update on their status subresource, update with --overwrite, and patch when " +
+		"objects of the backup own each other",
 }
 
 // classifyAs turns a library error met by command into an exit-2 error that says what to
 // do: the library's errors are neutral, and the flag or permission advice is added here.
 func classifyAs(command string, err error, conn *connection) error {
 	var nf *helmrelease.NotFoundError
-	var exists *uninstall.ExistingBackupError
+	var exists *backup.ExistsError
 	var held *migrate.LeaseHeldError
 	if a := advice(command, err); a != "" {
 		return couldNot("%w%s", err, a)
 	}
-	if errors.As(err, &nf) || errors.As(err, &exists) || errors.As(err, &held) {
+	if errors.As(err, &nf) || errors.As(err, &exists) || errors.As(err, &held) || backupFault(err) {
 		return couldNot("%w", err)
 	}
 	return couldNot("%w (API server %s)", err, conn.host)
+}
+
+// backupFault says whether err is about a backup's files or a name, not the API server.
+func backupFault(err error) bool {
+	return errors.As(err, new(*backup.KindError)) || errors.As(err, new(*crdbackup.CorruptError)) ||
+		errors.As(err, new(*crdbackup.MissingNamespacesError)) || errors.As(err, new(*crdbackup.NotFoundError))
 }
 
 // chartFailed is the exit-2 error of a chart that could not be fetched, loaded or
@@ -108,7 +122,7 @@ func advice(command string, err error) string {
 		return "; if Argo CD keeps its repository Secrets in another namespace, pass --argocd-namespace"
 	case repoErr != nil:
 		return "" // it names the repository Secret to fix
-	case errors.As(err, &load) && load.Step == chartsource.StepFetch && refusedCredentials(load.Err):
+	case errors.As(err, &load) && load.Remote() && refusedCredentials(load.Err):
 		return "; the chart server wants credentials: pass --username and --password (and --ca-file, --cert-file and --key-file for TLS)"
 	case errors.As(err, &nf) && nf.Revision == 0 && nf.Driver == helmrelease.DriverSecret:
 		return "; pass --helm-driver configmap if it was installed with HELM_DRIVER=configmap"
@@ -133,8 +147,12 @@ func advice(command string, err error) string {
 		return ": pass --yes to agree"
 	case errors.As(err, &mismatch):
 		return ": use another --backup-dir"
-	case errors.As(err, new(*uninstall.IncompleteBackupError)):
+	case errors.As(err, new(*backup.IncompleteError)) && command == cmdCRDRestore:
+		return ": take one with `upgradeguard crd backup CRD... --dir DIR` while the CRD is still there"
+	case errors.As(err, new(*backup.IncompleteError)):
 		return ": take one with `upgradeguard release uninstall-check NAME -n NS --backup DIR`"
+	case errors.As(err, new(*crdbackup.NotFoundError)):
+		return ": check the name with `kubectl get crd`"
 	case errors.As(err, &secret):
 		return ": pass --map-secret OLD=NEW with another name, or restore it first"
 	case errors.Is(err, chartmigrate.ErrBlocked):
@@ -145,9 +163,10 @@ func advice(command string, err error) string {
 	return ""
 }
 
-// refusedCredentials says whether a chart fetch failed on the server's 401 or 403. Helm's
-// HTTP getter reports the status only in its message ("failed to fetch URL : 401
-// Unauthorized"); an OCI registry's error names its "unauthorized" or "denied" code.
+// refusedCredentials says whether the chart server refused a fetch, or a listing of its
+// versions, with 401 or 403. Helm's HTTP getter reports the status only in its message
+// ("failed to fetch URL : 401 Unauthorized"); an OCI registry's error names its
+// "unauthorized" or "denied" code.
 func refusedCredentials(err error) bool {
 	msg := err.Error()
 	for _, s := range []string{"401 Unauthorized", "403 Forbidden", "unauthorized:", "denied:"} {

@@ -63,10 +63,10 @@ func TestChartSourceFlags(t *testing.T) {
 	}
 }
 
-// TestTypedFlags: every --helm-driver and --crd-policy is the typed flag, validated when
-// the flags are parsed.
+// TestTypedFlags: every --helm-driver, --crd-policy and --engine is the typed flag,
+// validated when the flags are parsed.
 func TestTypedFlags(t *testing.T) {
-	drivers, policies := 0, 0
+	drivers, policies, engines := 0, 0, 0
 	for path, c := range commands() {
 		if f := c.Flags().Lookup(cliflag.HelmDriverFlag); f != nil {
 			drivers++
@@ -80,6 +80,15 @@ func TestTypedFlags(t *testing.T) {
 				t.Errorf("%s: --crd-policy always accepted: not cliflag.AddCRDPolicy's", path)
 			}
 		}
+		if f := c.Flags().Lookup(cliflag.EngineFlag); f != nil {
+			engines++
+			if err := f.Value.Set("svm"); err == nil {
+				t.Errorf("%s: --engine svm accepted: not cliflag.AddEngine's", path)
+			}
+		}
+	}
+	if engines != 2 {
+		t.Errorf("%d commands take --engine, want 2 (migrate and rbac)", engines)
 	}
 	// check, plan, migrate, rbac, audit and release apply-check, rollback-check,
 	// uninstall-check, diff-failed and migrate; the CRD policy on those that predict CRDs.

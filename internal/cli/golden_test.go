@@ -30,7 +30,7 @@ type goldenCase struct {
 
 func TestGolden(t *testing.T) {
 	var cases []goldenCase
-	for _, f := range []func() []goldenCase{migrateGolden, diffFailedGolden, releaseMigrateGolden, slotsGolden, rbacGolden, versionGolden} {
+	for _, f := range []func() []goldenCase{migrateGolden, diffFailedGolden, releaseMigrateGolden, slotsGolden, rbacGolden, versionGolden, crdGolden} {
 		cases = append(cases, f()...)
 	}
 	for _, tc := range cases {
@@ -190,7 +190,7 @@ func rbacGolden() []goldenCase {
 	p := migrate.RBAC("upgradeguard-migrate", "flux-system", []*apiextv1.CustomResourceDefinition{crd}, false)
 	out := &rbacOutput{policy: p, crds: 1, leaseNamespace: "flux-system"}
 	b := migrate.BuiltinRBAC("upgradeguard-migrate", "flux-system", []*apiextv1.CustomResourceDefinition{crd}, false)
-	bout := &rbacOutput{policy: b, crds: 1, leaseNamespace: "flux-system", engine: string(migrate.EngineBuiltin)}
+	bout := &rbacOutput{policy: b, crds: 1, leaseNamespace: "flux-system", engine: migrate.EngineBuiltin}
 	return []goldenCase{{"rbac", p, out.text}, {"rbac-builtin", b, bout.text}}
 }
 

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
@@ -31,7 +32,6 @@ type migrateOptions struct {
 	burst       int
 	opts        migrate.Options
 	resultCM    string
-	engine      string
 }
 
 func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -41,6 +41,7 @@ func newMigrateCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.
 	o.predictOpts.addPredictFlags(cmd)
 	o.predictOpts.addManifestsFlag(cmd, streams)
 	o.addFlags(cmd.Flags())
+	cliflag.AddEngine(cmd, cliflag.RunEngine, &o.opts.Engine)
 	return cmd
 }
 
@@ -55,7 +56,7 @@ func (o *migrateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.opts.BackupFields, "backup-fields", "", "with --allow-field-loss: first save the values of the fields the migration drops to DIR/<crd>/ "+
 		"(one YAML per object holding only those fields, and index.json; the files hold field values, so keep them private)")
 	output.AddFlag(f, &o.predictOpts.output)
-	f.StringVar(&o.resultCM, "result-configmap", "", "also write the JSON result into this ConfigMap (key result.json) in --lease-namespace: how a Job-mode migration reports to the controller")
+	f.StringVar(&o.resultCM, "result-configmap", "", "also write the JSON result into this ConfigMap (key "+migrate.ResultKey+") in --lease-namespace: how a Job-mode migration reports to the controller")
 	o.addRunFlags(f)
 }
 
@@ -70,13 +71,7 @@ func (o *migrateOptions) addRunFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.opts.Wait, "wait", false, "wait for another run's Lease instead of exiting")
 	f.BoolVar(&o.opts.SkipManagedFields, "skip-managed-fields", false, "do not clean managedFields entries that name unserved versions")
 	f.BoolVar(&o.opts.DryRun, "dry-run", false, "report what would be migrated, with object counts and an estimated duration; write nothing")
-	addEngineFlags(f, &o.engine, &o.opts.BuiltinStartTimeout)
-}
-
-// addEngineFlags are the engine choice, shared by the commands that migrate.
-func addEngineFlags(f *pflag.FlagSet, engine *string, startTimeout *time.Duration) {
-	f.StringVar(engine, "engine", string(migrate.EngineAuto), "who re-persists the objects: client (this process patches them), builtin (a StorageVersionMigration run by kube-controller-manager), or auto (client when you may patch them, else builtin)")
-	f.DurationVar(startTimeout, "builtin-start-timeout", migrate.DefaultBuiltinStartTimeout, "builtin engine: stop if the built-in migrator has not acted on the StorageVersionMigration within this long")
+	f.DurationVar(&o.opts.BuiltinStartTimeout, "builtin-start-timeout", migrate.DefaultBuiltinStartTimeout, "builtin engine: stop if the built-in migrator has not acted on the StorageVersionMigration within this long")
 }
 
 func (o *migrateOptions) validate() error {
@@ -87,8 +82,6 @@ func (o *migrateOptions) validate() error {
 		return couldNot("--storage-version applies to exactly one --crd")
 	case o.qps < 0 || o.burst < 0 || o.opts.Concurrency < 1 || o.opts.PageSize < 1:
 		return couldNot("--qps and --burst must be 0 or more, --concurrency and --page-size at least 1")
-	case !validEngine(o.engine):
-		return couldNot("--engine %q: use auto, client or builtin", o.engine)
 	case o.opts.BackupFields != "" && !o.opts.AllowFieldLoss:
 		return couldNot("--backup-fields saves what --allow-field-loss lets a migration drop: pass both")
 	case o.predictOpts.chart.Ref != "" || o.predictOpts.manifests != "" || o.predictOpts.rollback:
@@ -131,7 +124,7 @@ func (o *migrateOptions) writeResult(ctx context.Context, conn *connection, out 
 		return couldNot("write the result: %w", err)
 	}
 	ns := o.opts.LeaseNamespace
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: o.resultCM, Namespace: ns}, Data: map[string]string{"result.json": buf.String()}}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: o.resultCM, Namespace: ns}, Data: map[string]string{migrate.ResultKey: buf.String()}}
 	if _, err := conn.clientset.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		return couldNot("write the result into ConfigMap %s/%s: %w", ns, o.resultCM, err)
 	}
@@ -167,7 +160,7 @@ func (o *migrateOptions) connect(ctx context.Context, kube *genericclioptions.Co
 // stderr.
 func (o *migrateOptions) runOptions(streams Streams) migrate.Options {
 	opts := o.opts
-	opts.QPS, opts.Holder, opts.Engine = float64(o.qps), holder(), migrate.Engine(o.engine)
+	opts.QPS, opts.Holder = float64(o.qps), holder()
 	progress := newProgress(streams.ErrOut)
 	opts.Progress = progress.update
 	opts.Restarting = func(res *migrate.Result, attempt int) {
@@ -323,12 +316,6 @@ func dryRunNote(w io.Writer, results []*migrate.Result) {
 	default:
 		fmt.Fprintln(w, "\nDry run: nothing was written. No client-side rate limit (no --qps): the API server's Priority and Fairness sets the pace, so there is no estimate.")
 	}
-}
-
-// validEngine says whether name is an engine --engine accepts.
-func validEngine(name string) bool {
-	_, err := migrate.ParseEngine(name)
-	return err == nil && name != ""
 }
 
 // engineNote says which engine ran and why, and what the builtin engine adds.

@@ -33,6 +33,8 @@ func TestMigrateFlagErrors(t *testing.T) {
 		{[]string{"migrate", "--crd", "a", "--crd", "b", "--storage-version", "v1"}, "exactly one --crd"},
 		{[]string{"migrate", "--all", "--concurrency", "0"}, "--concurrency"},
 		{[]string{"rbac"}, "exactly one of --crd"},
+		{[]string{"migrate", "--all", "--engine", "svm"}, `unknown migration engine "svm": use auto, client or builtin`},
+		{[]string{"rbac", "--crd", "a", "--engine", "auto"}, `migration engine "auto" has no role of its own: use client or builtin`},
 	}
 	for _, tc := range cases {
 		r := run(t, tc.args...)

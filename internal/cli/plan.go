@@ -150,8 +150,8 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 	var noPath *plan.NoPathError
 	switch {
 	case errors.As(err, &noPath):
-		if werr := renderPlan(streams.Out, o.output, p, hr); werr != nil {
-			return couldNot("write output: %w", werr)
+		if werr := finish(streams, o.output, p, planText(p, hr), false); werr != nil {
+			return werr
 		}
 		return couldNot("%w; run `upgradeguard check` on the blocked version for the details", err)
 	case err != nil:
@@ -162,13 +162,7 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 		}
 		return classifyAs(cmdPlan, err, conn)
 	}
-	if err := renderPlan(streams.Out, o.output, p, hr); err != nil {
-		return couldNot("write output: %w", err)
-	}
-	if !p.OneStep() {
-		return &ExitError{Code: ExitFindings}
-	}
-	return nil
+	return finish(streams, o.output, p, planText(p, hr), !p.OneStep())
 }
 
 // request turns the flags into one plan.Request.
@@ -195,7 +189,8 @@ func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Reque
 		src.ReleaseName, src.Namespace = o.release, conn.namespace
 	}
 	src.KubeVersion, src.IsUpgrade, src.Version = conn.serverVersion, true, ""
-	history := &chartsource.History{Options: cached(src), Local: o.local}
+	history := cached(src)
+	history.Local = o.local
 	req.Versions = history
 	reader, err := helmrelease.NewReader(conn.clientset, req.Namespace, o.helmDriver.Driver())
 	if err != nil {
@@ -211,14 +206,13 @@ func (o *planOptions) request(ctx context.Context, conn *connection) (plan.Reque
 	return req, hr, nil
 }
 
-// cached gives src one cache for this run: the repository index is read once and each
-// chart version downloaded once, however many times the search meets it.
-func cached(src chartsource.Options) chartsource.Options {
-	src.Cache = chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 256, MaxIndexes: 4})
+// cached is the History of src through one cache for this run: the repository index is
+// read once and each chart version downloaded once, however many times the search meets it.
+func cached(src chartsource.Options) *chartsource.History {
 	if src.Username != "" && src.CredentialsID == "" {
 		src.CredentialsID = "credentials of this run"
 	}
-	return src
+	return &chartsource.History{Options: src, Loader: chartsource.NewCache(chartsource.CacheOptions{MaxCharts: 256, MaxIndexes: 4})}
 }
 
 // argoRequest plans for --argocd-app: the Application's chart source, release name,
@@ -238,7 +232,7 @@ func (o *planOptions) argoRequest(ctx context.Context, conn *connection, req *pl
 	if !o.latest && o.chart.Version == "" {
 		req.Target = src.Version
 	}
-	history := &chartsource.History{Options: cached(src)}
+	history := cached(src)
 	if c.Local() {
 		history.Local, req.Target = []string{src.Ref}, ""
 	}
@@ -281,8 +275,9 @@ func readHelmRelease(ctx context.Context, conn *connection, ns, name string) (*p
 	return hr, nil
 }
 
-func renderPlan(w io.Writer, format string, p *plan.Plan, hr *plan.HelmRelease) error {
-	return output.Write(w, format, p, func(w io.Writer) error { return renderPlanText(w, p, hr) })
+// planText renders the plan as text, in the terms of the HelmRelease when hr is set.
+func planText(p *plan.Plan, hr *plan.HelmRelease) func(io.Writer) error {
+	return func(w io.Writer) error { return renderPlanText(w, p, hr) }
 }
 
 func renderPlanText(w io.Writer, p *plan.Plan, hr *plan.HelmRelease) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 )
 
@@ -34,7 +35,8 @@ func goldenPlan() *plan.Plan {
 func TestPlanGolden(t *testing.T) {
 	for _, f := range []string{"text", "json"} {
 		var b bytes.Buffer
-		if err := renderPlan(&b, f, goldenPlan(), nil); err != nil {
+		p := goldenPlan()
+		if err := output.Write(&b, f, p, planText(p, nil)); err != nil {
 			t.Fatal(err)
 		}
 		checkGolden(t, "plan-multistep."+map[string]string{"text": "txt", "json": "json"}[f], b.String())
@@ -43,7 +45,7 @@ func TestPlanGolden(t *testing.T) {
 	hr := &plan.HelmRelease{Name: "flux", Namespace: "flux-system", Release: "flux-system-flux"}
 	p := &plan.Plan{Release: "flux-system-flux", Namespace: "flux-system", From: "2.12.0", Target: "2.18.2",
 		Blocking: []plan.Blocker{{Version: "2.18.2", CRD: "buckets.source.toolkit.fluxcd.io", Verdict: "bridge", Reason: "live storage version v1beta2 is dropped"}}}
-	if err := renderPlan(&b, "text", p, hr); err != nil {
+	if err := output.Write(&b, output.Text, p, planText(p, hr)); err != nil {
 		t.Fatal(err)
 	}
 	checkGolden(t, "plan-nopath.txt", b.String())

@@ -166,6 +166,13 @@ func TestPlanSyntheticWalk(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// Gadgets in the CRD 6.0.0 drops: deleting it would lose them, so the plan keeps it.
+	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
+		GVR:  schema.GroupVersionResource{Group: "plan.example.com", Version: "v1", Resource: "gadgets"},
+		Kind: "Gadget", Namespaces: []string{ns}, PerNS: 2, Spec: map[string]any{"size": 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	// A direct upgrade is blocked: check says bridge, and plan finds the way round.
 	if r := ug(t, "check", "--chart", charts[5], "--release", "syn", "-n", ns); r.code != cli.ExitFindings {
@@ -399,6 +406,14 @@ func TestPlanKyvernoFromRepository(t *testing.T) {
 		GVR:  schema.GroupVersionResource{Group: "kyverno.io", Version: "v2alpha1", Resource: "policyexceptions"},
 		Kind: "PolicyException", Namespaces: []string{ns}, PerNS: 2,
 		Spec: map[string]any{"exceptions": []any{}, "match": map[string]any{}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// AdmissionReports in the CRD 1.13 drops: deleting it would lose them.
+	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
+		GVR:  schema.GroupVersionResource{Group: "kyverno.io", Version: "v1alpha2", Resource: "admissionreports"},
+		Kind: "AdmissionReport", Namespaces: []string{ns}, PerNS: 2,
+		Spec: map[string]any{"owner": map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u"}},
 	}); err != nil {
 		t.Fatal(err)
 	}

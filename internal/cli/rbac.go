@@ -10,6 +10,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
@@ -20,7 +21,7 @@ type rbacOptions struct {
 	name           string
 	leaseNamespace string
 	storageSwitch  bool
-	engine         string
+	engine         migrate.Engine
 }
 
 func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -30,6 +31,7 @@ func newRBACCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Com
 	o.predictOpts.addPredictFlags(cmd)
 	o.predictOpts.addManifestsFlag(cmd, streams)
 	o.addFlags(cmd.Flags())
+	cliflag.AddEngine(cmd, cliflag.RoleEngine, &o.engine)
 	return cmd
 }
 
@@ -38,14 +40,10 @@ func (o *rbacOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.name, "name", "upgradeguard-migrate", "name of the ClusterRole and Role")
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "kube-system", "namespace of the migration Leases (as migrate --lease-namespace)")
 	f.BoolVar(&o.storageSwitch, "allow-storage-switch", false, "also allow changing the CRDs' storage version (reverse migrations)")
-	f.StringVar(&o.engine, "engine", string(migrate.EngineClient), "the role for this migrate --engine: client (patch on the custom resources) or builtin (StorageVersionMigrations; only list on the custom resources)")
 	output.AddFlag(f, &o.predictOpts.output)
 }
 
 func (o *rbacOptions) validate() error {
-	if o.engine != string(migrate.EngineClient) && o.engine != string(migrate.EngineBuiltin) {
-		return couldNot("--engine %q: use client or builtin (auto runs one of them; grant that one's role)", o.engine)
-	}
 	if (len(o.crds) > 0) == (o.predictOpts.chart.Ref != "" || o.predictOpts.manifests != "" || o.predictOpts.rollback) {
 		return couldNot("choose the CRDs with exactly one of --crd, --chart or --manifests (or --rollback --release)")
 	}
@@ -71,7 +69,7 @@ func (o *rbacOptions) run(ctx context.Context, streams Streams, kube *genericcli
 	if err != nil {
 		return classifyAs(cmdRBAC, err, conn)
 	}
-	p, err := migrate.RBACFor(migrate.Engine(o.engine), o.name, o.leaseNamespace, names, crds, o.storageSwitch)
+	p, err := migrate.RBACFor(o.engine, o.name, o.leaseNamespace, names, crds, o.storageSwitch)
 	if err != nil {
 		return classifyAs(cmdRBAC, err, conn)
 	}
@@ -106,13 +104,13 @@ type rbacOutput struct {
 	policy         migrate.Permissions
 	crds           int
 	leaseNamespace string
-	engine         string
+	engine         migrate.Engine
 }
 
 // text is the ClusterRole and the Role as YAML documents, ready for kubectl apply.
 func (r *rbacOutput) text(w io.Writer) error {
 	command := "upgradeguard migrate"
-	if r.engine == string(migrate.EngineBuiltin) {
+	if r.engine == migrate.EngineBuiltin {
 		command += " --engine builtin"
 	}
 	fmt.Fprintf(w, "# Least privilege for `%s` of %d CRD(s). Bind the ClusterRole with a\n# ClusterRoleBinding and the Role with a RoleBinding in %s.\n", command, r.crds, r.leaseNamespace)

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -11,16 +12,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	helmcli "helm.sh/helm/v4/pkg/cli"
-	"helm.sh/helm/v4/pkg/getter"
-	release "helm.sh/helm/v4/pkg/release/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
-	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
@@ -113,84 +111,64 @@ func (o *applyCheckOptions) addApplyFlags(f *pflag.FlagSet) {
 	output.AddFlag(f, &o.output)
 }
 
-type applyCheckReport struct {
-	*applycheck.ReleaseReport
-	CRDCheck *check.Report `json:"crdCheck"`
-	Safe     bool          `json:"safe"`
-	// command is the operation's helm command line without the apply flags.
-	command []string
+func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	return o.runOperation(ctx, streams, kube, applycheck.OpUpgrade, o.release, o.chart.Ref)
 }
 
-// open validates the flags, connects and reads the release's history.
-func (o *applyCheckOptions) open(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connection, *helmrelease.Reader, []*release.Release, error) {
+// runOperation predicts the operation the flags describe, one applycheck.Predict, and
+// renders it; args are its helm command line's, without the namespace and apply flags.
+func (o *applyCheckOptions) runOperation(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, op applycheck.Operation, args ...string) error {
 	if err := o.validate(); err != nil {
-		return nil, nil, nil, err
+		return err
 	}
 	conn, err := connect(ctx, kube)
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())
-	if err != nil {
-		return nil, nil, nil, couldNot("%w", err)
-	}
-	history, err := reader.History(ctx, o.release)
-	if err != nil {
-		return nil, nil, nil, classifyAs(o.command(), err, conn)
-	}
-	return conn, reader, history, nil
-}
-
-func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	conn, reader, history, err := o.open(ctx, kube)
-	if err != nil {
 		return err
 	}
-	current, err := reader.Current(ctx, o.release)
-	if err != nil {
+	o.chart.KubeVersion = conn.serverVersion
+	s := applycheck.Sources{Cluster: conn.cluster}
+	if s.Dynamic, s.Mapper, err = replayClients(kube, conn); err != nil {
+		return err
+	}
+	if s.Clients, err = uninstall.NewClients(conn.config); err != nil {
+		return couldNot("build client: %w", err)
+	}
+	if s.Releases, err = helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver()); err != nil {
+		return couldNot("%w", err)
+	}
+	p, err := applycheck.Predict(ctx, s, applycheck.Request{Release: o.release, Namespace: conn.namespace, Operation: op, ToRevision: o.toRevision,
+		Flags: o.flags, FieldManager: o.fieldManager, Chart: o.chart, Policy: o.crdPolicy})
+	var load *chartsource.LoadError
+	switch {
+	case errors.As(err, &load):
+		return chartFailed(o.command(), err)
+	case err != nil:
 		return classifyAs(o.command(), err, conn)
 	}
-	o.chart.BaseValues = current.Config
-	o.chart.ReleaseName, o.chart.Namespace, o.chart.IsUpgrade, o.chart.KubeVersion = o.release, conn.namespace, true, conn.serverVersion
-	ch, err := chartsource.Load(ctx, o.chart)
-	if err != nil {
-		return chartFailed(o.command(), err)
-	}
-	vals, _ := o.chart.Values.MergeValues(getter.All(helmcli.New()))
-	rc := applycheck.ReleaseCheck{Release: o.release, Namespace: conn.namespace, History: history, Operation: applycheck.OpUpgrade,
-		TargetManifest: ch.Manifest, TargetHooks: ch.Hooks, Flags: o.flags, FieldManager: o.fieldManager, Values: vals}
-	return o.finish(ctx, streams, kube, conn, rc, []string{o.release, o.chart.Ref, "-n", conn.namespace})
+	out := &applyCheckOutput{Prediction: p, command: append(args, "-n", conn.namespace)}
+	return finish(streams, o.output, out, out.text, !p.Safe)
 }
 
-// finish runs the release check and the CRD check, renders both and sets the exit code.
-func (o *applyCheckOptions) finish(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, conn *connection, rc applycheck.ReleaseCheck, command []string) error {
+// replayClients are the clients of a dry-run replay of a release: dynamic, and a REST
+// mapper from kube's discovery.
+func replayClients(kube *genericclioptions.ConfigFlags, conn *connection) (dynamic.Interface, meta.RESTMapper, error) {
 	dyn, err := dynamic.NewForConfig(conn.config)
 	if err != nil {
-		return couldNot("build client: %w", err)
+		return nil, nil, couldNot("build client: %w", err)
 	}
 	mapper, err := kube.ToRESTMapper()
 	if err != nil {
-		return couldNot("discover API resources: %w", err)
+		return nil, nil, couldNot("discover API resources: %w", err)
 	}
-	if rc.Clients, err = uninstall.NewClients(conn.config); err != nil {
-		return couldNot("build client: %w", err)
-	}
-	rel, err := applycheck.CheckRelease(ctx, dyn, mapper, rc)
-	if err != nil {
-		return classifyAs(o.command(), err, conn)
-	}
-	crd, err := o.predict(ctx, conn)
-	if err != nil {
-		return err
-	}
-	rep := &applyCheckReport{ReleaseReport: rel, CRDCheck: crd, Safe: rel.Safe && crd.Safe, command: command}
-	if err := renderApplyCheck(streams.Out, o.output, rep); err != nil {
-		return couldNot("write output: %w", err)
-	}
-	if !rep.Safe {
-		return &ExitError{Code: ExitFindings}
-	}
-	return nil
+	return dyn, mapper, nil
+}
+
+// applyCheckOutput is what apply-check and rollback-check print: the library's
+// prediction, and the operation's helm command line without the apply flags, which the
+// "works" lines complete.
+type applyCheckOutput struct {
+	*applycheck.Prediction
+	command []string
 }
 
 var outcomeLabel = map[applycheck.Outcome]string{
@@ -199,11 +177,7 @@ var outcomeLabel = map[applycheck.Outcome]string{
 	applycheck.Kept: "kept", applycheck.AlreadyGone: "already gone", applycheck.CannotImport: "CANNOT IMPORT", applycheck.NotServed: "NOT SERVED",
 }
 
-func renderApplyCheck(w io.Writer, format string, rep *applyCheckReport) error {
-	return output.Write(w, format, rep, rep.text)
-}
-
-func (rep *applyCheckReport) text(w io.Writer) error {
+func (rep *applyCheckOutput) text(w io.Writer) error {
 	renderMode(w, rep)
 	renderObjects(w, rep.Apply)
 	fmt.Fprintln(w)
@@ -220,7 +194,7 @@ func (rep *applyCheckReport) text(w io.Writer) error {
 
 // renderMode says which apply method the operation uses and why, the flag error Helm
 // meets, and command lines that work.
-func renderMode(w io.Writer, rep *applyCheckReport) {
+func renderMode(w io.Writer, rep *applyCheckOutput) {
 	m, a := rep.Mode, rep.Apply
 	method := fmt.Sprintf("client-side apply (three-way merge patch) as %q", a.FieldManager)
 	switch {

@@ -8,12 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
 )
 
@@ -43,13 +41,9 @@ func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return couldNot("%w", err)
 	}
-	dyn, err := dynamic.NewForConfig(conn.config)
+	dyn, mapper, err := replayClients(kube, conn)
 	if err != nil {
-		return couldNot("build client: %w", err)
-	}
-	mapper, err := kube.ToRESTMapper()
-	if err != nil {
-		return couldNot("discover API resources: %w", err)
+		return err
 	}
 	rep, err := releasediff.RunRelease(ctx, reader, dyn, mapper, release, o.revision, releasediff.Options{Namespace: conn.namespace})
 	if err != nil {
@@ -106,35 +100,16 @@ func diffFailedSummary(w io.Writer, rep *releasediff.Report) {
 		for _, r := range rep.StoredVersionsRejected {
 			fmt.Fprintf(w, "  %s\n    API server: %s\n", r, r.Message)
 		}
-		check := predict.Command{Kind: predict.CommandCheck, Release: rep.Release, Namespace: rep.Namespace, Chart: fmt.Sprintf("<the chart of revision %d>", rep.FailedRevision)}
-		fmt.Fprintf(w, "Next: migrate those objects off the dropped versions, then retry: `%s` names the migrate commands (runbook: storedversions-rejected).\n", check)
-		if onlyRejected(rep) {
-			return
+	}
+	for _, n := range rep.NextSteps() {
+		switch n.Action {
+		case releasediff.MigrateStoredVersions:
+			fmt.Fprintf(w, "Next: migrate those objects off the dropped versions, then retry: `%s` names the migrate commands (runbook: %s).\n", n.Command, n.Runbook)
+		case releasediff.SettleFieldOwners:
+			fmt.Fprintln(w, "Next: find who owns the fields that did not land (`upgradeguard release apply-check`), then re-run the upgrade or roll back; "+
+				"both finish the half-applied objects.")
 		}
 	}
-	if !rep.Clean() {
-		fmt.Fprintln(w, "Next: find who owns the fields that did not land (`upgradeguard release apply-check`), then re-run the upgrade or roll back; both finish the half-applied objects.")
-	}
-}
-
-// onlyRejected says that every change that did not land is a CRD the API server refuses
-// on storedVersions, and nothing drifted: the storedVersions next step is the only one.
-func onlyRejected(rep *releasediff.Report) bool {
-	if len(rep.Drifted) > 0 {
-		return false
-	}
-	rejected := map[string]bool{}
-	for _, o := range rep.Objects {
-		if len(o.Rejected) > 0 {
-			rejected[o.Object] = true
-		}
-	}
-	for _, o := range rep.NotLanded {
-		if !rejected[o] {
-			return false
-		}
-	}
-	return true
 }
 
 const diffFailedLong = `diff-failed reads the release's failed revision (the last one, or --revision) and

@@ -112,8 +112,9 @@ func (o *releaseMigrateOptions) run(ctx context.Context, streams Streams, kube *
 	if resumed {
 		fmt.Fprintf(streams.ErrOut, "resuming the migration recorded in %s\n", o.dir)
 	}
-	if o.plan || (!st.Plan.Safe && !o.override) {
-		return o.planOnly(streams, st.Plan)
+	if o.plan {
+		out := &releaseMigrateOutput{Plan: st.Plan}
+		return finish(streams, o.output, out, out.text, !st.Plan.Safe)
 	}
 	return o.executePlan(ctx, streams, kube, conn, src, st, ch)
 }
@@ -156,21 +157,6 @@ func (o *releaseMigrateOptions) request(conn *connection, ch *chartsource.Chart)
 	return req
 }
 
-// planOnly prints the plan: for --plan, and for --execute of a plan that blocks.
-func (o *releaseMigrateOptions) planOnly(streams Streams, p *chartmigrate.Plan) error {
-	out := &releaseMigrateOutput{Plan: p}
-	if err := output.Write(streams.Out, o.output, out, out.text); err != nil {
-		return couldNot("write output: %w", err)
-	}
-	if o.execute {
-		fmt.Fprintln(streams.ErrOut, "Refusing to execute: the plan has blocking findings (above). Fix them, or pass --override-blocking after reading them. Nothing was changed.")
-	}
-	if !p.Safe {
-		return &ExitError{Code: ExitFindings}
-	}
-	return nil
-}
-
 func (o *releaseMigrateOptions) executePlan(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags, conn *connection,
 	src chartmigrate.Sources, st *chartmigrate.State, ch *chartsource.Chart) error {
 	vals, err := o.chart.Values.MergeValues(getter.All(helmcli.New()))
@@ -178,6 +164,14 @@ func (o *releaseMigrateOptions) executePlan(ctx context.Context, streams Streams
 		return couldNot("values: %w", err)
 	}
 	res, err := chartmigrate.Execute(ctx, o.env(streams, kube, conn, src), st, chartmigrate.ExecOptions{Dir: o.dir, Chart: ch.Chart, Values: vals, Override: o.override, Timeout: o.timeout})
+	if errors.Is(err, chartmigrate.ErrBlocked) {
+		// Refused before any step: the plan and its findings are the answer.
+		out := &releaseMigrateOutput{Plan: st.Plan}
+		if werr := finish(streams, o.output, out, out.text, false); werr != nil {
+			return werr
+		}
+		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("%w%s", err, advice(cmdReleaseMigrate, err))}
+	}
 	out := &releaseMigrateOutput{Plan: st.Plan, Result: res}
 	if rerr := output.Write(streams.Out, o.output, out, out.text); rerr != nil && err == nil {
 		return couldNot("write output: %w", rerr)
@@ -301,7 +295,7 @@ func planFindings(w io.Writer, findings []chartmigrate.Finding) {
 		}
 		fmt.Fprintf(w, "  %s %s  %s: %s\n", tag, f.Check, f.Subject, f.Message)
 		if f.Remediation != "" {
-			fmt.Fprintf(w, "           fix: %s\n", f.Remediation)
+			fmt.Fprintf(w, "           fix: %s\n", withFlag(f.Remediation, f.Input))
 		}
 	}
 }

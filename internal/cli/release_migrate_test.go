@@ -255,6 +255,25 @@ func TestReleaseMigrate(t *testing.T) {
 		}
 	}
 
+	// A plan that blocks (the new name is another release's): execute refuses it before
+	// the first step, prints the plan, and exits 1 with what to do.
+	taken, err := testenv.WriteChart(t.TempDir(), "taken", "1.0.0", map[string]string{
+		"templates/cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: taken\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustHelm(t, nil, "install", "taken", taken, "-n", ns)
+	blocked := ug(t, "release", "migrate", "olddb", "-n", ns, "--to-chart", newChart, "--new-release", "taken", "--yes",
+		"--execute", "--backup-dir", filepath.Join(t.TempDir(), "blocked"))
+	if blocked.code != cli.ExitFindings || !strings.Contains(blocked.stdout, "BLOCKING new-release-exists") ||
+		!strings.Contains(blocked.stderr, "Error: nothing was changed: the plan has blocking findings (") ||
+		!strings.Contains(blocked.stderr, "): fix them, or pass --override-blocking") {
+		t.Errorf("blocked plan: exit %d, want 1 with the plan and the refusal\n%s\n%s", blocked.code, blocked.stdout, blocked.stderr)
+	}
+	if strings.Contains(blocked.stderr, "1/8 backup") {
+		t.Errorf("blocked plan: a step ran\n%s", blocked.stderr)
+	}
+
 	dir := filepath.Join(t.TempDir(), "backup")
 	args := []string{"release", "migrate", "olddb", "-n", ns, "--to-chart", newChart, "--new-release", "newdb", "--execute", "--backup-dir", dir}
 	if !term.IsTerminal(int(os.Stdin.Fd())) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
@@ -13,12 +14,12 @@ import (
 
 // goldenApplyCheck is the seed's incident: kubectl patch owns the jobs-manager CPU limit,
 // in the middle of the apply order.
-func goldenApplyCheck() *applyCheckReport {
+func goldenApplyCheck() *applyCheckOutput {
 	conflict := `conflict occurred while applying object tenant-d/client-jobs-manager apps/v1, Kind=Deployment: Apply failed with 1 conflict: ` +
 		`conflict with "kubectl-patch" using apps/v1: .spec.template.spec.containers[name="api"].resources.limits.cpu`
-	return &applyCheckReport{
+	return &applyCheckOutput{
 		command: []string{"client", "./chart", "-n", "tenant-d"},
-		ReleaseReport: &applycheck.ReleaseReport{Release: "client", Namespace: "tenant-d", From: 2,
+		Prediction: &applycheck.Prediction{ReleaseReport: &applycheck.ReleaseReport{Release: "client", Namespace: "tenant-d", From: 2,
 			Mode: applycheck.ResolveMode(applycheck.OpUpgrade, applycheck.Flags{}, 2, applycheck.MethodSSA),
 			Apply: &applycheck.Report{
 				HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm", Result: applycheck.Fails,
@@ -41,15 +42,16 @@ func goldenApplyCheck() *applyCheckReport {
 					PreviousStatus: "deployed"},
 				PreUpgradeHooks: []string{"Job/client-migrate"}, PostUpgradeHooks: []string{"Job/client-smoke-test"},
 			}},
-		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "client", Namespace: "tenant-d", Chart: "client",
-			ChartVersion: "1.1.0", FromRevision: 4, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+			CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "client", Namespace: "tenant-d", Chart: "client",
+				ChartVersion: "1.1.0", FromRevision: 4, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+		},
 	}
 }
 
 func TestRenderApplyCheckGolden(t *testing.T) {
-	safe := &applyCheckReport{
+	safe := &applyCheckOutput{
 		command: []string{"web", "./chart", "-n", "web"},
-		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web", From: 2,
+		Prediction: &applycheck.Prediction{ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web", From: 2,
 			Mode: applycheck.ResolveMode(applycheck.OpUpgrade, applycheck.Flags{}, 2, applycheck.MethodSSA),
 			Apply: &applycheck.Report{
 				HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm-controller", Force: true, Safe: true, Result: applycheck.Succeeds,
@@ -61,13 +63,14 @@ func TestRenderApplyCheckGolden(t *testing.T) {
 				Failing: []string{}, Landed: []string{}, NotLanded: []string{}, PreUpgradeHooks: []string{}, PostUpgradeHooks: []string{},
 				Record: applycheck.Record{Revision: 3, Status: "deployed", Previous: 2, PreviousStatus: "superseded"},
 			}},
-		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
-			ChartVersion: "2.0.0", FromRevision: 2, CRDs: []check.CRDReport{}, NextSteps: []string{}},
-		Safe: true,
+			CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
+				ChartVersion: "2.0.0", FromRevision: 2, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+			Safe: true,
+		},
 	}
-	refused := &applyCheckReport{
+	refused := &applyCheckOutput{
 		command: []string{"web", "./chart", "-n", "web"},
-		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web", From: 2,
+		Prediction: &applycheck.Prediction{ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web", From: 2,
 			Mode: applycheck.ResolveMode(applycheck.OpUpgrade, applycheck.Flags{}, 2, applycheck.MethodSSA),
 			Apply: &applycheck.Report{
 				HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodSSA, FieldManager: "helm", Result: applycheck.Refused,
@@ -79,13 +82,14 @@ func TestRenderApplyCheckGolden(t *testing.T) {
 					`invalid ownership metadata; label validation error: missing key "app.kubernetes.io/managed-by": must be set to "Helm"`,
 				Record: applycheck.Record{Previous: 2, PreviousStatus: "deployed"},
 			}},
-		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
-			ChartVersion: "2.0.0", FromRevision: 2, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+			CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
+				ChartVersion: "2.0.0", FromRevision: 2, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+		},
 	}
 	cases := []struct {
 		name   string
 		format string
-		rep    *applyCheckReport
+		rep    *applyCheckOutput
 	}{
 		{"apply-check-fails.txt", "text", goldenApplyCheck()},
 		{"apply-check-fails.json", "json", goldenApplyCheck()},
@@ -98,7 +102,7 @@ func TestRenderApplyCheckGolden(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			if err := renderApplyCheck(&buf, tc.format, tc.rep); err != nil {
+			if err := output.Write(&buf, tc.format, tc.rep, tc.rep.text); err != nil {
 				t.Fatal(err)
 			}
 			checkGolden(t, tc.name, buf.String())
@@ -108,16 +112,16 @@ func TestRenderApplyCheckGolden(t *testing.T) {
 
 // goldenClientSideFlagError is kubermatic#16209: --force-conflicts on a release Helm 3
 // installed, with the server-side prediction of the move.
-func goldenClientSideFlagError() *applyCheckReport {
+func goldenClientSideFlagError() *applyCheckOutput {
 	flags := applycheck.Flags{ForceConflicts: true}
 	mode := applycheck.ResolveMode(applycheck.OpUpgrade, flags, 1, "")
 	notReached := func(o string, dry applycheck.Outcome) applycheck.Object {
 		return applycheck.Object{Object: o, Step: applycheck.Apply, Outcome: applycheck.NotReached, DryRun: dry,
 			Note: "Helm stops at the flag error before it applies anything"}
 	}
-	return &applyCheckReport{
+	return &applyCheckOutput{
 		command: []string{"web", "./chart", "-n", "web"},
-		ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web", From: 1, Mode: mode,
+		Prediction: &applycheck.Prediction{ReleaseReport: &applycheck.ReleaseReport{Release: "web", Namespace: "web", From: 1, Mode: mode,
 			Apply: &applycheck.Report{HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpUpgrade, Method: applycheck.MethodCSA, FieldManager: "helm",
 				Result: applycheck.Fails, Error: mode.FlagError,
 				Objects: []applycheck.Object{notReached("ConfigMap/web/settings", applycheck.Updated), notReached("Deployment/web/web", applycheck.Failed)},
@@ -130,17 +134,18 @@ func goldenClientSideFlagError() *applyCheckReport {
 				Objects: []applycheck.Object{{Object: "ConfigMap/web/settings", Step: applycheck.Apply, Outcome: applycheck.Conflict,
 					Conflicts: []applycheck.FieldConflict{{Field: ".data.mode", Manager: "kubectl-patch"}}, TakenOver: []string{".data.note"}}}},
 		},
-		CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
-			ChartVersion: "2.0.0", FromRevision: 1, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+			CRDCheck: &check.Report{Operation: predict.Upgrade, Safe: true, Release: "web", Namespace: "web", Chart: "web",
+				ChartVersion: "2.0.0", FromRevision: 1, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+		},
 	}
 }
 
 // goldenRollback is rancher/fleet#4879: a server-side rollback leaves a field another
 // manager took; and the object it deletes was taken over by another release.
-func goldenRollback() *applyCheckReport {
-	return &applyCheckReport{
+func goldenRollback() *applyCheckOutput {
+	return &applyCheckOutput{
 		command: []string{"app", "1", "-n", "apps"},
-		ReleaseReport: &applycheck.ReleaseReport{Release: "app", Namespace: "apps", From: 2, To: 1,
+		Prediction: &applycheck.Prediction{ReleaseReport: &applycheck.ReleaseReport{Release: "app", Namespace: "apps", From: 2, To: 1,
 			Mode: applycheck.ResolveMode(applycheck.OpRollback, applycheck.Flags{}, 1, applycheck.MethodSSA),
 			Apply: &applycheck.Report{HelmVersions: applycheck.HelmVersions, Operation: applycheck.OpRollback, Method: applycheck.MethodSSA, FieldManager: "helm",
 				Safe: true, Result: applycheck.Succeeds,
@@ -159,7 +164,8 @@ func goldenRollback() *applyCheckReport {
 					Remediation: "annotate the live object with helm.sh/resource-policy=keep before the rollback"}},
 				Hooks: []string{}, LeftBehind: []string{}},
 		},
-		CRDCheck: &check.Report{Operation: predict.Rollback, Safe: true, Release: "app", Namespace: "apps", Chart: "app",
-			ChartVersion: "1.0.0", FromRevision: 2, ToRevision: 1, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+			CRDCheck: &check.Report{Operation: predict.Rollback, Safe: true, Release: "app", Namespace: "apps", Chart: "app",
+				ChartVersion: "1.0.0", FromRevision: 2, ToRevision: 1, CRDs: []check.CRDReport{}, NextSteps: []string{}},
+		},
 	}
 }

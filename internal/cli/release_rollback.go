@@ -52,15 +52,9 @@ Secret data never appear in the output. Exit codes: 0 safe, 1 findings, 2 could 
 }
 
 func (o *applyCheckOptions) runRollback(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
-	conn, _, history, err := o.open(ctx, kube)
-	if err != nil {
-		return err
-	}
-	rc := applycheck.ReleaseCheck{Release: o.release, Namespace: conn.namespace, History: history, Operation: applycheck.OpRollback,
-		ToRevision: o.toRevision, Flags: o.flags, FieldManager: o.fieldManager}
-	command := []string{o.release}
+	args := []string{o.release}
 	if o.toRevision > 0 {
-		command = append(command, strconv.Itoa(o.toRevision))
+		args = append(args, strconv.Itoa(o.toRevision))
 	}
-	return o.finish(ctx, streams, kube, conn, rc, append(command, "-n", conn.namespace))
+	return o.runOperation(ctx, streams, kube, applycheck.OpRollback, args...)
 }

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -61,6 +62,12 @@ func TestReleaseApplyCheck(t *testing.T) {
 	}
 	if r.code != cli.ExitFindings {
 		t.Errorf("exit %d, want 1", r.code)
+	}
+	// Values that cannot be read: could not run, saying which.
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	if r := ug(t, "release", "apply-check", "web", "--chart", v2, "-n", "web", "-f", missing); r.code != cli.ExitCouldNot ||
+		!strings.Contains(r.stderr, "Error: chart "+v2+": values: ") || !strings.Contains(r.stderr, missing) {
+		t.Errorf("missing values file: exit %d, want 2 naming it\n%s", r.code, r.stderr)
 	}
 	r = ug(t, "release", "apply-check", "web", "--chart", v2, "-n", "web", "-o", "json")
 	var got applyCheckJSON

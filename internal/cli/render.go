@@ -13,10 +13,6 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
-func render(w io.Writer, format string, verbose bool, rep *check.Report) error {
-	return output.Write(w, format, rep, func(w io.Writer) error { return renderText(w, verbose, rep) })
-}
-
 func renderText(w io.Writer, verbose bool, rep *check.Report) error {
 	if err := renderCRDs(w, verbose, rep); err != nil {
 		return err
@@ -196,7 +192,7 @@ func renderWhy(w io.Writer, findings []check.CRDReport) {
 	explain := map[predict.Verdict]string{
 		predict.Migrate: "a stored version is dropped; migrating objects to the live storage version and pruning storedVersions fixes it",
 		predict.Bridge:  "the live storage version itself is dropped; the storage version must move first",
-		predict.Delete:  "the target no longer renders this CRD: Helm deletes it and every object of its type",
+		predict.Delete:  "the CRD leaves the release (the target no longer renders it from templates/; crds/ is never part of a release): Helm deletes it and every object of its type (OBJECTS)",
 		predict.DataLoss: "the incoming schema no longer declares fields that stored objects hold: they are hidden at once " +
 			"and gone from etcd at each object's next write",
 	}

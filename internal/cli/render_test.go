@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -89,7 +91,7 @@ func TestRenderGolden(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			if err := render(&buf, tc.format, tc.verbose, tc.rep); err != nil {
+			if err := output.Write(&buf, tc.format, tc.rep, func(w io.Writer) error { return renderText(w, tc.verbose, tc.rep) }); err != nil {
 				t.Fatal(err)
 			}
 			checkGolden(t, tc.name, buf.String())

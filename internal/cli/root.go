@@ -89,7 +89,7 @@ func NewRootCmd(streams Streams) *cobra.Command {
 	root.SetErr(streams.ErrOut)
 	kube.AddFlags(root.PersistentFlags())
 	root.AddCommand(newCheckCmd(streams, kube), newPlanCmd(streams, kube), newMigrateCmd(streams, kube), newRBACCmd(streams, kube), newSlotsCmd(streams), newReleaseCmd(streams, kube), newVersionCmd(streams),
-		newAuditCmd(streams, kube))
+		newAuditCmd(streams, kube), newCRDCmd(streams, kube))
 	if c := newControllerCmd(streams, kube); c != nil {
 		root.AddCommand(c) // nil in a build without the controller (-tags nocontroller)
 	}
@@ -131,6 +131,11 @@ CRD storage versions: an upgrade fails mid-flight when its chart drops a CRD ver
 the live CRD still lists in status.storedVersions; a rollback fails the same way the other
 way round. 'check' finds these cases, 'migrate' fixes them, 'controller' keeps a cluster
 migrated and gates Flux HelmReleases, 'audit' shows who protects each release.
+
+CRD deletion: an upgrade that moves a CRD to crds/, turns a CRD toggle off or drops a
+subchart deletes the CRD and every object of its kind; 'check' and 'plan' name it, the
+controller's webhook refuses the deletion of a CRD that still holds objects, and 'crd
+backup' / 'crd restore' keep a CRD and its objects in a directory you can restore from.
 
 Release data safety: 'release uninstall-check', 'release apply-check', 'release
 diff-failed' and 'release migrate' (a guided chart-to-chart move that keeps volumes and

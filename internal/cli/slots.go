@@ -98,7 +98,7 @@ func renderSlots(w io.Writer, rep *slots.Report) error {
 }
 
 func slotFinding(w io.Writer, refs []slots.Ref, f slots.Finding) {
-	fmt.Fprintf(w, "\nslot %d (%s)\n  %s\n", f.Slot, f.Check, f.Message)
+	fmt.Fprintf(w, "\nslot %d (%s)\n  %s\n", f.Slot, f.Check, withFlag(f.Message, f.Input))
 	for _, r := range refs {
 		h := f.Hashes[r.Ref]
 		if h == "" {

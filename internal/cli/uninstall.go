@@ -15,6 +15,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/backup"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -87,7 +88,7 @@ func (o *uninstallCheckOptions) takeBackup(ctx context.Context, c *uninstall.Cli
 		return nil
 	}
 	res, err := uninstall.Backup(ctx, c, opts, o.backup)
-	var exists *uninstall.ExistingBackupError
+	var exists *backup.ExistsError
 	switch {
 	case errors.As(err, &exists):
 		return couldNot("backup: %w", err)

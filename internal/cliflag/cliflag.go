@@ -1,6 +1,6 @@
 // Package cliflag holds the typed flags several commands share: --helm-driver,
-// --crd-policy, the chart-source flag set and --manifests (rendered manifests in place of
-// a chart). Each one registers its flag, its default and its shell completion in one
+// --crd-policy, --engine, the chart-source flag set and --manifests (rendered manifests
+// in place of a chart). Each one registers its flag, its default and its shell completion in one
 // call, and turns the text into the library's type when the flags are parsed, so a wrong
 // value fails before the command connects anywhere and no command parses it a second
 // time. Every -o flag is internal/output's.
@@ -18,6 +18,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
 // HelmDriverFlag is the name of the Helm storage driver flag.
@@ -145,6 +146,56 @@ func (p *crdPolicyValue) Set(s string) error {
 		return err
 	}
 	*p = crdPolicyValue(policy)
+	return nil
+}
+
+// EngineFlag is the name of the migration engine flag.
+const EngineFlag = "engine"
+
+// EngineUse is what an --engine flag chooses: its values (the first is its default), how
+// pkg/migrate reads them, and its help.
+type EngineUse struct {
+	Engines []migrate.Engine
+	Parse   func(string) (migrate.Engine, error)
+	Usage   string
+}
+
+// The two --engine flags: the engine a migration runs with (migrate), and the engine a
+// role is for (rbac; auto has no role of its own).
+var (
+	RunEngine = EngineUse{Engines: migrate.Engines, Parse: migrate.ParseEngine,
+		Usage: "who re-persists the objects: client (this process patches them), builtin (a StorageVersionMigration run by kube-controller-manager), " +
+			"or auto (client when you may patch them, else builtin)"}
+	RoleEngine = EngineUse{Engines: migrate.RoleEngines, Parse: migrate.ParseRoleEngine,
+		Usage: "the role for this migrate --engine: client (patch on the custom resources) or builtin (StorageVersionMigrations; only list on the custom resources)"}
+)
+
+// AddEngine registers --engine on cmd as use describes it, bound to engine and set to
+// use's first engine, with use's engines as its completion. A value use.Parse rejects
+// fails when the flags are parsed.
+func AddEngine(cmd *cobra.Command, use EngineUse, engine *migrate.Engine) {
+	*engine = use.Engines[0]
+	cmd.Flags().Var(&engineValue{engine: engine, parse: use.Parse}, EngineFlag, use.Usage)
+	names := make([]string, len(use.Engines))
+	for i, e := range use.Engines {
+		names[i] = string(e)
+	}
+	_ = cmd.RegisterFlagCompletionFunc(EngineFlag, cobra.FixedCompletions(names, cobra.ShellCompDirectiveNoFileComp))
+}
+
+type engineValue struct {
+	engine *migrate.Engine
+	parse  func(string) (migrate.Engine, error)
+}
+
+func (v *engineValue) String() string { return string(*v.engine) }
+func (v *engineValue) Type() string   { return "string" }
+func (v *engineValue) Set(s string) error {
+	e, err := v.parse(s)
+	if err != nil {
+		return err
+	}
+	*v.engine = e
 	return nil
 }
 

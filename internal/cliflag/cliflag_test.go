@@ -13,6 +13,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
 // command is a cobra command that records whether it ran.
@@ -141,6 +142,43 @@ func TestCRDPolicy(t *testing.T) {
 			t.Errorf("%v: error %v (ran %v), want %q", tc.args, err, ran, tc.wantErr)
 		case tc.wantErr == "" && (err != nil || policy != tc.want):
 			t.Errorf("%v: %q %v, want %q", tc.args, policy, err, tc.want)
+		}
+	}
+}
+
+// TestEngine: the two --engine flags default, parse and refuse through pkg/migrate, when
+// the flags are parsed.
+func TestEngine(t *testing.T) {
+	for _, tc := range []struct {
+		use     cliflag.EngineUse
+		args    []string
+		want    migrate.Engine
+		wantErr string
+	}{
+		{cliflag.RunEngine, nil, migrate.EngineAuto, ""},
+		{cliflag.RunEngine, []string{"--engine", "builtin"}, migrate.EngineBuiltin, ""},
+		{cliflag.RunEngine, []string{"--engine=client"}, migrate.EngineClient, ""},
+		{cliflag.RunEngine, []string{"--engine", "svm"}, "", `invalid argument "svm" for "--engine" flag: unknown migration engine "svm": use auto, client or builtin`},
+		{cliflag.RoleEngine, nil, migrate.EngineClient, ""},
+		{cliflag.RoleEngine, []string{"--engine", "builtin"}, migrate.EngineBuiltin, ""},
+		{cliflag.RoleEngine, []string{"--engine", "auto"}, "", `migration engine "auto" has no role of its own: use client or builtin`},
+		{cliflag.RoleEngine, []string{"--engine", "svm"}, "", `unknown migration engine "svm"`},
+	} {
+		var ran bool
+		cmd := command(&ran)
+		var engine migrate.Engine
+		cliflag.AddEngine(cmd, tc.use, &engine)
+		cmd.SetArgs(tc.args)
+		err := cmd.Execute()
+		switch {
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || ran):
+			t.Errorf("%v: error %v (ran %v), want %q", tc.args, err, ran, tc.wantErr)
+		case tc.wantErr == "" && (err != nil || engine != tc.want):
+			t.Errorf("%v: %q %v, want %q", tc.args, engine, err, tc.want)
+		}
+		fn, _ := cmd.GetFlagCompletionFunc(cliflag.EngineFlag)
+		if got, _ := fn(cmd, nil, ""); len(got) != len(tc.use.Engines) || got[0] != string(tc.use.Engines[0]) {
+			t.Errorf("--engine completes %v, want %v", got, tc.use.Engines)
 		}
 	}
 }

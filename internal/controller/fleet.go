@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -166,9 +167,9 @@ func (r *FleetReconciler) writeClusters(ctx context.Context, p *v1alpha1.Storage
 
 // desired reads the Secrets the policy selects into targets (not yet running).
 func (r *FleetReconciler) desired(ctx context.Context, p *v1alpha1.StorageMigrationPolicy) ([]*fleetTarget, error) {
-	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.Targets.Selector)
+	sel, err := p.TargetSelector()
 	if err != nil {
-		return nil, fmt.Errorf("StorageMigrationPolicy %s: spec.targets.selector: %w", p.Name, err)
+		return nil, err
 	}
 	var secrets corev1.SecretList
 	if err := r.Client.List(ctx, &secrets, client.InNamespace(p.Spec.Targets.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
@@ -382,19 +383,15 @@ func (t *fleetTarget) syncOnce(ctx context.Context, key string, unwatch *func())
 		return client.IgnoreNotFound(err)
 	}
 	st := v1alpha1.ClusterStatus{State: v1alpha1.ClusterReady}
-	names := make([]string, 0, len(crds))
-	for name := range crds {
-		names = append(names, name)
+	names := slices.Sorted(maps.Keys(crds))
+	selected, err := v1alpha1.Select([]*v1alpha1.StorageMigrationPolicy{p}, slices.Collect(maps.Values(crds)), nil)
+	if err != nil {
+		return err
 	}
-	slices.Sort(names)
 	var errs []error
 	for _, name := range names {
 		crd := crds[name]
-		ok, err := p.Selects(crd)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		if selected[name] == nil {
 			continue
 		}
 		st.EligibleCRDs++

@@ -34,8 +34,6 @@ const (
 	// LabelStorageMigration names, on a Job-mode migration's objects on the target, the
 	// StorageMigration they belong to.
 	LabelStorageMigration = "upgradeguard.io/storagemigration"
-	// ResultKey is the key of the result ConfigMap a Job-mode migration writes.
-	ResultKey = "result.json"
 	// jobPoll is how often a Job-mode migration's result is looked for.
 	jobPoll = 2 * time.Second
 	// jobContainer is the name of the Job's one container.
@@ -251,7 +249,7 @@ func createAll(ctx context.Context, cs kubernetes.Interface, o JobObjectSet) err
 // ServiceAccount, roles, bindings and result.
 func (r *StorageMigrationReconciler) jobDone(ctx context.Context, sm *v1alpha1.StorageMigration, cs kubernetes.Interface, cm *corev1.ConfigMap) (ctrl.Result, error) {
 	var res JobResult
-	if err := json.Unmarshal([]byte(cm.Data[ResultKey]), &res); err != nil {
+	if err := json.Unmarshal([]byte(cm.Data[migrate.ResultKey]), &res); err != nil {
 		return r.fail(ctx, sm, "", fmt.Sprintf("the Job's result ConfigMap %s/%s is not a migrate result: %v", cm.Namespace, cm.Name, err))
 	}
 	byName := map[string]*migrate.Result{}

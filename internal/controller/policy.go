@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -134,29 +133,22 @@ func ensureMigration(ctx context.Context, c client.Client, name string, crd *api
 	return created, nil
 }
 
-// policyFor is the first proactive policy (by name) that selects crd, or nil.
+// policyFor is the first proactive policy (by name, v1alpha1.Select) that selects crd, or
+// nil. A policy whose selector is invalid is a terminal error: it is logged, and the
+// policy's correction (a policy event) reconciles every CRD again.
 func (r *ProactiveReconciler) policyFor(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (*v1alpha1.StorageMigrationPolicy, error) {
 	var list v1alpha1.StorageMigrationPolicyList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(list.Items, func(a, b v1alpha1.StorageMigrationPolicy) int { return strings.Compare(a.Name, b.Name) })
-	for i := range list.Items {
-		p := &list.Items[i]
-		if !p.IsProactive() || p.Spec.Targets != nil {
-			// A policy with targets looks after those clusters (FleetReconciler).
-			continue
-		}
-		ok, err := p.Selects(crd)
-		if err != nil {
-			log.FromContext(ctx).Error(err, "policy skipped")
-			continue
-		}
-		if ok {
-			return p, nil
-		}
+	selected, err := v1alpha1.Select(list.Policies(), []*apiextv1.CustomResourceDefinition{crd}, func(p *v1alpha1.StorageMigrationPolicy) bool {
+		// A policy with targets looks after those clusters (FleetReconciler).
+		return p.IsProactive() && p.Spec.Targets == nil
+	})
+	if err != nil {
+		return nil, reconcile.TerminalError(err)
 	}
-	return nil, nil
+	return selected[crd.Name], nil
 }
 
 func established(crd *apiextv1.CustomResourceDefinition) bool {
@@ -216,18 +208,21 @@ func (r *PolicyStatusReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		fleetSummary(p, &st, &ready)
 		crds.Items = nil
 	}
+	all := make([]*apiextv1.CustomResourceDefinition, 0, len(crds.Items))
 	for i := range crds.Items {
-		ok, err := p.Selects(&crds.Items[i])
-		if err != nil {
-			ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalidSelector, Message: err.Error(), ObservedGeneration: p.Generation}
-			break
-		}
-		if !ok {
+		all = append(all, &crds.Items[i])
+	}
+	selected, err := v1alpha1.Select([]*v1alpha1.StorageMigrationPolicy{p}, all, nil)
+	if err != nil {
+		ready = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonInvalidSelector, Message: err.Error(), ObservedGeneration: p.Generation}
+	}
+	for _, crd := range all {
+		if selected[crd.Name] == nil {
 			continue
 		}
 		st.EligibleCRDs++
-		if migrate.NeedsMigration(&crds.Items[i]) {
-			st.PendingCRDs = append(st.PendingCRDs, crds.Items[i].Name)
+		if migrate.NeedsMigration(crd) {
+			st.PendingCRDs = append(st.PendingCRDs, crd.Name)
 		}
 	}
 	if ready.Status == metav1.ConditionTrue && p.Spec.Targets == nil {

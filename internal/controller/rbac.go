@@ -8,10 +8,13 @@
 package controller
 
 // Every custom resource: a migration re-persists the objects of whichever CRD a policy or
-// an upgrade selects, with a paged LIST and an empty PATCH per object. RBAC cannot say
-// "custom resources only", so this is a wildcard (it reaches built-in resources too); the
-// chart's rbac.customResourceGroups narrows it to named API groups (docs/operator-guide.md).
-// +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;patch
+// an upgrade selects, with a paged LIST and an empty PATCH per object; the gate and the
+// CRD deletion guard count and read a resource's objects from a metadata-only informer,
+// which stays current only through its watch (without it, it relists after each failed
+// watch and lags by the back-off). RBAC cannot say "custom resources only", so this is a
+// wildcard (it reaches built-in resources too); the chart's rbac.customResourceGroups
+// narrows it to named API groups (docs/operator-guide.md).
+// +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;patch;watch
 
 // The builtin migration engine: a StorageVersionMigration per CRD, followed and deleted;
 // list and watch also tell check and the gate that a migration is in progress.

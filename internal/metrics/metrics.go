@@ -58,6 +58,13 @@ var (
 		Help: "HelmRelease gate decisions, by outcome (admitted, migrating, blocked, error).",
 	}, []string{"outcome"})
 
+	// CRDDeletionsDenied counts the deletions of a CRD that the CRD deletion guard denied
+	// because the CRD held objects, by CRD (bounded by the CRDs a cluster serves).
+	CRDDeletionsDenied = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "upgradeguard_crd_deletions_denied_total",
+		Help: "Deletions of a CRD that still held objects, denied by the CRD deletion guard, by CRD.",
+	}, []string{"crd"})
+
 	// BuildInfo is 1, labelled with the running binary's version, commit and Go version,
 	// so that a rollout can be followed (and an old Pod told from a new one) by scrape.
 	BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -73,7 +80,7 @@ func SetBuildInfo(version, commit, goVersion string) {
 }
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, FleetTargets, GateDecisions, BuildInfo)
+	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, FleetTargets, GateDecisions, CRDDeletionsDenied, BuildInfo)
 }
 
 // MaxClusterLabels bounds the values of the cluster label: the first this many target

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/config"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // ReadCRDs reads CRDs from fixture files, given relative to the fixtures directory.
@@ -112,6 +114,31 @@ func WaitEstablished(ctx context.Context, cs apiextclient.Interface, name string
 		}
 		return false, nil
 	})
+}
+
+// AllowCRDDeletion annotates the CRDs match selects upgradeguard.io/allow-delete=true, so
+// that a client that deletes them with their objects (helm-controller uninstalling a
+// scenario's release) gets past upgradeguard's CRD deletion guard.
+func (cp *ControlPlane) AllowCRDDeletion(ctx context.Context, match func(*apiextv1.CustomResourceDefinition) bool) error {
+	cs, err := apiextclient.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	api := cs.ApiextensionsV1().CustomResourceDefinitions()
+	list, err := api.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, predict.AllowDeleteAnnotation)
+	for i := range list.Items {
+		if !match(&list.Items[i]) {
+			continue
+		}
+		if _, err := api.Patch(ctx, list.Items[i].Name, types.MergePatchType, patch, metav1.PatchOptions{}); ignoreNotFound(err) != nil {
+			return fmt.Errorf("allow the deletion of CRD %s: %w", list.Items[i].Name, err)
+		}
+	}
+	return nil
 }
 
 // DeleteAllCRDs deletes every custom resource, then every CRD, and waits until they are

@@ -1,21 +1,29 @@
 package webhook
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 )
 
 // kind is the gate's answer to one change, typed: the five answers the one engine's
 // decision maps to (kindOf), and those the gate gives without a decision. Every door
-// (chart change, release record, CRD update) answers with one of them, and respond
-// alone turns it into the admission response.
+// (chart change, release record, CRD update) answers with one of them, door.answer alone
+// words it, and respond alone turns it into the admission response.
 type kind int
 
 const (
 	// kindAdmitted: every CRD of the change is accepted.
 	kindAdmitted kind = iota + 1
-	// kindUnfixable: denied before anything was applied; no automatic migration fixes it.
+	// kindUnfixable: denied; no automatic migration fixes it.
 	kindUnfixable
 	// kindNoPolicy: denied; a migration fixes it, but no StorageMigrationPolicy with
 	// autoMigrate allows one.
@@ -99,6 +107,14 @@ const (
 	ReasonReleaseHeld     = "UpgradeHeld"
 	ReasonReleaseBlocked  = "UpgradeBlocked"
 	ReasonReleaseAdmitted = "UpgradeAdmitted"
+	// ReasonUninstallBlocked: the release-record gate denied the uninstalling mark of a
+	// release whose uninstall would delete a CRD that holds objects.
+	ReasonUninstallBlocked = "UninstallBlocked"
+
+	// The CRD deletion guard (CRDDeletePath), on the CRD and, when helm-controller
+	// applies it, on its HelmRelease.
+	ReasonCRDDeletionBlocked  = "CRDDeletionBlocked"
+	ReasonCRDDeletionAdmitted = "CRDDeletionAdmitted"
 
 	// Every door.
 	ReasonMigrationFailed = "StorageMigrationFailed"
@@ -109,21 +125,136 @@ const (
 // change the gate did not check; pkg/gate holds the other condition reasons.
 const ReasonNotChecked = "NotChecked"
 
-// wordConditions words the gate's three conditions (StorageMigrationRequired,
-// InProgress, Failed) for the HelmRelease's annotation, the same for every door: the
-// required migration, what is in progress, and why it failed.
-func (d *decision) wordConditions(gd *gate.Decision) {
-	if len(d.conditions) < 3 {
-		return
+// door is what one door of the gate adds to the engine's decision when it answers: the
+// HelmRelease chart change (hrDoor), the release record and the CRD update (owner.door).
+// Everything else a user reads is the library's: gate.Judge's Message and conditions,
+// and the report's next steps. A new door is one more door value, answered by answer.
+type door struct {
+	// change names the change under admission: "upgrade of release NS/NAME from chart C
+	// 1.0.0 to 2.0.0".
+	change string
+	// held names what a StorageMigration the door creates holds, for its annotation
+	// AnnotationHolds.
+	held string
+	// before says when the door denies, for a denial that leaves everything as it was
+	// (beforeApplied); "" when the deployer may have applied other objects already.
+	before string
+	// target names the cluster the next steps run against, when it is not the local one:
+	// " (against the cluster of the kubeConfig Secret NS/NAME)".
+	target string
+	// again says how the deployer applies the change again once the next steps are done:
+	// "then re-apply the change (Flux retries on its next reconcile)".
+	again string
+	// retry says how the held change is retried once its StorageMigration has succeeded.
+	retry string
+	// reasons are the door's event reasons.
+	reasons reasons
+	// migrations is the Migrator of the door's change: the StorageMigration it creates,
+	// and whether the change is a dry run, which creates nothing.
+	migrations *storageMigrations
+	// options are how the door asks the engine (gate.Judge): the plan command a bridge
+	// names, the generation the conditions observe. judge sets the Migrator.
+	options gate.Options
+}
+
+// reasons are a door's event reasons, one per answer; a failed migration is
+// ReasonMigrationFailed at every door.
+type reasons struct {
+	admitted, blocked, held string
+	// started is the reason of a held change whose StorageMigration the answer created.
+	started string
+}
+
+// beforeApplied is what a door that denies before the deployer applies anything (the
+// HelmRelease and the release record) says of its denials.
+const beforeApplied = " before anything was applied"
+
+// holds is the value of AnnotationHolds on a StorageMigration the door creates.
+func (dr door) holds() string {
+	return fmt.Sprintf("holds the %s until the stored versions are migrated; %s", dr.held, dr.retry)
+}
+
+// judge runs the one gate engine (gate.Judge) on a prediction for the door and answers.
+// An error is a decision the engine could not make: each door says what follows from it.
+func (g *Gate) judge(ctx context.Context, dr door, rep *check.Report) (decision, error) {
+	dr.migrations.holds = dr.holds()
+	o := dr.options
+	o.Migrator = dr.migrations
+	gd, err := gate.Judge(ctx, rep, o)
+	if err != nil {
+		return decision{}, err
 	}
-	req, progress, failed := required(gd), "", ""
+	migrated := ""
+	if gd.Outcome == gate.Proceed {
+		migrated = g.succeeded(ctx, dr.migrations.name)
+	}
+	return dr.answer(gd, migrated), nil
+}
+
+// succeeded is name when that StorageMigration has succeeded, else "". A read that
+// fails is logged and reads as "": it only decides whether an admitted change reports
+// Migrated or NoMigrationRequired.
+func (g *Gate) succeeded(ctx context.Context, name string) string {
+	sm, err := storagemigration.Get(ctx, g.reader, name)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "could not tell whether the change was admitted after a migration; its StorageMigrationRequired condition says NoMigrationRequired", "storageMigration", name)
+		return ""
+	}
+	if sm != nil && storagemigration.Succeeded(sm) {
+		return sm.Name
+	}
+	return ""
+}
+
+// answer words the engine's decision gd for the door: the one place a decision becomes
+// the text a user reads (the admission message, the event, the gate annotation). It puts
+// the library's Message as it is after what the door adds (the change, when it is
+// denied), and then the door's advice: the report's next steps, and how the deployer
+// applies the change again. The conditions are the library's; migrated names a
+// StorageMigration that has succeeded for an admitted change ("" for none), which the
+// StorageMigrationRequired condition then reports as Migrated.
+func (dr door) answer(gd *gate.Decision, migrated string) decision {
+	d := decision{kind: kindOf(gd), conditions: gd.Conditions}
+	steps := fmt.Sprintf("Next steps%s: %s; %s", dr.target, strings.Join(gd.NextSteps(), "; then "), dr.again)
+	denied := fmt.Sprintf("upgradeguard denied the %s%s: %s", dr.change, dr.before, gd.Message)
 	switch d.kind {
-	case kindAdmitted, kindUnfixable:
-		req = d.message
+	case kindAdmitted:
+		d.reason = dr.reasons.admitted
+		d.message = fmt.Sprintf("upgradeguard admitted the %s: %s", dr.change, gd.Message)
+		if migrated != "" && len(d.conditions) > 0 {
+			d.conditions = slices.Clone(d.conditions)
+			d.conditions[0].Reason, d.migration = gate.ReasonMigrated, migrated
+		}
+	case kindUnfixable:
+		d.reason = dr.reasons.blocked
+		d.message = denied + ". " + steps
+	case kindNoPolicy:
+		d.reason = dr.reasons.blocked
+		d.message = denied + ". " + steps + ". Or create a StorageMigrationPolicy with autoMigrate: true that selects these CRDs"
 	case kindMigrationFailed:
-		failed = gd.Migration.Message
-	case kindHeld:
-		progress = d.message
+		name := gd.Migration.Name
+		d.migration, d.reason = name, ReasonMigrationFailed
+		d.message = fmt.Sprintf("%s. Fix the cause, then delete StorageMigration %s (kubectl delete storagemigration %s) so that the next attempt starts a new one; or migrate by hand. %s",
+			denied, name, name, steps)
+	default:
+		name := gd.Migration.Name
+		d.migration, d.created, d.reason = name, gd.Migration.Created, dr.reasons.held
+		switch {
+		case dr.migrations.dryRun && d.created:
+			// A dry run (kubectl --dry-run=server, Argo CD's server-side diff) creates
+			// nothing, so nothing migrates them unless someone does.
+			d.message = fmt.Sprintf("upgradeguard would hold the %s: %s. This was a dry run, so no StorageMigration was created: applying the change creates it, or migrate by hand. %s",
+				dr.change, gd.Message, steps)
+			return d
+		case d.created && !dr.migrations.dryRun:
+			d.reason = dr.reasons.started
+		}
+		verb, before := "is holding", dr.before
+		if dr.migrations.dryRun {
+			verb, before = "would hold", ""
+		}
+		d.message = fmt.Sprintf("upgradeguard %s the %s%s: %s. The change is held until StorageMigration %s completes (follow it with kubectl get storagemigration %s); %s",
+			verb, dr.change, before, gd.Message, name, name, dr.retry)
 	}
-	d.conditions[0].Message, d.conditions[1].Message, d.conditions[2].Message = req, progress, failed
+	return d
 }

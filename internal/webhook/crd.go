@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -19,6 +18,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -38,18 +38,6 @@ const CRDPath = "/mutate-apiextensions-crd-storedversions"
 // crdGate is the admission.Handler of CRDPath.
 type crdGate struct{ g *Gate }
 
-// Dropped are the versions of old's status.storedVersions that updated no longer lists
-// in spec.versions: the API server rejects such an update.
-func Dropped(old, updated *apiextv1.CustomResourceDefinition) []string {
-	var out []string
-	for _, v := range old.Status.StoredVersions {
-		if !slices.ContainsFunc(updated.Spec.Versions, func(x apiextv1.CustomResourceDefinitionVersion) bool { return x.Name == v }) {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
 // Handle decides one CRD UPDATE. It never patches.
 func (c *crdGate) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Update || req.SubResource != "" {
@@ -62,7 +50,7 @@ func (c *crdGate) Handle(ctx context.Context, req admission.Request) admission.R
 	if err := json.Unmarshal(req.Object.Raw, &crd); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the CustomResourceDefinition: %w", err))
 	}
-	dropped := Dropped(&old, &crd)
+	dropped := crdversions.DroppedStoredVersions(&old, &crd)
 	if len(dropped) == 0 && !crdschema.Changed(&old, &crd) {
 		return admission.Allowed("")
 	}
@@ -157,7 +145,10 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 	sms.live = p.Live
 	// Only this CRD write is refused: the client may have applied other objects before it
 	// (Argo CD applies a sync wave's objects together).
-	d := g.judged(ctx, p.Report, sms, what, "", o)
+	d, err := g.judge(ctx, o.door(what, "", p.Report, sms), p.Report)
+	if err != nil {
+		return g.recordErrored(what, err)
+	}
 	d.operation, d.chart = predict.Upgrade, crd.Name
 	d.warnings = append(d.warnings, schemaWarnings(p.Report)...)
 	if d.kind.allowed() {

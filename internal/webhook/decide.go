@@ -71,64 +71,32 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 		return g.errored(hr, subjectHR, change, err)
 	}
 
-	rep := res.Report
-	d := decision{operation: res.Operation, chart: res.Chart + "@" + res.Version, warnings: append(lastAttemptWarnings(hr), remediationWarnings(res)...)}
-	d.warnings = append(d.warnings, schemaWarnings(rep)...)
-	what := describeChange(hr, res, valuesOnly)
-
-	target := ""
-	if res.Remote {
-		target = fmt.Sprintf(" (against the cluster of the kubeConfig Secret %s/%s)", hr.Namespace, hr.Spec.KubeConfig.SecretRef.Name)
-	}
 	sms.live = res.LiveCRDs
-	sms.holds = fmt.Sprintf("holds the %s of HelmRelease %s/%s until the stored versions are migrated; the next apply of the change is admitted then", what, hr.Namespace, hr.Name)
-	name := sms.name
-	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, ObservedGeneration: hr.Generation,
-		PlanCommand: predict.Command{Kind: predict.CommandPlanHelmRelease, Release: hr.Name, Namespace: hr.Namespace, ChartVersion: rep.ChartVersion}.String()})
+	d, err := g.judge(ctx, hrDoor(hr, res, valuesOnly, sms), res.Report)
 	if err != nil {
 		return g.errored(hr, subjectHR, change, err)
 	}
-	d.conditions, d.kind = gd.Conditions, kindOf(gd)
-	steps := strings.Join(gd.NextSteps(), "; then ")
-	switch d.kind {
-	case kindAdmitted:
-		if sm, _ := storagemigration.Get(ctx, g.reader, name); sm != nil && storagemigration.Succeeded(sm) {
-			d.conditions[0].Reason, d.migration = gate.ReasonMigrated, sm.Name
-		}
-		d.reason = ReasonChartChangeAdmitted
-		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD of the incoming chart is accepted by the target's API server", what)
-	case kindUnfixable:
-		d.reason = ReasonChartChangeBlocked
-		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no automatic migration fixes it. %s. Next steps%s: %s; then re-apply the change (Flux retries on its next reconcile)",
-			what, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), target, steps)
-		if gd.Plan != "" {
-			d.message += ". The whole safe path: " + gd.Plan
-		}
-	case kindNoPolicy:
-		d.reason = ReasonChartChangeBlocked
-		d.message = fmt.Sprintf("upgradeguard denied the %s before anything was applied: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run%s: %s, then re-apply (Flux retries on its next reconcile); or create a StorageMigrationPolicy with autoMigrate: true that selects them",
-			what, required(gd), strings.Join(gd.Migration.NotAllowed, ", "), target, steps)
-	case kindMigrationFailed:
-		d.migration, d.reason = name, ReasonMigrationFailed
-		d.message = fmt.Sprintf("upgradeguard denied the %s: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the gate starts a new one on Flux's next retry, or run%s: %s",
-			what, required(gd), name, gd.Migration.Message, name, target, steps)
-	default:
-		d.migration, d.created, d.reason = name, gd.Migration.Created, ReasonChartChangeHeld
-		switch {
-		case dryRun:
-			d.message = fmt.Sprintf("upgradeguard would hold the %s: %s; StorageMigration %s would be created to migrate them (dry run: nothing was created)",
-				what, required(gd), name)
-		case d.created:
-			d.reason = ReasonMigrationStarted
-			d.message = fmt.Sprintf("upgradeguard is holding the %s: %s. StorageMigration %s was created to migrate them; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
-				what, required(gd), name, name, name)
-		default:
-			d.message = fmt.Sprintf("upgradeguard is holding the %s: %s, and StorageMigration %s is in progress; the upgrade is held until StorageMigration %s completes, and Flux's retries of this change will then succeed (follow it with kubectl get storagemigration %s)",
-				what, required(gd), name, name, name)
-		}
-	}
-	d.wordConditions(gd)
+	d.operation, d.chart = res.Operation, res.Chart+"@"+res.Version
+	d.warnings = append(append(lastAttemptWarnings(hr), remediationWarnings(res)...), schemaWarnings(res.Report)...)
 	return d
+}
+
+// hrDoor is the door of a HelmRelease's chart (or values) change, predicted as res. The
+// HelmRelease update is denied before anything was applied, Flux retries it on its own,
+// and a bridge names the HelmRelease's plan command.
+func hrDoor(hr *helmv2.HelmRelease, res *fluxrelease.Result, valuesOnly bool, sms *storageMigrations) door {
+	what := describeChange(hr, res, valuesOnly)
+	dr := door{change: what, held: fmt.Sprintf("%s of HelmRelease %s/%s", what, hr.Namespace, hr.Name), before: beforeApplied,
+		again:      "then re-apply the change (Flux retries on its next reconcile)",
+		retry:      "Flux's retries of this change will then succeed",
+		reasons:    reasons{admitted: ReasonChartChangeAdmitted, blocked: ReasonChartChangeBlocked, held: ReasonChartChangeHeld, started: ReasonMigrationStarted},
+		migrations: sms,
+		options: gate.Options{ObservedGeneration: hr.Generation,
+			PlanCommand: predict.Command{Kind: predict.CommandPlanHelmRelease, Release: hr.Name, Namespace: hr.Namespace, ChartVersion: res.Report.ChartVersion}.String()}}
+	if res.Remote {
+		dr.target = fmt.Sprintf(" (against the cluster of the kubeConfig Secret %s/%s)", hr.Namespace, hr.Spec.KubeConfig.SecretRef.Name)
+	}
+	return dr
 }
 
 // describeChange says what the update does to the release, for the messages.
@@ -185,11 +153,6 @@ func remediationWarnings(res *fluxrelease.Result) []string {
 	return warnings
 }
 
-// required is the admission wording of the StorageMigrationRequired message.
-func required(d *gate.Decision) string {
-	return fmt.Sprintf("stored versions of %s are dropped by the incoming chart and must be migrated first", strings.Join(d.ToMigrate, ", "))
-}
-
 // storageMigrations is the gate's Migrator for HelmReleases: a StorageMigration the
 // controller runs, when a StorageMigrationPolicy with autoMigrate selects every CRD.
 type storageMigrations struct {
@@ -241,18 +204,46 @@ func (m *storageMigrations) Migrate(ctx context.Context, crds []string) (*gate.P
 		return nil, err
 	}
 	if policy == nil {
-		return &gate.Progress{State: gate.MigrationNotAllowed, NotAllowed: unselected,
-			Message: "no StorageMigrationPolicy with autoMigrate selects " + strings.Join(unselected, ", ")}, nil
+		return m.notAllowed(unselected), nil
 	}
 	sm, created, err := m.g.ensureMigration(ctx, m, crds, policy)
 	if err != nil {
 		return nil, err
 	}
 	if sm != nil && storagemigration.Failed(sm) {
-		return &gate.Progress{State: gate.MigrationFailed, Name: m.name, Message: storagemigration.FailureMessage(sm)}, nil
+		return m.failed(storagemigration.FailureMessage(sm)), nil
 	}
-	return &gate.Progress{State: gate.MigrationRunning, Name: m.name, Created: created,
-		Message: fmt.Sprintf("StorageMigration %s migrates %s", m.name, strings.Join(crds, ", "))}, nil
+	return m.running(crds, created), nil
+}
+
+// notAllowed, failed and running are where m's migration stands, in the words the
+// conditions and the answer carry (gate.Decision.Message ends with them).
+func (m *storageMigrations) notAllowed(unselected []string) *gate.Progress {
+	return &gate.Progress{State: gate.MigrationNotAllowed, NotAllowed: unselected,
+		Message: "no StorageMigrationPolicy with autoMigrate selects " + strings.Join(unselected, ", ")}
+}
+
+func (m *storageMigrations) failed(why string) *gate.Progress {
+	return &gate.Progress{State: gate.MigrationFailed, Name: m.name, Message: fmt.Sprintf("StorageMigration %s failed: %s", m.name, why)}
+}
+
+func (m *storageMigrations) running(crds []string, created bool) *gate.Progress {
+	msg := fmt.Sprintf("StorageMigration %s is in progress, migrating %s", m.name, countCRDs(crds))
+	switch {
+	case created && m.dryRun:
+		msg = fmt.Sprintf("StorageMigration %s would be created to migrate %s", m.name, countCRDs(crds))
+	case created:
+		msg = fmt.Sprintf("StorageMigration %s was created to migrate %s", m.name, countCRDs(crds))
+	}
+	return &gate.Progress{State: gate.MigrationRunning, Name: m.name, Created: created, Message: msg}
+}
+
+// countCRDs is "1 CRD" or "N CRDs": Required names them.
+func countCRDs(crds []string) string {
+	if len(crds) == 1 {
+		return "1 CRD"
+	}
+	return fmt.Sprintf("%d CRDs", len(crds))
 }
 
 func (g *Gate) errored(hr *helmv2.HelmRelease, subject, change string, err error) decision {
@@ -278,43 +269,33 @@ func opName(op predict.Operation) string {
 }
 
 // policyFor returns a StorageMigrationPolicy with autoMigrate that selects every named
-// CRD, or nil and the names no such policy selects.
+// CRD (the one v1alpha1.Select chooses for the first), or nil and the names no such
+// policy selects.
 func (g *Gate) policyFor(ctx context.Context, live map[string]*apiextv1.CustomResourceDefinition, names []string) (*v1alpha1.StorageMigrationPolicy, []string, error) {
 	var list v1alpha1.StorageMigrationPolicyList
 	if err := g.reader.List(ctx, &list); err != nil {
 		return nil, nil, fmt.Errorf("list StorageMigrationPolicies: %w", err)
 	}
-	slices.SortFunc(list.Items, func(a, b v1alpha1.StorageMigrationPolicy) int { return strings.Compare(a.Name, b.Name) })
-	var chosen *v1alpha1.StorageMigrationPolicy
+	crds := make([]*apiextv1.CustomResourceDefinition, 0, len(names))
+	for _, n := range names {
+		if crd := live[n]; crd != nil {
+			crds = append(crds, crd)
+		}
+	}
+	selected, err := v1alpha1.Select(list.Policies(), crds, (*v1alpha1.StorageMigrationPolicy).AutoMigrates)
+	if err != nil {
+		return nil, nil, err
+	}
 	var unselected []string
 	for _, n := range names {
-		crd := live[n]
-		found := false
-		for i := range list.Items {
-			p := &list.Items[i]
-			if !p.AutoMigrates() || crd == nil {
-				continue
-			}
-			ok, err := p.Selects(crd)
-			if err != nil {
-				return nil, nil, err
-			}
-			if ok {
-				found = true
-				if chosen == nil {
-					chosen = p
-				}
-				break
-			}
-		}
-		if !found {
+		if selected[n] == nil {
 			unselected = append(unselected, n)
 		}
 	}
-	if len(unselected) > 0 {
+	if len(unselected) > 0 || len(names) == 0 {
 		return nil, unselected, nil
 	}
-	return chosen, nil, nil
+	return selected[names[0]], nil, nil
 }
 
 // MigrationName is the StorageMigration the gate creates for a HelmRelease:

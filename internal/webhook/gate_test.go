@@ -27,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -338,11 +339,18 @@ func TestGateRollbackDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A chart that drops CRDs the release renders today: Helm would delete them and every
-	// object of their types.
+	// object of their types. The Functions CRD holds one, so the gate denies; the
+	// FunctionRevisions CRD holds none, so its deletion loses nothing and is let go.
+	if err := testenv.CreateObjects(ctx, s.cp.Config, testenv.Objects{
+		GVR: schema.GroupVersionResource{Group: "pkg.crossplane.io", Version: "v1", Resource: "functions"}, Kind: "Function", PerNS: 1,
+		Spec: map[string]any{"package": "xpkg.upbound.io/crossplane-contrib/function-patch-and-transform:v0.1.4"},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	err = setVersion(ctx, s.c, ns, "crossplane", "1.18.1")
 	mustDeny(t, err, "before anything was applied: Helm would delete CRDs and every object of their types, and no automatic migration fixes it",
-		"functions.pkg.crossplane.io: no longer rendered by the upgrade target: Helm deletes the CRD and every object of its type",
-		"kubectl annotate crd functionrevisions.pkg.crossplane.io functions.pkg.crossplane.io helm.sh/resource-policy=keep")
+		"functions.pkg.crossplane.io: the upgrade target no longer renders it, so Helm deletes the CRD and its one Function object",
+		"kubectl annotate crd functions.pkg.crossplane.io helm.sh/resource-policy=keep")
 	st := gateState(t, ns, "crossplane", func(st webhook.State) bool { return st.Decision == webhook.OutcomeBlocked })
 	if c := apimeta.FindStatusCondition(st.Conditions, v1alpha1.ConditionStorageMigrationRequired); c == nil || c.Reason != "CRDWouldBeDeleted" {
 		t.Errorf("gate state: %+v", st)

@@ -70,9 +70,9 @@ func pendingRecord(ns string, n int) *corev1.Secret {
 
 // TestRecordGatesDown takes the release-record and CRD gates' endpoint down and checks,
 // on the real API server, that nothing but what they gate depends on them: with
-// failurePolicy Fail (to see the configuration in effect), a pending release record is
-// rejected while every other Secret write, the records' own updates and a CRD update that
-// drops nothing go through. With the shipped Ignore, a real helm upgrade succeeds, and
+// failurePolicy Fail (to see the configuration in effect), a pending release record and
+// the uninstalling mark of a record are rejected while every other Secret write, the
+// records' other updates and a CRD update that drops nothing go through. With the shipped Ignore, a real helm upgrade succeeds, and
 // an upgrade across a storage boundary fails with the API server's own rejection, as if
 // upgradeguard were not installed. Back up, a record the gate cannot decode is admitted
 // with a warning: its own errors fail open too.
@@ -135,6 +135,11 @@ func TestRecordGatesDown(t *testing.T) {
 	deployed.Labels["status"] = "superseded"
 	if err := s.c.Update(ctx, deployed); err != nil {
 		t.Errorf("a release record's status update with the gate down: %v", err)
+	}
+	// The mark helm uninstall writes does reach it.
+	deployed.Labels["status"] = "uninstalling"
+	if err := s.c.Update(ctx, deployed); err == nil || !strings.Contains(err.Error(), `failed calling webhook "release.upgradeguard.io"`) {
+		t.Errorf("a release record marked uninstalling under Fail: %v, want the dead endpoint's rejection", err)
 	}
 	apply := func(versions ...string) error {
 		var crd apiextv1.CustomResourceDefinition

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,7 +18,6 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
-	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
@@ -29,7 +28,9 @@ import (
 // webhook on the CREATE of Helm release record Secrets (sh.helm.release.v1.NAME.vN) with
 // status pending-install, pending-upgrade or pending-rollback. Every Helm client writes
 // that record before it applies anything of the revision, so a denial leaves the
-// cluster and the release history as they were.
+// cluster and the release history as they were. It also judges the UPDATE that marks
+// the last record uninstalling, which helm uninstall writes after the pre-delete hooks
+// and before it deletes anything (decideUninstall).
 const ReleasePath = "/validate-helm-release-record"
 
 // Labels on a StorageMigration the release-record gate creates for a release that no
@@ -49,10 +50,10 @@ const (
 // releaseGate is the admission.Handler of ReleasePath.
 type releaseGate struct{ g *Gate }
 
-// Handle decides one release record CREATE.
+// Handle decides one release record CREATE, or the UPDATE that marks it uninstalling.
 func (r *releaseGate) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create {
-		return admission.Allowed("only the creation of a release record is gated")
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("only the creation of a release record and its uninstalling mark are gated")
 	}
 	var sec corev1.Secret
 	if err := json.Unmarshal(req.Object.Raw, &sec); err != nil {
@@ -61,17 +62,23 @@ func (r *releaseGate) Handle(ctx context.Context, req admission.Request) admissi
 	if sec.Namespace == "" {
 		sec.Namespace = req.Namespace
 	}
-	if sec.Labels[helmrelease.LabelOwner] != helmrelease.OwnerHelm || !helmrelease.Pending(sec.Labels[helmrelease.LabelStatus]) ||
-		sec.Type != helmrelease.SecretType {
-		return admission.Allowed("not a pending Helm release record")
+	uninstall := req.Operation == admissionv1.Update && sec.Labels[helmrelease.LabelStatus] == string(common.StatusUninstalling)
+	pending := req.Operation == admissionv1.Create && helmrelease.Pending(sec.Labels[helmrelease.LabelStatus])
+	if sec.Labels[helmrelease.LabelOwner] != helmrelease.OwnerHelm || sec.Type != helmrelease.SecretType || (!pending && !uninstall) {
+		return admission.Allowed("not a pending Helm release record, nor one marked uninstalling")
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
 	ctx, cancel := context.WithTimeout(ctx, r.g.opts.RecordTimeout)
 	defer cancel()
-	d := r.decide(ctx, &sec, dryRun)
+	var d decision
+	if uninstall {
+		d = r.decideUninstall(ctx, &sec, dryRun)
+	} else {
+		d = r.decide(ctx, &sec, dryRun)
+	}
 	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
 	log.FromContext(ctx).Info("release record decision", "release", sec.Namespace+"/"+sec.Labels[helmrelease.LabelName],
-		"revision", sec.Labels[helmrelease.LabelVersion], "outcome", d.kind.outcome(), "storageMigration", d.migration)
+		"revision", sec.Labels[helmrelease.LabelVersion], "status", sec.Labels[helmrelease.LabelStatus], "outcome", d.kind.outcome(), "storageMigration", d.migration)
 	return respond(d)
 }
 
@@ -170,7 +177,10 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 	}
 	what := describeRecord(rel, p)
 	sms.live = p.Live
-	d := g.judged(ctx, p.Report, sms, what, beforeApplied, o)
+	d, err := g.judge(ctx, o.door(what, beforeApplied, p.Report, sms), p.Report)
+	if err != nil {
+		return g.recordErrored(what, err)
+	}
 	d.operation, d.chart = p.Report.Operation, chartOf(rel)
 	if !dryRun && o.flux() {
 		g.recordOnHelmRelease(ctx, o, d)
@@ -178,73 +188,28 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 	return d
 }
 
-// judged runs the one gate engine (gate.Judge) on a prediction and words its decision
-// for the release-record and CRD gates: what names the held change, retry says how it
-// is retried.
-func (g *Gate) judged(ctx context.Context, rep *check.Report, sms *storageMigrations, what, before string, o owner) decision {
-	retry, again := retryAdvice(o), "then run the helm command again"
+// door is the door of a release record (before is beforeApplied) or of a CRD update
+// (before is "": the client may have applied other objects first) whose change, named by
+// what, o holds: how the deployer retries depends on who o is (helm-controller, Argo CD,
+// the Helm CLI, or nobody for a CRD no release applies).
+func (o owner) door(what, before string, rep *check.Report, sms *storageMigrations) door {
+	dr := door{change: what, held: what, before: before,
+		again:      "then run the helm command again",
+		retry:      "run the same helm command again when it has succeeded",
+		reasons:    reasons{admitted: ReasonReleaseAdmitted, blocked: ReasonReleaseBlocked, held: ReasonReleaseHeld, started: ReasonReleaseHeld},
+		migrations: sms}
+	dr.options.PlanCommand, dr.options.NoPlan = o.planCommand(rep)
 	switch {
 	case o.flux():
-		again = fmt.Sprintf("then let helm-controller retry (flux reconcile helmrelease %s -n %s --reset)", o.hrName, o.hrNamespace)
+		dr.again = fmt.Sprintf("then let helm-controller retry (flux reconcile helmrelease %s -n %s --reset)", o.hrName, o.hrNamespace)
+		dr.retry = fmt.Sprintf("when it has succeeded, upgradeguard asks helm-controller to retry HelmRelease %s/%s at once (reconcile.fluxcd.io/resetAt)", o.hrNamespace, o.hrName)
 	case o.argo():
-		retry = "retry the update when it has succeeded"
-		again = fmt.Sprintf("then sync Application %s/%s again (or roll it back again)", o.appNamespace, o.app)
+		dr.again = fmt.Sprintf("then sync Application %s/%s again (or roll it back again)", o.appNamespace, o.app)
+		dr.retry = "retry the update when it has succeeded"
 	case o.namespace == "":
-		retry, again = "retry the update when it has succeeded", "then retry the update"
+		dr.again, dr.retry = "then retry the update", "retry the update when it has succeeded"
 	}
-	sms.holds = fmt.Sprintf("holds the %s until the stored versions are migrated; %s", what, retry)
-	plan, noPlan := o.planCommand(rep)
-	gd, err := gate.Judge(ctx, rep, gate.Options{Migrator: sms, PlanCommand: plan, NoPlan: noPlan})
-	if err != nil {
-		return g.recordErrored(what, err)
-	}
-	d := decision{conditions: gd.Conditions, kind: kindOf(gd)}
-	steps := strings.Join(gd.NextSteps(), "; then ")
-	switch d.kind {
-	case kindAdmitted:
-		d.reason = ReasonReleaseAdmitted
-		d.message = fmt.Sprintf("upgradeguard admitted the %s: every CRD it brings is accepted by the API server", what)
-	case kindUnfixable:
-		d.reason = ReasonReleaseBlocked
-		d.message = fmt.Sprintf("upgradeguard denied the %s%s: %s, and no automatic migration fixes it. %s. Next steps: %s; %s",
-			what, before, strings.Join(gd.Why, ", and "), strings.Join(gd.Unfixable, "; "), steps, again)
-		if gd.Plan != "" {
-			d.message += ". The whole safe path: " + gd.Plan
-		}
-	case kindNoPolicy:
-		d.reason = ReasonReleaseBlocked
-		d.message = fmt.Sprintf("upgradeguard denied the %s%s: %s, and no StorageMigrationPolicy with autoMigrate selects %s. Run: %s; %s. Or create a StorageMigrationPolicy with autoMigrate: true that selects them",
-			what, before, required(gd), strings.Join(gd.Migration.NotAllowed, ", "), steps, again)
-	case kindMigrationFailed:
-		d.migration, d.reason = sms.name, ReasonMigrationFailed
-		d.message = fmt.Sprintf("upgradeguard denied the %s%s: %s, but StorageMigration %s failed: %s. Fix the cause, then delete it (kubectl delete storagemigration %s) so the next attempt starts a new one, or run: %s",
-			what, before, required(gd), sms.name, gd.Migration.Message, sms.name, steps)
-	default:
-		d.migration, d.created, d.reason = sms.name, gd.Migration.Created, ReasonReleaseHeld
-		if sms.dryRun && d.created {
-			// A dry run (kubectl --dry-run=server, Argo CD's server-side diff) creates
-			// nothing, so nothing would migrate them unless someone does.
-			d.message = fmt.Sprintf("upgradeguard would hold the %s: %s. This was a dry run, so no StorageMigration was created: run %s, or let a StorageMigrationPolicy with autoMigrate: true migrate them",
-				what, required(gd), steps)
-			break
-		}
-		d.message = fmt.Sprintf("upgradeguard is holding the %s%s: %s. StorageMigration %s migrates them (kubectl get storagemigration %s); %s",
-			what, before, required(gd), sms.name, sms.name, retry)
-	}
-	d.wordConditions(gd)
-	return d
-}
-
-// beforeApplied is what the release-record gate can say of a revision it holds: Helm
-// writes the pending record before it applies anything of the revision.
-const beforeApplied = " before anything was applied"
-
-// retryAdvice says how a held change is retried.
-func retryAdvice(o owner) string {
-	if o.flux() {
-		return fmt.Sprintf("when it has succeeded, upgradeguard asks helm-controller to retry HelmRelease %s/%s at once (reconcile.fluxcd.io/resetAt)", o.hrNamespace, o.hrName)
-	}
-	return "run the same helm command again when it has succeeded"
+	return dr
 }
 
 // describeRecord names the change a release record starts.

@@ -324,7 +324,7 @@ func TestCRDGateStoredVersions(t *testing.T) {
 		t.Fatal("the dry-run CRD update dropping v1alpha1 was accepted; want it denied")
 	} else {
 		mustContain(t, err.Error(), `admission webhook "crd.upgradeguard.io" denied the request`, "upgradeguard would hold the update of CustomResourceDefinition "+crdName,
-			"This was a dry run, so no StorageMigration was created: run upgradeguard migrate --crd "+crdName)
+			"This was a dry run, so no StorageMigration was created", "Next steps: upgradeguard migrate --crd "+crdName)
 	}
 	if err := s.c.Get(ctx, client.ObjectKey{Name: sm}, &v1alpha1.StorageMigration{}); !apierrors.IsNotFound(err) {
 		t.Errorf("StorageMigration %s after a dry run: %v, want none", sm, err)

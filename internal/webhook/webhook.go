@@ -18,7 +18,17 @@
 // pending release record Secret every Helm client writes before it applies anything, and
 // the CRD gate (CRDPath), a mutating webhook that never patches, on CRD updates the API
 // server would reject on status.storedVersions. Both decide with the same engine
-// (check.Predict, gate.Judge) and fail open.
+// (check.Predict, gate.Judge) and fail open. The CRD deletion guard (CRDDeletePath), a
+// validating webhook on CRD DELETEs from any client, denies the deletion of a CRD that
+// still holds objects (predict.DecideDeleted, worded by gate.Judge like every door); its
+// webhook fails closed by default, and a CRD annotated upgradeguard.io/allow-delete=true
+// never reaches it.
+//
+// Every path is a door: a door value holds what it adds to an answer (the change it
+// names, how the deployer retries, its event reasons), and one function, door.answer,
+// words gate.Judge's decision for it. The library's sentence (gate.Decision.Message) and
+// conditions are shown as they are, so a controller that calls pkg/gate and a user behind
+// the webhook read the same words (docs/design/2026-12-04-answers.md).
 package webhook
 
 import (
@@ -35,6 +45,7 @@ import (
 	"helm.sh/helm/v4/pkg/cli"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -106,7 +117,7 @@ const (
 // Setup registers the gate on the manager's webhook server at Path, and the annotation
 // writer as a runnable. The scheme gains the Flux and upgradeguard types it reads.
 func Setup(mgr manager.Manager, o Options) error {
-	for _, add := range []func(*runtime.Scheme) error{helmv2.AddToScheme, sourcev1.AddToScheme, v1alpha1.AddToScheme, corev1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{helmv2.AddToScheme, sourcev1.AddToScheme, v1alpha1.AddToScheme, corev1.AddToScheme, apiextv1.AddToScheme} {
 		if err := add(mgr.GetScheme()); err != nil {
 			return fmt.Errorf("webhook: register types: %w", err)
 		}
@@ -141,6 +152,7 @@ func Setup(mgr manager.Manager, o Options) error {
 	mgr.GetWebhookServer().Register(Path, &ctrlwebhook.Admission{Handler: g})
 	mgr.GetWebhookServer().Register(ReleasePath, &ctrlwebhook.Admission{Handler: &releaseGate{g: g}})
 	mgr.GetWebhookServer().Register(CRDPath, &ctrlwebhook.Admission{Handler: &crdGate{g: g}})
+	mgr.GetWebhookServer().Register(CRDDeletePath, &ctrlwebhook.Admission{Handler: &crdDeleteGuard{g: g}})
 	return nil
 }
 

@@ -1,11 +1,15 @@
 // Package applycheck predicts, object by object, what a Helm 4 upgrade or rollback does to
 // the cluster, server-side or client-side, and what it leaves behind when it fails.
 //
-// CheckRelease is the entry point for a stored release: it resolves the apply method as
-// Helm 4.3.1 does (ResolveMode), predicts flag errors, sorts hooks, redacts release
-// values and Secret data, and runs Run. Run is the loop itself, described below for
-// server-side apply; client-side (Options.ClientSide) differs only in how one object is
-// updated (predictClientSide: Helm's three-way merge patch, no conflicts).
+// Predict is the entry point of a front end: one upgrade or rollback of a stored release,
+// from its history (and, for an upgrade, the new chart, loaded and rendered once) to one
+// Prediction, which adds the CRD storage-version check of the same chart and says
+// whether the operation is safe by both. CheckRelease is the replay of a stored release:
+// it resolves the apply method as Helm 4.3.1 does (ResolveMode), predicts flag errors,
+// sorts hooks, redacts release values and Secret data, and runs Run. Run is the loop
+// itself, described below for server-side apply; client-side (Options.ClientSide)
+// differs only in how one object is updated (predictClientSide: Helm's three-way merge
+// patch, no conflicts).
 //
 // The model is Helm's own upgrade loop (pkg/kube Client.update and pkg/action
 // Upgrade.performUpgrade), identical in every Helm 4 release the Go module proxy serves,
@@ -54,6 +58,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
 
@@ -452,7 +457,7 @@ func (r *run) deletes(ctx context.Context) error {
 			continue
 		}
 		rep.dropped = append(rep.dropped, c.obj)
-		res, err := predictDelete(ctx, r.dyn, c, failed)
+		res, err := predictDelete(ctx, r.dyn, c, predict.Operation(r.u.Operation), failed)
 		if err != nil {
 			return err
 		}
@@ -577,7 +582,9 @@ func (res *Object) storedVersionsRejected(err error) {
 	}
 }
 
-func predictDelete(ctx context.Context, dyn dynamic.Interface, c item, failed bool) (Object, error) {
+// predictDelete predicts the delete of an object the target dropped: Helm's rule
+// (predict.Deployer.Fate) on the live object, then a dry-run delete.
+func predictDelete(ctx context.Context, dyn dynamic.Interface, c item, op predict.Operation, failed bool) (Object, error) {
 	res := Object{Object: c.subject, Step: Delete}
 	ri := resourceFor(dyn, c)
 	live, err := ri.Get(ctx, c.obj.GetName(), metav1.GetOptions{})
@@ -591,7 +598,7 @@ func predictDelete(ctx context.Context, dyn dynamic.Interface, c item, failed bo
 		res.Outcome = NotDeleted
 		res.Note = "Helm deletes dropped objects only when every apply and create succeeded"
 		return res, nil
-	case live.GetAnnotations()["helm.sh/resource-policy"] == "keep":
+	case predict.Helm4.Fate(op, predict.Leaving{Exists: true, Live: live.GetAnnotations()}) == predict.FateKeptLive:
 		res.Outcome = Kept
 		res.Note = "the live object carries helm.sh/resource-policy: keep"
 		return res, nil

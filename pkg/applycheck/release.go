@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/redact"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
@@ -151,7 +152,8 @@ func prune(ctx context.Context, rc ReleaseCheck, dropped []*unstructured.Unstruc
 		text.WriteString("---\n")
 		text.Write(data)
 	}
-	return uninstall.Prune(ctx, rc.Clients, uninstall.PruneOptions{Release: rc.Release, Namespace: rc.Namespace, Operation: string(rc.Operation), Dropped: text.String()})
+	return uninstall.Prune(ctx, rc.Clients, uninstall.PruneOptions{Release: rc.Release, Namespace: rc.Namespace, Operation: string(rc.Operation),
+		Dropped: text.String(), Deployer: predict.Helm4})
 }
 
 type planned struct {

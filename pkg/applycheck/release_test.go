@@ -20,6 +20,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -58,43 +59,45 @@ func (w webChart) write(t *testing.T, version string) string {
 	return dir
 }
 
-// checkRelease renders chart as helm upgrade does (with the stored values) and runs
-// CheckRelease from the stored history; chart "" predicts a rollback to toRevision.
+// checkRelease predicts the upgrade to chart, rendered as helm upgrade renders it (with
+// the stored values), or, for chart "", the rollback to toRevision: one
+// applycheck.Predict, whose replay it returns. No string of the prediction holds the
+// release's password.
 func (c cluster) checkRelease(t *testing.T, chart, rel, ns string, toRevision int, flags applycheck.Flags) *applycheck.ReleaseReport {
 	t.Helper()
-	ctx := t.Context()
-	reader, err := helmrelease.NewReader(c.cs, ns, "secret")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hist, err := reader.History(ctx, rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := applycheck.ReleaseCheck{Release: rel, Namespace: ns, History: hist, Operation: applycheck.OpRollback, ToRevision: toRevision, Flags: flags}
+	r := applycheck.Request{Release: rel, Namespace: ns, Operation: applycheck.OpRollback, ToRevision: toRevision, Flags: flags}
 	if chart != "" {
-		cur, err := reader.Current(ctx, rel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch, err := chartsource.Load(ctx, chartsource.Options{Ref: chart, ReleaseName: rel, Namespace: ns, IsUpgrade: true, BaseValues: cur.Config})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rc.Operation, rc.TargetManifest, rc.TargetHooks = applycheck.OpUpgrade, ch.Manifest, ch.Hooks
+		r.Operation, r.Chart = applycheck.OpUpgrade, chartsource.Options{Ref: chart}
 	}
-	rep, err := applycheck.CheckRelease(ctx, c.dyn, c.mapper, rc)
+	p, err := applycheck.Predict(t.Context(), c.sources(t, ns), r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(rep)
+	data, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(string(data), sentinel) {
-		t.Errorf("the report holds the release's password:\n%s", data)
+		t.Errorf("the prediction holds the release's password:\n%s", data)
 	}
-	return rep
+	if p.Safe != (p.ReleaseReport.Safe && p.CRDCheck.Safe) {
+		t.Errorf("safe %v, but the replay says %v and the CRD check %v", p.Safe, p.ReleaseReport.Safe, p.CRDCheck.Safe)
+	}
+	return p.ReleaseReport
+}
+
+// sources are what Predict reads in namespace ns.
+func (c cluster) sources(t *testing.T, ns string) applycheck.Sources {
+	t.Helper()
+	reader, err := helmrelease.NewReader(c.cs, ns, "secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := livecluster.NewKubeCluster(c.cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return applycheck.Sources{Releases: reader, Dynamic: c.dyn, Mapper: c.mapper, Cluster: live}
 }
 
 func (c cluster) helm3(t *testing.T, args ...string) {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
@@ -178,7 +179,7 @@ type NotFoundError struct {
 func (e *NotFoundError) Error() string {
 	if e.NoCRD {
 		return fmt.Sprintf("Application %s/%s: the cluster serves no %s (Argo CD's Application CRD is not installed): "+
-			"point --kubeconfig/--context at the cluster that runs Argo CD", e.Namespace, e.Name, GVR.GroupResource())
+			"read it from the cluster that runs Argo CD", e.Namespace, e.Name, GVR.GroupResource())
 	}
 	return fmt.Sprintf("Application %s/%s not found: check the namespace and name (kubectl get applications.argoproj.io -A)", e.Namespace, e.Name)
 }
@@ -200,27 +201,22 @@ func Get(ctx context.Context, dyn dynamic.Interface, namespace, name string) (*A
 // List reads every Application in namespace ("" for all). A cluster without Argo CD's
 // Application CRD has none: that is not an error.
 func List(ctx context.Context, dyn dynamic.Interface, namespace string) ([]*Application, error) {
-	var out []*Application
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		list, err := dyn.Resource(GVR).Namespace(namespace).List(ctx, opts)
-		if IsNotServed(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list Argo CD Applications (%s): %w", GVR.GroupVersion(), err)
-		}
-		for i := range list.Items {
-			app, err := FromUnstructured(&list.Items[i])
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, app)
-		}
-		if opts.Continue = list.GetContinue(); opts.Continue == "" {
-			return out, nil
-		}
+	items, err := kubeclient.ListAll(ctx, dyn.Resource(GVR).Namespace(namespace), metav1.ListOptions{})
+	if IsNotServed(err) {
+		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("list Argo CD Applications (%s): %w", GVR.GroupVersion(), err)
+	}
+	var out []*Application
+	for i := range items {
+		app, err := FromUnstructured(&items[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, app)
+	}
+	return out, nil
 }
 
 // IsNotServed is true when the error says the resource type is not served: a 404 on

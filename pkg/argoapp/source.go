@@ -15,6 +15,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // Kind is where an Application's chart comes from.
@@ -100,13 +101,14 @@ func (e *UnsupportedError) Error() string {
 }
 
 // ManifestsCommand is what judges any Application: its rendered manifests from Argo CD,
-// checked as rendered manifests.
+// checked as rendered manifests (the namespace is named only when it is not Argo CD's
+// default).
 func ManifestsCommand(app *Application) string {
-	name := app.Name
+	c := predict.Command{Kind: predict.CommandCheckApplicationManifests, Release: app.Name}
 	if app.Namespace != DefaultNamespace {
-		name = app.Namespace + "/" + app.Name
+		c.Namespace = app.Namespace
 	}
-	return "argocd app manifests " + name + " | upgradeguard check --manifests -"
+	return c.String()
 }
 
 func (a *Application) unsupported(format string, args ...any) error {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/registry"
 )
 
@@ -153,7 +154,7 @@ func (j *judge) application(app *argoapp.Application, gate CRDGate) Application 
 	}
 	out.Sync = Protection{Protected: len(by) > 0, By: by}
 	out.Protected = out.Sync.Protected
-	out.Findings = append(out.Findings, appFindings(out, gate)...)
+	out.Findings = append(out.Findings, appFindings(out, checkCommand(app), gate)...)
 	for i := range out.Findings {
 		out.Findings[i].Subject = out.Subject
 	}
@@ -178,7 +179,7 @@ func (j *judge) appHooks(app *argoapp.Application, out *Application) []string {
 	entry, known := j.reg.Lookup(out.Chart)
 	out.Known = known
 	if !known {
-		out.Notes = append(out.Notes, fmt.Sprintf("chart %q is not in the registry: no upstream hook is assumed", out.Chart))
+		out.Notes = append(out.Notes, notRegistered(out.Chart))
 		return nil
 	}
 	user, err := appValues(helm)
@@ -187,7 +188,7 @@ func (j *judge) appHooks(app *argoapp.Application, out *Application) []string {
 	}
 	if helm != nil && len(helm.ValueFiles) > 0 {
 		out.Findings = append(out.Findings, Finding{Check: CodeValuesFilesUnread, Severity: Info,
-			Message: "helm.valueFiles are not read by the audit: keys set there are missed (check the Application with `upgradeguard check --argocd-app`)"})
+			Message: "helm.valueFiles are not read by the audit: keys set there are missed (check the Application with `" + checkCommand(app) + "`)"})
 	}
 	var hooks protectors
 	off := map[registry.Hook]bool{registry.PreRollback: true, registry.PostRollback: true}
@@ -229,16 +230,22 @@ func appValues(h *argoapp.Helm) (map[string]any, error) {
 	return vals, nil
 }
 
-func appFindings(a Application, gate CRDGate) []Finding {
+// checkCommand is the check of the Application's Helm source that the findings name.
+func checkCommand(app *argoapp.Application) string {
+	return predict.Command{Kind: predict.CommandCheckApplication, Namespace: app.Namespace, Release: app.Name}.String()
+}
+
+// appFindings are what weakens the Application's protection; check is its checkCommand.
+func appFindings(a Application, check string, gate CRDGate) []Finding {
 	var out []Finding
 	if len(a.Migrations) > 0 && len(a.Sync.By) == len(a.Migrations) {
 		out = append(out, Finding{Check: CodeBundledMigrationOnly, Severity: Warning,
 			Message: "only bundled StorageVersionMigrations protect it: one with a fixed name runs once, and none helps the sync that drops " +
-				"the old version (that CRD write is rejected first); run `upgradeguard check --argocd-app` before each sync, or install the CRD gate"})
+				"the old version (that CRD write is rejected first); run `" + check + "` before each sync, or install the CRD gate"})
 	}
 	if !a.Protected {
 		msg := "nothing protects a sync that drops a stored version: Argo CD applies every CRD on each sync and retries the rejected write; " +
-			"install upgradeguard's CRD gate (webhook.enabled in its chart) or check each sync with `upgradeguard check --argocd-app`"
+			"install upgradeguard's CRD gate (webhook.enabled in its chart) or check each sync with `" + check + "`"
 		if gate.Installed && !gate.Running {
 			msg = "the CRD gate is installed but its controller is not running (it fails open): " + msg
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -20,6 +21,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 const argoNS = "argo-audit"
@@ -161,6 +163,15 @@ func TestAuditArgoCDApplications(t *testing.T) {
 	apps := byApplication(rep)
 	if a := apps["Application/argo-audit/bundled"]; !slices.Contains(findingCodes(a), audit.CodeBundledMigrationOnly) || !slices.Equal(a.CRDs, []string{widgetsCRD[2]}) {
 		t.Errorf("bundled: findings %v, CRDs %v", findingCodes(a), a.CRDs)
+	}
+	// Each finding names the check of that very Application.
+	for _, name := range []string{"bundled", "plain"} {
+		check := predict.Command{Kind: predict.CommandCheckApplication, Namespace: argoNS, Release: name}.String()
+		for _, f := range apps["Application/"+argoNS+"/"+name].Findings {
+			if !strings.Contains(f.Message, "`"+check+"`") {
+				t.Errorf("%s: finding %s does not name `%s`: %s", name, f.Check, check, f.Message)
+			}
+		}
 	}
 	if a := apps["Application/argo-audit/flux-hook"]; a.Version != "2.18.3" || len(a.Mechanisms) != 1 || !a.Mechanisms[0].On {
 		t.Errorf("flux-hook: version %q (want the synced 2.18.3), mechanisms %+v", a.Version, a.Mechanisms)

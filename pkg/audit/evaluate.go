@@ -121,7 +121,7 @@ func (j *judge) mechanisms(in input, out *Release, entry *registry.Chart, known 
 	}
 	if !known {
 		if out.ShipsCRDs {
-			out.Notes = append(out.Notes, fmt.Sprintf("chart %q is not in the registry: no upstream hook is assumed (add it with --registry)", out.Chart))
+			out.Notes = append(out.Notes, notRegistered(out.Chart))
 		}
 		return hooks
 	}
@@ -175,29 +175,28 @@ func (h *protectors) add(m *registry.Mechanism, st Mechanism, off map[registry.H
 	}
 }
 
-// coversAll reports whether every CRD is selected by a proactive policy.
+// coversAll reports whether every CRD is selected by a proactive policy
+// (v1alpha1.Select). A policy with an invalid selector is a warning, and the CRDs are not
+// counted as covered until it is corrected.
 func (j *judge) coversAll(crds []chartcrds.CRD) bool {
 	if len(crds) == 0 || len(j.policies) == 0 {
 		return false
 	}
+	judged := make([]*apiextv1.CustomResourceDefinition, 0, len(crds))
 	for _, c := range crds {
 		crd := c.CRD
 		if live, ok := j.crds[crd.Name]; ok {
 			crd = live
 		}
-		covered := false
-		for _, p := range j.policies {
-			ok, err := p.Selects(crd)
-			if err != nil {
-				j.warn(err.Error())
-				continue
-			}
-			if ok {
-				covered = true
-				break
-			}
-		}
-		if !covered {
+		judged = append(judged, crd)
+	}
+	selected, err := v1alpha1.Select(j.policies, judged, nil)
+	if err != nil {
+		j.warn(err.Error())
+		return false
+	}
+	for _, crd := range judged {
+		if selected[crd.Name] == nil {
 			return false
 		}
 	}
@@ -208,6 +207,13 @@ func (j *judge) warn(msg string) {
 	if !slices.Contains(j.warnings, msg) {
 		j.warnings = append(j.warnings, msg)
 	}
+}
+
+// notRegistered is the note on a release or Application whose chart the registry does not
+// know (Release.Known, Application.Known false): a front end adds how its user extends
+// the registry.
+func notRegistered(chart string) string {
+	return fmt.Sprintf("chart %q is not in the registry: no upstream hook is assumed until the registry has an entry for it", chart)
 }
 
 // values returns the values set for the release, the stored chart's defaults, and where

@@ -18,9 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -148,15 +146,23 @@ func RunFleet(ctx context.Context, pl Platform, o FleetOptions) (*FleetReport, e
 	var wg sync.WaitGroup
 	for i := range secrets.Items {
 		s := &secrets.Items[i]
-		guard := &Guard{Controller: ctrl}
-		for _, p := range policies {
-			if p.IsProactive() && selectsSecret(p, s) {
-				guard.Policies = append(guard.Policies, p)
-			}
-		}
 		cr := &rep.Clusters[i]
 		cr.Name, cr.Secret = kubeclient.ClusterName(s), s.Name
 		cr.LastMigration = last[cr.Name]
+		guard := &Guard{Controller: ctrl}
+		var selErr error
+		for _, p := range policies {
+			ok, err := selectsSecret(p, s)
+			selErr = errors.Join(selErr, err)
+			if ok && p.IsProactive() {
+				guard.Policies = append(guard.Policies, p)
+			}
+		}
+		if selErr != nil {
+			// A policy that cannot say whether it covers this cluster may be the one meant to.
+			cr.Error = selErr.Error()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -180,13 +186,16 @@ func RunFleet(ctx context.Context, pl Platform, o FleetOptions) (*FleetReport, e
 	return rep, nil
 }
 
-func selectsSecret(p *v1alpha1.StorageMigrationPolicy, s *corev1.Secret) bool {
-	t := p.Spec.Targets
-	if t == nil || t.Namespace != s.Namespace {
-		return false
+// selectsSecret reports whether the fleet policy p covers the kubeconfig Secret s.
+func selectsSecret(p *v1alpha1.StorageMigrationPolicy, s *corev1.Secret) (bool, error) {
+	if p.Spec.Targets == nil || p.Spec.Targets.Namespace != s.Namespace {
+		return false, nil
 	}
-	sel, err := metav1.LabelSelectorAsSelector(&t.Selector)
-	return err == nil && sel.Matches(labels.Set(s.Labels))
+	sel, err := p.TargetSelector()
+	if err != nil {
+		return false, err
+	}
+	return sel.Matches(labels.Set(s.Labels)), nil
 }
 
 func auditCluster(ctx context.Context, s *corev1.Secret, guard *Guard, o FleetOptions, cr *ClusterReport) error {
@@ -216,10 +225,13 @@ func auditCluster(ctx context.Context, s *corev1.Secret, guard *Guard, o FleetOp
 				MigratingBy: svmNames(active[c.Name])})
 		}
 	}
-	src, err := SourcesFor(cfg, o.HelmDriver)
+	src, err := NewSources(cfg, o.HelmDriver)
 	if err != nil {
 		return err
 	}
+	// The CRD gate is not counted from the platform cluster: whether a target's webhook
+	// is served is not what the platform's controller Lease says.
+	src.Webhooks = nil
 	ao := o.Audit
 	ao.Guard = guard
 	rep, err := Run(ctx, src, ao)
@@ -239,27 +251,6 @@ func auditCluster(ctx context.Context, s *corev1.Secret, guard *Guard, o FleetOp
 	}
 	cr.Coverage = rep.Summary.Coverage
 	return nil
-}
-
-// SourcesFor builds the Sources that read one cluster.
-func SourcesFor(cfg *rest.Config, helmDriver helmrelease.Driver) (Sources, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return Sources{}, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return Sources{}, err
-	}
-	md, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return Sources{}, err
-	}
-	objects, err := client.New(cfg, client.Options{})
-	if err != nil {
-		return Sources{}, err
-	}
-	return Sources{Dynamic: dyn, Metadata: md, Leases: cs.CoordinationV1(), Releases: HelmStorage{Clientset: cs, Driver: helmDriver}, Objects: objects}, nil
 }
 
 // lastMigrations is each target cluster's latest StorageMigration (by its cluster label).

@@ -231,27 +231,22 @@ func summarize(rels []Release) Summary {
 // listHelmReleases lists Flux HelmReleases (v2). A cluster without Flux has none: that is
 // not an error.
 func listHelmReleases(ctx context.Context, dyn dynamic.Interface, ns string) ([]*helmv2.HelmRelease, error) {
-	var out []*helmv2.HelmRelease
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		list, err := dyn.Resource(helmReleaseGVR).Namespace(ns).List(ctx, opts)
-		if isAbsent(err) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list Flux HelmReleases (%s): %w", helmReleaseGVR.GroupVersion(), err)
-		}
-		for i := range list.Items {
-			var hr helmv2.HelmRelease
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &hr); err != nil {
-				return nil, fmt.Errorf("HelmRelease %s/%s: decode: %w", list.Items[i].GetNamespace(), list.Items[i].GetName(), err)
-			}
-			out = append(out, &hr)
-		}
-		if opts.Continue = list.GetContinue(); opts.Continue == "" {
-			return out, nil
-		}
+	items, err := kubeclient.ListAll(ctx, dyn.Resource(helmReleaseGVR).Namespace(ns), metav1.ListOptions{})
+	if isAbsent(err) {
+		return nil, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("list Flux HelmReleases (%s): %w", helmReleaseGVR.GroupVersion(), err)
+	}
+	var out []*helmv2.HelmRelease
+	for i := range items {
+		var hr helmv2.HelmRelease
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(items[i].Object, &hr); err != nil {
+			return nil, fmt.Errorf("HelmRelease %s/%s: decode: %w", items[i].GetNamespace(), items[i].GetName(), err)
+		}
+		out = append(out, &hr)
+	}
+	return out, nil
 }
 
 // listPolicies lists StorageMigrationPolicies. Without the upgradeguard CRDs there are none.
@@ -415,7 +410,8 @@ func composeValues(ctx context.Context, r fluxrelease.Reader, inputs []input) er
 }
 
 // NewSources builds the sources of an audit from one REST config: one client set, with
-// release storage read through driver ("secret" or "configmap"; "" is secret).
+// release storage read through driver ("secret" or "configmap"; "" is secret). The audit
+// of one cluster and of each target of a fleet read through it.
 func NewSources(cfg *rest.Config, driver helmrelease.Driver) (Sources, error) {
 	c, err := kubeclient.New(cfg)
 	if err != nil {

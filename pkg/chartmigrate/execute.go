@@ -139,7 +139,8 @@ type executor struct {
 
 // Execute carries out the plan in st, step by step, saving the record after each one.
 // Steps done in an earlier run are skipped; every step is also safe to repeat, and checks
-// what is on the cluster before it changes anything.
+// what is on the cluster before it changes anything. A plan with blocking findings is
+// refused before the first step, unless o.Override: the error is ErrBlocked.
 func Execute(ctx context.Context, env Env, st *State, o ExecOptions) (*Result, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Minute
@@ -147,7 +148,7 @@ func Execute(ctx context.Context, env Env, st *State, o ExecOptions) (*Result, e
 	p := st.Plan
 	res := &Result{Plan: p, Steps: []StepResult{}, Volumes: []VolumeCheck{}, Secrets: []SecretCheck{}}
 	if !p.Safe && !o.Override {
-		return res, fmt.Errorf("%w: %d finding(s) block (ExecOptions.Override runs it anyway, once they are read and accepted)", ErrBlocked, len(p.Blocking()))
+		return res, fmt.Errorf("nothing was changed: %w (%d)", ErrBlocked, len(p.Blocking()))
 	}
 	x := &executor{env: env, o: o, st: st, p: p}
 	run := map[string]func(context.Context) (string, error){
@@ -294,12 +295,9 @@ func (x *executor) retain(ctx context.Context) (string, error) {
 		if v.PV == "" || v.Kept {
 			continue
 		}
-		pv, err := x.env.Kube.CoreV1().PersistentVolumes().Get(ctx, v.PV, metav1.GetOptions{})
+		pv, err := x.plannedPV(ctx, v)
 		if err != nil {
-			return "", fmt.Errorf("PersistentVolume/%s: %w", v.PV, err)
-		}
-		if string(pv.UID) != v.PVUID {
-			return "", fmt.Errorf("PersistentVolume/%s has uid %s, the plan recorded %s: it is another volume now; stop and check", v.PV, pv.UID, v.PVUID)
+			return "", err
 		}
 		if pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
 			todo = append(todo, v.PV)
@@ -453,12 +451,9 @@ func (x *executor) claimRefs(ctx context.Context) (string, error) {
 		if v.Kept || v.PV == "" {
 			continue
 		}
-		pv, err := x.env.Kube.CoreV1().PersistentVolumes().Get(ctx, v.PV, metav1.GetOptions{})
+		pv, err := x.plannedPV(ctx, v)
 		if err != nil {
-			return "", fmt.Errorf("PersistentVolume/%s: %w", v.PV, err)
-		}
-		if string(pv.UID) != v.PVUID {
-			return "", fmt.Errorf("PersistentVolume/%s has uid %s, the plan recorded %s: it is another volume now; stop and check", v.PV, pv.UID, v.PVUID)
+			return "", err
 		}
 		if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == x.p.Namespace && ref.Name == v.NewPVC && (ref.UID == "" || x.claimUID(ctx, v.NewPVC) == ref.UID) {
 			done = append(done, v.PV+" (already)")
@@ -474,6 +469,19 @@ func (x *executor) claimRefs(ctx context.Context) (string, error) {
 		done = append(done, v.PV+" -> "+v.NewPVC)
 	}
 	return "reserved " + orNone(done), nil
+}
+
+// plannedPV reads the volume behind v and proves it is the one the plan recorded: a PV of
+// the same name with another uid is another volume, and nothing is done to it.
+func (x *executor) plannedPV(ctx context.Context, v Volume) (*corev1.PersistentVolume, error) {
+	pv, err := x.env.Kube.CoreV1().PersistentVolumes().Get(ctx, v.PV, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("PersistentVolume/%s: %w", v.PV, err)
+	}
+	if string(pv.UID) != v.PVUID {
+		return nil, fmt.Errorf("PersistentVolume/%s has uid %s, the plan recorded %s: it is another volume now; stop and check", v.PV, pv.UID, v.PVUID)
+	}
+	return pv, nil
 }
 
 func (x *executor) claimUID(ctx context.Context, name string) types.UID {

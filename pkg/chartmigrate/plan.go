@@ -52,6 +52,14 @@ const (
 	CheckNewPVCUnprovision = "new-pvc-fresh"
 )
 
+// The options of a migration (Request, PlanInput) that a finding's Input names: the
+// front end words each as its own flag.
+const (
+	OptionNewRelease = "chartmigrate.NewRelease"
+	OptionMapPVC     = "chartmigrate.MapPVC"
+	OptionMapSecret  = "chartmigrate.MapSecret"
+)
+
 // Volume is one old claim moving to a new one, with the identity of the volume behind
 // it: the PV's name and uid and what it points at (CSI handle, hostPath, local path,
 // NFS export). Execute proves the new claim is bound to this same volume.
@@ -223,7 +231,7 @@ func newPlanner(kube kubernetes.Interface, in PlanInput) (*planner, error) {
 	if in.NewReleaseExists {
 		p.Findings = append(p.Findings, Finding{Check: CheckNewReleaseInUse, Subject: "release " + in.NewRelease, Severity: finding.Blocking,
 			Message:     "a release named " + in.NewRelease + " is already installed in namespace " + in.Namespace,
-			Remediation: "choose another --new-release name"})
+			Remediation: "choose another name for the new release", Input: &finding.Input{Option: OptionNewRelease, Value: "NAME"}})
 	}
 	return pl, nil
 }
@@ -305,7 +313,7 @@ func (pl *planner) unpaired(unmapped, fresh []string) {
 	for _, n := range unmapped {
 		pl.p.Findings = append(pl.p.Findings, Finding{Check: CheckPVCUnmapped, Subject: pl.subject("PersistentVolumeClaim", n), Severity: finding.Blocking,
 			Message:     "no claim of the new chart takes this claim's volume: its data would stay on a retained PV that nothing uses",
-			Remediation: "pass --map-pvc " + n + "=NEW-CLAIM (a claim the new chart renders, or one its StatefulSets will use)"})
+			Remediation: "pair it with a claim the new chart renders, or one its StatefulSets will use", Input: &finding.Input{Option: OptionMapPVC, Value: n + "=NEW-CLAIM"}})
 	}
 }
 
@@ -351,7 +359,8 @@ func (pl *planner) keptClaim(v *Volume, findings []Finding) []Finding {
 	}
 	return []Finding{{Check: CheckKeptRenamed, Subject: pl.subject("PersistentVolumeClaim", v.OldPVC), Severity: finding.Blocking,
 		Message:     "the uninstall keeps this claim, so it stays bound to " + v.PV + " and the new claim " + v.NewPVC + " cannot take the volume",
-		Remediation: "pass --map-pvc " + v.OldPVC + "=" + v.OldPVC + " if the new chart can use that name, or delete the kept claim after the uninstall yourself"}}
+		Remediation: "delete the kept claim after the uninstall yourself, or, if the new chart can use the name " + v.OldPVC + ", pair the claim with itself",
+		Input:       &finding.Input{Option: OptionMapPVC, Value: v.OldPVC + "=" + v.OldPVC}}}
 }
 
 // claimsLeft notes, per StatefulSet, the claims helm uninstall leaves and the migration
@@ -373,7 +382,7 @@ func (pl *planner) secrets(ctx context.Context) error {
 	for _, n := range unmappedSec {
 		pl.p.Findings = append(pl.p.Findings, Finding{Check: CheckSecretUnmapped, Severity: finding.Info, Subject: pl.subject("Secret", n),
 			Message:     "no Secret of the new chart takes this Secret's data: it is in the backup but not restored",
-			Remediation: "pass --map-secret " + n + "=NEW-NAME to restore it under the name the new chart reads"})
+			Remediation: "restore it under the name the new chart reads", Input: &finding.Input{Option: OptionMapSecret, Value: n + "=NEW-NAME"}})
 	}
 	for _, pr := range secPairs {
 		s := Secret{Old: pr[0], New: pr[1], Kept: pl.kept("Secret", pr[0]) && pr[0] == pr[1]}
@@ -512,7 +521,8 @@ func volume(ctx context.Context, kube kubernetes.Interface, ns string, oldObj, n
 	switch {
 	case apierrors.IsNotFound(err):
 		return v, []Finding{{Check: CheckPVCUnbound, Subject: subject, Severity: finding.Blocking,
-			Message: "the old release's claim is not on the cluster: there is no volume to carry over", Remediation: "restore the claim, or drop it with --map-pvc"}}, nil
+			Message: "the old release's claim is not on the cluster: there is no volume to carry over", Remediation: "restore the claim, or drop it from the claim pairing",
+			Input: &finding.Input{Option: OptionMapPVC}}}, nil
 	case err != nil:
 		return v, nil, fmt.Errorf("%s: %w", subject, err)
 	}
@@ -648,5 +658,6 @@ func orNone(s []string) string {
 	return strings.Join(s, "; ")
 }
 
-// ErrBlocked says the plan has blocking findings.
+// ErrBlocked says the plan has blocking findings: Execute refuses it, having changed
+// nothing (ExecOptions.Override runs it anyway, once they are read and accepted).
 var ErrBlocked = errors.New("the plan has blocking findings")

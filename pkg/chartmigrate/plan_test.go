@@ -135,6 +135,36 @@ func TestMakePlanBlocks(t *testing.T) {
 	}
 }
 
+// TestFindingsNameInputs: a finding that an input of the migration resolves names that
+// input (Finding.Input), and its text names no front end's flag.
+func TestFindingsNameInputs(t *testing.T) {
+	in := planInput("standard")
+	in.NewReleaseExists = true
+	// No new claim or Secret pairs with the old ones: the new chart has no data claim and
+	// no Secret.
+	in.NewManifest = strings.NewReplacer("newdb-data", "newdb-logs", "kind: Secret", "kind: ConfigMap").Replace(in.NewManifest)
+	p, err := MakePlan(t.Context(), liveObjects(true), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*finding.Input{}
+	for _, f := range p.Findings {
+		got[f.Check] = f.Input
+		if strings.Contains(f.Message+f.Remediation, "--") {
+			t.Errorf("%s names a flag: %s / %s", f.Check, f.Message, f.Remediation)
+		}
+	}
+	want := map[string]*finding.Input{
+		CheckNewReleaseInUse:   {Option: OptionNewRelease, Value: "NAME"},
+		CheckPVCUnmapped:       {Option: OptionMapPVC, Value: "olddb-data=NEW-CLAIM"},
+		CheckSecretUnmapped:    {Option: OptionMapSecret, Value: "olddb-credentials=NEW-NAME"},
+		CheckNewPVCUnprovision: nil,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("inputs by check (-want +got):\n%s", diff)
+	}
+}
+
 // TestOpenResumesOnlyItsOwnRecord: Open resumes the record in the backup directory when
 // it is the same migration, refuses another migration's record, and never re-plans a
 // recorded one (the record's plan was made before anything changed).

@@ -180,7 +180,7 @@ func claimsBeyond(claims []corev1.PersistentVolumeClaim, s *appsv1.StatefulSet, 
 
 // pairSTS pairs old StatefulSet claims with new ones by structure: StatefulSets by name
 // (as pair does), then templates by name within each pair of StatefulSets, then equal
-// ordinals. Claims already used (an explicit --map-pvc) are skipped.
+// ordinals. Claims already used (an explicit MapPVC pair) are skipped.
 func pairSTS(old, new []stsClaim, oldRel, newRel string, used, taken map[string]bool) [][2]string {
 	group := func(cs []stsClaim) (stss []string, tmpls map[string][]string) {
 		tmpls = map[string][]string{}

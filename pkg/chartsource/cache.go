@@ -10,23 +10,21 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
-	"sync"
+	"strings"
 	"time"
 
 	"helm.sh/helm/v4/pkg/chart/loader"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
-	"helm.sh/helm/v4/pkg/cli"
-	"helm.sh/helm/v4/pkg/getter"
-	"helm.sh/helm/v4/pkg/helmpath"
 	"helm.sh/helm/v4/pkg/registry"
 	repo "helm.sh/helm/v4/pkg/repo/v1"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/lru"
 )
 
-// CacheOptions size a Cache.
+// CacheOptions size a Cache and say what it wraps.
 type CacheOptions struct {
+	// Loader is what the Cache asks for whatever it does not keep. Default: Helm.
+	Loader Loader
 	// IndexTTL is how long a repository index (and an OCI tag resolution) is reused
 	// before it is fetched again, so that a semver range or a moved tag picks up a new
 	// version at most this late. Default 1 minute.
@@ -41,26 +39,31 @@ type CacheOptions struct {
 	Clock clock.PassiveClock
 }
 
-// Cache keeps what fetching a remote chart downloads, for a caller that loads the same
-// charts again and again (the admission gate). Chart archives are kept by where they
-// come from, chart name, exact version, digest (when the index or registry gives one)
-// and credentials identity, so a cached chart is never handed to a caller with other
+// Cache is a Loader that wraps another and keeps what fetching a remote chart
+// downloads, for a caller that loads the same charts again and again (the admission gate,
+// a plan's search). Chart archives are kept by where they come from, chart name, exact
+// version, digest (when the index or registry gives one) and credentials identity
+// (Options.CredentialsID), so a cached chart is never handed to a caller with other
 // credentials; repository indexes and OCI version resolutions are kept for IndexTTL.
 // The CRDs a chart renders are kept too, by the chart archive's key and a hash of
 // everything the render depends on (the composed values, release name and namespace,
 // Kubernetes version, install or upgrade): keys are hashes, never values. Local charts
-// (directories and files) are never cached. A Cache is safe for concurrent use.
+// (directories and files), and credentials without an identity, are passed to the wrapped
+// Loader and never kept. A Cache is safe for concurrent use.
 type Cache struct {
+	next     Loader
 	ttl      time.Duration
 	clock    clock.PassiveClock
 	indexes  *lru.Cache // indexKey -> *indexEntry
 	charts   *lru.Cache // chartKey -> []byte (the archive)
 	rendered *lru.Cache // renderKey -> *Chart (without the loaded chart)
-	mu       sync.Mutex // serialises index downloads into the shared repository cache
 }
 
-// NewCache builds a Cache.
+// NewCache builds a Cache around o.Loader.
 func NewCache(o CacheOptions) *Cache {
+	if o.Loader == nil {
+		o.Loader = Helm{}
+	}
 	if o.IndexTTL <= 0 {
 		o.IndexTTL = time.Minute
 	}
@@ -73,7 +76,72 @@ func NewCache(o CacheOptions) *Cache {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
-	return &Cache{ttl: o.IndexTTL, clock: o.Clock, indexes: lru.New(o.MaxIndexes), charts: lru.New(o.MaxCharts), rendered: lru.New(o.MaxCharts)}
+	return &Cache{next: o.Loader, ttl: o.IndexTTL, clock: o.Clock,
+		indexes: lru.New(o.MaxIndexes), charts: lru.New(o.MaxCharts), rendered: lru.New(o.MaxCharts)}
+}
+
+// Load serves the rendered CRDs of an archive already rendered with the same inputs, or
+// renders the (kept) archive now and keeps the result. The Chart of a kept render has no
+// loaded chart and no Path.
+func (c *Cache) Load(ctx context.Context, o Options) (*Chart, error) {
+	creds, ok := cacheable(o)
+	if !ok {
+		return c.next.Load(ctx, o)
+	}
+	ch, key, err := c.fetchKeyed(ctx, o, creds)
+	if err != nil {
+		return nil, err
+	}
+	rk, keyed := renderKeyOf(o, key)
+	if keyed {
+		if v, hit := c.rendered.Get(rk); hit {
+			out := *v.(*Chart)
+			return &out, nil
+		}
+	}
+	if ch == nil {
+		if ch, err = c.archive(ctx, o, creds, key); err != nil {
+			return nil, err
+		}
+	}
+	r, err := c.next.Render(ctx, ch, o)
+	if err != nil {
+		return nil, err
+	}
+	if keyed {
+		kept := *r
+		kept.Chart = nil // rendering changes a loaded chart: it is never shared
+		c.rendered.Add(rk, &kept)
+	}
+	return r, nil
+}
+
+// Locate is the wrapped Loader's: a Cache keeps archives in memory, not paths.
+func (c *Cache) Locate(ctx context.Context, o Options) (string, error) { return c.next.Locate(ctx, o) }
+
+// Render is the wrapped Loader's: a render is kept only under the archive Load fetched.
+func (c *Cache) Render(ctx context.Context, ch *chart.Chart, o Options) (*Chart, error) {
+	return c.next.Render(ctx, ch, o)
+}
+
+// Index returns the repository's index, read through the wrapped Loader at most IndexTTL
+// ago.
+func (c *Cache) Index(ctx context.Context, o Options) (*repo.IndexFile, error) {
+	creds, ok := cacheable(o)
+	if !ok || o.RepoURL == "" {
+		return c.next.Index(ctx, o)
+	}
+	ik := indexKey{source: o.RepoURL, creds: creds}
+	if e, ok := c.fresh(ik); ok {
+		return e.index, nil
+	}
+	at := c.clock.Now()
+	idx, err := c.next.Index(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	c.indexes.Add(ik, &indexEntry{at: at, index: idx})
+	return idx, nil
 }
 
 // renderKey names one render of one chart archive: a hash of the archive's key and of
@@ -82,7 +150,7 @@ type renderKey string
 
 // renderKeyOf returns the render's key, or false when the render depends on something a
 // key cannot see (values files or --set given by path or string, read at render time).
-func (o Options) renderKeyOf(chart chartKey) (renderKey, bool) {
+func renderKeyOf(o Options, chart chartKey) (renderKey, bool) {
 	v := o.Values
 	if len(v.ValueFiles)+len(v.Values)+len(v.StringValues)+len(v.FileValues)+len(v.JSONValues)+len(v.LiteralValues) > 0 {
 		return "", false
@@ -101,37 +169,6 @@ func (o Options) renderKeyOf(chart chartKey) (renderKey, bool) {
 	return renderKey(hex.EncodeToString(h.Sum(nil))), true
 }
 
-// load is Load through the cache: the rendered CRDs of an archive already rendered with
-// the same inputs, or the (cached) archive rendered now and kept.
-func (c *Cache) load(ctx context.Context, o Options, settings *cli.EnvSettings, creds string) (*Chart, error) {
-	ch, key, err := c.fetchKeyed(o, settings, creds)
-	if err != nil {
-		return nil, err
-	}
-	rk, ok := o.renderKeyOf(key)
-	if ok {
-		if v, hit := c.rendered.Get(rk); hit {
-			out := *v.(*Chart)
-			return &out, nil
-		}
-	}
-	if ch == nil {
-		if ch, err = c.archive(o, settings, key); err != nil {
-			return nil, err
-		}
-	}
-	r, err := o.render(ctx, settings, "", ch)
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		kept := *r
-		kept.Chart = nil // rendering changes a loaded chart: it is never shared
-		c.rendered.Add(rk, &kept)
-	}
-	return r, nil
-}
-
 // indexKey names a repository index or an OCI resolution as one set of credentials sees
 // it. It holds the credentials' identity, never their content.
 type indexKey struct {
@@ -144,15 +181,26 @@ type indexEntry struct {
 	chart chartKey        // OCI: what ref@version resolved to
 }
 
+// fresh is the index or resolution kept under ik, when it was fetched less than the TTL
+// ago.
+func (c *Cache) fresh(ik indexKey) (*indexEntry, bool) {
+	v, ok := c.indexes.Get(ik)
+	if !ok {
+		return nil, false
+	}
+	e := v.(*indexEntry)
+	return e, c.clock.Since(e.at) < c.ttl
+}
+
 // chartKey names one chart archive.
 type chartKey struct {
 	source, chart, version, digest, creds string
 }
 
-// cacheable reports whether o fetches a remote chart that c may keep, and the
-// credentials identity to key it by. Credentials without an identity are never cached.
-func (o Options) cacheable() (creds string, ok bool) {
-	if o.RepoURL == "" && !registry.IsOCI(o.Ref) {
+// cacheable reports whether o names a remote chart that a Cache may keep, and the
+// credentials identity to key it by. Credentials without an identity are never kept.
+func cacheable(o Options) (creds string, ok bool) {
+	if strings.TrimSpace(o.Ref) == "" || (o.RepoURL == "" && !registry.IsOCI(o.Ref)) {
 		return "", false
 	}
 	hasCreds := o.Username != "" || o.Password != "" || o.CertFile != "" || o.KeyFile != ""
@@ -162,39 +210,21 @@ func (o Options) cacheable() (creds string, ok bool) {
 	return o.CredentialsID, true
 }
 
-// fetch returns the loaded chart o asks for, from the cache when it can.
-func (c *Cache) fetch(o Options, settings *cli.EnvSettings) (*chart.Chart, error) {
-	creds, ok := o.cacheable()
-	if !ok {
-		path, err := o.Locate(settings)
-		if err != nil {
-			return nil, err
-		}
-		return loadChart(o.Ref, path)
-	}
-	if o.RepoURL != "" {
-		return c.fetchHTTP(o, settings, creds)
-	}
-	return c.fetchOCI(o, settings, creds)
-}
-
 // fetchKeyed names the archive o asks for without loading it when it can (an HTTP
 // repository's index names it; an OCI resolution kept within the TTL does), else fetches
 // and loads it. ch is nil when only the key was needed.
-func (c *Cache) fetchKeyed(o Options, settings *cli.EnvSettings, creds string) (ch *chart.Chart, key chartKey, err error) {
+func (c *Cache) fetchKeyed(ctx context.Context, o Options, creds string) (ch *chart.Chart, key chartKey, err error) {
 	if o.RepoURL != "" {
-		key, _, err = c.resolveHTTP(o, settings, creds)
+		key, _, err = c.resolveHTTP(ctx, o, creds)
 		return nil, key, err
 	}
-	ik := indexKey{source: "oci", chart: o.Ref, version: o.Version, creds: creds}
-	if v, ok := c.indexes.Get(ik); ok {
-		if e := v.(*indexEntry); c.clock.Since(e.at) < c.ttl {
-			if _, ok := c.charts.Get(e.chart); ok {
-				return nil, e.chart, nil
-			}
+	ik := ociKey(o, creds)
+	if e, ok := c.fresh(ik); ok {
+		if _, ok := c.charts.Get(e.chart); ok {
+			return nil, e.chart, nil
 		}
 	}
-	ch, err = c.fetchOCI(o, settings, creds)
+	ch, err = c.fetchOCI(ctx, o, creds)
 	if err != nil {
 		return nil, chartKey{}, err
 	}
@@ -203,18 +233,21 @@ func (c *Cache) fetchKeyed(o Options, settings *cli.EnvSettings, creds string) (
 }
 
 // archive loads the archive named key: from the cache, or downloaded again.
-func (c *Cache) archive(o Options, settings *cli.EnvSettings, key chartKey) (*chart.Chart, error) {
+func (c *Cache) archive(ctx context.Context, o Options, creds string, key chartKey) (*chart.Chart, error) {
 	if ch, ok := c.cachedChart(o.Ref, key); ok {
 		return ch, nil
 	}
-	return c.fetch(o, settings)
+	if o.RepoURL != "" {
+		return c.fetchHTTP(ctx, o, creds)
+	}
+	return c.fetchOCI(ctx, o, creds)
 }
 
 // resolveHTTP resolves the version in the (cached) repository index.
-func (c *Cache) resolveHTTP(o Options, settings *cli.EnvSettings, creds string) (chartKey, *repo.ChartVersion, error) {
-	idx, err := c.index(o, settings, creds)
+func (c *Cache) resolveHTTP(ctx context.Context, o Options, creds string) (chartKey, *repo.ChartVersion, error) {
+	idx, err := c.Index(ctx, o)
 	if err != nil {
-		return chartKey{}, nil, err
+		return chartKey{}, nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: err}
 	}
 	cv, err := idx.Get(o.Ref, o.Version)
 	if err != nil {
@@ -227,9 +260,9 @@ func (c *Cache) resolveHTTP(o Options, settings *cli.EnvSettings, creds string) 
 }
 
 // fetchHTTP resolves the version in the (cached) repository index, then returns the
-// cached archive of that exact version or downloads it.
-func (c *Cache) fetchHTTP(o Options, settings *cli.EnvSettings, creds string) (*chart.Chart, error) {
-	key, cv, err := c.resolveHTTP(o, settings, creds)
+// cached archive of that exact version or has the wrapped Loader download it.
+func (c *Cache) fetchHTTP(ctx context.Context, o Options, creds string) (*chart.Chart, error) {
+	key, cv, err := c.resolveHTTP(ctx, o, creds)
 	if err != nil {
 		return nil, err
 	}
@@ -240,43 +273,37 @@ func (c *Cache) fetchHTTP(o Options, settings *cli.EnvSettings, creds string) (*
 	if err != nil {
 		return nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: err}
 	}
-	// Download the exact URL the index names, with Helm's downloader. Helm passes the
-	// repository's credentials on only to the repository's own host unless
-	// passCredentials is set; keep that rule.
+	// Download the exact URL the index names. Helm passes the repository's credentials
+	// on only to the repository's own host unless passCredentials is set; keep that rule.
 	dl := o
 	dl.Ref, dl.RepoURL, dl.Version = chartURL, "", ""
 	if !o.PassCredentialsAll && !sameHost(o.RepoURL, chartURL) {
 		dl.Username, dl.Password = "", ""
 	}
-	path, err := dl.Locate(settings)
+	data, ch, err := c.download(ctx, o.Ref, dl)
 	if err != nil {
 		return nil, err
 	}
-	return c.keep(o.Ref, key, path)
+	c.charts.Add(key, data)
+	return ch, nil
 }
 
-// fetchOCI resolves ref@version with Helm's registry client at most once per TTL (a tag
+// ociKey names the resolution of an OCI ref@version as one set of credentials sees it.
+func ociKey(o Options, creds string) indexKey {
+	return indexKey{source: "oci", chart: o.Ref, version: o.Version, creds: creds}
+}
+
+// fetchOCI resolves ref@version through the wrapped Loader at most once per TTL (a tag
 // can move), and keeps the archive by its digest.
-func (c *Cache) fetchOCI(o Options, settings *cli.EnvSettings, creds string) (*chart.Chart, error) {
-	ik := indexKey{source: "oci", chart: o.Ref, version: o.Version, creds: creds}
-	if v, ok := c.indexes.Get(ik); ok {
-		e := v.(*indexEntry)
-		if c.clock.Since(e.at) < c.ttl {
-			if ch, ok := c.cachedChart(o.Ref, e.chart); ok {
-				return ch, nil
-			}
+func (c *Cache) fetchOCI(ctx context.Context, o Options, creds string) (*chart.Chart, error) {
+	ik := ociKey(o, creds)
+	if e, ok := c.fresh(ik); ok {
+		if ch, ok := c.cachedChart(o.Ref, e.chart); ok {
+			return ch, nil
 		}
 	}
 	at := c.clock.Now()
-	path, err := o.Locate(settings)
-	if err != nil {
-		return nil, err
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: err}
-	}
-	ch, err := loadArchive(o.Ref, data)
+	data, ch, err := c.download(ctx, o.Ref, o)
 	if err != nil {
 		return nil, err
 	}
@@ -287,39 +314,22 @@ func (c *Cache) fetchOCI(o Options, settings *cli.EnvSettings, creds string) (*c
 	return ch, nil
 }
 
-// index returns the repository's index, downloaded at most IndexTTL ago.
-func (c *Cache) index(o Options, settings *cli.EnvSettings, creds string) (*repo.IndexFile, error) {
-	ik := indexKey{source: o.RepoURL, creds: creds}
-	if v, ok := c.indexes.Get(ik); ok {
-		if e := v.(*indexEntry); c.clock.Since(e.at) < c.ttl {
-			return e.index, nil
-		}
-	}
-	at := c.clock.Now()
-	sum := sha256.Sum256([]byte(o.RepoURL + "\x00" + creds))
-	r, err := repo.NewChartRepository(&repo.Entry{
-		Name: "upgradeguard-" + hex.EncodeToString(sum[:8]), URL: o.RepoURL,
-		Username: o.Username, Password: o.Password, PassCredentialsAll: o.PassCredentialsAll,
-		CertFile: o.CertFile, KeyFile: o.KeyFile, CAFile: o.CAFile, InsecureSkipTLSVerify: o.InsecureSkipTLSVerify,
-	}, getter.All(settings))
+// download has the wrapped Loader fetch the archive dl names, and returns it and the
+// chart it loads. ref names the chart in errors.
+func (c *Cache) download(ctx context.Context, ref string, dl Options) ([]byte, *chart.Chart, error) {
+	path, err := c.next.Locate(ctx, dl)
 	if err != nil {
-		return nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: err}
+		return nil, nil, err
 	}
-	r.CachePath = settings.RepositoryCache
-	c.mu.Lock()
-	file, err := r.DownloadIndexFile()
-	var idx *repo.IndexFile
-	if err == nil {
-		idx, err = repo.LoadIndexFile(file)
-	}
-	_ = os.Remove(filepath.Join(r.CachePath, helmpath.CacheIndexFile(r.Config.Name)))
-	_ = os.Remove(filepath.Join(r.CachePath, helmpath.CacheChartsFile(r.Config.Name)))
-	c.mu.Unlock()
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, &LoadError{Ref: o.Ref, Step: StepFetch, Err: fmt.Errorf("index of %s: %w (check the URL and that the repository is reachable)", o.RepoURL, err)}
+		return nil, nil, &LoadError{Ref: ref, Step: StepFetch, Err: err}
 	}
-	c.indexes.Add(ik, &indexEntry{at: at, index: idx})
-	return idx, nil
+	ch, err := loadArchive(ref, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return data, ch, nil
 }
 
 // cachedChart loads a kept archive afresh: rendering changes a loaded chart (disabled
@@ -335,19 +345,6 @@ func (c *Cache) cachedChart(ref string, key chartKey) (*chart.Chart, bool) {
 		return nil, false
 	}
 	return ch, true
-}
-
-func (c *Cache) keep(ref string, key chartKey, path string) (*chart.Chart, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, &LoadError{Ref: ref, Step: StepFetch, Err: err}
-	}
-	ch, err := loadArchive(ref, data)
-	if err != nil {
-		return nil, err
-	}
-	c.charts.Add(key, data)
-	return ch, nil
 }
 
 func loadArchive(ref string, data []byte) (*chart.Chart, error) {

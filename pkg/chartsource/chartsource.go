@@ -2,6 +2,10 @@
 // a packaged .tgz, an HTTP(S) chart repository or an oci:// registry, rendered with the
 // chart defaults, values files and --set, exactly as Helm would. Everything is done by the
 // Helm SDK; this package only wires it and names failures so an operator can act on them.
+//
+// It is built in layers around one port, Loader: Helm loads with the Helm SDK every time
+// and knows nothing of keeping, and a Cache wraps any Loader to keep what it fetched and
+// rendered. History and CheckChart load through whichever Loader the caller gives them.
 package chartsource
 
 import (
@@ -22,6 +26,7 @@ import (
 	"helm.sh/helm/v4/pkg/getter"
 	"helm.sh/helm/v4/pkg/registry"
 	release "helm.sh/helm/v4/pkg/release/v1"
+	repo "helm.sh/helm/v4/pkg/repo/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 )
@@ -48,9 +53,10 @@ type Options struct {
 	InsecureSkipTLSVerify     bool
 	PlainHTTP                 bool
 	PassCredentialsAll        bool
-	// CredentialsID names the credentials above for Cache, for example a Secret's
-	// namespace, name, UID and resourceVersion. It must change when they change and must
-	// never hold them. With credentials and no CredentialsID, nothing is cached.
+	// CredentialsID names the credentials above for a Loader that keeps what it fetched
+	// (Cache), for example a Secret's namespace, name, UID and resourceVersion. It must
+	// change when they change and must never hold them. With credentials and no
+	// CredentialsID, nothing is kept.
 	CredentialsID string
 
 	// ReleaseName and Namespace are the .Release values templates see.
@@ -64,8 +70,6 @@ type Options struct {
 
 	// Settings carries Helm's cache and config paths. Nil uses the HELM_* environment.
 	Settings *cli.EnvSettings
-	// Cache, when set, keeps remote charts and repository indexes between calls of Load.
-	Cache *Cache
 }
 
 // Chart is a loaded and rendered chart.
@@ -121,17 +125,35 @@ func AnsweredPlainHTTP(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 
+// Loader gets the chart that Options name and renders it. Helm does every step with the
+// Helm SDK each time; a Cache is a Loader that wraps another and keeps what it got. A
+// Loader returns a *LoadError when the chart cannot be had, except from Index (see there).
+type Loader interface {
+	// Load fetches, loads and renders the chart.
+	Load(ctx context.Context, o Options) (*Chart, error)
+	// Locate downloads the chart when it is remote and returns its local path.
+	Locate(ctx context.Context, o Options) (string, error)
+	// Render renders a chart already loaded, with o's values and release fields.
+	Render(ctx context.Context, ch *chart.Chart, o Options) (*Chart, error)
+	// Index reads the index of the HTTP(S) chart repository at o.RepoURL, with o's
+	// credentials. Its error is a plain one: the caller says, in a *LoadError, which step
+	// needed the index.
+	Index(ctx context.Context, o Options) (*repo.IndexFile, error)
+}
+
+// Helm is the Loader that asks the Helm SDK at every call and keeps nothing.
+type Helm struct{}
+
+// Load fetches, loads and renders the chart with the Helm SDK (Helm.Load); a caller that
+// loads the same remote charts again and again loads through a Cache instead.
+func Load(ctx context.Context, o Options) (*Chart, error) { return Helm{}.Load(ctx, o) }
+
 // Load fetches, loads and renders the chart.
-func Load(ctx context.Context, o Options) (*Chart, error) {
+func (Helm) Load(ctx context.Context, o Options) (*Chart, error) {
 	if strings.TrimSpace(o.Ref) == "" {
 		return nil, &LoadError{Ref: "(none)", Step: "locate", Err: ErrNoChart}
 	}
 	settings := o.settings()
-	if o.Cache != nil {
-		if creds, ok := o.cacheable(); ok {
-			return o.Cache.load(ctx, o, settings, creds)
-		}
-	}
 	path, err := o.Locate(settings)
 	if err != nil {
 		return nil, err
@@ -141,6 +163,44 @@ func Load(ctx context.Context, o Options) (*Chart, error) {
 		return nil, err
 	}
 	return o.render(ctx, settings, path, ch)
+}
+
+// Locate downloads the chart when it is remote and returns its local path
+// (Options.Locate).
+func (Helm) Locate(_ context.Context, o Options) (string, error) { return o.Locate(nil) }
+
+// Render renders a chart already loaded (the package's Render).
+func (Helm) Render(ctx context.Context, ch *chart.Chart, o Options) (*Chart, error) {
+	return Render(ctx, ch, o)
+}
+
+// Index downloads the repository's index into a directory of its own under Helm's
+// repository cache, reads it and removes it, so that concurrent reads of one repository
+// never meet in a file.
+func (Helm) Index(_ context.Context, o Options) (*repo.IndexFile, error) {
+	settings := o.settings()
+	if err := os.MkdirAll(settings.RepositoryCache, 0o755); err != nil {
+		return nil, fmt.Errorf("prepare the repository cache: %w", err)
+	}
+	dir, err := os.MkdirTemp(settings.RepositoryCache, "upgradeguard-index-")
+	if err != nil {
+		return nil, fmt.Errorf("prepare the repository cache: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	r, err := repo.NewChartRepository(&repo.Entry{
+		Name: "upgradeguard", URL: o.RepoURL,
+		Username: o.Username, Password: o.Password, PassCredentialsAll: o.PassCredentialsAll,
+		CertFile: o.CertFile, KeyFile: o.KeyFile, CAFile: o.CAFile, InsecureSkipTLSVerify: o.InsecureSkipTLSVerify,
+	}, getter.All(settings))
+	if err != nil {
+		return nil, err
+	}
+	r.CachePath = dir
+	file, err := r.DownloadIndexFile()
+	if err != nil {
+		return nil, fmt.Errorf("index of %s: %w (check the URL and that the repository is reachable)", o.RepoURL, err)
+	}
+	return repo.LoadIndexFile(file)
 }
 
 // Fetch fetches and loads the chart without rendering it, for a caller that installs it

@@ -159,7 +159,7 @@ func TestLoadFromHTTPRepository(t *testing.T) {
 			t.Errorf("version %q: got %s with %d CRDs, want %s with 2", constraint, ch.Version, len(ch.CRDs), want)
 		}
 	}
-	vs, err := chartsource.Versions(t.Context(), chartsource.Options{Ref: "widgets", RepoURL: url, Settings: s})
+	vs, err := chartsource.Versions(t.Context(), chartsource.Helm{}, chartsource.Options{Ref: "widgets", RepoURL: url, Settings: s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestLoadFromOCIRegistry(t *testing.T) {
 	if ch.Version != "1.0.0" || len(ch.CRDs) != 2 {
 		t.Errorf("got %s with %d CRDs", ch.Version, len(ch.CRDs))
 	}
-	vs, err := chartsource.Versions(t.Context(), chartsource.Options{Ref: ref, PlainHTTP: true, Settings: s})
+	vs, err := chartsource.Versions(t.Context(), chartsource.Helm{}, chartsource.Options{Ref: ref, PlainHTTP: true, Settings: s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestPlainHTTPRegistryWithoutPlainHTTP(t *testing.T) {
 	}
 	o := chartsource.Options{Ref: ref, Version: "1.0.0", Settings: settings(t)}
 	_, loadErr := chartsource.Load(t.Context(), o)
-	_, versionsErr := chartsource.Versions(t.Context(), o)
+	_, versionsErr := chartsource.Versions(t.Context(), chartsource.Helm{}, o)
 	for _, tc := range []struct {
 		name, step string
 		err        error

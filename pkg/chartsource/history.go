@@ -9,8 +9,6 @@ import (
 	"sync"
 
 	"github.com/Masterminds/semver/v3"
-	"helm.sh/helm/v4/pkg/cli"
-	"helm.sh/helm/v4/pkg/getter"
 	"helm.sh/helm/v4/pkg/registry"
 	repo "helm.sh/helm/v4/pkg/repo/v1"
 
@@ -19,10 +17,11 @@ import (
 )
 
 // Versions returns the chart versions the source publishes, newest first, so that a
-// stepping stone can be looked for. Local directories and .tgz files have no history and
-// return nil. Pre-releases are left out. A repository or registry that cannot be read
-// is a *LoadError of StepVersions.
-func Versions(ctx context.Context, o Options) ([]*semver.Version, error) {
+// stepping stone can be looked for: an OCI registry's tags, or the index of the chart
+// repository (RepoURL, or the repository of a "repo/name" reference), read through l.
+// Local directories and .tgz files have no history and return nil. Pre-releases are left
+// out. A repository or registry that cannot be read is a *LoadError of StepVersions.
+func Versions(ctx context.Context, l Loader, o Options) ([]*semver.Version, error) {
 	settings := o.settings()
 	var raw []string
 	switch {
@@ -41,8 +40,8 @@ func Versions(ctx context.Context, o Options) ([]*semver.Version, error) {
 		}
 		raw = tags
 	default:
-		url, name := o.RepoURL, o.Ref
-		if url == "" {
+		name := o.Ref
+		if o.RepoURL == "" {
 			repoName, chartName, ok := strings.Cut(o.Ref, "/")
 			if !ok || strings.HasPrefix(o.Ref, ".") || filepath.IsAbs(o.Ref) {
 				return nil, nil
@@ -51,20 +50,11 @@ func Versions(ctx context.Context, o Options) ([]*semver.Version, error) {
 			if err != nil || f.Get(repoName) == nil {
 				return nil, nil
 			}
-			url, name = f.Get(repoName).URL, chartName
+			o.RepoURL, name = f.Get(repoName).URL, chartName
 		}
-		var index *repo.IndexFile
-		var err error
-		if o.Cache != nil && o.RepoURL != "" {
-			if creds, ok := o.cacheable(); ok {
-				index, err = o.Cache.index(o, settings, creds)
-			}
-		}
-		if index == nil && err == nil {
-			index, err = o.index(settings, url)
-		}
+		index, err := l.Index(ctx, o)
 		if err != nil {
-			return nil, err
+			return nil, &LoadError{Ref: o.Ref, Step: StepVersions, Err: err}
 		}
 		for _, cv := range index.Entries[name] {
 			raw = append(raw, cv.Version)
@@ -82,32 +72,16 @@ func Versions(ctx context.Context, o Options) ([]*semver.Version, error) {
 	return out, ctx.Err()
 }
 
-func (o Options) index(settings *cli.EnvSettings, url string) (*repo.IndexFile, error) {
-	entry := &repo.Entry{
-		Name: "upgradeguard-" + strings.NewReplacer("/", "-", ":", "-").Replace(url), URL: url,
-		Username: o.Username, Password: o.Password, CertFile: o.CertFile, KeyFile: o.KeyFile, CAFile: o.CAFile,
-		InsecureSkipTLSVerify: o.InsecureSkipTLSVerify, PassCredentialsAll: o.PassCredentialsAll,
-	}
-	r, err := repo.NewChartRepository(entry, getter.All(settings))
-	if err != nil {
-		return nil, err
-	}
-	r.CachePath = settings.RepositoryCache
-	path, err := r.DownloadIndexFile()
-	if err != nil {
-		return nil, &LoadError{Ref: o.Ref, Step: StepVersions, Err: fmt.Errorf("download index of %s: %w", url, err)}
-	}
-	return repo.LoadIndexFile(path)
-}
-
 // History is the chart versions a source offers (check.History): the versions it
 // publishes, newest first, and the CRDs each one brings, rendered with the same options
-// (values, release, Kubernetes version) as the incoming chart. With Options.Cache set,
-// the repository index is the one the cache already keeps. The stepping-stone search of
-// check and the planner of package plan both read it.
+// (values, release, Kubernetes version) as the incoming chart. With a Cache as its
+// Loader, the repository index is the one the cache already keeps. The stepping-stone
+// search of check and the planner of package plan both read it.
 type History struct {
 	// Options load the incoming chart; Version is replaced by each version tried.
 	Options Options
+	// Loader reads the index and loads each version. Nil loads with Helm.
+	Loader Loader
 	// Local, when set, are chart directories or .tgz files that stand for the source:
 	// their versions are the ones offered, and each version loads from its own path.
 	Local []string
@@ -136,7 +110,7 @@ func (h *History) Versions(ctx context.Context) ([]string, error) {
 		}
 		return out, ctx.Err()
 	}
-	vs, err := Versions(ctx, h.Options)
+	vs, err := Versions(ctx, h.loader(), h.Options)
 	if err != nil {
 		return nil, err
 	}
@@ -205,22 +179,30 @@ func (h *History) Chart(ctx context.Context, version string) (*check.Chart, erro
 		}
 		o.Ref, o.Version, o.RepoURL = paths[version], "", ""
 	}
-	ch, err := Load(ctx, o)
+	return checkChart(ctx, h.loader(), o)
+}
+
+func (h *History) loader() Loader {
+	if h.Loader == nil {
+		return Helm{}
+	}
+	return h.Loader
+}
+
+// CheckChart is the check.ChartLoader of o, loaded through l: it loads and renders the
+// chart, with .Release.IsUpgrade when the release already has a revision.
+func CheckChart(l Loader, o Options) check.ChartLoader {
+	return func(ctx context.Context, upgrade bool) (*check.Chart, error) {
+		o.IsUpgrade = upgrade
+		return checkChart(ctx, l, o)
+	}
+}
+
+// checkChart loads o through l and returns what check judges of it.
+func checkChart(ctx context.Context, l Loader, o Options) (*check.Chart, error) {
+	ch, err := l.Load(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	return &check.Chart{Name: ch.Name, Version: ch.Version, CRDs: ch.CRDs, Migrations: ch.Migrations}, nil
-}
-
-// CheckChart is the check.ChartLoader of o: it loads and renders the chart, with
-// .Release.IsUpgrade when the release already has a revision.
-func CheckChart(o Options) func(ctx context.Context, upgrade bool) (*check.Chart, error) {
-	return func(ctx context.Context, upgrade bool) (*check.Chart, error) {
-		o.IsUpgrade = upgrade
-		ch, err := Load(ctx, o)
-		if err != nil {
-			return nil, err
-		}
-		return &check.Chart{Name: ch.Name, Version: ch.Version, CRDs: ch.CRDs, Migrations: ch.Migrations}, nil
-	}
 }

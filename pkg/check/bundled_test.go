@@ -137,7 +137,7 @@ func TestBundledStorageVersionMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := check.Predict(ctx, check.Sources{Cluster: cluster, Chart: chartsource.CheckChart(chartsource.Options{Ref: dir})})
+	p, err := check.Predict(ctx, check.Sources{Cluster: cluster, Chart: chartsource.CheckChart(chartsource.Helm{}, chartsource.Options{Ref: dir})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func tooLateWithHelm(t *testing.T, name string, helm func(args ...string) *exec.
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := check.Predict(ctx, check.Sources{Cluster: cluster, Chart: chartsource.CheckChart(chartsource.Options{Ref: v2})})
+	p, err := check.Predict(ctx, check.Sources{Cluster: cluster, Chart: chartsource.CheckChart(chartsource.Helm{}, chartsource.Options{Ref: v2})})
 	if err != nil {
 		t.Fatal(err)
 	}

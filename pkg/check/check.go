@@ -32,15 +32,19 @@ const (
 // ParsePolicy validates a policy name (predict.ParsePolicy).
 func ParsePolicy(s string) (CRDPolicy, error) { return predict.ParsePolicy(s) }
 
-// Cluster is the read-only view of the live cluster that a prediction needs.
-// livecluster.KubeCluster is the one that reads a real cluster (and, for a target of
-// livecluster.Clusters, reads it through memory); it also implements the optional
-// readers below (MigrationLister, ExistingMigrationLister, ObjectLister).
+// Cluster is the read-only view of the live cluster that a prediction needs, and what
+// check keeps of it between predictions. livecluster.KubeCluster is the one that reads a
+// real cluster (and, for a target of livecluster.Clusters, reads it through memory and
+// keeps a Memory); it also implements the optional readers below (MigrationLister,
+// ExistingMigrationLister, ObjectLister) and Warmer.
 type Cluster interface {
 	// CRDs returns every CustomResourceDefinition on the cluster, by name.
 	CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error)
 	// CountObjects returns how many objects of the CRD's type exist, in all namespaces.
 	CountObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (int64, error)
+	// Memory is what check keeps of this cluster between predictions, kept with the
+	// cluster by whoever keeps the cluster; nil when each prediction starts afresh.
+	Memory() *Memory
 }
 
 // History lets check look for a stepping-stone chart version when an upgrade needs one.
@@ -68,6 +72,9 @@ type Request struct {
 	// the incoming side drops are deleted by Helm. Nil when there is no release.
 	Current []chartcrds.CRD
 	Policy  CRDPolicy
+	// Deployer runs the operation; its rules say which CRDs leave the release and are
+	// deleted (predict.Removals). The zero value is the newest Helm.
+	Deployer predict.Deployer
 	// Migrations are the StorageVersionMigrations the incoming side renders
 	// (chartcrds.MigrationsFromManifest): each is judged beside the CRD it covers.
 	Migrations []chartcrds.Migration
@@ -75,8 +82,10 @@ type Request struct {
 	History History
 	// MaxSteppingStones bounds how many older chart versions are loaded (default 10).
 	MaxSteppingStones int
-	// NoObjectCounts leaves CRDReport.Objects unset: a caller that only decides (the
-	// admission gate) saves one LIST per CRD. Verdicts and actions do not depend on it.
+	// NoObjectCounts leaves CRDReport.Objects unset, but for the CRDs the operation
+	// deletes: a caller that only decides (the admission gate) saves one LIST per CRD.
+	// A deletion's verdict depends on whether the CRD holds objects, so those are counted
+	// whatever it says (a target of livecluster.Clusters counts them from memory).
 	NoObjectCounts bool
 	// NoSchemaCheck skips judging stored objects against the incoming schemas (package
 	// crdschema): no pruning, validation or conversion findings, and no object reads.
@@ -194,33 +203,39 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		Chart: req.Chart, ChartVersion: req.ChartVersion, FromRevision: req.FromRevision, ToRevision: req.ToRevision,
 		CRDs: []CRDReport{},
 	}
-	incoming := map[string]bool{}
+	removed, kept := removals(req, live)
 	var judged []judgement
 	for _, in := range req.Incoming {
-		incoming[in.CRD.Name] = true
+		if _, ok := removed[in.CRD.Name]; ok {
+			continue // it leaves the release: judged below as a removal
+		}
 		applied := req.Policy.Applies(in.Source)
 		f := predict.Decide(live[in.CRD.Name], predict.Incoming{CRD: in.CRD, Source: in.Source, Applied: applied})
+		if r, ok := kept[in.CRD.Name]; ok {
+			f.Reason += "; " + predict.DecideRemoved(req.Operation, req.Deployer, r, nil).Reason
+		}
 		rep.CRDs = append(rep.CRDs, CRDReport{Finding: f})
 		if applied && live[in.CRD.Name] != nil && !req.NoSchemaCheck {
 			judged = append(judged, judgement{live: live[in.CRD.Name], next: in.CRD})
 		}
 	}
-	for _, cur := range req.Current {
-		l := live[cur.CRD.Name]
-		if !predict.Dropped(cur, incoming[cur.CRD.Name]) || l == nil {
-			continue
-		}
-		incoming[cur.CRD.Name] = true
-		rep.CRDs = append(rep.CRDs, CRDReport{Finding: predict.DecideRemoved(req.Operation, l)})
+	for name := range removed {
+		rep.CRDs = append(rep.CRDs, CRDReport{Finding: predict.Finding{Name: name}})
 	}
 	slices.SortFunc(rep.CRDs, func(a, b CRDReport) int { return strings.Compare(a.Name, b.Name) })
 
 	if err := judgeSchemas(ctx, cluster, judged, rep.CRDs); err != nil {
 		return nil, err
 	}
-	if !req.NoObjectCounts {
-		if err := countObjects(ctx, cluster, live, rep.CRDs); err != nil {
-			return nil, err
+	if err := countObjects(ctx, cluster, live, rep.CRDs, func(name string) bool {
+		r, ok := removed[name]
+		return !req.NoObjectCounts || ok && r.Deletes()
+	}); err != nil {
+		return nil, err
+	}
+	for i := range rep.CRDs {
+		if r, ok := removed[rep.CRDs[i].Name]; ok {
+			rep.CRDs[i].Finding = predict.DecideRemoved(req.Operation, req.Deployer, r, rep.CRDs[i].Objects)
 		}
 	}
 	if err := findSteppingStones(ctx, live, req, rep.CRDs); err != nil {
@@ -241,6 +256,23 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// removals are the live CRDs that leave the release with the operation
+// (predict.Removals), by name. A CRD the live keep annotation keeps and the incoming
+// chart still ships stays, and is judged as incoming (a policy that applies crds/ writes
+// it): it is in kept instead.
+func removals(req Request, live map[string]*apiextv1.CustomResourceDefinition) (removed, kept map[string]predict.Removal) {
+	removed, kept = map[string]predict.Removal{}, map[string]predict.Removal{}
+	for _, r := range predict.Removals(predict.ReleaseChange{Deployer: req.Deployer, Operation: req.Operation,
+		Release: req.Release, Namespace: req.Namespace, Live: live, Current: req.Current, Incoming: req.Incoming}) {
+		if r.Fate == predict.FateKeptLive && r.Shipped != nil {
+			kept[r.Name()] = r
+			continue
+		}
+		removed[r.Name()] = r
+	}
+	return removed, kept
 }
 
 // bundled judges the StorageVersionMigrations the incoming side renders
@@ -342,15 +374,16 @@ func migrating(ctx context.Context, cluster Cluster, crds []CRDReport) error {
 	return nil
 }
 
-// countObjects fills Objects for every CRD that exists live. A CRD whose objects cannot
-// be listed (a conversion webhook that is down, say) keeps its verdict and says why the
-// count is missing; a forbidden list stops the run, since the caller lacks RBAC.
-func countObjects(ctx context.Context, cluster Cluster, live map[string]*apiextv1.CustomResourceDefinition, crds []CRDReport) error {
+// countObjects fills Objects for every CRD that exists live and that want names. A CRD
+// whose objects cannot be listed (a conversion webhook that is down, say) keeps its
+// verdict and says why the count is missing; a forbidden list stops the run, since the
+// caller lacks RBAC.
+func countObjects(ctx context.Context, cluster Cluster, live map[string]*apiextv1.CustomResourceDefinition, crds []CRDReport, want func(name string) bool) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for i := range crds {
 		l := live[crds[i].Name]
-		if l == nil {
+		if l == nil || !want(l.Name) {
 			continue
 		}
 		g.Go(func() error {
@@ -455,7 +488,7 @@ func action(req Request, c CRDReport) string {
 		}
 		return predict.Command{Kind: predict.CommandMigrate, CRDs: crd}.String()
 	case predict.FixKeep:
-		return fmt.Sprintf("keep it: %s (the live annotation protects it from an upgrade or rollback)", predict.Command{Kind: predict.CommandKeep, CRDs: crd})
+		return req.Deployer.KeepAdvice(req.Operation, crd, req.Release, req.Namespace)
 	case predict.FixSchema:
 		return fmt.Sprintf("keep the data: declare %s in the incoming CRD's schema (or mark them x-kubernetes-preserve-unknown-fields) and check again; "+
 			"or, if the loss is intended, accept it: %s",

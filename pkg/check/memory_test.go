@@ -245,10 +245,10 @@ func TestWarmBeforeTheChart(t *testing.T) {
 			return false, err
 		}
 		reader.WithMemory(target.Metadata, target.Releases)
-		src := check.Sources{Cluster: target.Cluster, Releases: reader, Release: "web", Namespace: ns, NoObjectCounts: true}
-		if err := check.Warm(ctx, src); err != nil {
+		if err := check.Warm(ctx, target.Cluster, reader, "web"); err != nil {
 			return false, err
 		}
+		src := check.Sources{Cluster: target.Cluster, Releases: reader, Release: "web", Namespace: ns, NoObjectCounts: true}
 		before := n.Load()
 		src.Chart = func(context.Context, bool) (*check.Chart, error) {
 			return &check.Chart{Name: "web", Version: "2.0.0", CRDs: []chartcrds.CRD{{CRD: fieldsCRD(group, "a"), Source: predict.Templates}}}, nil

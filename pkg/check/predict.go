@@ -15,11 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/lru"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
-	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
@@ -77,6 +75,8 @@ type Sources struct {
 	OlderIsRollback bool
 
 	Policy CRDPolicy
+	// Deployer runs the operation (Request.Deployer).
+	Deployer predict.Deployer
 	// Current are the CRDs the deployment applies today, for a caller that has no
 	// Helm release to read them from (Releases nil).
 	Current []chartcrds.CRD
@@ -111,7 +111,7 @@ var ErrRollbackNeedsRelease = errors.New("a rollback needs the release whose rev
 // Predict reads the release and the chart, and predicts the upgrade or rollback against
 // the live cluster. It only reads.
 func Predict(ctx context.Context, s Sources) (*Prediction, error) {
-	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Release: s.Release, Namespace: s.Namespace, Current: s.Current,
+	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Deployer: s.Deployer, Release: s.Release, Namespace: s.Namespace, Current: s.Current,
 		NoObjectCounts: s.NoObjectCounts, Upgrade: s.Upgrade}
 	p := &Prediction{}
 	if s.Record != nil {
@@ -232,15 +232,14 @@ func (s Sources) upgrade(ctx context.Context, req *Request, p *Prediction) error
 	return nil
 }
 
-// currentMemo is current through the target's memo (a target of livecluster.Clusters
-// keeps one): the CRDs of a stored revision that has not changed since they were read
-// are not read again.
+// currentMemo is current through the cluster's Memory: the CRDs of a stored revision
+// that has not changed since they were read are not read again.
 func (s Sources) currentMemo(current *release.Release, key string, req *Request, p *Prediction) error {
-	memo := memoOf(s.Cluster)
+	memo := s.Cluster.Memory()
 	if memo == nil || key == "" {
 		return s.current(current, req, p)
 	}
-	if v, ok := memo.current.Get(key); ok {
+	if v, ok := memo.revisions.Get(key); ok {
 		req.FromRevision, req.Current = current.Version, v.([]chartcrds.CRD)
 		if current.Chart != nil && current.Chart.Metadata != nil {
 			p.CurrentChartVersion = current.Chart.Metadata.Version
@@ -250,33 +249,8 @@ func (s Sources) currentMemo(current *release.Release, key string, req *Request,
 	if err := s.current(current, req, p); err != nil {
 		return err
 	}
-	memo.current.Add(key, req.Current)
+	memo.revisions.Add(key, req.Current)
 	return nil
-}
-
-// revisionCRDs keeps what Predict reads from a release between predictions: the CRDs of each
-// stored revision, by the key helmrelease.Reader.Deployed gives it. It is safe for
-// concurrent use.
-type revisionCRDs struct{ current *lru.Cache }
-
-// targetMemos are the memos each target of livecluster.Clusters keeps between
-// predictions.
-var targetMemos = livecluster.NewPerTarget(func() *revisionCRDs { return newMemo(0) })
-
-// memoOf is the memo of a target of livecluster.Clusters, or nil.
-func memoOf(cluster Cluster) *revisionCRDs {
-	if m, ok := targetMemos.Of(kubeCluster(cluster)); ok {
-		return m
-	}
-	return nil
-}
-
-// newMemo keeps the CRDs of up to n revisions (default 64).
-func newMemo(n int) *revisionCRDs {
-	if n <= 0 {
-		n = 64
-	}
-	return &revisionCRDs{current: lru.New(n)}
 }
 
 func (s Sources) current(current *release.Release, req *Request, p *Prediction) error {

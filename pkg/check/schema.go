@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
-	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -80,36 +79,11 @@ func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds
 	return g.Wait()
 }
 
-// maxJudges bounds how many compiled schema judges each target keeps
-// (crdschema.Judges).
-const maxJudges = 32
-
-// targetJudges are the compiled judges each target of livecluster.Clusters keeps between
-// runs.
-var targetJudges = livecluster.NewPerTarget(func() *crdschema.Judges { return crdschema.NewJudges(maxJudges) })
-
-// judgesOf is the cache of compiled judges the cluster keeps between runs (a target of
-// livecluster.Clusters), or nil: every judge is then compiled for this run.
+// judgesOf is the cache of compiled judges the cluster's Memory keeps between runs, or
+// nil: every judge is then compiled for this run.
 func judgesOf(cluster Cluster) *crdschema.Judges {
-	if j, ok := targetJudges.Of(kubeCluster(cluster)); ok {
-		return j
+	if m := cluster.Memory(); m != nil {
+		return m.judges
 	}
 	return nil
 }
-
-// kubeCluster is the livecluster.KubeCluster behind cluster, or nil.
-func kubeCluster(cluster Cluster) *livecluster.KubeCluster {
-	if r, ok := cluster.(*recordingCluster); ok {
-		cluster = r.Cluster
-	}
-	k, _ := cluster.(*livecluster.KubeCluster)
-	return k
-}
-
-// A real cluster answers every question a prediction asks.
-var (
-	_ Cluster                 = (*livecluster.KubeCluster)(nil)
-	_ MigrationLister         = (*livecluster.KubeCluster)(nil)
-	_ ExistingMigrationLister = (*livecluster.KubeCluster)(nil)
-	_ ObjectLister            = (*livecluster.KubeCluster)(nil)
-)

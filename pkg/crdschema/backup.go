@@ -2,11 +2,7 @@ package crdschema
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -14,19 +10,16 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/backup"
 )
 
-// Backup layout: DIR/index.json lists the objects saved and the paths each loses;
-// DIR/objects/*.yaml hold, per object, its identity and only the fields the change drops,
-// at the version they were read at.
-const (
-	BackupIndex      = "index.json"
-	BackupObjectsDir = "objects"
-)
-
-// BackupResult is what Backup wrote; it is also DIR/index.json. It holds paths, not values.
+// BackupResult is what Backup wrote; it is also DIR/index.json (package backup's format,
+// kind backup.KindFieldLoss), and DIR/objects/*.yaml hold, per object, its identity and
+// only the fields the change drops, at the version they were read at. It holds paths,
+// not values.
 type BackupResult struct {
+	backup.Header
 	Dir     string        `json:"-"`
 	CRD     string        `json:"crd"`
 	Objects []BackupEntry `json:"objects"`
@@ -41,37 +34,29 @@ type BackupEntry struct {
 }
 
 // Backup saves, before a change drops them, the values of the fields each object would
-// lose, one file per object, into dir, which must not exist yet (it is created 0700, the
-// files 0600: they hold the values). Lists that lose fields are saved whole. Nothing is
-// written for objects that lose nothing.
+// lose, one file per object, into dir (files 0600, the directory 0700: they hold the
+// values), through package backup's writer: each file atomically, the index last. A
+// directory that already holds a backup is refused (backup.ExistsError). Lists that lose
+// fields are saved whole. Nothing is written for objects that lose nothing.
 func (j *Judge) Backup(ctx context.Context, l Lister, dir string) (*BackupResult, error) {
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("backup directory %s already exists: name a new one, so no earlier backup is overwritten", dir)
-		}
-		return nil, fmt.Errorf("create the backup directory: %w", err)
-	}
-	if err := os.Mkdir(filepath.Join(dir, BackupObjectsDir), 0o700); err != nil {
-		return nil, fmt.Errorf("create the backup directory: %w", err)
+	w, err := backup.Create(dir, backup.KindFieldLoss)
+	if err != nil {
+		return nil, err
 	}
 	res := &BackupResult{Dir: dir, CRD: j.live.Name, Objects: []BackupEntry{}}
-	err := j.each(ctx, l, DefaultPageSize, "back up the fields the new schema drops", func(r Read, o *unstructured.Unstructured) error {
-		return j.backupOne(ctx, r, o, res)
+	err = j.each(ctx, l, DefaultPageSize, "back up the fields the new schema drops", func(r Read, o *unstructured.Unstructured) error {
+		return j.backupOne(ctx, w, r, o, res)
 	})
 	if err != nil {
 		return nil, err
 	}
-	index, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
+	if err := w.Commit(res); err != nil {
 		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, BackupIndex), index, 0o600); err != nil {
-		return nil, fmt.Errorf("write the backup index: %w", err)
 	}
 	return res, nil
 }
 
-func (j *Judge) backupOne(ctx context.Context, r Read, o *unstructured.Unstructured, res *BackupResult) error {
+func (j *Judge) backupOne(ctx context.Context, w *backup.Writer, r Read, o *unstructured.Unstructured, res *BackupResult) error {
 	next := j.nextRules[r.Against]
 	if next == nil {
 		return nil
@@ -95,13 +80,9 @@ func (j *Judge) backupOne(ctx context.Context, r Read, o *unstructured.Unstructu
 		meta["namespace"] = ns
 	}
 	lost["metadata"] = meta
-	data, err := yaml.Marshal(lost)
-	if err != nil {
-		return err
-	}
 	name := objectName(o)
-	file := filepath.Join(BackupObjectsDir, strings.ReplaceAll(name, "/", "_")+"."+r.ReadAt+".yaml")
-	if err := os.WriteFile(filepath.Join(res.Dir, file), data, 0o600); err != nil {
+	file := filepath.Join(backup.ObjectsDir, strings.ReplaceAll(name, "/", "_")+"."+r.ReadAt+".yaml")
+	if err := w.WriteYAML(file, lost); err != nil {
 		return fmt.Errorf("back up %s: %w", name, err)
 	}
 	res.Objects = append(res.Objects, BackupEntry{Object: name, Version: r.ReadAt, File: file, Paths: paths})

@@ -2,6 +2,7 @@ package crdschema_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/backup"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 )
 
@@ -402,10 +404,19 @@ func TestRealUpgrades(t *testing.T) {
 		if v, _, _ := unstructured.NestedString(doc, "spec", "chart", "spec", "valuesFile"); v != "values-prod.yaml" {
 			t.Errorf("backup of hr0 holds valuesFile %q:\n%s", v, saved)
 		}
+		var index crdschema.BackupResult
+		if err := backup.Read(dir, backup.KindFieldLoss, &index); err != nil || len(index.Objects) != 2 || index.CRD != b.CRD {
+			t.Errorf("the index reads back as %+v, %v", index, err)
+		}
+		for _, f := range []string{dir, filepath.Join(dir, b.Objects[0].File), filepath.Join(dir, backup.IndexFile)} {
+			if st, err := os.Stat(f); err != nil || st.Mode().Perm()&0o077 != 0 {
+				t.Errorf("%s is readable by others (%v, %v): field values must stay private", f, st.Mode(), err)
+			}
+		}
 		if _, found, _ := unstructured.NestedFieldNoCopy(doc, "spec", "interval"); found {
 			t.Errorf("backup holds fields that are not lost:\n%s", saved)
 		}
-		if _, err := j.Backup(ctx, crdschema.DynamicLister{Client: dyn}, dir); err == nil || !strings.Contains(err.Error(), "already exists") {
+		if _, err := j.Backup(ctx, crdschema.DynamicLister{Client: dyn}, dir); !errors.As(err, new(*backup.ExistsError)) {
 			t.Errorf("a second backup into the same directory must be refused, got %v", err)
 		}
 		if err := testenv.ApplyCRD(ctx, cs, to); err != nil {

@@ -88,6 +88,19 @@ func Has(crd *apiextv1.CustomResourceDefinition, name string) bool {
 	return false
 }
 
+// DroppedStoredVersions are the versions of live's status.storedVersions that incoming
+// no longer lists in spec.versions, in storedVersions order: the API server rejects an
+// update that drops them until a storage migration removes them from storedVersions.
+func DroppedStoredVersions(live, incoming *apiextv1.CustomResourceDefinition) []string {
+	var out []string
+	for _, v := range live.Status.StoredVersions {
+		if !Has(incoming, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // Serves reports whether name is a served version of the CRD.
 func Serves(crd *apiextv1.CustomResourceDefinition, name string) bool {
 	for _, v := range crd.Spec.Versions {

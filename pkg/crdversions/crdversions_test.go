@@ -70,6 +70,30 @@ func TestVersionHelpers(t *testing.T) {
 	}
 }
 
+// TestDroppedStoredVersions: the stored versions an update leaves out of spec.versions,
+// in storedVersions order, whether or not the update serves them.
+func TestDroppedStoredVersions(t *testing.T) {
+	crds, err := FromManifest("x", []byte(good)) // lists v1alpha1 (not served) and v1
+	if err != nil {
+		t.Fatal(err)
+	}
+	incoming := crds[0]
+	for _, tc := range []struct {
+		stored []string
+		want   []string
+	}{
+		{[]string{"v1alpha1", "v1"}, nil},
+		{[]string{"v1beta2", "v1", "v1beta1"}, []string{"v1beta2", "v1beta1"}},
+		{nil, nil},
+	} {
+		live := incoming.DeepCopy()
+		live.Status.StoredVersions = tc.stored
+		if diff := cmp.Diff(tc.want, DroppedStoredVersions(live, incoming)); diff != "" {
+			t.Errorf("storedVersions %v: dropped (-want +got):\n%s", tc.stored, diff)
+		}
+	}
+}
+
 func TestDocuments(t *testing.T) {
 	goodJSON := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.example.com"},` +
 		`"spec":{"group":"example.com","scope":"Namespaced","names":{"plural":"widgets","singular":"widget","kind":"Widget"},` +

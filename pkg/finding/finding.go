@@ -1,7 +1,8 @@
 // Package finding owns the one shape of a finding that upgradeguard's checks report: what
 // it is about (Subject, "Kind/namespace/name" where it is an object), which check found
-// it, how bad it is, what is wrong and what to do. The uninstall pre-flight, the chart
-// migration plan, the audit and the slots check all report this shape, so a caller
+// it, how bad it is, what is wrong and what to do (with the operation's input that does
+// it, for each front end to word as its own flag or field). The uninstall pre-flight, the
+// chart migration plan, the audit and the slots check all report this shape, so a caller
 // renders, filters or counts findings one way.
 package finding
 
@@ -28,8 +29,24 @@ type Finding struct {
 	Subject  string   `json:"subject"`
 	Severity Severity `json:"severity"`
 	Message  string   `json:"message"`
-	// Remediation is the next action, when there is one.
+	// Remediation is the next action, when there is one. It never names a front end's
+	// flag: where the action is an input of the operation, Input names it.
 	Remediation string `json:"remediation,omitempty"`
+	// Input is the operation's input that the Message or Remediation advises, when there
+	// is one.
+	Input *Input `json:"input,omitempty"`
+}
+
+// Input is an input of the operation that reported a finding, in the library's terms:
+// the option that takes it and the value to give. Each front end words it as its own (the
+// CLI as the flag that sets the option), so a library message never names a flag.
+type Input struct {
+	// Option names the option, as the reporting package declares it (for example
+	// chartmigrate.OptionMapPVC).
+	Option string `json:"option"`
+	// Value is the value to give, placeholders in capitals ("data=NEW-CLAIM"); empty when
+	// the finding cannot say.
+	Value string `json:"value,omitempty"`
 }
 
 // Blocks says whether the finding stops the operation.

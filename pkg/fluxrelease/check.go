@@ -77,10 +77,15 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 	rel := o.rel
 	res := &Result{Release: rel.Name, StorageNamespace: rel.StorageNamespace, Remote: o.remote, Operation: predict.Upgrade}
 	src := rel.Source
-	src.KubeVersion, src.Settings, src.Cache = o.target.Version, req.Settings, req.Cache
+	src.KubeVersion, src.Settings = o.target.Version, req.Settings
+	var loader chartsource.Loader = chartsource.Helm{}
+	if req.Cache != nil {
+		loader = req.Cache
+	}
 	p, err := check.Predict(ctx, check.Sources{
 		Cluster: o.target.Cluster, Releases: o.releases, Release: res.Release, Namespace: res.StorageNamespace, ReleaseOptional: true,
-		Chart: chartsource.CheckChart(src), OlderIsRollback: true, Policy: rel.Policy, SteppingStones: &chartsource.History{Options: src},
+		Chart: chartsource.CheckChart(loader, src), OlderIsRollback: true, Policy: rel.Policy,
+		SteppingStones: &chartsource.History{Options: src, Loader: loader},
 	})
 	if err != nil {
 		return nil, err
@@ -93,17 +98,22 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 		res.RemediationRisk = remediationRisk(p.Live, p.Incoming, p.Current, rel.Policy)
 	}
 	if UninstallRemediation(hr) && deployed {
-		res.UninstallRisk = predict.Uninstalls(p.Live, p.Incoming)
+		res.UninstallRisk = predict.Deletes(predict.ReleaseChange{Deployer: helmController, Operation: predict.Uninstall,
+			Release: res.Release, Namespace: res.StorageNamespace, Live: p.Live, Current: p.Incoming})
 	}
 	return res, nil
 }
+
+// helmController is the Helm that helm-controller v1.6 embeds (its SDK, v4.2.2): its
+// uninstall does not verify the live ownership.
+var helmController = predict.Deployer{Kind: predict.KindHelm, Version: "4.2.2"}
 
 // remediationRisk predicts helm-controller's rollback remediation after this upgrade: the
 // live CRDs as the upgrade under policy leaves them (predict.Apply), against the current
 // revision's CRDs that a rollback applies. A rollback is a Helm rollback whatever the
 // HelmRelease's upgrade.crds: it applies templates/ only.
 func remediationRisk(live map[string]*apiextv1.CustomResourceDefinition, incoming, current []chartcrds.CRD, policy predict.Policy) []string {
-	after := predict.Apply(live, incoming, current, policy)
+	after := predict.Apply(helmController, predict.Upgrade, live, incoming, current, policy)
 	var out []string
 	for _, cur := range current {
 		a := after[cur.CRD.Name]
@@ -125,7 +135,7 @@ func Warm(ctx context.Context, req Request) error {
 	if err != nil {
 		return err
 	}
-	return check.Warm(ctx, check.Sources{Cluster: o.target.Cluster, Releases: o.releases, Release: o.rel.Name, Namespace: o.rel.StorageNamespace})
+	return check.Warm(ctx, o.target.Cluster, o.releases, o.rel.Name)
 }
 
 // opened is a HelmRelease's Helm release on its target, read before its incoming chart.

@@ -206,12 +206,17 @@ func TestRemediationRisk(t *testing.T) {
 }
 
 // TestRemediationRiskCreateReplace: the CRD moves from templates/ to crds/ with the new
-// storage version. Under upgrade.crds=CreateReplace the upgrade applies it, and the
-// rollback remediation (a Helm rollback, which applies templates/ only) re-applies the
-// old templates/ CRD, which lacks the new storage version: rejected. Under plain Helm the
-// upgrade leaves the live CRD as it is, and the rollback stays safe.
+// storage version. It leaves the release manifest, so the upgrade deletes it unless the
+// live CRD carries helm.sh/resource-policy: keep (predict.Removals). Kept, under
+// upgrade.crds=CreateReplace the upgrade applies it, and the rollback remediation (a Helm
+// rollback, which applies templates/ only) re-applies the old templates/ CRD, which lacks
+// the new storage version: rejected. Under plain Helm the upgrade leaves the live CRD as
+// it is, and the rollback stays safe. Not kept, the upgrade deletes it: the rollback
+// meets no live CRD, and the deletion is check's finding.
 func TestRemediationRiskCreateReplace(t *testing.T) {
-	live := map[string]*apiextv1.CustomResourceDefinition{ocirepos: crd("v1beta2", []string{"v1beta2"}, "v1beta2")}
+	kept := crd("v1beta2", []string{"v1beta2"}, "v1beta2")
+	kept.Annotations = map[string]string{predict.KeepAnnotation: predict.KeepValue}
+	live := map[string]*apiextv1.CustomResourceDefinition{ocirepos: kept}
 	incoming := []chartcrds.CRD{{CRD: crd("v1", nil, "v1beta2", "v1"), Source: predict.CRDsDir}}
 	current := []chartcrds.CRD{{CRD: crd("v1beta2", nil, "v1beta2"), Source: predict.Templates}}
 	if got := remediationRisk(live, incoming, current, predict.PolicyCreateReplace); len(got) != 1 || got[0] != ocirepos {
@@ -219,5 +224,14 @@ func TestRemediationRiskCreateReplace(t *testing.T) {
 	}
 	if got := remediationRisk(live, incoming, current, predict.PolicyHelm); len(got) != 0 {
 		t.Errorf("helm: remediationRisk = %v, want none", got)
+	}
+	live[ocirepos] = crd("v1beta2", []string{"v1beta2"}, "v1beta2")
+	for _, p := range []predict.Policy{predict.PolicyHelm, predict.PolicyCreateReplace} {
+		if got := remediationRisk(live, incoming, current, p); len(got) != 0 {
+			t.Errorf("%s, not kept: remediationRisk = %v, want none (the upgrade deletes the CRD)", p, got)
+		}
+	}
+	if got := predict.Deletes(predict.ReleaseChange{Deployer: helmController, Operation: predict.Upgrade, Live: live, Current: current, Incoming: incoming}); len(got) != 1 || got[0] != ocirepos {
+		t.Errorf("Deletes = %v, want [%s]", got, ocirepos)
 	}
 }

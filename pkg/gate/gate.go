@@ -2,7 +2,9 @@
 // version: Decide says proceed, migrating or blocked, and returns standard conditions the
 // caller sets on its own resource. When automatic migration is allowed, Decide also moves
 // the migration forward within a time budget, so a reconcile loop that calls it again
-// converges: migrating, migrating, proceed.
+// converges: migrating, migrating, proceed. Judge writes the decision's sentences
+// (Decision.Message and the conditions' messages) for every front end: the admission
+// gate shows them as they are, after what its door adds.
 package gate
 
 import (
@@ -99,8 +101,14 @@ type Decision struct {
 	Outcome    Outcome
 	Report     *check.Report
 	Migrations []*migrate.Result
+	// Conditions are StorageMigrationRequired, InProgress and Failed, in that order.
+	// Required's message is a part of Message, and so are InProgress's and Failed's once
+	// a Migrator has reported: what is required, and where the migration stands.
 	Conditions []metav1.Condition
-	Message    string
+	// Message says what was decided and why: the library's sentence, which every front
+	// end shows as it is (the admission gate puts it in its answer, after what its door
+	// adds). A decision that migrates says Required, then where the migration stands.
+	Message string
 	// Reason is the StorageMigrationRequired condition's reason.
 	Reason string
 	// ToMigrate are the CRDs whose stored versions must be migrated first.
@@ -132,6 +140,10 @@ const (
 	WhyDataLoss = "the incoming schema would drop fields that stored objects hold"
 )
 
+// WhyDeleteCRD is why the deletion of a CRD itself (predict.DeleteCRD, by any client)
+// is refused while it holds objects.
+const WhyDeleteCRD = "deleting a CRD deletes every object of its type"
+
 // Decide checks the incoming CRDs against the target cluster and, when allowed, moves the
 // needed migrations forward. An error means it could not decide (cluster unreachable,
 // RBAC); the caller should retry and not upgrade.
@@ -154,7 +166,9 @@ func Decide(ctx context.Context, target *rest.Config, incoming []chartcrds.CRD, 
 // Judge turns a prediction into the gate's decision: proceed when it is safe, blocked
 // when no automatic step fixes it, and otherwise what o.Migrator reports of the
 // migration it carries out. It is the one mapping from verdicts to outcomes, conditions
-// and next steps, for every front end.
+// and next steps, for every front end, and it writes the sentences every front end shows:
+// Decision.Message and the conditions' messages (the admission gate shows them as they
+// are, and adds only what its door adds around Message).
 func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error) {
 	d := &Decision{Report: rep, Reason: ReasonNotRequired}
 	if rep.Safe {
@@ -165,16 +179,19 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 	}
 	d.Reason = ReasonMigrationRequired
 	for _, c := range rep.Findings() {
-		why := ""
-		switch c.Verdict {
-		case predict.Migrate:
+		fix, why := predict.FixFor(c.Finding), ""
+		switch {
+		case fix.Automatic():
 			d.ToMigrate = append(d.ToMigrate, c.Name)
-		case predict.Bridge:
+		case fix == predict.FixStorageSwitch || fix == predict.FixSteppingStone:
 			d.Reason, why = ReasonBridgeRequired, WhyBridge
 			d.Plan = planCommand(rep, o)
-		case predict.Delete:
+		case fix == predict.FixKeep:
 			d.Reason, why = ReasonCRDDeletion, WhyDelete
-		case predict.DataLoss:
+			if rep.Operation == predict.DeleteCRD {
+				why = WhyDeleteCRD
+			}
+		case fix == predict.FixSchema:
 			d.Reason, why = ReasonDataLoss, WhyDataLoss
 		}
 		if why != "" {
@@ -185,15 +202,22 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 		}
 	}
 	if len(d.Unfixable) > 0 {
-		d.Outcome, d.Message = Blocked, "the upgrade cannot be made safe automatically: "+strings.Join(d.Unfixable, "; ")
-		if d.Plan != "" {
-			d.Message += "; the safe path: " + d.Plan
-		}
+		d.Outcome, d.Message = Blocked, d.unfixable()
 		d.conditions(o, metav1.ConditionTrue, ReasonIdle, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)
 		d.Conditions[1].Message = "no automatic migration applies"
 		return d, nil
 	}
 	return d.migrate(ctx, o)
+}
+
+// unfixable is the Message of a decision that no automatic migration fixes: why, each
+// finding with its reason, and the plan command when a bridge blocks it.
+func (d *Decision) unfixable() string {
+	msg := strings.Join(d.Why, ", and ") + ", and no automatic migration fixes it: " + strings.Join(d.Unfixable, "; ")
+	if d.Plan != "" {
+		msg += ". The whole safe path: " + d.Plan
+	}
+	return msg
 }
 
 // planCommand is the plan command a bridge denial names, or "".
@@ -204,17 +228,29 @@ func planCommand(rep *check.Report, o Options) string {
 	return predict.Command{Kind: predict.CommandPlan, Release: rep.Release, Namespace: rep.Namespace, Chart: rep.Chart, ChartVersion: rep.ChartVersion}.String()
 }
 
-// Required is the StorageMigrationRequired message of a decision that migrates.
+// Required is the StorageMigrationRequired message of a decision that migrates: the one
+// wording of "must be migrated first", for every front end.
 func (d *Decision) Required() string {
-	return fmt.Sprintf("stored versions dropped by the incoming chart must be migrated first: %s", strings.Join(d.ToMigrate, ", "))
+	return fmt.Sprintf("stored versions of %s are dropped by the incoming chart and must be migrated first", strings.Join(d.ToMigrate, ", "))
+}
+
+// migrating sets the Message of a decision that migrates: Required, then where the
+// migration stands (the StorageMigrationInProgress message).
+func (d *Decision) migrating(stands string) {
+	d.Message = d.Required()
+	if stands != "" {
+		d.Message += "; " + stands
+	}
 }
 
 func (d *Decision) migrate(ctx context.Context, o Options) (*Decision, error) {
 	required := d.Required()
 	if o.Migrator == nil {
-		d.Outcome, d.Message = Blocked, required+" (automatic migration is off: run "+predict.Command{Kind: predict.CommandMigrate, CRDs: d.ToMigrate}.String()+")"
+		off := "automatic migration is off: run " + predict.Command{Kind: predict.CommandMigrate, CRDs: d.ToMigrate}.String()
+		d.Outcome = Blocked
+		d.migrating(off)
 		d.conditions(o, metav1.ConditionTrue, ReasonAutoMigrationOff, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)
-		d.Conditions[0].Message, d.Conditions[1].Message = required, d.Message
+		d.Conditions[0].Message, d.Conditions[1].Message = required, off
 		return d, nil
 	}
 	if o.BeforeMigrate != nil {
@@ -229,7 +265,8 @@ func (d *Decision) migrate(ctx context.Context, o Options) (*Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.Migration, d.Migrations, d.Message = p, p.Results, p.Message
+	d.Migration, d.Migrations = p, p.Results
+	d.migrating(p.Message)
 	switch p.State {
 	case MigrationNotAllowed:
 		d.Outcome = Blocked
@@ -242,13 +279,13 @@ func (d *Decision) migrate(ctx context.Context, o Options) (*Decision, error) {
 		d.Outcome = Migrating
 		d.conditions(o, metav1.ConditionTrue, ReasonMigrating, metav1.ConditionTrue, ReasonIdle, metav1.ConditionFalse)
 	case MigrationDone:
-		d.Outcome, d.Reason = Proceed, ReasonMigrated
+		// Nothing is required any more: the message is the migration's.
+		d.Outcome, d.Reason, d.Message = Proceed, ReasonMigrated, p.Message
 		d.conditions(o, metav1.ConditionFalse, ReasonMigrated, metav1.ConditionFalse, ReasonMigrated, metav1.ConditionFalse)
-		d.Conditions[0].Message = p.Message
 	default:
 		return nil, fmt.Errorf("migrator reported an unknown state %q", p.State)
 	}
-	if d.Conditions[0].Message == "" {
+	if d.Outcome != Proceed {
 		d.Conditions[0].Message = required
 	}
 	d.Conditions[1].Message = p.Message

@@ -105,3 +105,18 @@ func TestJudge(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgeCRDDeletion: a deletion of a CRD itself is blocked with its own why, not
+// Helm's, and with the report's next steps.
+func TestJudgeCRDDeletion(t *testing.T) {
+	rep := report(map[string]predict.Verdict{"a.example.io": predict.Delete})
+	rep.Operation = predict.DeleteCRD
+	d, err := gate.Judge(t.Context(), rep, gate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := gate.WhyDeleteCRD + ", and no automatic migration fixes it: a.example.io: because"
+	if d.Outcome != gate.Blocked || d.Reason != gate.ReasonCRDDeletion || d.Message != want {
+		t.Errorf("Judge() = %s %s %q, want %s %s %q", d.Outcome, d.Reason, d.Message, gate.Blocked, gate.ReasonCRDDeletion, want)
+	}
+}

@@ -34,7 +34,7 @@ func TestJudgeBridgeNamesPlan(t *testing.T) {
 			if d.Outcome != Blocked || d.Plan != tc.want {
 				t.Errorf("outcome %s plan %q, want Blocked and %q", d.Outcome, d.Plan, tc.want)
 			}
-			if tc.want != "" && !strings.Contains(d.Message, "the safe path: "+tc.want) {
+			if tc.want != "" && !strings.Contains(d.Message, "The whole safe path: "+tc.want) {
 				t.Errorf("message does not name the plan: %s", d.Message)
 			}
 		})

@@ -1,6 +1,7 @@
 // Package kubeclient owns building the set of API clients upgradeguard's operations share
 // from one REST config: core, CRDs, object metadata, discovery, a REST mapper and Leases.
-// Operations take the narrow interfaces they need from it.
+// Operations take the narrow interfaces they need from it. It also owns the one paged
+// LIST of a whole collection (ListAll).
 package kubeclient
 
 import (
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -59,6 +61,25 @@ func New(cfg *rest.Config) (*Clients, error) {
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	return &Clients{Kube: kube, CRDs: crds, Metadata: md, Discovery: disco, Mapper: mapper, Leases: kube.CoordinationV1()}, nil
+}
+
+// DefaultRateLimit is cfg, with no client-side rate limit when it sets none (QPS 0 and no
+// RateLimiter, where client-go would fall back to 5 requests per second): an operation
+// that touches every object bounds its load by concurrency, and the API server's Priority
+// and Fairness paces it (client-go honours its 429 and Retry-After). A limit the caller
+// set is kept.
+func DefaultRateLimit(cfg *rest.Config) *rest.Config {
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		return NoRateLimit(cfg)
+	}
+	return cfg
+}
+
+// NoRateLimit is a copy of cfg without any client-side rate limit.
+func NoRateLimit(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	return c
 }
 
 // KubeconfigKeys are the Secret keys a kubeconfig is looked up under when a reference

@@ -2,9 +2,10 @@
 // target kept by Clusters the memory between decisions (an informer on its CRDs, informers
 // on the Helm release records, StorageVersionMigrations and the objects the schema check
 // reads, and pages of those objects kept while nothing changed). It only ever reads the
-// cluster. What a caller keeps per target for its own use (package check's memo of
-// revision CRDs and compiled schema judges) hangs off the target through PerTarget, so this
-// package knows none of its types.
+// cluster. KubeCluster implements package check's Cluster port; a target kept by Clusters
+// also keeps what check remembers of it (a check.Memory: the CRDs of release revisions and
+// compiled schema judges), which check reads through that port and which goes with the
+// target.
 package livecluster
 
 import (
@@ -21,13 +22,14 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
-// KubeCluster reads a real cluster (it implements check.Cluster and the optional readers
-// check asks for). It only ever issues GET and LIST.
+// KubeCluster reads a real cluster (it implements check.Cluster, the optional readers
+// check asks for, and check.Warmer). It only ever issues GET and LIST.
 type KubeCluster struct {
 	crds     apiextclient.Interface
 	metadata metadata.Interface
@@ -35,8 +37,8 @@ type KubeCluster struct {
 	dynamic  dynamic.Interface
 	// memory, when set (Clusters), reads the CRDs from an informer's cache.
 	memory *memoryCRDs
-	// slots, when set (Clusters), holds what callers keep per target (PerTarget).
-	slots *slots
+	// kept, when set (a target kept by Clusters), is what check keeps of the target.
+	kept *check.Memory
 	// watch, when set (Clusters), keeps informers that answer repeated reads.
 	watch *watches
 }
@@ -63,6 +65,19 @@ func newKubeCluster(c *kubeclient.Clients, cfg *rest.Config) (*KubeCluster, erro
 	}
 	return &KubeCluster{crds: c.CRDs, metadata: c.Metadata, disco: c.Discovery, dynamic: dyn}, nil
 }
+
+// A KubeCluster answers every question a prediction asks.
+var (
+	_ check.Warmer                  = (*KubeCluster)(nil)
+	_ check.MigrationLister         = (*KubeCluster)(nil)
+	_ check.ExistingMigrationLister = (*KubeCluster)(nil)
+	_ check.ObjectLister            = (*KubeCluster)(nil)
+)
+
+// Memory is what check keeps of a target kept by Clusters (check.Memory), nil for a
+// KubeCluster that keeps nothing between decisions (NewKubeCluster, Connect, or a target
+// of Clusters built before Start).
+func (k *KubeCluster) Memory() *check.Memory { return k.kept }
 
 // MigrationsInProgress are the StorageVersionMigrations in progress, by CRD (see svm.Active).
 func (k *KubeCluster) MigrationsInProgress(ctx context.Context) (map[string][]svm.Migration, error) {
@@ -129,32 +144,69 @@ func (k *KubeCluster) ListObjects(ctx context.Context, gvr schema.GroupVersionRe
 // API server reports, so counting costs one call whatever the number of objects. A target
 // of Clusters counts from memory once the resource's metadata informer has synced.
 func (k *KubeCluster) CountObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (int64, error) {
-	version := crdversions.ServedVersion(crd)
-	if version == "" {
-		return 0, fmt.Errorf("%s serves no version, so its objects cannot be listed", crd.Name)
+	gvr, err := objectsOf(crd)
+	if err != nil {
+		return 0, err
 	}
-	gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Spec.Names.Plural}
 	if n, ok := k.watch.countObjects(k, gvr); ok {
 		return n, nil
 	}
-	opts := metav1.ListOptions{Limit: 1}
+	n, _, err := k.SampleObjects(ctx, crd, 1)
+	return n, err
+}
+
+// SampleObjects asks the API server, never memory, how many objects of the CRD's type
+// exist in all namespaces, and names up to limit of them ("namespace/name", or "name" for
+// a cluster-scoped type) in the API server's order: one metadata LIST of limit objects
+// whose remaining item count gives the rest. A caller that refuses something because
+// objects exist (the CRD deletion guard) confirms with it what memory said, and names
+// examples.
+func (k *KubeCluster) SampleObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition, limit int64) (int64, []string, error) {
+	gvr, err := objectsOf(crd)
+	if err != nil {
+		return 0, nil, err
+	}
+	opts := metav1.ListOptions{Limit: max(limit, 1)}
 	var n int64
+	var names []string
 	for {
 		list, err := k.metadata.Resource(gvr).List(ctx, opts)
 		if err != nil {
-			return 0, fmt.Errorf("list %s: %w", gvr.GroupResource(), err)
+			return 0, nil, fmt.Errorf("list %s: %w", gvr.GroupResource(), err)
+		}
+		for _, item := range list.Items {
+			if int64(len(names)) < limit {
+				names = append(names, objectName(item.Namespace, item.Name))
+			}
 		}
 		n += int64(len(list.Items))
 		if list.Continue == "" {
-			return n, nil
+			return n, names, nil
 		}
 		if list.RemainingItemCount != nil {
-			return n + *list.RemainingItemCount, nil
+			return n + *list.RemainingItemCount, names, nil
 		}
 		// No count offered (for example a list served from a watch cache that does not
 		// know it): page through, metadata only.
 		opts = metav1.ListOptions{Limit: 500, Continue: list.Continue}
 	}
+}
+
+// objectsOf is the resource of a CRD's objects at a version it serves.
+func objectsOf(crd *apiextv1.CustomResourceDefinition) (schema.GroupVersionResource, error) {
+	version := crdversions.ServedVersion(crd)
+	if version == "" {
+		return schema.GroupVersionResource{}, fmt.Errorf("%s serves no version, so its objects cannot be listed", crd.Name)
+	}
+	return schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Spec.Names.Plural}, nil
+}
+
+// objectName is "namespace/name", or "name" for a cluster-scoped object.
+func objectName(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
 }
 
 var crdResource = schema.GroupVersionResource{Group: apiextv1.GroupName, Version: "v1", Resource: "customresourcedefinitions"}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 )
 
@@ -37,7 +38,7 @@ type Target struct {
 	// Metadata reads objects' metadata only (Helm storage labels).
 	Metadata metadata.Interface
 	// Releases keeps decoded release revisions between decisions (package check keeps
-	// their CRDs per target); nil for a target built for one decision.
+	// their CRDs in the Cluster's Memory); nil for a target built for one decision.
 	Releases *helmrelease.Cache
 }
 
@@ -164,7 +165,7 @@ func (c *Clusters) Get(ctx context.Context, key string, cfg *rest.Config, local 
 	if t.target.Version == "" || time.Since(t.versionAt) > c.o.VersionTTL {
 		ver, err := t.target.Cluster.ServerVersion(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("cannot reach the target API server at %s: %w", cfg.Host, err)
+			return nil, &UnreachableError{Host: cfg.Host, Err: err}
 		}
 		t.target.Version, t.versionAt = ver, time.Now()
 	}
@@ -223,12 +224,12 @@ func (c *Clusters) build(cfg *rest.Config, local bool) (*cachedTarget, error) {
 		return nil, err
 	}
 	kc := tgt.Cluster
-	tgt.Releases, kc.slots = helmrelease.NewCache(0), newSlots()
+	tgt.Releases = helmrelease.NewCache(0)
 	t := &cachedTarget{target: *tgt}
 	var tctx context.Context
 	if c.ctx != nil {
 		tctx, t.cancel = context.WithCancel(c.ctx)
-		kc.watch = newWatches(tctx, c.o.SyncTimeout)
+		kc.watch, kc.kept = newWatches(tctx, c.o.SyncTimeout), check.NewMemory()
 		t.target.Releases.SetRecords(&helmRecords{w: kc.watch, md: kc.metadata})
 	}
 	switch {

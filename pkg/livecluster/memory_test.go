@@ -3,6 +3,7 @@ package livecluster_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
@@ -13,6 +14,8 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -95,5 +98,54 @@ func TestInformerOfDeletedResourceStops(t *testing.T) {
 	}
 	testenv.Eventually(t, "the informer forgotten once the CRD is deleted", func() (bool, error) {
 		return !slices.Contains(livecluster.Informers(target.Cluster), key), nil
+	})
+}
+
+// TestSampleObjects: SampleObjects asks the API server for the number of a resource's
+// objects and names the first few, in the API server's order, with one LIST whatever
+// their number; CountObjects gives the same number, from memory once the resource's
+// informer has synced (no API request), and sees an object deleted since.
+func TestSampleObjects(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	ctx := t.Context()
+	const group = "sample.memory.example.io"
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	crd := testenv.TwoVersionCRD(group, "widgets", "Widget")
+	if err := testenv.ApplyCRD(ctx, cs, crd); err != nil {
+		t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: "widgets"}
+	if err := testenv.CreateObjects(ctx, cp.Config, testenv.Objects{GVR: gvr, Kind: "Widget", Namespaces: []string{"sample-a", "sample-b"}, PerNS: 4}); err != nil {
+		t.Fatal(err)
+	}
+	target, n := testenv.CountedTarget(t, cp.Config, livecluster.ClustersOptions{}, false)
+	before := n.Load()
+	count, names, err := target.Cluster.SampleObjects(ctx, crd, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if count != 8 || n.Load()-before != 1 {
+		t.Errorf("SampleObjects counted %d with %d requests, want 8 with 1", count, n.Load()-before)
+	}
+	if len(names) != 3 || !slices.IsSorted(names) || !strings.HasPrefix(names[0], "sample-a/") {
+		t.Errorf("SampleObjects named %v, want the first 3 in the API server's order", names)
+	}
+	testenv.Eventually(t, "8 widgets counted from memory", func() (bool, error) {
+		before := n.Load()
+		c, err := target.Cluster.CountObjects(ctx, crd)
+		return c == 8 && n.Load() == before, err
+	})
+	dyn := dynamic.NewForConfigOrDie(cp.Config)
+	if err := dyn.Resource(gvr).Namespace("sample-a").Delete(ctx, strings.TrimPrefix(names[0], "sample-a/"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if count, _, err := target.Cluster.SampleObjects(ctx, crd, 1); err != nil || count != 7 {
+		t.Errorf("SampleObjects after a deletion = %d (%v), want 7", count, err)
+	}
+	testenv.Eventually(t, "the deletion seen in memory", func() (bool, error) {
+		c, err := target.Cluster.CountObjects(ctx, crd)
+		return c == 7, err
 	})
 }

@@ -9,34 +9,25 @@ import (
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 )
 
-// Warming says what KubeCluster.Warm reads ahead of a decision. The caller decides it
-// (package check: the CRDs of a release's deployed revision, listed as its schema check
-// lists them).
-type Warming struct {
-	// CRDs name the live CRDs whose objects the decision will read: the objects of each
-	// served version get an informer and a first page.
-	CRDs []string
-	// PageLimit is the Limit of that first page, the one the decision will ask for (a
-	// page is kept per limit).
-	PageLimit int64
-}
-
-// Keeps says whether k keeps what it reads between decisions: a target of Clusters built
+// keeps says whether k keeps what it reads between decisions: a target of Clusters built
 // after Start. Warm does nothing on any other.
-func (k *KubeCluster) Keeps() bool { return k != nil && k.watch != nil }
+func (k *KubeCluster) keeps() bool { return k != nil && k.watch != nil }
 
 // Warm starts now the informers a first decision on a target would start (on the Helm
 // release records, on StorageVersionMigrations, on the objects of w.CRDs at every served
 // version), waits for them to sync (each for at most ClustersOptions.SyncTimeout from its
 // own start, so a resource this identity may not list delays it that long at most), and
-// lists a first page of each of those objects, kept as ListObjects keeps it: the first
-// decision after a start then reads from memory. A resource whose page cannot be listed
-// is returned as an error once the others are warmed. It does nothing for a KubeCluster
-// that keeps nothing (Keeps). It only reads.
-func (k *KubeCluster) Warm(ctx context.Context, w Warming) error {
-	if !k.Keeps() {
+// lists a first page of each of those objects (w.PageLimit), kept as ListObjects keeps
+// it: the first decision after a start then reads from memory. What to warm is check's to
+// say (check.Warm). A resource whose page cannot be listed is returned as an error once
+// the others are warmed. It does nothing for a KubeCluster that keeps nothing between
+// decisions (no Memory). It only reads.
+func (k *KubeCluster) Warm(ctx context.Context, w check.Warming) error {
+	if !k.keeps() {
 		return nil
 	}
 	live, err := k.CRDs(ctx)

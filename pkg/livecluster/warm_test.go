@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
@@ -57,7 +58,7 @@ func TestWarmPastAForbiddenResource(t *testing.T) {
 	// the warm-up would still be waiting for the forbidden one when this ends.
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	err = target.Cluster.Warm(wctx, livecluster.Warming{CRDs: []string{"gadgets." + allowed, "gadgets." + forbidden}, PageLimit: 500})
+	err = target.Cluster.Warm(wctx, check.Warming{CRDs: []string{"gadgets." + allowed, "gadgets." + forbidden}, PageLimit: 500})
 	if wctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("the warm-up waited for the forbidden resource until its caller gave up (error: %v)", err)
 	}

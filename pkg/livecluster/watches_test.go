@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestPagesWaitForTheCRDToSettle: a LIST made soon after its CRD changed may have been
@@ -110,29 +112,39 @@ func TestInformersMakeRoomForTheNewest(t *testing.T) {
 	}
 }
 
-// TestPerTargetOwnedByTheTarget: a PerTarget's state is built once per target and kept
-// with it; two PerTargets keep apart states; a KubeCluster that keeps nothing between
-// decisions has none.
-func TestPerTargetOwnedByTheTarget(t *testing.T) {
-	builds := 0
-	counts := NewPerTarget(func() *int { builds++; return new(int) })
-	names := NewPerTarget(func() *string { return new(string) })
-	a, b := &KubeCluster{slots: newSlots()}, &KubeCluster{slots: newSlots()}
-	first, ok := counts.Of(a)
-	if !ok {
-		t.Fatal("no state on a target of Clusters")
+// TestMemoryGoesWithTheTarget: each target that Clusters keeps has a check.Memory of
+// its own, which check reads through the Cluster; a KubeCluster that keeps nothing
+// between decisions (built for one decision, or by Clusters before Start) has none.
+func TestMemoryGoesWithTheTarget(t *testing.T) {
+	cfg := &rest.Config{Host: "https://127.0.0.1:1"} // never dialled: the local reader serves the CRDs
+	c := NewClusters(ClustersOptions{Local: nopReader{}})
+	early, err := c.build(cfg, true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	*first = 7
-	if again, _ := counts.Of(a); again != first || builds != 1 {
-		t.Errorf("a second Of built new state (%d builds), want the first one back", builds)
+	single, err := NewKubeCluster(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if other, _ := counts.Of(b); other == first || *other != 0 {
-		t.Error("two targets share their state")
+	if early.target.Cluster.Memory() != nil || single.Memory() != nil {
+		t.Error("a KubeCluster that keeps nothing between decisions has a Memory")
 	}
-	if n, _ := names.Of(a); n == nil || *n != "" {
-		t.Error("a second PerTarget on the same target got the first one's state")
+	c.ctx = t.Context() // as Start does
+	a, err := c.build(cfg, true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, ok := counts.Of(&KubeCluster{}); ok {
-		t.Error("a KubeCluster that keeps nothing has state")
+	b, err := c.build(cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := a.target.Cluster.Memory(); first == nil || first != a.target.Cluster.Memory() {
+		t.Fatal("a kept target has no Memory, or a new one at each call")
+	}
+	if a.target.Cluster.Memory() == b.target.Cluster.Memory() {
+		t.Error("two targets share a Memory")
 	}
 }
+
+// nopReader is a local cluster's reader that is never asked.
+type nopReader struct{ client.Reader }

@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,17 +34,30 @@ const (
 // Engines are the engines, in the order --help lists them.
 var Engines = []Engine{EngineAuto, EngineClient, EngineBuiltin}
 
-// ParseEngine reads an engine name; "" is EngineAuto.
+// RoleEngines are the engines with a role of their own (RBACFor), in the order --help
+// lists them. EngineAuto has none: it runs one of them, and needs that one's role.
+var RoleEngines = []Engine{EngineClient, EngineBuiltin}
+
+// ParseEngine reads an engine name; "" is EngineAuto. It is the one check of an engine
+// name: every front end that takes one parses it here.
 func ParseEngine(s string) (Engine, error) {
 	if s == "" {
 		return EngineAuto, nil
 	}
-	for _, e := range Engines {
-		if string(e) == s {
-			return e, nil
-		}
+	if i := slices.Index(Engines, Engine(s)); i >= 0 {
+		return Engines[i], nil
 	}
 	return "", fmt.Errorf("unknown migration engine %q: use auto, client or builtin", s)
+}
+
+// ParseRoleEngine reads the engine a role is for (one of RoleEngines): ParseEngine,
+// refusing auto, which has no role of its own.
+func ParseRoleEngine(s string) (Engine, error) {
+	e, err := ParseEngine(s)
+	if err == nil && !slices.Contains(RoleEngines, e) {
+		return "", fmt.Errorf("migration engine %q has no role of its own: use client or builtin (auto runs one of them; grant that one's role)", e)
+	}
+	return e, err
 }
 
 // DefaultBuiltinStartTimeout is how long the builtin engine waits for the built-in

@@ -3,7 +3,6 @@ package migrate
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -48,12 +47,9 @@ func (m *Migrator) judgeFieldLoss(ctx context.Context, crd *apiextv1.CustomResou
 			return false, nil
 		}
 		// Save the values before the run drops them: one directory per CRD.
-		if err := os.MkdirAll(o.BackupFields, 0o700); err != nil {
-			return false, fmt.Errorf("create the field backup directory: %w", err)
-		}
 		b, err := judge.Backup(ctx, retryingLister{client: m.dynamic}, filepath.Join(o.BackupFields, crd.Name))
 		if err != nil {
-			return false, fmt.Errorf("%s: back up the fields the migration drops (nothing was written): %w", crd.Name, err)
+			return false, fmt.Errorf("%s: back up the fields the migration drops (nothing was migrated; the backup is incomplete, without an index): %w", crd.Name, err)
 		}
 		res.FieldBackup = b.Dir
 		return false, nil
@@ -64,10 +60,10 @@ func (m *Migrator) judgeFieldLoss(ctx context.Context, crd *apiextv1.CustomResou
 }
 
 // FieldLossAllowed says whether a migration of crd may drop fields its objects hold:
-// Options.AllowFieldLoss, or the live CRD's predict.AllowFieldLossAnnotation, the same
-// acceptance that check, plan and the gates honour for an upgrade's loss.
+// Options.AllowFieldLoss, or the live CRD's acceptance (predict.AcceptsFieldLoss), the
+// same acceptance that check, plan and the gates honour for an upgrade's loss.
 func FieldLossAllowed(crd *apiextv1.CustomResourceDefinition, o Options) bool {
-	return o.AllowFieldLoss || crd.Annotations[predict.AllowFieldLossAnnotation] == "true"
+	return o.AllowFieldLoss || predict.AcceptsFieldLoss(crd)
 }
 
 // fieldLossMessage says what a refused migration would have dropped (paths, counts and a

@@ -37,7 +37,6 @@ import (
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -154,6 +153,11 @@ type ObjectError struct {
 	Error  string `json:"error"`
 }
 
+// ResultKey is the ConfigMap key a migration run in a Job writes its results under (the
+// JSON of `upgradeguard migrate -o json`, with --result-configmap), and the controller
+// that started the Job reads them from.
+const ResultKey = "result.json"
+
 // Result is the outcome for one CRD.
 type Result struct {
 	Name                 string        `json:"name"`
@@ -230,11 +234,10 @@ type Migrator struct {
 // RateLimit sets an opt-in client-side rate limit on cfg: qps 0 means none (the default:
 // API Priority and Fairness protects the API server), burst 0 twice the qps.
 func RateLimit(cfg *rest.Config, qps float32, burst int) *rest.Config {
-	c := rest.CopyConfig(cfg)
 	if qps <= 0 {
-		c.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
-		return c
+		return kubeclient.NoRateLimit(cfg)
 	}
+	c := rest.CopyConfig(cfg)
 	if burst <= 0 {
 		burst = int(2 * qps)
 	}
@@ -250,7 +253,7 @@ func RateLimit(cfg *rest.Config, qps float32, burst int) *rest.Config {
 // Retry-After after the delay the server asks for, up to 10 times, before the run's own
 // backoff takes over.
 func New(cfg *rest.Config) (*Migrator, error) {
-	c, err := kubeclient.New(clientConfig(cfg))
+	c, err := kubeclient.New(kubeclient.DefaultRateLimit(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -263,15 +266,6 @@ func New(cfg *rest.Config) (*Migrator, error) {
 		return nil, err
 	}
 	return &Migrator{crds: c.CRDs, metadata: c.Metadata, leases: c.Leases, discovery: c.Discovery, kube: c.Kube, dynamic: dyn}, nil
-}
-
-// clientConfig is cfg, with no client-side rate limit when it sets none (instead of
-// client-go's fallback of 5 requests per second).
-func clientConfig(cfg *rest.Config) *rest.Config {
-	if cfg.QPS == 0 && cfg.RateLimiter == nil {
-		return RateLimit(cfg, 0, 0)
-	}
-	return cfg
 }
 
 func (o *Options) defaults() {

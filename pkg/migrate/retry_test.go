@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
 // TestRetryDelay: waits grow with jitter up to the cap, and a throttled request never
@@ -65,7 +67,7 @@ func TestClientConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := clientConfig(tc.cfg)
+			got := kubeclient.DefaultRateLimit(tc.cfg)
 			switch {
 			case tc.unlimited:
 				if got.RateLimiter == nil {

@@ -60,21 +60,22 @@ func AnyIncomplete(results []*Result) bool {
 	return slices.ContainsFunc(results, func(r *Result) bool { return r.Status == Incomplete })
 }
 
-// TargetsFor turns a check report into what a migration can fix: a migrate verdict is a
-// target, and a bridge with a storage switch is a target that switches first (it needs
-// Options.AllowStorageSwitch unless it is a dry run). A bridge without one is returned in
-// blocked: no migration fixes it.
+// TargetsFor turns a check report into what a migration can fix, by each finding's fix
+// (predict.FixFor): FixMigrate is a target, and FixStorageSwitch is a target that switches
+// first (it needs Options.AllowStorageSwitch unless it is a dry run). FixSteppingStone is
+// returned in blocked: no migration fixes it. The other fixes (keep, schema) are no
+// migration's to make and are left out of both.
 func TargetsFor(rep *check.Report, o Options) (targets []Target, blocked []check.CRDReport, err error) {
 	for _, c := range rep.CRDs {
-		switch {
-		case c.Verdict == predict.Migrate:
+		switch predict.FixFor(c.Finding) {
+		case predict.FixMigrate:
 			targets = append(targets, Target{Name: c.Name})
-		case c.Verdict == predict.Bridge && c.StorageSwitchTo != "":
+		case predict.FixStorageSwitch:
 			if !o.AllowStorageSwitch && !o.DryRun {
 				return nil, nil, &StorageSwitchError{CRD: c.Name, From: c.LiveStorageVersion, To: c.StorageSwitchTo}
 			}
 			targets = append(targets, Target{Name: c.Name, StorageVersion: c.StorageSwitchTo})
-		case c.Verdict == predict.Bridge:
+		case predict.FixSteppingStone:
 			blocked = append(blocked, c)
 		}
 	}

@@ -186,6 +186,8 @@ type Request struct {
 	Latest bool
 	// Policy says which CRDs Helm applies.
 	Policy check.CRDPolicy
+	// Deployer runs the upgrades; its rules say which CRDs they delete (check.Request).
+	Deployer predict.Deployer
 	// AllowStorageSwitch lets the plan switch a live storage version where both sides
 	// serve a common version.
 	AllowStorageSwitch bool
@@ -375,7 +377,7 @@ func (r *runner) candidates(from, target string) []string {
 // judge runs check's decision for an upgrade of s to version.
 func (r *runner) judge(ctx context.Context, s *state, version string, incoming []chartcrds.CRD) (*check.Report, error) {
 	rep, err := check.Run(ctx, predicted{s: s, counts: r.counts}, check.Request{
-		Operation: predict.Upgrade, Incoming: incoming, Current: s.current, Policy: r.req.Policy,
+		Operation: predict.Upgrade, Incoming: incoming, Current: s.current, Policy: r.req.Policy, Deployer: r.req.Deployer,
 		Release: r.req.Release, Namespace: r.req.Namespace, Chart: r.chart, ChartVersion: version,
 		Migrations: r.loads.migrations(version),
 	})
@@ -446,7 +448,7 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 			return nil, nil, blockers, nil
 		}
 	}
-	next := cur.upgraded(version, incoming, r.loads.migrations(version), r.req.Policy)
+	next := cur.upgraded(r.req.Deployer, version, incoming, r.loads.migrations(version), r.req.Policy)
 	var touched []string
 	for _, c := range rep.CRDs {
 		if c.Verdict == predict.OK && !r.req.Policy.Applies(c.Source) && cur.crds[c.Name] != nil {
@@ -640,7 +642,7 @@ func (r *runner) rollbackFrom(ctx context.Context, s *state, rel *release.Releas
 		return rb, fmt.Errorf("revision %d of release %s: %w", rel.Version, r.req.Release, err)
 	}
 	rep, err := check.Run(ctx, predicted{s: s, counts: r.counts}, check.Request{
-		Operation: predict.Rollback, Incoming: incoming, Current: s.current, Policy: r.req.Policy,
+		Operation: predict.Rollback, Incoming: incoming, Current: s.current, Policy: r.req.Policy, Deployer: r.req.Deployer,
 		Release: r.req.Release, Namespace: r.req.Namespace, ChartVersion: rb.ChartVersion,
 		FromRevision: revisionOf(r.deployed), ToRevision: rel.Version,
 	})

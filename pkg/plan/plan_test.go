@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -31,10 +32,12 @@ func crd(stored []string, versions ...string) *apiextv1.CustomResourceDefinition
 	return c
 }
 
-// source is a fake chart source: version -> the widgets CRD it brings.
+// source is a fake chart source: version -> the widgets CRD it brings, from templates/
+// unless crdsDir names the version.
 type source struct {
-	charts map[string][]string
-	loads  []string
+	charts  map[string][]string
+	crdsDir map[string]bool
+	loads   []string
 }
 
 func (s *source) Versions(context.Context) ([]string, error) {
@@ -49,6 +52,9 @@ func (s *source) CRDs(_ context.Context, v string) ([]chartcrds.CRD, error) {
 	s.loads = append(s.loads, v)
 	if s.charts[v] == nil {
 		return nil, errors.New("broken chart")
+	}
+	if s.crdsDir[v] {
+		return []chartcrds.CRD{{CRD: crd(nil, s.charts[v]...), Source: predict.CRDsDir}}, nil
 	}
 	return []chartcrds.CRD{{CRD: crd(nil, s.charts[v]...), Source: predict.Templates}}, nil
 }
@@ -68,6 +74,8 @@ func (c cluster) CRDs(context.Context) (map[string]*apiextv1.CustomResourceDefin
 func (c cluster) CountObjects(context.Context, *apiextv1.CustomResourceDefinition) (int64, error) {
 	return 7, nil
 }
+
+func (c cluster) Memory() *check.Memory { return nil }
 
 func steps(p *Plan) []string {
 	out := []string{}
@@ -199,4 +207,42 @@ func TestRunDirectLoadsOnlyTarget(t *testing.T) {
 	if diff := cmp.Diff([]string{"4.0.0"}, src.loads); diff != "" {
 		t.Errorf("loads (-want +got):\n%s", diff)
 	}
+}
+
+// TestEdgeKeepsACRDThatLeaves: the next chart version moves the CRD from templates/ to
+// crds/ (kubernetes-sigs/lws 0.7.0 -> 0.8.0), so the upgrade would delete it and its
+// objects. The plan keeps it first, and the CRD is still there after the upgrade.
+func TestEdgeKeepsACRDThatLeaves(t *testing.T) {
+	src := &source{charts: map[string][]string{"0.8.0": {"v1*"}}, crdsDir: map[string]bool{"0.8.0": true}}
+	r, err := newRunner(t.Context(), Request{Cluster: cluster{crd([]string{"v1"}, "v1*")}, Versions: src, Release: "lws", Namespace: "lws-system"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.start.version, r.start.current = "0.7.0", []chartcrds.CRD{{CRD: crd(nil, "v1*"), Source: predict.Templates}}
+	got, next, blockers, err := r.edge(t.Context(), r.start, "0.8.0")
+	if err != nil || len(blockers) > 0 {
+		t.Fatalf("edge: %v, blockers %v", err, blockers)
+	}
+	if len(got) != 2 || got[0].Kind != Keep || got[1].Kind != Upgrade {
+		t.Fatalf("steps %+v, want keep then upgrade", got)
+	}
+	if want := "kubectl annotate crd widgets.example.com helm.sh/resource-policy=keep"; got[0].Commands[0] != want {
+		t.Errorf("keep step %q, want %q", got[0].Commands[0], want)
+	}
+	if c := next.crds["widgets.example.com"]; c == nil || c.Annotations[predict.KeepAnnotation] != predict.KeepValue {
+		t.Errorf("after the upgrade the CRD is %v, want it kept", c)
+	}
+	// Without the keep step the upgrade deletes it, as Helm does.
+	if after := r.start.upgraded(predict.Helm4, "0.8.0", src.mustCRDs(t, "0.8.0"), nil, predict.PolicyHelm); after.crds["widgets.example.com"] != nil {
+		t.Error("the upgrade to 0.8.0 left the CRD it moved to crds/, want it deleted")
+	}
+}
+
+func (s *source) mustCRDs(t *testing.T, v string) []chartcrds.CRD {
+	t.Helper()
+	c, err := s.CRDs(t.Context(), v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

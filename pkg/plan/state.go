@@ -94,9 +94,10 @@ func (s *state) kept(names []string) *state {
 	return n
 }
 
-// upgraded is s after Helm applies a chart version (predict.Apply).
-// Each StorageVersionMigration it renders is applied too (and no longer new).
-func (s *state) upgraded(version string, incoming []chartcrds.CRD, migrations []chartcrds.Migration, policy predict.Policy) *state {
+// upgraded is s after the deployer upgrades to a chart version (predict.Apply: the CRDs
+// it applies, and those it deletes). Each StorageVersionMigration it renders is applied
+// too (and no longer new).
+func (s *state) upgraded(d predict.Deployer, version string, incoming []chartcrds.CRD, migrations []chartcrds.Migration, policy predict.Policy) *state {
 	svms := s.svms
 	if len(migrations) > 0 {
 		svms = make(map[string]svm.Existing, len(s.svms)+len(migrations))
@@ -109,7 +110,7 @@ func (s *state) upgraded(version string, incoming []chartcrds.CRD, migrations []
 			}
 		}
 	}
-	return &state{crds: predict.Apply(s.crds, incoming, s.current, policy), current: incoming, version: version, svms: svms}
+	return &state{crds: predict.Apply(d, predict.Upgrade, s.crds, incoming, s.current, policy), current: incoming, version: version, svms: svms}
 }
 
 func sortedNames[V any](m map[string]V) []string {
@@ -136,6 +137,11 @@ func (p predicted) CRDs(context.Context) (map[string]*apiextv1.CustomResourceDef
 func (p predicted) CountObjects(ctx context.Context, crd *apiextv1.CustomResourceDefinition) (int64, error) {
 	return p.counts.count(ctx, crd.Name)
 }
+
+// Memory is nil: a predicted CRD may carry the live one's UID and resourceVersion with
+// another spec (after a storage switch), so a judge kept for the live CRD would be wrong
+// for it.
+func (p predicted) Memory() *check.Memory { return nil }
 
 // ExistingMigrations are the live cluster's StorageVersionMigrations, with those the
 // plan's earlier upgrade steps applied.

@@ -5,9 +5,11 @@ import (
 	"strings"
 )
 
-// Fix is what makes one finding safe. Every front end turns a verdict into next steps
-// through FixFor: check's actions and next steps, plan's steps and the admission gate's
-// automatic migrations, so that each door gives the same advice for the same finding.
+// Fix is what makes one finding safe. Whatever turns a verdict into next steps does it
+// through FixFor: check's actions and next steps, plan's steps, the outcome gate.Judge
+// gives each finding (a migration it may start, or what blocks it), and the migrations
+// migrate.TargetsFor picks from a report, so that each door gives the same advice for the
+// same finding.
 type Fix string
 
 const (
@@ -93,6 +95,26 @@ const (
 	// CommandApplicationRevision moves an Argo CD Application NS/NAME (Namespace, Release)
 	// to a chart version: the targetRevision to commit, and the argocd command that sets it.
 	CommandApplicationRevision CommandKind = "application-revision"
+	// CommandCheckApplication is `upgradeguard check --argocd-app NS/NAME` (Namespace,
+	// Release): the check of an Argo CD Application's Helm source.
+	CommandCheckApplication CommandKind = "check-application"
+	// CommandCheckApplicationManifests is `argocd app manifests NAME | upgradeguard check
+	// --manifests -`, NAME prefixed with Namespace/ when Namespace is set: the check of any
+	// Application, through the manifests Argo CD renders for it.
+	CommandCheckApplicationManifests CommandKind = "check-application-manifests"
+	// CommandUninstallBackup is `upgradeguard release uninstall-check R -n NS --backup
+	// DIR`: the backup of a release's Secrets, claims and volumes before an uninstall.
+	CommandUninstallBackup CommandKind = "uninstall-backup"
+	// CommandCRDBackup is `upgradeguard crd backup A B --dir DIR`: the CRDs and every
+	// object of their types, restorable with CommandCRDRestore.
+	CommandCRDBackup CommandKind = "crd-backup"
+	// CommandCRDRestore is `upgradeguard crd restore --dir DIR`.
+	CommandCRDRestore CommandKind = "crd-restore"
+	// CommandDeleteObjects is `kubectl delete A,B --all --all-namespaces`: every object of
+	// the CRDs' types (a CRD's name is its resource and group).
+	CommandDeleteObjects CommandKind = "delete-objects"
+	// CommandAllowDelete is `kubectl annotate crd A upgradeguard.io/allow-delete=true`.
+	CommandAllowDelete CommandKind = "allow-delete"
 )
 
 // Command is one command to run. String words it: it is the one place that does, so a
@@ -106,7 +128,9 @@ type Command struct {
 	// StorageVersion is the version a storage switch moves to.
 	StorageVersion string
 	// Release and Namespace name the Helm release (a HelmRelease's name and namespace for
-	// CommandPlanHelmRelease and CommandHelmReleaseVersion).
+	// CommandPlanHelmRelease and CommandHelmReleaseVersion; an Argo CD Application's for
+	// CommandPlanApplication, CommandApplicationRevision and the CommandCheckApplication
+	// kinds).
 	Release, Namespace string
 	// Chart and ChartVersion name the chart a plan or an upgrade moves to.
 	Chart, ChartVersion string
@@ -121,6 +145,8 @@ type Command struct {
 	// SourcePosition is the 1-based position of the Helm source in an Argo CD
 	// Application's spec.sources (CommandApplicationRevision); 0 for spec.source.
 	SourcePosition int
+	// Dir is the directory a CRD backup is written to and restored from.
+	Dir string
 }
 
 // String words the command.
@@ -147,6 +173,14 @@ func (c Command) String() string {
 		fmt.Fprintf(&b, "kubectl annotate crd %s %s=%s", strings.Join(c.CRDs, " "), KeepAnnotation, KeepValue)
 	case CommandAllowFieldLoss:
 		fmt.Fprintf(&b, "kubectl annotate crd %s %s=true", strings.Join(c.CRDs, " "), AllowFieldLossAnnotation)
+	case CommandAllowDelete:
+		fmt.Fprintf(&b, "kubectl annotate crd %s %s=true", strings.Join(c.CRDs, " "), AllowDeleteAnnotation)
+	case CommandCRDBackup:
+		fmt.Fprintf(&b, "upgradeguard crd backup %s --dir %s", strings.Join(c.CRDs, " "), c.Dir)
+	case CommandCRDRestore:
+		b.WriteString("upgradeguard crd restore --dir " + c.Dir)
+	case CommandDeleteObjects:
+		fmt.Fprintf(&b, "kubectl delete %s --all --all-namespaces", strings.Join(c.CRDs, ","))
 	case CommandPlan:
 		b.WriteString("upgradeguard plan")
 		for _, f := range [][2]string{{" --release ", c.Release}, {" -n ", c.Namespace}, {" --chart ", c.Chart}, {" --version ", c.ChartVersion}} {
@@ -181,6 +215,16 @@ func (c Command) String() string {
 		b.WriteString(nsFlag(c.Namespace))
 	case CommandCheck:
 		fmt.Fprintf(&b, "upgradeguard check --release %s%s --chart %s", c.Release, nsFlag(c.Namespace), c.Chart)
+	case CommandCheckApplication:
+		fmt.Fprintf(&b, "upgradeguard check --argocd-app %s/%s", c.Namespace, c.Release)
+	case CommandCheckApplicationManifests:
+		name := c.Release
+		if c.Namespace != "" {
+			name = c.Namespace + "/" + name
+		}
+		b.WriteString("argocd app manifests " + name + " | upgradeguard check --manifests -")
+	case CommandUninstallBackup:
+		fmt.Fprintf(&b, "upgradeguard release uninstall-check %s%s --backup DIR", c.Release, nsFlag(c.Namespace))
 	case CommandHelmRollback:
 		fmt.Fprintf(&b, "helm rollback %s %d%s", c.Release, c.Revision, nsFlag(c.Namespace))
 	case CommandHelmReleaseVersion:

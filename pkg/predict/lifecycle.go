@@ -3,7 +3,9 @@ package predict
 import (
 	"fmt"
 	"slices"
+	"strings"
 
+	"github.com/Masterminds/semver/v3"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -46,23 +48,311 @@ type ChartCRD struct {
 	File string
 }
 
-// Apply returns the cluster's CRDs after Helm applies a chart to them: the incoming CRDs
-// the policy applies take the incoming spec, keep the live annotations the incoming ones
-// do not set, and add the incoming storage version to status.storedVersions (the API
-// server's rule); missing ones are created with only their storage version stored; those
-// it does not apply stay as they are; and a CRD that current (what the release deploys
-// today) renders from templates/ and incoming no longer brings is deleted, unless the
-// live CRD carries helm.sh/resource-policy: keep. It is the same for an upgrade and a
-// rollback. live is not changed: the result shares the CRDs Apply leaves alone and holds
-// copies of the others.
-func Apply(live map[string]*apiextv1.CustomResourceDefinition, incoming, current []ChartCRD, p Policy) map[string]*apiextv1.CustomResourceDefinition {
+// DeployerKind names the tool that carries an operation out.
+type DeployerKind string
+
+// KindHelm is Helm: its CLI, or a program on its SDK.
+const KindHelm DeployerKind = "helm"
+
+// Deployer is what carries an operation out. Which CRDs leave a release with an
+// operation, and which of those are deleted with every object of their types, follow
+// the deployer's rules: every verdict on a deletion (check, plan, the uninstall and
+// upgrade pre-flights, the gates) asks Removals or Fate with the deployer at hand, so
+// that each door gives the same answer. The zero value is the newest Helm modelled.
+//
+// Helm's rules, read in helm.sh/helm/v4 v4.3.1 and helm.sh/helm/v3 v3.22.0 (pkg/action,
+// pkg/kube):
+//   - An upgrade or rollback deletes every object that the manifest of the revision it
+//     starts from lists and the target's manifest does not (matched by group, kind,
+//     namespace and name), once every apply succeeded, unless the LIVE object's
+//     helm.sh/resource-policy is exactly "keep" (Client.Update). A manifest holds what
+//     templates/ renders, never crds/: a CRD that moves from templates/ to crds/ leaves
+//     the release, and the upgrade does not create it again (an upgrade never reads
+//     crds/).
+//   - An uninstall deletes every object of the last revision's stored manifest unless
+//     that manifest gives it helm.sh/resource-policy ("keep", in any case and spacing,
+//     keeps it; any other value leaves it untouched); the live annotation does nothing
+//     (filterManifestsToKeep). Helm 4.3 and newer also skip an object whose live
+//     ownership metadata does not name the release (verifyOwnershipBeforeDelete).
+//   - crds/ files are created by an install when missing, and never updated or deleted.
+//   - A delete the API server refuses: Helm 3's upgrade logs it and succeeds, leaving the
+//     object listed by no manifest; Helm 4's upgrade fails ("failed to delete resource").
+type Deployer struct {
+	Kind DeployerKind `json:"kind"`
+	// Version is the tool's version (for Helm: 3.18, 4.2.4, 4.3); empty is the newest
+	// modelled.
+	Version string `json:"version,omitempty"`
+}
+
+// The Helm releases upgradeguard links and is tested with (bin/helm and bin/helm3).
+var (
+	Helm4 = Deployer{Kind: KindHelm, Version: "4.3.1"}
+	Helm3 = Deployer{Kind: KindHelm, Version: "3.22.0"}
+)
+
+// ownershipSince is the first Helm whose uninstall skips objects whose live ownership
+// does not name the release (verifyOwnershipBeforeDelete, helm/helm#31584).
+var ownershipSince = semver.MustParse("4.3.0")
+
+// Helm is the deployer Helm at version (4.3, v4.2.4, 3.18; empty: Helm4). It refuses
+// what is not a version, and Helm 2, whose releases are stored differently.
+func Helm(version string) (Deployer, error) {
+	if version == "" {
+		return Helm4, nil
+	}
+	v, err := semver.NewVersion(version)
+	if err != nil {
+		return Deployer{}, fmt.Errorf("helm version %q: want a version such as 4.3, 4.2.4 or 3.18 (the Helm that will run it: `helm version --short`)", version)
+	}
+	if v.Major() < 3 {
+		return Deployer{}, fmt.Errorf("helm version %q: Helm 2 is not supported (its release storage differs); want 3.x or 4.x", version)
+	}
+	return Deployer{Kind: KindHelm, Version: strings.TrimPrefix(version, "v")}, nil
+}
+
+func (d Deployer) orDefault() Deployer {
+	if d.Kind == "" {
+		return Helm4
+	}
+	return d
+}
+
+// String names the deployer: "Helm 4.3.1".
+func (d Deployer) String() string {
+	d = d.orDefault()
+	return "Helm " + d.Version
+}
+
+// who names the deployer in a reason about op: Helm 3 and Helm 4 upgrade and roll back
+// by the same rules, so only an uninstall names the version.
+func (d Deployer) who(op Operation) string {
+	d = d.orDefault()
+	if d.Kind == KindHelm && op != Uninstall {
+		return "Helm"
+	}
+	return d.String()
+}
+
+// VerifiesOwnership reports whether the deployer's uninstall skips an object whose live
+// Helm ownership metadata does not name the release (Helm 4.3 and newer).
+func (d Deployer) VerifiesOwnership() bool {
+	d = d.orDefault()
+	v, err := semver.NewVersion(d.Version)
+	return err == nil && !v.LessThan(ownershipSince)
+}
+
+// Uninstall is a helm uninstall: every object of the release's last revision leaves.
+const Uninstall Operation = "uninstall"
+
+// Leaving is one object that an operation takes out of a release (the target no longer
+// renders it, or the release is uninstalled), with what the deployer reads before it
+// deletes it.
+type Leaving struct {
+	// Manifest are the object's annotations in the release manifest it leaves (for an
+	// uninstall, the last revision's stored manifest).
+	Manifest map[string]string
+	// Exists says whether the object is on the cluster, and Live are its annotations.
+	Exists bool
+	Live   map[string]string
+	// Owned says whether its live Helm ownership metadata names the release
+	// (HelmOwnershipProblem is empty).
+	Owned bool
+}
+
+// Fate is what an operation does with one object that leaves the release.
+type Fate string
+
+const (
+	// FateDeleted means the deployer deletes it (a CRD with every object of its type).
+	FateDeleted Fate = "deleted"
+	// FateKeptLive means an upgrade or rollback leaves it, because the live object carries
+	// helm.sh/resource-policy: keep. It stays on the cluster, listed by no manifest.
+	FateKeptLive Fate = "kept-live"
+	// FateKeptManifest means an uninstall leaves it and reports it kept, because the stored
+	// manifest gives it helm.sh/resource-policy: keep.
+	FateKeptManifest Fate = "kept-manifest"
+	// FateUntouched means an uninstall leaves it without a word, because the stored manifest
+	// gives it helm.sh/resource-policy with a value other than keep.
+	FateUntouched Fate = "untouched"
+	// FateNotOwned means the uninstall of Helm 4.3 or newer skips it, because its live
+	// ownership metadata does not name the release.
+	FateNotOwned Fate = "not-owned"
+	// FateAbsent means it is not on the cluster; there is nothing to delete.
+	FateAbsent Fate = "absent"
+)
+
+// Fate applies the deployer's rules for op to one object that leaves the release (see
+// Deployer). It is the one place that reads helm.sh/resource-policy.
+func (d Deployer) Fate(op Operation, l Leaving) Fate {
+	if op == Uninstall {
+		if v, ok := l.Manifest[KeepAnnotation]; ok {
+			if KeepPolicy(v) {
+				return FateKeptManifest
+			}
+			return FateUntouched
+		}
+		switch {
+		case !l.Exists:
+			return FateAbsent
+		case !l.Owned && d.VerifiesOwnership():
+			return FateNotOwned
+		}
+		return FateDeleted
+	}
+	switch {
+	case !l.Exists:
+		return FateAbsent
+	case l.Live[KeepAnnotation] == KeepValue: // Client.Update compares exactly
+		return FateKeptLive
+	}
+	return FateDeleted
+}
+
+// KeepPolicy reports whether a helm.sh/resource-policy value is keep as helm uninstall
+// reads its stored manifest: in any case, spaces trimmed. (An upgrade or rollback reads
+// the live object's value and wants exactly "keep".)
+func KeepPolicy(v string) bool { return strings.ToLower(strings.TrimSpace(v)) == KeepValue }
+
+// Helm's ownership metadata (helm.sh/helm/v4 pkg/action/validate.go).
+const (
+	ManagedByLabel        = "app.kubernetes.io/managed-by"
+	ManagedByHelm         = "Helm"
+	ReleaseNameAnnotation = "meta.helm.sh/release-name"
+	// ReleaseNamespaceAnnotation names the namespace of the release that owns an object.
+	ReleaseNamespaceAnnotation = "meta.helm.sh/release-namespace"
+)
+
+// HelmOwnershipProblem is Helm's checkOwnership on an object's live labels and
+// annotations: empty when both name release in namespace, else what does not.
+func HelmOwnershipProblem(labels, annotations map[string]string, release, namespace string) string {
+	var p []string
+	check := func(m map[string]string, what, k, want string) {
+		got, ok := m[k]
+		switch {
+		case !ok:
+			p = append(p, what+" "+k+" missing")
+		case got != want:
+			p = append(p, fmt.Sprintf("%s %s=%q", what, k, got))
+		}
+	}
+	check(labels, "label", ManagedByLabel, ManagedByHelm)
+	check(annotations, "annotation", ReleaseNameAnnotation, release)
+	check(annotations, "annotation", ReleaseNamespaceAnnotation, namespace)
+	return strings.Join(p, ", ")
+}
+
+// ReleaseChange is one operation on a release, as far as its CRDs go.
+type ReleaseChange struct {
+	Deployer  Deployer
+	Operation Operation
+	// Release and Namespace name the release (an uninstall by Helm 4.3 reads the live
+	// ownership against them).
+	Release, Namespace string
+	// Live are the cluster's CRDs, by name.
+	Live map[string]*apiextv1.CustomResourceDefinition
+	// Current are the CRDs of the revision the operation starts from (for an uninstall,
+	// the last revision's), and Incoming those of the chart or revision it moves to (none
+	// for an uninstall).
+	Current, Incoming []ChartCRD
+}
+
+// Removal is a live CRD that leaves the release with an operation, and what the
+// deployer does with it.
+type Removal struct {
+	// Live is the live CRD.
+	Live *apiextv1.CustomResourceDefinition
+	// From is the CRD as the release's manifest renders it today.
+	From ChartCRD
+	// Shipped is the copy the incoming chart still ships in crds/, which the operation
+	// does not apply (nil when the incoming side does not bring it): a CRD the operation
+	// deletes is then not created again.
+	Shipped *ChartCRD
+	Fate    Fate
+}
+
+// Name is the CRD's name.
+func (r Removal) Name() string { return r.Live.Name }
+
+// Deletes reports whether the operation deletes the CRD, and with it every object of its
+// type.
+func (r Removal) Deletes() bool { return r.Fate == FateDeleted }
+
+// Removals lists, in the order of c.Current, the live CRDs that leave the release with
+// the operation and the fate of each (Deployer says the rules): for an upgrade or
+// rollback, those the current manifest renders (templates/) and the incoming manifest
+// no longer does, whether or not the incoming chart ships them in crds/; for an
+// uninstall, every one the manifest renders. crds/ files never leave: Helm never deletes
+// them. A CRD not on the cluster is not listed.
+func Removals(c ReleaseChange) []Removal {
+	d := c.Deployer.orDefault()
+	rendered := map[string]bool{}
+	shipped := map[string]ChartCRD{}
+	if c.Operation != Uninstall {
+		for _, in := range c.Incoming {
+			if in.Source == Templates {
+				rendered[in.CRD.Name] = true
+			} else {
+				shipped[in.CRD.Name] = in
+			}
+		}
+	}
+	var out []Removal
+	for _, cur := range c.Current {
+		live := c.Live[cur.CRD.Name]
+		if cur.Source != Templates || rendered[cur.CRD.Name] || live == nil {
+			continue
+		}
+		r := Removal{Live: live, From: cur, Fate: d.Fate(c.Operation, Leaving{
+			Manifest: cur.CRD.Annotations, Exists: true, Live: live.Annotations,
+			Owned: HelmOwnershipProblem(live.Labels, live.Annotations, c.Release, c.Namespace) == "",
+		})}
+		if s, ok := shipped[cur.CRD.Name]; ok {
+			r.Shipped = &s
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Deletes names the live CRDs the operation deletes, each with every object of its type.
+func Deletes(c ReleaseChange) []string {
+	var out []string
+	for _, r := range Removals(c) {
+		if r.Deletes() {
+			out = append(out, r.Name())
+		}
+	}
+	return out
+}
+
+// KeepAdvice words, for the deployer, how to keep CRDs that op would delete, and why it
+// works: the commands come from Command. An upgrade or rollback reads
+// helm.sh/resource-policy from the live CRD, so annotating it before the operation is
+// enough; an uninstall reads it from the stored manifest only, so the live annotation
+// does nothing there.
+func (d Deployer) KeepAdvice(op Operation, crds []string, release, namespace string) string {
+	if op == Uninstall {
+		return fmt.Sprintf("keep it: helm uninstall reads %s from the release's stored manifest, not from the live CRD (annotating the live CRD does not help): "+
+			"first run an upgrade whose chart renders the CRD with %s: %s (a chart value or a post-renderer), confirm with `helm get manifest %s%s | grep resource-policy`, then uninstall",
+			KeepAnnotation, KeepAnnotation, KeepValue, release, nsFlag(namespace))
+	}
+	return fmt.Sprintf("keep it: %s before the %s (%s reads %s from the live CRD when the %s drops it, and leaves the CRD and its objects in place, outside the release)",
+		Command{Kind: CommandKeep, CRDs: crds}, op, d.who(op), KeepAnnotation, op)
+}
+
+// Apply returns the cluster's CRDs after the deployer applies a chart to them in an
+// upgrade or rollback: the incoming CRDs the policy applies take the incoming spec, keep
+// the live annotations the incoming ones do not set, and add the incoming storage
+// version to status.storedVersions (the API server's rule); missing ones are created
+// with only their storage version stored; those it does not apply stay as they are; and
+// the CRDs that Removals says the operation deletes are gone. live is not changed: the
+// result shares the CRDs Apply leaves alone and holds copies of the others.
+func Apply(d Deployer, op Operation, live map[string]*apiextv1.CustomResourceDefinition, incoming, current []ChartCRD, p Policy) map[string]*apiextv1.CustomResourceDefinition {
 	after := make(map[string]*apiextv1.CustomResourceDefinition, len(live)+len(incoming))
 	for name, c := range live {
 		after[name] = c
 	}
-	brought := map[string]bool{}
 	for _, in := range incoming {
-		brought[in.CRD.Name] = true
 		l := after[in.CRD.Name]
 		switch {
 		case l == nil:
@@ -79,41 +369,10 @@ func Apply(live map[string]*apiextv1.CustomResourceDefinition, incoming, current
 			after[c.Name] = c
 		}
 	}
-	for _, cur := range current {
-		if l := after[cur.CRD.Name]; l != nil && Dropped(cur, brought[cur.CRD.Name]) && !Kept(l) {
-			delete(after, cur.CRD.Name)
-		}
+	for _, name := range Deletes(ReleaseChange{Deployer: d, Operation: op, Live: live, Current: current, Incoming: incoming}) {
+		delete(after, name)
 	}
 	return after
-}
-
-// Dropped reports whether an upgrade or rollback drops a CRD the release deploys today
-// (cur), given whether the incoming side brings a CRD of that name: Helm deletes what the
-// old manifest (templates/) lists and the new one does not, unless the live CRD carries
-// helm.sh/resource-policy: keep (DecideRemoved judges it).
-func Dropped(cur ChartCRD, brought bool) bool {
-	return cur.Source == Templates && !brought
-}
-
-// Kept reports whether crd carries Helm's helm.sh/resource-policy: keep.
-func Kept(crd *apiextv1.CustomResourceDefinition) bool {
-	return crd.Annotations[KeepAnnotation] == KeepValue
-}
-
-// Uninstalls lists the live CRDs that helm uninstall of a revision whose CRDs are
-// deployed deletes, with every object of their types: the ones its manifest renders from
-// templates/ (crds/ files are never deleted), unless the manifest itself marks them
-// helm.sh/resource-policy: keep (helm uninstall reads the policy from the manifest, not
-// from the live object).
-func Uninstalls(live map[string]*apiextv1.CustomResourceDefinition, deployed []ChartCRD) []string {
-	var out []string
-	for _, d := range deployed {
-		if d.Source != Templates || live[d.CRD.Name] == nil || Kept(d.CRD) {
-			continue
-		}
-		out = append(out, d.CRD.Name)
-	}
-	return out
 }
 
 func mergeAnnotations(live, incoming map[string]string) map[string]string {

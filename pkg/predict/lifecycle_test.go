@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -102,6 +103,20 @@ func TestApply(t *testing.T) {
 		policy:  PolicyHelm,
 		want:    map[string]shape{},
 	}, {
+		name:     "templates/ CRD the chart moves to crds/ is deleted, and not created again",
+		live:     map[string]*apiextv1.CustomResourceDefinition{a: named(a, nil, []string{"v1"}, "v1*")},
+		current:  []ChartCRD{{CRD: named(a, nil, nil, "v1*"), Source: Templates}},
+		incoming: []ChartCRD{{CRD: named(a, nil, nil, "v1*"), Source: CRDsDir}},
+		policy:   PolicyHelm,
+		want:     map[string]shape{},
+	}, {
+		name:     "templates/ CRD moved to crds/ that the live object keeps stays as it is",
+		live:     map[string]*apiextv1.CustomResourceDefinition{a: named(a, keep, []string{"v1beta1"}, "v1beta1*")},
+		current:  []ChartCRD{{CRD: named(a, nil, nil, "v1beta1*"), Source: Templates}},
+		incoming: []ChartCRD{{CRD: named(a, nil, nil, "v1*", "v1beta1"), Source: CRDsDir}},
+		policy:   PolicyHelm,
+		want:     map[string]shape{a: {Storage: "v1beta1", Stored: []string{"v1beta1"}, Versions: 1, Annotations: keep}},
+	}, {
 		name:    "crds/ CRD the chart drops stays",
 		live:    map[string]*apiextv1.CustomResourceDefinition{a: named(a, nil, []string{"v1"}, "v1*")},
 		current: []ChartCRD{{CRD: named(a, nil, nil, "v1*"), Source: CRDsDir}},
@@ -111,7 +126,7 @@ func TestApply(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := shapes(tc.live)
-			got := Apply(tc.live, tc.incoming, tc.current, tc.policy)
+			got := Apply(Helm4, Upgrade, tc.live, tc.incoming, tc.current, tc.policy)
 			if diff := cmp.Diff(tc.want, shapes(got)); diff != "" {
 				t.Errorf("Apply() mismatch (-want +got):\n%s", diff)
 			}
@@ -145,26 +160,234 @@ func TestPolicyApplies(t *testing.T) {
 	}
 }
 
-// TestUninstalls: helm uninstall deletes the templates/ CRDs of the release's manifest
-// that exist live, unless the manifest marks them keep.
-func TestUninstalls(t *testing.T) {
-	live := map[string]*apiextv1.CustomResourceDefinition{"widgets.example.com": crd([]string{"v1"}, "v1*")}
-	kept := crd(nil, "v1*")
-	kept.Annotations = map[string]string{KeepAnnotation: KeepValue}
-	absent := crd(nil, "v1*")
-	absent.Name = "gadgets.example.com"
+// TestFate: Helm's rules for an object that leaves a release, from helm.sh/helm/v4
+// v4.3.1 and v3.22.0 (pkg/kube Client.Update, pkg/action filterManifestsToKeep and
+// verifyOwnershipBeforeDelete).
+func TestFate(t *testing.T) {
+	keep := map[string]string{KeepAnnotation: KeepValue}
+	helm42, err := Helm("4.2.4")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
-		in   ChartCRD
-		want int
+		d    Deployer
+		op   Operation
+		l    Leaving
+		want Fate
 	}{
-		{"templates", ChartCRD{CRD: crd(nil, "v1*"), Source: Templates}, 1},
-		{"crds/ folder", ChartCRD{CRD: crd(nil, "v1*"), Source: CRDsDir}, 0},
-		{"keep", ChartCRD{CRD: kept, Source: Templates}, 0},
-		{"not live", ChartCRD{CRD: absent, Source: Templates}, 0},
+		{"upgrade deletes", Helm4, Upgrade, Leaving{Exists: true, Owned: true}, FateDeleted},
+		{"upgrade reads keep on the live object", Helm4, Upgrade, Leaving{Exists: true, Live: keep}, FateKeptLive},
+		{"Helm 3 upgrade too", Helm3, Upgrade, Leaving{Exists: true, Live: keep}, FateKeptLive},
+		{"rollback too", Helm4, Rollback, Leaving{Exists: true, Live: keep}, FateKeptLive},
+		{"upgrade ignores keep in the old manifest", Helm4, Upgrade, Leaving{Manifest: keep, Exists: true}, FateDeleted},
+		{"upgrade deletes under another live policy", Helm4, Rollback, Leaving{Exists: true, Live: map[string]string{KeepAnnotation: "retain"}}, FateDeleted},
+		{"upgrade compares the live value exactly", Helm4, Upgrade, Leaving{Exists: true, Live: map[string]string{KeepAnnotation: " Keep"}}, FateDeleted},
+		{"upgrade deletes an object of another release", Helm4, Upgrade, Leaving{Exists: true, Owned: false}, FateDeleted},
+		{"upgrade of an object not there", Helm4, Upgrade, Leaving{}, FateAbsent},
+		{"uninstall deletes", Helm4, Uninstall, Leaving{Exists: true, Owned: true}, FateDeleted},
+		{"uninstall reads keep in the manifest", Helm4, Uninstall, Leaving{Manifest: keep, Exists: true, Owned: true}, FateKeptManifest},
+		{"uninstall trims and lower-cases it", Helm3, Uninstall, Leaving{Manifest: map[string]string{KeepAnnotation: " Keep "}, Exists: true}, FateKeptManifest},
+		{"uninstall leaves another policy untouched", Helm4, Uninstall, Leaving{Manifest: map[string]string{KeepAnnotation: "retain"}, Exists: true}, FateUntouched},
+		{"uninstall ignores keep on the live object", Helm4, Uninstall, Leaving{Exists: true, Live: keep, Owned: true}, FateDeleted},
+		{"Helm 4.3 uninstall skips what another release owns", Helm4, Uninstall, Leaving{Exists: true}, FateNotOwned},
+		{"Helm 4.2 uninstall deletes it", helm42, Uninstall, Leaving{Exists: true}, FateDeleted},
+		{"Helm 3 uninstall deletes it", Helm3, Uninstall, Leaving{Exists: true}, FateDeleted},
+		{"the zero deployer is Helm 4", Deployer{}, Uninstall, Leaving{Exists: true}, FateNotOwned},
+		{"uninstall of an object not there", Helm3, Uninstall, Leaving{}, FateAbsent},
 	} {
-		if got := Uninstalls(live, []ChartCRD{tc.in}); len(got) != tc.want {
-			t.Errorf("%s: Uninstalls = %v, want %d", tc.name, got, tc.want)
+		if got := tc.d.Fate(tc.op, tc.l); got != tc.want {
+			t.Errorf("%s: %s.Fate(%s) = %s, want %s", tc.name, tc.d, tc.op, got, tc.want)
+		}
+	}
+}
+
+// TestRemovals: which live CRDs leave a release with each operation, for each way a CRD
+// leaves a chart, and which of them Helm deletes.
+func TestRemovals(t *testing.T) {
+	const a, b = "as.example.com", "bs.example.com"
+	keep := map[string]string{KeepAnnotation: KeepValue}
+	owner := map[string]string{ReleaseNameAnnotation: "r", ReleaseNamespaceAnnotation: "ns"}
+	owned := func(c *apiextv1.CustomResourceDefinition) *apiextv1.CustomResourceDefinition {
+		c.Labels = map[string]string{ManagedByLabel: ManagedByHelm}
+		for k, v := range owner {
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			c.Annotations[k] = v
+		}
+		return c
+	}
+	tpl := func(name string, ann map[string]string) ChartCRD {
+		return ChartCRD{CRD: named(name, ann, nil, "v1*"), Source: Templates, File: "templates/" + name + ".yaml"}
+	}
+	dir := func(name string) ChartCRD {
+		return ChartCRD{CRD: named(name, nil, nil, "v1*"), Source: CRDsDir, File: "crds/" + name + ".yaml"}
+	}
+	live := func(cs ...*apiextv1.CustomResourceDefinition) map[string]*apiextv1.CustomResourceDefinition {
+		m := map[string]*apiextv1.CustomResourceDefinition{}
+		for _, c := range cs {
+			m[c.Name] = c
+		}
+		return m
+	}
+	type got struct {
+		Name    string
+		Fate    Fate
+		Shipped bool
+	}
+	for _, tc := range []struct {
+		name string
+		c    ReleaseChange
+		want []got
+	}{{
+		name: "templates/ to crds/ (lws 0.7.0 to 0.8.0)",
+		c:    ReleaseChange{Operation: Upgrade, Live: live(named(a, nil, []string{"v1"}, "v1*")), Current: []ChartCRD{tpl(a, nil)}, Incoming: []ChartCRD{dir(a)}},
+		want: []got{{a, FateDeleted, true}},
+	}, {
+		name: "values toggle or subchart removed: the target no longer renders it",
+		c: ReleaseChange{Operation: Upgrade, Live: live(named(a, nil, []string{"v1"}, "v1*"), named(b, nil, []string{"v1"}, "v1*")),
+			Current: []ChartCRD{tpl(a, nil), tpl(b, nil)}, Incoming: []ChartCRD{tpl(b, nil)}},
+		want: []got{{a, FateDeleted, false}},
+	}, {
+		name: "chart-to-chart: the other chart renders none of them",
+		c:    ReleaseChange{Deployer: Helm3, Operation: Upgrade, Live: live(named(a, nil, []string{"v1"}, "v1*")), Current: []ChartCRD{tpl(a, nil)}},
+		want: []got{{a, FateDeleted, false}},
+	}, {
+		name: "rollback to a revision that did not render it",
+		c:    ReleaseChange{Operation: Rollback, Live: live(named(a, nil, []string{"v1"}, "v1*")), Current: []ChartCRD{tpl(a, nil)}},
+		want: []got{{a, FateDeleted, false}},
+	}, {
+		name: "the live keep annotation keeps it",
+		c:    ReleaseChange{Operation: Upgrade, Live: live(named(a, keep, []string{"v1"}, "v1*")), Current: []ChartCRD{tpl(a, nil)}, Incoming: []ChartCRD{dir(a)}},
+		want: []got{{a, FateKeptLive, true}},
+	}, {
+		name: "keep in the old manifest only does not keep it from an upgrade",
+		c:    ReleaseChange{Operation: Upgrade, Live: live(named(a, nil, []string{"v1"}, "v1*")), Current: []ChartCRD{tpl(a, keep)}},
+		want: []got{{a, FateDeleted, false}},
+	}, {
+		name: "still rendered: it does not leave",
+		c:    ReleaseChange{Operation: Upgrade, Live: live(named(a, nil, []string{"v1"}, "v1*")), Current: []ChartCRD{tpl(a, nil)}, Incoming: []ChartCRD{tpl(a, nil)}},
+	}, {
+		name: "crds/ files never leave",
+		c:    ReleaseChange{Operation: Upgrade, Live: live(named(a, nil, []string{"v1"}, "v1*")), Current: []ChartCRD{dir(a)}},
+	}, {
+		name: "not on the cluster: nothing to delete",
+		c:    ReleaseChange{Operation: Upgrade, Live: live(), Current: []ChartCRD{tpl(a, nil)}},
+	}, {
+		name: "uninstall deletes what the manifest renders",
+		c: ReleaseChange{Operation: Uninstall, Release: "r", Namespace: "ns", Live: live(owned(named(a, nil, []string{"v1"}, "v1*")), owned(named(b, nil, []string{"v1"}, "v1*"))),
+			Current: []ChartCRD{tpl(a, nil), dir(b)}, Incoming: []ChartCRD{tpl(a, nil)}},
+		want: []got{{a, FateDeleted, false}},
+	}, {
+		name: "uninstall reads keep from the manifest",
+		c:    ReleaseChange{Operation: Uninstall, Release: "r", Namespace: "ns", Live: live(owned(named(a, nil, []string{"v1"}, "v1*"))), Current: []ChartCRD{tpl(a, keep)}},
+		want: []got{{a, FateKeptManifest, false}},
+	}, {
+		name: "uninstall ignores keep on the live CRD",
+		c:    ReleaseChange{Operation: Uninstall, Release: "r", Namespace: "ns", Live: live(owned(named(a, keep, []string{"v1"}, "v1*"))), Current: []ChartCRD{tpl(a, nil)}},
+		want: []got{{a, FateDeleted, false}},
+	}, {
+		name: "Helm 4.3 uninstall skips a CRD another release owns",
+		c:    ReleaseChange{Operation: Uninstall, Release: "other", Namespace: "ns", Live: live(owned(named(a, nil, []string{"v1"}, "v1*"))), Current: []ChartCRD{tpl(a, nil)}},
+		want: []got{{a, FateNotOwned, false}},
+	}, {
+		name: "Helm 3 uninstall deletes it",
+		c: ReleaseChange{Deployer: Helm3, Operation: Uninstall, Release: "other", Namespace: "ns", Live: live(owned(named(a, nil, []string{"v1"}, "v1*"))),
+			Current: []ChartCRD{tpl(a, nil)}},
+		want: []got{{a, FateDeleted, false}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var gotten []got
+			for _, r := range Removals(tc.c) {
+				gotten = append(gotten, got{r.Name(), r.Fate, r.Shipped != nil})
+			}
+			if diff := cmp.Diff(tc.want, gotten); diff != "" {
+				t.Errorf("Removals() mismatch (-want +got):\n%s", diff)
+			}
+			var deletes []string
+			for _, g := range tc.want {
+				if g.Fate == FateDeleted {
+					deletes = append(deletes, g.Name)
+				}
+			}
+			if diff := cmp.Diff(deletes, Deletes(tc.c)); diff != "" {
+				t.Errorf("Deletes() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDecideRemoved: a CRD the operation deletes is a finding while it holds objects,
+// when their number is unknown, and when the chart still ships it in crds/; an empty CRD
+// the chart no longer brings goes without one.
+func TestDecideRemoved(t *testing.T) {
+	live := named("lws.x-k8s.io", nil, []string{"v1"}, "v1*")
+	live.Spec.Names.Kind = "LeaderWorkerSet"
+	from := ChartCRD{CRD: live, Source: Templates, File: "lws/templates/crds/lws.yaml"}
+	shipped := &ChartCRD{CRD: live, Source: CRDsDir, File: "lws/crds/lws.yaml"}
+	n := func(v int64) *int64 { return &v }
+	for _, tc := range []struct {
+		name    string
+		r       Removal
+		objects *int64
+		want    Verdict
+		reason  []string
+	}{
+		{"deleted with objects", Removal{Live: live, From: from, Fate: FateDeleted}, n(12), Delete,
+			[]string{"no longer renders it, so Helm deletes the CRD and all 12 LeaderWorkerSet objects (chart file lws/templates/crds/lws.yaml)"}},
+		{"moved to crds/ with objects", Removal{Live: live, From: from, Shipped: shipped, Fate: FateDeleted}, n(12), Delete,
+			[]string{"moves it from templates/ to crds/", "all 12 LeaderWorkerSet objects; the upgrade does not create it again",
+				"(chart file lws/templates/crds/lws.yaml, now lws/crds/lws.yaml)"}},
+		{"deleted with one object", Removal{Live: live, From: from, Fate: FateDeleted}, n(1), Delete, []string{"deletes the CRD and its one LeaderWorkerSet object"}},
+		{"count unknown", Removal{Live: live, From: from, Fate: FateDeleted}, nil, Delete, []string{"how many could not be read"}},
+		{"moved to crds/, empty", Removal{Live: live, From: from, Shipped: shipped, Fate: FateDeleted}, n(0), Delete,
+			[]string{"left without the CRD its chart ships"}},
+		{"dropped, empty", Removal{Live: live, From: from, Fate: FateDeleted}, n(0), OK, []string{"holds no LeaderWorkerSet objects, so nothing is lost"}},
+		{"kept by the live annotation", Removal{Live: live, From: from, Shipped: shipped, Fate: FateKeptLive}, n(12), OK, []string{"helm.sh/resource-policy=keep", "outside the release"}},
+	} {
+		f := DecideRemoved(Upgrade, Deployer{}, tc.r, tc.objects)
+		if f.Verdict != tc.want || f.Name != live.Name || f.Source != Templates {
+			t.Errorf("%s: DecideRemoved() = %s (%s, %s), want %s", tc.name, f.Verdict, f.Name, f.Source, tc.want)
+		}
+		for _, r := range tc.reason {
+			if !strings.Contains(f.Reason, r) {
+				t.Errorf("%s: reason %q does not say %q", tc.name, f.Reason, r)
+			}
+		}
+	}
+}
+
+// TestKeepAdvice: an upgrade is fixed by the live annotation; an uninstall reads the
+// stored manifest, and the advice says so.
+func TestKeepAdvice(t *testing.T) {
+	up := Helm4.KeepAdvice(Upgrade, []string{"a.x"}, "r", "ns")
+	for _, want := range []string{"kubectl annotate crd a.x helm.sh/resource-policy=keep", "before the upgrade", "from the live CRD"} {
+		if !strings.Contains(up, want) {
+			t.Errorf("upgrade advice %q does not say %q", up, want)
+		}
+	}
+	un := Helm3.KeepAdvice(Uninstall, []string{"a.x"}, "r", "ns")
+	for _, want := range []string{"stored manifest, not from the live CRD", "helm get manifest r -n ns"} {
+		if !strings.Contains(un, want) {
+			t.Errorf("uninstall advice %q does not say %q", un, want)
+		}
+	}
+	if strings.Contains(un, "kubectl annotate") {
+		t.Errorf("uninstall advice %q names the live annotation, which an uninstall ignores", un)
+	}
+}
+
+func TestHelm(t *testing.T) {
+	for in, want := range map[string]bool{"": true, "4.3": true, "v4.3.1": true, "4.2.4": false, "3.18": false} {
+		d, err := Helm(in)
+		if err != nil || d.VerifiesOwnership() != want {
+			t.Errorf("Helm(%q) = %v, %v; VerifiesOwnership want %v", in, d, err, want)
+		}
+	}
+	for _, in := range []string{"2.17", "latest"} {
+		if _, err := Helm(in); err == nil {
+			t.Errorf("Helm(%q): want an error", in)
 		}
 	}
 }

@@ -1,10 +1,12 @@
 // Package predict owns the decision of what an upgrade or rollback will do to each CRD,
 // given the live CRD and the one the operation brings; what Helm (and Flux's
 // upgrade.crds policies) applies and what the cluster's CRDs look like after it (Apply);
-// what fixes each verdict (FixFor); and the wording of every command a report, a plan or
-// a denial names (Command). It is pure: no I/O, no clocks, so every rule is covered by
-// table tests and the same answer is given by the CLI, the controller and the admission
-// gate.
+// the one model of what an operation deletes, for the deployer that runs it (Deployer,
+// Fate, Removals: which objects and CRDs leave a release and which are deleted, with
+// Helm 3's and Helm 4's rules); what fixes each verdict (FixFor); and the wording of
+// every command a report, a plan or a denial names (Command). It is pure: no I/O, no
+// clocks, so every rule is covered by table tests and the same answer is given by the
+// CLI, the controller and the admission gate.
 //
 // The rule comes from the API server: every write to a CRD is validated so that each entry
 // of status.storedVersions is still in spec.versions. An incoming CRD that drops a stored
@@ -47,6 +49,13 @@ const (
 // AllowFieldLossAnnotation on a live CRD, set to "true", accepts that an upgrade or
 // rollback drops fields its objects hold: the loss is still reported, but no longer blocks.
 const AllowFieldLossAnnotation = "upgradeguard.io/allow-field-loss"
+
+// AcceptsFieldLoss reports whether the live CRD accepts losing fields its objects hold
+// (AllowFieldLossAnnotation is "true"). It is the one reading of the annotation: an
+// upgrade's verdict (WithSchema) and a migration's refusal (package migrate) both ask it.
+func AcceptsFieldLoss(live *apiextv1.CustomResourceDefinition) bool {
+	return live != nil && live.Annotations[AllowFieldLossAnnotation] == "true"
+}
 
 // Operation is the Helm operation being predicted.
 type Operation string
@@ -117,11 +126,7 @@ func Decide(live *apiextv1.CustomResourceDefinition, in Incoming) Finding {
 	}
 	fillLive(&f, live)
 
-	for _, v := range live.Status.StoredVersions {
-		if !crdversions.Has(in.CRD, v) {
-			f.MissingStoredVersions = append(f.MissingStoredVersions, v)
-		}
-	}
+	f.MissingStoredVersions = append(f.MissingStoredVersions, crdversions.DroppedStoredVersions(live, in.CRD)...)
 	if !in.Applied {
 		f.Verdict = OK
 		f.Reason = "Helm does not upgrade CRDs in crds/: the live CRD stays as it is"
@@ -156,21 +161,83 @@ func Decide(live *apiextv1.CustomResourceDefinition, in Incoming) Finding {
 	return f
 }
 
-// DecideRemoved returns the verdict for a live CRD that the release deploys today from
-// templates/ and that the target no longer renders. Helm deletes it, and every object of
-// its type, unless the live CRD carries helm.sh/resource-policy: keep.
-func DecideRemoved(op Operation, live *apiextv1.CustomResourceDefinition) Finding {
-	f := Finding{Name: live.Name, Source: Templates, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
+// DecideRemoved returns the verdict for a live CRD that leaves the release with an
+// operation (a Removal of Removals), given how many objects of its type exist (nil when
+// that is not known). A CRD the operation deletes is a Delete verdict while it holds
+// objects, when their number is not known, and when the incoming chart still ships it in
+// crds/: the operation deletes it and never creates it again, so the release is left
+// without the CRD it ships, whatever it holds. A CRD the operation deletes that holds no
+// objects and that the incoming side no longer brings is removed on purpose and nothing
+// is lost: ok, with the deletion in the reason. A CRD the deployer leaves is ok.
+func DecideRemoved(op Operation, d Deployer, r Removal, objects *int64) Finding {
+	live := r.Live
+	f := Finding{Name: live.Name, Source: r.From.Source, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
 	fillLive(&f, live)
 	f.Conversion = crdversions.Conversion(live)
-	if Kept(live) {
-		f.Verdict = OK
-		f.Reason = fmt.Sprintf("no longer rendered by the %s target, but the live CRD carries %s=%s: Helm leaves it", op, KeepAnnotation, KeepValue)
-		return f
+	who := d.who(op)
+	leaves := fmt.Sprintf("the %s target no longer renders it", op)
+	if r.Shipped != nil {
+		leaves = fmt.Sprintf("the %s target moves it from templates/ to crds/, which is not part of the release manifest", op)
 	}
-	f.Verdict = Delete
-	f.Reason = fmt.Sprintf("no longer rendered by the %s target: Helm deletes the CRD and every object of its type", op)
+	if op == Uninstall {
+		leaves = "the release's stored manifest renders it"
+	}
+	kind := live.Spec.Names.Kind
+	f.Verdict = OK
+	switch r.Fate {
+	case FateKeptLive:
+		f.Reason = fmt.Sprintf("%s, but the live CRD carries %s=%s: %s leaves it and its objects in place, outside the release", leaves, KeepAnnotation, KeepValue, who)
+	case FateKeptManifest, FateUntouched:
+		f.Reason = fmt.Sprintf("%s with %s in the manifest: %s leaves it", leaves, KeepAnnotation, who)
+	case FateNotOwned:
+		f.Reason = fmt.Sprintf("%s, but its live ownership metadata names another release: %s skips it", leaves, who)
+	case FateAbsent:
+		f.Reason = leaves + ", and it is not on the cluster"
+	default:
+		again := ""
+		if r.Shipped != nil {
+			again = fmt.Sprintf("; the %s does not create it again (only an install creates crds/ files)", op)
+		}
+		switch {
+		case objects == nil:
+			f.Verdict = Delete
+			f.Reason = fmt.Sprintf("%s, so %s deletes the CRD and every %s object (how many could not be read)%s", leaves, who, kind, again)
+		case *objects > 0:
+			f.Verdict = Delete
+			f.Reason = fmt.Sprintf("%s, so %s deletes the CRD and %s%s", leaves, who, objectsOf(*objects, kind), again)
+		case r.Shipped != nil:
+			f.Verdict = Delete
+			f.Reason = fmt.Sprintf("%s, so %s deletes the CRD%s: it holds no %s objects today, but the release is left without the CRD its chart ships", leaves, who, again, kind)
+		default:
+			f.Reason = fmt.Sprintf("%s, so %s deletes the CRD; it holds no %s objects, so nothing is lost", leaves, who, kind)
+		}
+	}
+	f.Reason += files(r)
 	return f
+}
+
+// objectsOf words n objects of kind (n > 0) as what a deletion takes with it.
+func objectsOf(n int64, kind string) string {
+	if n == 1 {
+		return "its one " + kind + " object"
+	}
+	return fmt.Sprintf("all %d %s objects", n, kind)
+}
+
+// files names the chart files a removal comes from, as far as they are known: " (chart
+// file F)", with ", now G" for the crds/ file of a CRD moved there.
+func files(r Removal) string {
+	var parts []string
+	if r.From.File != "" {
+		parts = append(parts, r.From.File)
+	}
+	if r.Shipped != nil && r.Shipped.File != "" {
+		parts = append(parts, "now "+r.Shipped.File)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (chart file " + strings.Join(parts, ", ") + ")"
 }
 
 // Schema is what the incoming schema does to the objects stored today (see package
@@ -194,7 +261,7 @@ func WithSchema(f Finding, live *apiextv1.CustomResourceDefinition, s Schema) Fi
 	if len(s.Pruned) == 0 && !s.ConversionRemoved {
 		return f
 	}
-	accepted := live != nil && live.Annotations[AllowFieldLossAnnotation] == "true"
+	accepted := AcceptsFieldLoss(live)
 	switch {
 	case f.Verdict == Bridge || f.Verdict == Delete:
 		f.Reason += "; also: " + s.Summary

@@ -63,21 +63,6 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-func TestDecideRemoved(t *testing.T) {
-	live := crd([]string{"v1"}, "v1*")
-	if got := DecideRemoved(Upgrade, live).Verdict; got != Delete {
-		t.Errorf("DecideRemoved() = %s, want %s", got, Delete)
-	}
-	live.Annotations = map[string]string{KeepAnnotation: KeepValue}
-	if got := DecideRemoved(Rollback, live).Verdict; got != OK {
-		t.Errorf("DecideRemoved() with keep = %s, want %s", got, OK)
-	}
-	live.Annotations = map[string]string{KeepAnnotation: "retain"}
-	if got := DecideRemoved(Rollback, live).Verdict; got != Delete {
-		t.Errorf("DecideRemoved() with a non-keep policy = %s, want %s", got, Delete)
-	}
-}
-
 func TestSteppingStone(t *testing.T) {
 	live := crd([]string{"v1beta1", "v1beta2"}, "v1beta1", "v1beta2*")
 	target := crd(nil, "v1*")

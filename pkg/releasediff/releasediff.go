@@ -2,7 +2,8 @@
 // a release's objects one by one and stops at the first error, so a failed revision is
 // often half-applied: some objects carry the failed revision, others the previous one.
 // Run compares every object of the failed revision (and of the previous one) with the
-// live object and says which revision it matches.
+// live object and says which revision it matches, and Report.NextSteps what to do about
+// a release it finds half-applied.
 //
 // The comparison is the one the API server itself would make. For each revision, the
 // rendered object is server-side applied with dryRun=All, forced, as a field manager that
@@ -31,6 +32,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
 
@@ -112,6 +114,72 @@ type Report struct {
 
 // Clean says that the release is wholly at one revision: not mixed and nothing drifted.
 func (r *Report) Clean() bool { return !r.Mixed && len(r.Drifted) == 0 }
+
+// NextAction is a step that brings a half-applied release back to one revision.
+type NextAction string
+
+const (
+	// MigrateStoredVersions means the API server refuses the failed revision's CRDs until the
+	// objects stored at the versions they drop are migrated off them; then the upgrade is
+	// retried. The step's Command is the check that names the migrate commands.
+	MigrateStoredVersions NextAction = "migrate-stored-versions"
+	// SettleFieldOwners means changes did not land, or objects match neither revision. Find
+	// who owns the fields that did not land (a release apply-check), then re-run the
+	// upgrade or roll back: either finishes the half-applied objects.
+	SettleFieldOwners NextAction = "settle-field-owners"
+)
+
+// StoredVersionsRunbook is the runbook of MigrateStoredVersions.
+const StoredVersionsRunbook = "storedversions-rejected"
+
+// NextStep is one step to take.
+type NextStep struct {
+	Action NextAction `json:"action"`
+	// Command is the command that starts the step, when one does.
+	Command string `json:"command,omitempty"`
+	// Runbook names the runbook of the step, when there is one.
+	Runbook string `json:"runbook,omitempty"`
+}
+
+// NextSteps are what to do about the release, in order; none when it is Clean. A
+// storedVersions rejection comes first; when it is all that keeps the release
+// half-applied (every change that did not land is a rejected CRD, and nothing
+// drifted), it is the only step.
+func (r *Report) NextSteps() []NextStep {
+	var next []NextStep
+	if len(r.StoredVersionsRejected) > 0 {
+		check := predict.Command{Kind: predict.CommandCheck, Release: r.Release, Namespace: r.Namespace,
+			Chart: fmt.Sprintf("<the chart of revision %d>", r.FailedRevision)}
+		next = append(next, NextStep{Action: MigrateStoredVersions, Command: check.String(), Runbook: StoredVersionsRunbook})
+		if r.onlyRejected() {
+			return next
+		}
+	}
+	if !r.Clean() {
+		next = append(next, NextStep{Action: SettleFieldOwners})
+	}
+	return next
+}
+
+// onlyRejected says that every change that did not land is a CRD the API server refuses
+// on storedVersions, and nothing drifted.
+func (r *Report) onlyRejected() bool {
+	if len(r.Drifted) > 0 {
+		return false
+	}
+	rejected := map[string]bool{}
+	for _, o := range r.Objects {
+		if len(o.Rejected) > 0 {
+			rejected[o.Object] = true
+		}
+	}
+	for _, o := range r.NotLanded {
+		if !rejected[o] {
+			return false
+		}
+	}
+	return true
+}
 
 // Options for Run.
 type Options struct {

@@ -40,6 +40,10 @@ type Options struct {
 	Equivalent map[int][]string
 }
 
+// OptionEquivalent is Options.Equivalent, as a finding's Input names it: declaring the
+// migrations of a slot equivalent resolves a diverged or claimed slot that is one change.
+const OptionEquivalent = "slots.Equivalent"
+
 // Ref is what one ref holds.
 type Ref struct {
 	Ref           string         `json:"ref"`
@@ -168,10 +172,12 @@ func compare(refs []Ref, slot int, equivalent map[int][]string) (Finding, bool) 
 			f.Check = string(Claimed)
 			f.Message = fmt.Sprintf("%s raised targetVersion to %d, claiming slot %d, which %s uses for a different migration: a cluster that takes the next %s patch is stamped %d, and on upgrading to %s never runs %s's migration %d. Fix: copy %s's migration %d, made idempotent, to slot %d on %s and raise its targetVersion to %d; or declare the two equivalent",
 				older.Ref, older.TargetVersion, slot, r.Ref, older.Ref, older.TargetVersion, r.Ref, r.Ref, slot, r.Ref, slot, r.TargetVersion, r.Ref, r.TargetVersion+1)
+			f.Input = &finding.Input{Option: OptionEquivalent}
 			return f, true
 		}
 	}
-	f.Message = fmt.Sprintf("slot %d holds different migrations on %s: a cluster that moves between them runs only one; align them, or declare them equivalent (--equivalent) if they are the same change", slot, strings.Join(refNames(refs), ", "))
+	f.Message = fmt.Sprintf("slot %d holds different migrations on %s: a cluster that moves between them runs only one; align them, or declare them equivalent if they are the same change", slot, strings.Join(refNames(refs), ", "))
+	f.Input = &finding.Input{Option: OptionEquivalent}
 	return f, true
 }
 

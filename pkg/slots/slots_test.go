@@ -70,7 +70,8 @@ func TestPatchThenMinorDivergence(t *testing.T) {
 		t.Fatalf("findings %+v, want one", rep.Findings)
 	}
 	f := rep.Findings[0]
-	if f.Kind() != slots.Claimed || f.Slot != 45 || !strings.Contains(f.Message, "slot 54") || !strings.Contains(f.Message, "targetVersion to 55") {
+	if f.Kind() != slots.Claimed || f.Slot != 45 || !strings.Contains(f.Message, "slot 54") || !strings.Contains(f.Message, "targetVersion to 55") ||
+		f.Input == nil || f.Input.Option != slots.OptionEquivalent {
 		t.Errorf("finding %+v", f)
 	}
 }
@@ -103,7 +104,8 @@ func TestEquivalentPortsAndCleanHistory(t *testing.T) {
 	// the same branch is still reported, and only it.
 	g.Commit("edit an old migration", map[string]string{migDir + "/30": migration(30, "migration 30, edited on 1.5")})
 	rep, err = slots.Check(t.Context(), o)
-	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Slot != 30 || rep.Findings[0].Kind() != slots.Diverged {
+	if err != nil || len(rep.Findings) != 1 || rep.Findings[0].Slot != 30 || rep.Findings[0].Kind() != slots.Diverged ||
+		rep.Findings[0].Input == nil || rep.Findings[0].Input.Option != slots.OptionEquivalent {
 		t.Errorf("undeclared divergence next to a declared one: %v %+v, want one diverged finding for slot 30", err, rep.Findings)
 	}
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/pkg/backup"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -108,13 +109,16 @@ func TestBackupRestores(t *testing.T) {
 	if err != nil || read.Dir != dir || len(read.Files) != 3 || read.Revision != res.Revision {
 		t.Errorf("ReadBackup: %+v, %v", read, err)
 	}
-	if _, err := uninstall.ReadBackup(t.TempDir()); err == nil {
-		t.Error("ReadBackup of an empty directory: no error")
+	if read.Kind != backup.KindRelease || read.Format != backup.Format {
+		t.Errorf("index header %+v, want a %s backup in format %s", read.Header, backup.KindRelease, backup.Format)
+	}
+	if _, err := uninstall.ReadBackup(t.TempDir()); !errors.As(err, new(*backup.IncompleteError)) {
+		t.Errorf("ReadBackup of an empty directory: %v, want backup.IncompleteError", err)
 	}
 
 	// A second backup never overwrites the first.
-	if _, err := uninstall.Backup(ctx, c, uninstall.Options{Release: "db", Namespace: ns}, dir); !errors.As(err, new(*uninstall.ExistingBackupError)) {
-		t.Errorf("second backup into the same directory: %v, want ExistingBackupError", err)
+	if _, err := uninstall.Backup(ctx, c, uninstall.Options{Release: "db", Namespace: ns}, dir); !errors.As(err, new(*backup.ExistsError)) {
+		t.Errorf("second backup into the same directory: %v, want backup.ExistsError", err)
 	}
 
 	// The real uninstall deletes the claim and the Secret; the Retain volume stays.

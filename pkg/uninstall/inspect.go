@@ -18,14 +18,18 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // listPage bounds every LIST: big namespaces are read in pages.
 const listPage = 500
 
 type inspector struct {
-	c                  *Clients
-	rep                *Report
+	c   *Clients
+	rep *Report
+	// deployer runs op, the operation whose deletes are inspected.
+	deployer           predict.Deployer
+	op                 predict.Operation
 	release, namespace string
 	// listed holds the subjects of the stored manifest.
 	listed map[string]bool
@@ -103,7 +107,7 @@ func (in *inspector) pvc(ctx context.Context, o *Object, deletedClasses map[stri
 	case string(corev1.PersistentVolumeReclaimDelete), string(corev1.PersistentVolumeReclaimRecycle):
 		in.find(CheckPVDelete, o.Subject,
 			fmt.Sprintf("deleting the claim makes PersistentVolume %s (reclaimPolicy %s) erase its data: DATA LOSS", info.Volume, info.ReclaimPolicy),
-			fmt.Sprintf("first make the volume outlive the claim: `kubectl patch pv %s -p '{\"spec\":{\"persistentVolumeReclaimPolicy\":\"Retain\"}}'`; then keep the claim with %s; or Option C: take a backup (--backup DIR) and bind a new claim to PV %s after the uninstall", info.Volume, optionA(in.release, in.namespace), info.Volume))
+			fmt.Sprintf("first make the volume outlive the claim: `kubectl patch pv %s -p '{\"spec\":{\"persistentVolumeReclaimPolicy\":\"Retain\"}}'`; then keep the claim with %s; or Option C: take a backup (`%s`) and bind a new claim to PV %s after the uninstall", info.Volume, optionA(in.release, in.namespace), backupCommand(in.release, in.namespace), info.Volume))
 	case string(corev1.PersistentVolumeReclaimRetain):
 		in.find(CheckPVCDeleted, o.Subject,
 			fmt.Sprintf("the claim is deleted; PersistentVolume %s (Retain) keeps the data but goes Released, and only a claim bound to it by hand gets it back", info.Volume),
@@ -299,7 +303,7 @@ func (in *inspector) secret(ctx context.Context, o *Object) error {
 	}
 	in.find(CheckSecret, o.Subject,
 		fmt.Sprintf("deletes Secret %s (type %s, keys %s): a re-install mints new values or refuses, while data kept on volumes still expects these", o.Name, s.Type, strings.Join(keys, ", ")),
-		"take a backup before the uninstall: `upgradeguard release uninstall-check "+in.release+" -n "+in.namespace+" --backup DIR`, and restore it under the name the new release renders (Option C); or keep it in place with "+optionA(in.release, in.namespace))
+		"take a backup before the uninstall: `"+backupCommand(in.release, in.namespace)+"`, and restore it under the name the new release renders (Option C); or keep it in place with "+optionA(in.release, in.namespace))
 	return nil
 }
 
@@ -364,9 +368,12 @@ func (in *inspector) crdCascade(ctx context.Context, o *Object) error {
 	}
 	if n > 0 {
 		cas.Counts[resourceKey(gvr)], cas.Total = n, n
-		in.find(CheckCRDCascade, o.Subject,
-			fmt.Sprintf("deleting the CRD deletes all %d %s object(s) in the cluster", n, crd.Spec.Names.Kind),
-			optionA(in.release, in.namespace)+" (Helm never deletes CRDs a chart ships in crds/; CRDs rendered from templates/ need keep)")
+	}
+	// The verdict on a deleted CRD is predict's, the one every door gives.
+	objects := int64(n)
+	f := predict.DecideRemoved(in.op, in.deployer, predict.Removal{Live: crd, From: predict.ChartCRD{CRD: crd, Source: predict.Templates}, Fate: predict.FateDeleted}, &objects)
+	if f.Verdict == predict.Delete {
+		in.find(CheckCRDCascade, o.Subject, f.Reason, in.deployer.KeepAdvice(in.op, []string{crd.Name}, in.release, in.namespace))
 	}
 	return nil
 }

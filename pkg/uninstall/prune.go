@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 
-	"helm.sh/helm/v4/pkg/kube"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/metadata"
+
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // Prune check IDs: the traps of an upgrade's or rollback's deletes that an uninstall
@@ -30,6 +31,8 @@ type PruneOptions struct {
 	// Dropped is the manifest of the objects the operation deletes: those the manifest
 	// it starts from lists and the new one no longer renders.
 	Dropped string
+	// Deployer runs the operation (the zero value: the newest Helm).
+	Deployer predict.Deployer
 }
 
 // Prune applies the uninstall's model (ownership, resource policy, volumes, credentials,
@@ -47,12 +50,13 @@ func Prune(ctx context.Context, c *Clients, o PruneOptions) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("release %s: dropped objects: %w", o.Release, err)
 	}
-	return inspect(ctx, c, rep, o.Release, o.Namespace, objs, func(in *inspector, mo manifestObject) (Object, error) {
+	return inspect(ctx, c, rep, o.Deployer, predict.Operation(o.Operation), o.Release, o.Namespace, objs, func(in *inspector, mo manifestObject) (Object, error) {
 		return in.decidePrune(ctx, mo, o.Operation)
 	})
 }
 
-// decidePrune applies Helm's rules for an upgrade's delete to one dropped object.
+// decidePrune applies Helm's rules for an upgrade's delete (predict.Deployer.Fate) to one
+// dropped object.
 func (in *inspector) decidePrune(ctx context.Context, mo manifestObject, op string) (Object, error) {
 	obj := Object{Subject: mo.subject(), APIVersion: mo.apiVersion, Kind: mo.kind, Namespace: mo.namespace, Name: mo.name}
 	m, err := mapping(mo, in.c.Mapper)
@@ -73,11 +77,10 @@ func (in *inspector) decidePrune(ctx context.Context, mo manifestObject, op stri
 		return obj, fmt.Errorf("%s: read the live object: %w", obj.Subject, err)
 	}
 	obj.Live = true
-	// Client.update compares exactly; the uninstall trims and lower-cases.
-	obj.LiveKeep = live.Annotations[kube.ResourcePolicyAnno] == kube.KeepPolicy
 	owned := ownedBy(live, in.release, in.namespace)
 	obj.Owned = &owned
-	manifestKeep := mo.hasPolicy && isKeep(mo.policy)
+	obj.LiveKeep = in.deployer.Fate(in.op, predict.Leaving{Manifest: mo.annotations(), Exists: true, Live: live.Annotations, Owned: owned}) == predict.FateKeptLive
+	manifestKeep := mo.hasPolicy && predict.KeepPolicy(mo.policy)
 	if obj.LiveKeep {
 		obj.Action, obj.Reason = Keep, "the live object carries helm.sh/resource-policy: keep: the "+op+" leaves it, and no manifest of the release lists it any more"
 		return obj, nil

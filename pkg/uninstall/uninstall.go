@@ -15,9 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
-	"github.com/Masterminds/semver/v3"
 	"helm.sh/helm/v4/pkg/kube"
 	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
@@ -34,22 +32,17 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // DefaultHelmVersion is the Helm version a verdict assumes when none is given: the
 // newest, which checks live ownership before deleting.
 const DefaultHelmVersion = "4.3"
 
-// ownershipSince is the first Helm version that skips objects whose live ownership does
-// not name the release (verifyOwnershipBeforeDelete, helm/helm#31584).
-var ownershipSince = semver.MustParse("4.3.0")
-
-// Helm's ownership metadata (helm.sh/helm/v4 pkg/action/validate.go).
+// Helm's ownership metadata (predict.HelmOwnershipProblem reads it).
 const (
-	managedByLabel      = "app.kubernetes.io/managed-by"
-	managedByHelm       = "Helm"
-	releaseNameAnno     = "meta.helm.sh/release-name"
-	releaseNamespaceAnn = "meta.helm.sh/release-namespace"
+	releaseNameAnno     = predict.ReleaseNameAnnotation
+	releaseNamespaceAnn = predict.ReleaseNamespaceAnnotation
 )
 
 // Clients are the API clients Check and Backup use.
@@ -70,19 +63,17 @@ type Options struct {
 }
 
 // VerifiesOwnership reports whether a Helm version checks the live object's ownership
-// before deleting it (4.3.0 and newer), and returns the version it parsed.
+// before deleting it (4.3.0 and newer, predict.Deployer.VerifiesOwnership), and returns
+// the version it parsed.
 func VerifiesOwnership(helmVersion string) (bool, string, error) {
 	if helmVersion == "" {
 		helmVersion = DefaultHelmVersion
 	}
-	v, err := semver.NewVersion(helmVersion)
+	d, err := predict.Helm(helmVersion)
 	if err != nil {
-		return false, "", fmt.Errorf("helm version %q: want a version such as 4.3, 4.2.4 or 3.18 (the Helm that will run the uninstall: `helm version --short`)", helmVersion)
+		return false, "", err
 	}
-	if v.Major() < 3 {
-		return false, "", fmt.Errorf("helm version %q: Helm 2 is not supported (its release storage differs); want 3.x or 4.x", helmVersion)
-	}
-	return !v.LessThan(ownershipSince), strings.TrimPrefix(helmVersion, "v"), nil
+	return d.VerifiesOwnership(), d.Version, nil
 }
 
 // manifestObject is one document of a stored manifest: what Helm's own parser sees, plus
@@ -179,6 +170,15 @@ func mapping(o manifestObject, mapper meta.RESTMapper) (*meta.RESTMapping, error
 	return mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: o.kind}, gv.Version)
 }
 
+// annotations are the annotations of the stored manifest that Helm's rules read: the
+// resource policy, when it is there.
+func (o manifestObject) annotations() map[string]string {
+	if !o.hasPolicy {
+		return nil
+	}
+	return map[string]string{predict.KeepAnnotation: o.policy}
+}
+
 func (o manifestObject) subject() string {
 	return manifest.SubjectOf(o.kind, o.namespace, o.name)
 }
@@ -191,6 +191,7 @@ func Check(ctx context.Context, c *Clients, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	deployer, _ := predict.Helm(version)
 	l, err := load(ctx, c, o)
 	if err != nil {
 		return nil, err
@@ -231,16 +232,16 @@ func Check(ctx context.Context, c *Clients, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	return inspect(ctx, c, rep, o.Release, o.Namespace, objs, func(in *inspector, obj manifestObject) (Object, error) {
+	return inspect(ctx, c, rep, deployer, predict.Uninstall, o.Release, o.Namespace, objs, func(in *inspector, obj manifestObject) (Object, error) {
 		return in.decide(ctx, obj)
 	})
 }
 
-// inspect decides what happens to each object the operation deletes, looks behind them
-// (volumes, credentials, cascades) and completes the report.
-func inspect(ctx context.Context, c *Clients, rep *Report, release, namespace string, objs []manifestObject,
+// inspect decides what happens to each object the operation (op, run by deployer)
+// deletes, looks behind them (volumes, credentials, cascades) and completes the report.
+func inspect(ctx context.Context, c *Clients, rep *Report, deployer predict.Deployer, op predict.Operation, release, namespace string, objs []manifestObject,
 	decide func(*inspector, manifestObject) (Object, error)) (*Report, error) {
-	in := &inspector{c: c, rep: rep, release: release, namespace: namespace, listed: map[string]bool{}, pods: map[string][]podRef{}}
+	in := &inspector{c: c, rep: rep, deployer: deployer, op: op, release: release, namespace: namespace, listed: map[string]bool{}, pods: map[string][]podRef{}}
 	for _, obj := range objs {
 		in.listed[obj.subject()] = true
 	}
@@ -288,8 +289,8 @@ func notDeployed(rep *Report, l *loaded, objs []manifestObject, mapper meta.REST
 	return nil
 }
 
-// decide applies Helm's rules to one object: the stored resource policy, then (Helm 4.3
-// and newer) the live ownership.
+// decide applies Helm's uninstall rules (predict.Deployer.Fate) to one object: the
+// stored resource policy, then (Helm 4.3 and newer) the live ownership.
 func (in *inspector) decide(ctx context.Context, mo manifestObject) (Object, error) {
 	obj := Object{Subject: mo.subject(), APIVersion: mo.apiVersion, Kind: mo.kind, Namespace: mo.namespace, Name: mo.name}
 	m, mapErr := mapping(mo, in.c.Mapper)
@@ -308,21 +309,24 @@ func (in *inspector) decide(ctx context.Context, mo manifestObject) (Object, err
 			live = nil
 		}
 	}
+	leaving := predict.Leaving{Manifest: mo.annotations(), Exists: live != nil}
 	if live != nil {
 		obj.Live = true
-		obj.LiveKeep = isKeep(live.Annotations[kube.ResourcePolicyAnno])
+		obj.LiveKeep = predict.KeepPolicy(live.Annotations[predict.KeepAnnotation])
 		owned := ownedBy(live, in.release, in.namespace)
 		obj.Owned = &owned
+		leaving.Live, leaving.Owned = live.Annotations, owned
 	}
+	fate := in.deployer.Fate(predict.Uninstall, leaving)
 
 	// The stored manifest's resource policy decides first (filterManifestsToKeep): Helm
 	// never reads these objects.
-	if mo.hasPolicy {
-		if isKeep(mo.policy) {
-			obj.Action, obj.Reason = Keep, "helm.sh/resource-policy: keep is in the stored manifest"
-		} else {
-			obj.Action, obj.Reason = Untouched, fmt.Sprintf("helm.sh/resource-policy is %q in the stored manifest: Helm neither deletes it nor reports it as kept", mo.policy)
-		}
+	switch fate {
+	case predict.FateKeptManifest:
+		obj.Action, obj.Reason = Keep, "helm.sh/resource-policy: keep is in the stored manifest"
+		return obj, nil
+	case predict.FateUntouched:
+		obj.Action, obj.Reason = Untouched, fmt.Sprintf("helm.sh/resource-policy is %q in the stored manifest: Helm neither deletes it nor reports it as kept", mo.policy)
 		return obj, nil
 	}
 	if mapErr != nil {
@@ -341,22 +345,21 @@ func (in *inspector) decide(ctx context.Context, mo manifestObject) (Object, err
 		}
 		return obj, fmt.Errorf("%s: read the live object: %w", obj.Subject, liveErr)
 	}
-	if live == nil {
+	switch {
+	case fate == predict.FateAbsent:
 		obj.Action, obj.Reason = Absent, "not on the cluster: nothing to delete"
 		return obj, nil
-	}
-	if !*obj.Owned {
+	case fate == predict.FateNotOwned:
+		obj.Action, obj.Reason = SkipNotOwned, fmt.Sprintf("its live ownership metadata does not name release %s/%s (%s): Helm %s skips it; Helm before 4.3 would delete it; a new release that renders it must adopt it (helm install --take-ownership)",
+			in.namespace, in.release, ownershipProblem(live, in.release, in.namespace), in.rep.HelmVersion)
+		return obj, nil
+	case !*obj.Owned:
 		problem := ownershipProblem(live, in.release, in.namespace)
-		if in.rep.VerifiesOwnership {
-			obj.Action, obj.Reason = SkipNotOwned, fmt.Sprintf("its live ownership metadata does not name release %s/%s (%s): Helm %s skips it; Helm before 4.3 would delete it; a new release that renders it must adopt it (helm install --take-ownership)",
-				in.namespace, in.release, problem, in.rep.HelmVersion)
-			return obj, nil
-		}
 		obj.Action, obj.Reason = Delete, fmt.Sprintf("listed in the stored manifest; Helm %s does not look at the live ownership metadata (%s)", in.rep.HelmVersion, problem)
 		in.find(CheckOwnershipStripped, obj.Subject,
 			fmt.Sprintf("its live Helm ownership metadata was changed (%s), which protects it only with Helm 4.3 or newer: Helm %s deletes it", problem, in.rep.HelmVersion),
 			remedy(in.release, in.namespace, obj.Kind)+"; or run the uninstall with Helm 4.3 or newer, which skips it")
-	} else {
+	default:
 		obj.Action, obj.Reason = Delete, "listed in the stored manifest without helm.sh/resource-policy: keep"
 	}
 	if obj.LiveKeep {
@@ -369,24 +372,27 @@ func (in *inspector) decide(ctx context.Context, mo manifestObject) (Object, err
 // remedy is the chart-migration runbook's pair of remediations for an object the
 // uninstall would delete: Option A (preferred) puts keep into the stored manifest with an
 // upgrade; Option C (fallback) saves the object and brings it back after the uninstall.
-func remedy(rel, ns, kind string) string { return optionA(rel, ns) + "; or " + optionC(kind) }
+func remedy(rel, ns, kind string) string { return optionA(rel, ns) + "; or " + optionC(rel, ns, kind) }
+
+// backupCommand is the command that takes Option C's backup of the release.
+func backupCommand(rel, ns string) string {
+	return predict.Command{Kind: predict.CommandUninstallBackup, Release: rel, Namespace: ns}.String()
+}
 
 func optionA(rel, ns string) string {
 	return "Option A: run an upgrade that renders helm.sh/resource-policy: keep on it (a chart value or a post-renderer), then confirm with `helm get manifest " + rel + " -n " + ns + " | grep resource-policy`"
 }
 
-func optionC(kind string) string {
+func optionC(rel, ns, kind string) string {
 	switch kind {
 	case "PersistentVolumeClaim":
-		return "Option C: make its PV Retain, take a backup (--backup DIR) and bind a new claim to the same PV after the uninstall"
+		return "Option C: make its PV Retain, take a backup (`" + backupCommand(rel, ns) + "`) and bind a new claim to the same PV after the uninstall"
 	case "Secret":
-		return "Option C: take a backup (--backup DIR) and restore it, under the name the new release renders, before the re-install"
+		return "Option C: take a backup (`" + backupCommand(rel, ns) + "`) and restore it, under the name the new release renders, before the re-install"
 	default:
 		return "Option C: save it (`kubectl get -o yaml`) and re-create it after the uninstall"
 	}
 }
-
-func isKeep(v string) bool { return strings.ToLower(strings.TrimSpace(v)) == kube.KeepPolicy }
 
 // ownedBy is Helm's checkOwnership: the managed-by label and both release annotations
 // must name this release.
@@ -395,18 +401,5 @@ func ownedBy(obj *metav1.PartialObjectMetadata, rel, ns string) bool {
 }
 
 func ownershipProblem(obj *metav1.PartialObjectMetadata, rel, ns string) string {
-	var p []string
-	check := func(m map[string]string, what, k, want string) {
-		got, ok := m[k]
-		switch {
-		case !ok:
-			p = append(p, what+" "+k+" missing")
-		case got != want:
-			p = append(p, fmt.Sprintf("%s %s=%q", what, k, got))
-		}
-	}
-	check(obj.Labels, "label", managedByLabel, managedByHelm)
-	check(obj.Annotations, "annotation", releaseNameAnno, rel)
-	check(obj.Annotations, "annotation", releaseNamespaceAnn, ns)
-	return strings.Join(p, ", ")
+	return predict.HelmOwnershipProblem(obj.Labels, obj.Annotations, rel, ns)
 }

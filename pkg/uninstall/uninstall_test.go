@@ -221,7 +221,9 @@ spec:
 	if diff := cmp.Diff([]string{"Job/pv-delete/training-job", "Pod/pv-delete/training-1"}, o.PVC.UsedBy); diff != "" {
 		t.Errorf("UsedBy (-want +got):\n%s", diff)
 	}
-	if f := findings(rep, uninstall.CheckPVDelete); len(f) != 1 || !strings.Contains(f[0].Message, "DATA LOSS") || !strings.Contains(f[0].Remediation, "persistentVolumeReclaimPolicy") {
+	backup := "`upgradeguard release uninstall-check db -n " + ns + " --backup DIR`"
+	if f := findings(rep, uninstall.CheckPVDelete); len(f) != 1 || !strings.Contains(f[0].Message, "DATA LOSS") || !strings.Contains(f[0].Remediation, "persistentVolumeReclaimPolicy") ||
+		!strings.Contains(f[0].Remediation, backup) {
 		t.Errorf("pv-reclaim-delete findings: %+v", f)
 	}
 	if f := findings(rep, uninstall.CheckPVCInUse); len(f) != 1 || !strings.Contains(f[0].Message, "Pod/pv-delete/training-1") {

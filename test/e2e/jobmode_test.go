@@ -215,7 +215,7 @@ func (jt *jobTarget) watch(t *testing.T) *jobWatch {
 				case *corev1.Pod:
 					jw.pods[o.Name] = append(jw.pods[o.Name], *o)
 				case *corev1.ConfigMap:
-					if r, ok := o.Data[controller.ResultKey]; ok {
+					if r, ok := o.Data[migrate.ResultKey]; ok {
 						jw.result[o.Name] = r
 					}
 				}
@@ -302,7 +302,7 @@ func (jt *jobTarget) resultMatches(t *testing.T, jw *jobWatch, name string, sm *
 	raw, ok := jw.result[name]
 	jw.mu.Unlock()
 	if !ok {
-		t.Fatalf("no result ConfigMap %s/%s with %s was seen", jt.ns, name, controller.ResultKey)
+		t.Fatalf("no result ConfigMap %s/%s with %s was seen", jt.ns, name, migrate.ResultKey)
 	}
 	var res controller.JobResult
 	must(t, json.Unmarshal([]byte(raw), &res), "parse the Job's result")

@@ -136,7 +136,7 @@ func TestRemediationRollbackWouldDeleteCRD(t *testing.T) {
 	msg := fluxtest.ReadyMessage(last)
 	for _, want := range []string{
 		"upgradeguard denied the rollback of release rollback-delete/gears to revision 1 (chart gears@1.0.0",
-		"before anything was applied", crdName + ": no longer rendered by the rollback target: Helm deletes the CRD and every object of its type",
+		"before anything was applied", crdName + ": the rollback target no longer renders it, so Helm deletes the CRD and",
 		"kubectl annotate crd " + crdName + " helm.sh/resource-policy=keep",
 	} {
 		if !strings.Contains(msg, want) {

@@ -464,6 +464,15 @@ func (s *Scenario) install(t testing.TB, hr *helmv2.HelmRelease, opts Options) {
 		o.Name = "obj-0"
 		s.Objects = append(s.Objects, o)
 	}
+	// AdmissionReports, which Kyverno writes all the time: the CRD To no longer renders
+	// holds objects, so deleting it loses data (droppedCRD).
+	if err := testenv.CreateObjects(ctx, s.CP.Config, testenv.Objects{
+		GVR:  schema.GroupVersionResource{Group: "kyverno.io", Version: "v1alpha2", Resource: "admissionreports"},
+		Kind: "AdmissionReport", Namespaces: []string{s.Name}, PerNS: 2,
+		Spec: map[string]any{"owner": map[string]any{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // step makes a change (to the HelmRelease or to its source) and waits until
@@ -522,6 +531,12 @@ func (s *Scenario) setHelmRelease(change func(*helmv2.HelmRelease)) func(context
 // scenario starts clean.
 func (s *Scenario) cleanup(t testing.TB) {
 	ctx := context.WithoutCancel(t.Context())
+	kyverno := func(crd *apiextv1.CustomResourceDefinition) bool { return crd.Spec.Group == "kyverno.io" }
+	// They are deleted below with their objects anyway: upgradeguard's CRD deletion guard,
+	// where it runs, lets helm-controller's uninstall delete them too.
+	if err := s.CP.AllowCRDDeletion(ctx, kyverno); err != nil {
+		t.Errorf("allow the deletion of the kyverno CRDs after %s: %v", s.Name, err)
+	}
 	hr := &helmv2.HelmRelease{}
 	if err := s.Flux.Client.Get(ctx, s.HelmRelease, hr); err == nil {
 		_ = s.Flux.Client.Delete(ctx, hr)
@@ -537,7 +552,7 @@ func (s *Scenario) cleanup(t testing.TB) {
 	if s.Source != nil {
 		_ = s.Flux.Client.Delete(ctx, s.Source)
 	}
-	if err := s.CP.DeleteCRDs(ctx, func(crd *apiextv1.CustomResourceDefinition) bool { return crd.Spec.Group != "kyverno.io" }); err != nil {
+	if err := s.CP.DeleteCRDs(ctx, func(crd *apiextv1.CustomResourceDefinition) bool { return !kyverno(crd) }); err != nil {
 		t.Errorf("delete the kyverno CRDs after %s: %v", s.Name, err)
 	}
 }

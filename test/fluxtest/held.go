@@ -35,10 +35,11 @@ import (
 // requestedAt (what `flux reconcile helmrelease --reset` sets).
 const annotationResetAt = "reconcile.fluxcd.io/resetAt"
 
-// droppedCRD is the CRD kyverno To no longer renders, and the gate's reason for it.
+// droppedCRD is the CRD kyverno To no longer renders, and the gate's reason for it (it
+// holds the AdmissionReports install creates).
 const (
 	droppedCRD    = "admissionreports.kyverno.io"
-	droppedReason = droppedCRD + ": no longer rendered by the upgrade target: Helm deletes the CRD and every object of its type"
+	droppedReason = droppedCRD + ": the upgrade target no longer renders it, so Helm deletes the CRD and"
 )
 
 // ReadyMessage is the HelmRelease's Ready condition message, or "".
@@ -261,7 +262,7 @@ func (s *Scenario) BumpThroughHelmReleaseGate(t testing.TB) {
 	t.Helper()
 	err := s.Trigger(t.Context())
 	if err == nil || !strings.Contains(err.Error(), `admission webhook "helmrelease.upgradeguard.io" denied the request`) ||
-		!strings.Contains(err.Error(), droppedCRD+": no longer rendered by the upgrade target") {
+		!strings.Contains(err.Error(), droppedReason) {
 		t.Fatalf("the version bump: %v, want the HelmRelease gate's denial for the dropped CRD", err)
 	}
 	s.keepDroppedCRD(t)

@@ -1,0 +1,182 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
+)
+
+// CRDDeletePath is where the webhook server serves the CRD deletion guard: a validating
+// webhook on the DELETE of CustomResourceDefinitions, from any client (kubectl, a Helm
+// uninstall or upgrade, helm-controller, an Argo CD prune). Deleting a CRD deletes every
+// object of its type, at once and for good: the guard denies the deletion of a CRD that
+// still holds objects, naming how many with a few examples, who deletes it, and how to go
+// on (back up, delete the objects first, or annotate the CRD
+// predict.AllowDeleteAnnotation=true, which its webhook's matchConditions skip). A CRD
+// with no objects deletes at once.
+const CRDDeletePath = "/validate-apiextensions-crd-delete"
+
+// maxExamples bounds the objects a denial names.
+const maxExamples = 3
+
+// crdDeleteGuard is the admission.Handler of CRDDeletePath.
+type crdDeleteGuard struct{ g *Gate }
+
+// Handle decides one CRD DELETE. The request's old object is the CRD as the API server
+// holds it.
+func (c *crdDeleteGuard) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Delete || req.SubResource != "" {
+		return admission.Allowed("only the deletion of a CustomResourceDefinition is guarded")
+	}
+	var crd apiextv1.CustomResourceDefinition
+	if err := json.Unmarshal(req.OldObject.Raw, &crd); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the CustomResourceDefinition being deleted: %w", err))
+	}
+	if crd.DeletionTimestamp != nil {
+		// The API server is deleting it (and its objects) already: another DELETE
+		// changes nothing.
+		return admission.Allowed("the CustomResourceDefinition is being deleted already")
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	ctx, cancel := context.WithTimeout(ctx, c.g.opts.RecordTimeout)
+	defer cancel()
+	d := c.decide(ctx, &crd, req.UserInfo.Username, dryRun)
+	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
+	if !d.kind.allowed() && !dryRun {
+		metrics.CRDDeletionsDenied.WithLabelValues(crd.Name).Inc()
+	}
+	log.FromContext(ctx).Info("CRD deletion decision", "crd", crd.Name, "user", req.UserInfo.Username, "dryRun", dryRun,
+		"outcome", d.kind.outcome(), "reason", d.reason)
+	return respond(d)
+}
+
+func (c *crdDeleteGuard) decide(ctx context.Context, crd *apiextv1.CustomResourceDefinition, user string, dryRun bool) decision {
+	g := c.g
+	type objects struct {
+		n        int64
+		examples []string
+	}
+	objs, err := runWithin(ctx, func(ctx context.Context) (objects, error) {
+		tgt, err := g.localTarget(ctx)
+		if err != nil {
+			return objects{}, err
+		}
+		n, examples, err := objectsOf(ctx, tgt, crd)
+		return objects{n, examples}, err
+	})
+	if err != nil {
+		return deletionErrored(crd.Name, err)
+	}
+	f := predict.DecideDeleted(crd, objs.n, objs.examples)
+	if f.Verdict == predict.OK {
+		return decision{kind: kindAdmitted, message: fmt.Sprintf("upgradeguard admitted the deletion of CustomResourceDefinition %s: %s", crd.Name, f.Reason)}
+	}
+	o := crdOwner(crd)
+	if !o.flux() && o.namespace == "" {
+		// Argo CD leaves the CRDs it syncs untracked: its Application's resource tree
+		// names it.
+		o.appNamespace, o.app = g.argoApplication(ctx, crd.Name)
+	}
+	what := describeDeletion(crd.Name, user, o)
+	steps := predict.DeletionSteps(crd.Name)
+	rep := &check.Report{Operation: predict.DeleteCRD, CRDs: []check.CRDReport{{Finding: f, Objects: &objs.n, Action: strings.Join(steps, "; then ")}},
+		NextSteps: steps}
+	d, err := g.judge(ctx, o.deletionDoor(what, crd.Name, o.migrations(g, dryRun)), rep)
+	if err != nil {
+		return deletionErrored(crd.Name, err)
+	}
+	d.operation, d.chart = predict.DeleteCRD, crd.Name
+	// Helm prints the warnings of a refused request but not its refusal (Helm 3 and 4 log
+	// a failed delete only with --debug): the warning says why, and where the rest is.
+	d.warnings = append(d.warnings, fmt.Sprintf("upgradeguard denied the deletion of CustomResourceDefinition %s: %s; "+
+		"kubectl delete crd %s --dry-run=server shows the next steps", crd.Name, f.Reason, crd.Name))
+	if !dryRun {
+		g.recorder.Eventf(crd, nil, corev1.EventTypeWarning, d.reason, "Delete", "%s", truncate(d.message, 1000))
+		if o.flux() {
+			g.recordOnHelmRelease(ctx, o, d)
+		}
+	}
+	return d
+}
+
+// objectsOf counts the objects of the CRD's type on tgt from memory (its metadata
+// informer once it has synced, else one LIST) and, when there are any, asks the API
+// server for their number and a few names: a denial rests on what the API server holds
+// now, so an informer that has not yet seen the objects deleted never refuses the
+// deletion that follows.
+func objectsOf(ctx context.Context, tgt *livecluster.Target, crd *apiextv1.CustomResourceDefinition) (int64, []string, error) {
+	n, err := tgt.Cluster.CountObjects(ctx, crd)
+	if err != nil || n == 0 {
+		return n, nil, err
+	}
+	return tgt.Cluster.SampleObjects(ctx, crd, maxExamples)
+}
+
+// describeDeletion names a CRD deletion: the CRD, who deletes it, and what applies it.
+func describeDeletion(crd, user string, o owner) string {
+	what := fmt.Sprintf("deletion of CustomResourceDefinition %s by %s", crd, orUnknownUser(user))
+	switch {
+	case o.flux():
+		what += fmt.Sprintf(" (a CRD that HelmRelease %s/%s applies)", o.hrNamespace, o.hrName)
+	case o.namespace != "":
+		what += fmt.Sprintf(" (a CRD of Helm release %s/%s)", o.namespace, o.release)
+	case o.argo():
+		what += fmt.Sprintf(" (a CRD that Argo CD Application %s/%s syncs)", o.appNamespace, o.app)
+	}
+	return what
+}
+
+func orUnknownUser(user string) string {
+	if user == "" {
+		return "an unnamed user"
+	}
+	return "user " + user
+}
+
+// deletionDoor is the door of a CRD deletion, named by what: only the DELETE is refused
+// (the client may have deleted other objects before it), and the deleter deletes the CRD
+// again once the next steps are done. For a CRD of a Helm release it also says how to keep
+// the CRD and its objects outside the release.
+func (o owner) deletionDoor(what, crd string, sms *storageMigrations) door {
+	// No migration fixes a deletion, so the engine never holds one: every denial is
+	// CRDDeletionBlocked.
+	dr := door{change: what, held: what, migrations: sms, again: "then delete the CRD again", retry: "delete the CRD again when it has succeeded",
+		reasons: reasons{admitted: ReasonCRDDeletionAdmitted, blocked: ReasonCRDDeletionBlocked, held: ReasonCRDDeletionBlocked, started: ReasonCRDDeletionBlocked}}
+	dr.options.NoPlan = true
+	switch {
+	case o.flux(), o.argo():
+		// helm-controller and Argo CD go on as after any other denial.
+		rec := o.door(what, "", &check.Report{}, sms)
+		dr.again, dr.retry = rec.again, rec.retry
+	case o.namespace != "":
+		dr.again = "then delete the CRD again (or run the helm command that deletes it again)"
+	}
+	if o.namespace != "" {
+		dr.again += fmt.Sprintf(". To keep the CRD and its objects outside the release instead: %s makes Helm's next upgrade leave them "+
+			"(an uninstall reads that policy from the release's stored manifest only)", predict.Command{Kind: predict.CommandKeep, CRDs: []string{crd}})
+	}
+	return dr
+}
+
+// deletionErrored is the answer when the guard could not count a CRD's objects: denied
+// until it can (a deletion cannot be undone), with the annotation that deletes the CRD
+// anyway, which the webhook's matchConditions skip.
+func deletionErrored(crd string, err error) decision {
+	allow := predict.Command{Kind: predict.CommandAllowDelete, CRDs: []string{crd}}
+	msg := fmt.Sprintf("upgradeguard could not count the objects of CustomResourceDefinition %s: %v. Its deletion is denied until they can be counted; "+
+		"to delete it with whatever it holds: %s, then delete it again", crd, err, allow)
+	return decision{kind: kindErrorDenied, message: msg, reason: ReasonGateError, noState: true}
+}
