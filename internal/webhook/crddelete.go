@@ -112,16 +112,11 @@ func (c *crdDeleteGuard) decide(ctx context.Context, crd *apiextv1.CustomResourc
 	return d
 }
 
-// objectsOf counts the objects of the CRD's type on tgt from memory (its metadata
-// informer once it has synced, else one LIST) and, when there are any, asks the API
-// server for their number and a few names: a denial rests on what the API server holds
-// now, so an informer that has not yet seen the objects deleted never refuses the
-// deletion that follows.
+// objectsOf asks the API server, never memory, how many objects of the CRD's type exist
+// and names a few: memory lags behind a create by a moment, and a zero read from an
+// informer that has not yet seen a new object would let a CRD go with it. A CRD deletion
+// is rare, so the one LIST it costs is cheap.
 func objectsOf(ctx context.Context, tgt *livecluster.Target, crd *apiextv1.CustomResourceDefinition) (int64, []string, error) {
-	n, err := tgt.Cluster.CountObjects(ctx, crd)
-	if err != nil || n == 0 {
-		return n, nil, err
-	}
 	return tgt.Cluster.SampleObjects(ctx, crd, maxExamples)
 }
 

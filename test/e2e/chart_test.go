@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +28,8 @@ import (
 // the kubelet runs: Ready through its probes, the image's user and read-only root, and
 // /metrics served through the chart's Service. Then `helm uninstall` leaves no webhook
 // configuration and nothing of the chart's but its CRDs and the leader-election Lease.
+// Between the two, the chart's default CRD deletion guard refuses, through the Service,
+// the deletion of a CRD that holds objects (crdGuarded).
 func TestChartPod(t *testing.T) {
 	rel := installChart(t, "upgradeguard-system")
 	ns, node, cs := rel.ns, rel.node, rel.cs
@@ -57,7 +61,58 @@ func TestChartPod(t *testing.T) {
 		}
 	}
 
+	crdGuarded(t, cs, ns)
 	uninstalled(t, cs, ns)
+}
+
+// crdGuarded is the CRD deletion guard as the chart installs it by default, served by the
+// Pod through the webhook Service: `kubectl delete crd` of a CRD holding three objects is
+// refused with the count, the objects all stay readable and the denial is counted on
+// /metrics; an empty CRD deletes at once; the annotation the denial names lets the first
+// one go with its objects.
+func crdGuarded(t *testing.T, cs *kubernetes.Clientset, ns string) {
+	t.Helper()
+	ctx := t.Context()
+	const group = "guard.e2e.upgradeguard.io"
+	crd := "leaderworkersets." + group
+	text, err := testenv.LWSCRDText(group)
+	must(t, err, "read the LeaderWorkerSet CRD")
+	file := filepath.Join(t.TempDir(), "crd.yaml")
+	must(t, os.WriteFile(file, []byte(text), 0o600), "write the CRD")
+	kubectl(t, "apply", "-f", file)
+	kubectl(t, "create", "namespace", "e2e-guard")
+	must(t, testenv.CreateLeaderWorkerSets(ctx, cp.Config, group, "e2e-guard", 3), "create LeaderWorkerSets")
+
+	out, err := exec.Command(filepath.Join(cp.KubeBin, "kubectl"), "--kubeconfig", cp.Kubeconfig, "delete", "crd", crd).CombinedOutput()
+	if err == nil {
+		t.Fatalf("kubectl delete crd %s succeeded with 3 objects; want it denied by the chart's guard:\n%s", crd, out)
+	}
+	for _, want := range []string{`admission webhook "crd-delete.upgradeguard.io" denied the request`,
+		crd + ": the API server deletes all 3 LeaderWorkerSet objects with it", "upgradeguard.io/allow-delete=true"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the denial lacks %q:\n%s", want, out)
+		}
+	}
+	if n, err := testenv.CountLeaderWorkerSets(ctx, cp.Config, group); err != nil || n != 3 {
+		t.Errorf("after the denied deletion: %d LeaderWorkerSets (%v), want 3", n, err)
+	}
+	body, err := cs.CoreV1().Services(ns).ProxyGet("http", "upgradeguard", "8080", "/metrics", nil).DoRaw(ctx)
+	must(t, err, "GET /metrics through the Service")
+	if want := `upgradeguard_crd_deletions_denied_total{crd="` + crd + `"} 1`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+
+	// An empty CRD deletes at once.
+	empty := strings.ReplaceAll(text, group, "empty."+group)
+	emptyFile := filepath.Join(t.TempDir(), "empty.yaml")
+	must(t, os.WriteFile(emptyFile, []byte(empty), 0o600), "write the empty CRD")
+	kubectl(t, "apply", "-f", emptyFile)
+	kubectl(t, "delete", "crd", "leaderworkersets.empty."+group, "--timeout", "1m")
+
+	// The way out the denial names: the annotation, then the CRD goes with its objects.
+	kubectl(t, "annotate", "crd", crd, "upgradeguard.io/allow-delete=true")
+	kubectl(t, "delete", "crd", crd, "--timeout", "2m")
+	kubectl(t, "delete", "namespace", "e2e-guard", "--wait=false")
 }
 
 // release is the chart installed on a node of its own: the node, a clientset, the
