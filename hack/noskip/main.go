@@ -12,6 +12,10 @@
 // so a failure that depends on order can be reproduced. -env names the environment the
 // run had (for example UPGRADEGUARD_KUBE_VERSION=1.32), for that command.
 //
+// -want names tests (comma-separated) that the run was selected to run (go test -run):
+// noskip fails when one of them did not run, so a list that a rename or a removal no
+// longer matches cannot drop a test out of CI silently.
+//
 //	set -o pipefail; go test -json -shuffle=on ./... | go run ./hack/noskip
 package main
 
@@ -28,13 +32,14 @@ import (
 func main() {
 	short := flag.Bool("short", false, "the run was go test -short: report skips without failing")
 	env := flag.String("env", "", "the run's environment (NAME=VALUE ...), named in the command that repeats a shuffled order")
+	want := flag.String("want", "", "tests (comma-separated, top-level names) the run must have run: one that did not fails it")
 	flag.Parse()
 	r, err := filter(os.Stdin, os.Stdout, *env)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "noskip:", err)
 		os.Exit(2)
 	}
-	os.Exit(r.report(os.Stdout, *short))
+	os.Exit(r.report(os.Stdout, *short, *want))
 }
 
 // event is one line of `go test -json` (cmd/test2json).
@@ -52,13 +57,16 @@ type skip struct{ pkg, test, msg string }
 type result struct {
 	skips  []skip
 	failed bool
+	// ran are the top-level tests that started.
+	ran map[string]bool
 }
 
 type testKey struct{ pkg, test string }
 
 // filter copies the human-readable part of the stream in to out, as it arrives.
 func filter(in io.Reader, out io.Writer, env string) (result, error) {
-	f := &filterState{out: out, env: env, running: map[testKey][]string{}, seeds: map[string]string{}}
+	f := &filterState{out: out, env: env, running: map[testKey][]string{}, seeds: map[string]string{},
+		result: result{ran: map[string]bool{}}}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
 	for sc.Scan() {
@@ -104,6 +112,9 @@ func (f *filterState) handle(e event) {
 	case e.Test == "":
 		// start, or skip: a package without test files
 	case e.Action == "run":
+		if !strings.Contains(e.Test, "/") {
+			f.ran[e.Test] = true
+		}
 		f.running[k] = nil
 		f.order = append(f.order, k)
 	case e.Action == "output":
@@ -174,10 +185,11 @@ func message(lines []string) string {
 	return strings.Join(msg, "; ")
 }
 
-// report lists the skips unless short and returns the exit code.
-func (r result) report(out io.Writer, short bool) int {
+// report lists the skips unless short, and the tests of want (comma-separated) that did
+// not run, and returns the exit code.
+func (r result) report(out io.Writer, short bool, want string) int {
 	code := 0
-	if r.failed {
+	if r.failed || r.missing(out, want) {
 		code = 1
 	}
 	if len(r.skips) == 0 || short {
@@ -192,4 +204,20 @@ func (r result) report(out io.Writer, short bool) int {
 		fmt.Fprintf(out, "  %s %s: %s\n", s.pkg, s.test, s.msg)
 	}
 	return 1
+}
+
+// missing reports, and prints, the tests of want (comma-separated) that did not run.
+func (r result) missing(out io.Writer, want string) bool {
+	var absent []string
+	for _, t := range strings.Split(want, ",") {
+		if t = strings.TrimSpace(t); t != "" && !r.ran[t] {
+			absent = append(absent, t)
+		}
+	}
+	if len(absent) == 0 {
+		return false
+	}
+	fmt.Fprintf(out, "noskip: the run was to run %s, which did not run: a test renamed or removed? Update the list the run was selected with\n",
+		strings.Join(absent, ", "))
+	return true
 }

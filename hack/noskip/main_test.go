@@ -19,6 +19,7 @@ func TestFilter(t *testing.T) {
 		stream string
 		env    string
 		short  bool
+		run    string // -want
 		want   string
 		code   int
 	}{{
@@ -85,6 +86,20 @@ ok  	example.com/skipdemo/ok	0.003s
 `,
 		code: 1,
 	}, {
+		name:   "every test the run was to run ran",
+		stream: "short.json",
+		short:  true,
+		run:    "TestSub",
+		want:   "ok  \texample.com/skipdemo\t0.026s\n",
+	}, {
+		name:   "a test the run was to run and did not fails it",
+		stream: "short.json",
+		short:  true,
+		run:    "TestSub,TestRenamed, TestGone",
+		want: "ok  \texample.com/skipdemo\t0.026s\n" +
+			"noskip: the run was to run TestRenamed, TestGone, which did not run: a test renamed or removed? Update the list the run was selected with\n",
+		code: 1,
+	}, {
 		name:   "lines that are not events pass through",
 		stream: "",
 		want:   "go: downloading example.com/x v1.0.0\n",
@@ -103,7 +118,7 @@ ok  	example.com/skipdemo/ok	0.003s
 			if err != nil {
 				t.Fatal(err)
 			}
-			code := r.report(&out, tc.short)
+			code := r.report(&out, tc.short, tc.run)
 			if diff := cmp.Diff(tc.want, out.String()); diff != "" {
 				t.Errorf("output (-want +got):\n%s", diff)
 			}
