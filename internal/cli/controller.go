@@ -87,17 +87,24 @@ func (o *controllerOptions) run(ctx context.Context, streams Streams, kube *gene
 
 // setLogger sends controller-runtime's and client-go's logs to w, as text or JSON.
 func (o *controllerOptions) setLogger(w io.Writer) {
+	logger := newLogger(w, o.debug, o.jsonLogs)
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+}
+
+// newLogger logs at slog's Info level, or Debug with --debug: logr's V(4) at most.
+// client-go dumps request and response bodies (a Secret's data among them) from V(8),
+// so no flag may reach that far.
+func newLogger(w io.Writer, debug, jsonLogs bool) logr.Logger {
 	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
-	if o.debug {
+	if debug {
 		opts.Level = slog.LevelDebug
 	}
 	var h slog.Handler = slog.NewTextHandler(w, opts)
-	if o.jsonLogs {
+	if jsonLogs {
 		h = slog.NewJSONHandler(w, opts)
 	}
-	logger := logr.FromSlogHandler(h)
-	ctrl.SetLogger(logger)
-	klog.SetLogger(logger)
+	return logr.FromSlogHandler(h)
 }
 
 const controllerLong = `Run upgradeguard as a controller (normally in-cluster, installed by the chart in

@@ -234,6 +234,12 @@ func (dr door) answer(gd *gate.Decision, migrated string) decision {
 	case kindMigrationFailed:
 		name := gd.Migration.Name
 		d.migration, d.reason = name, ReasonMigrationFailed
+		if name == "" {
+			// Refused before a StorageMigration was created: the message says why and
+			// the ways on; there is nothing to delete or wait for.
+			d.message = denied + ". " + steps
+			break
+		}
 		d.message = fmt.Sprintf("%s. Fix the cause, then delete StorageMigration %s (kubectl delete storagemigration %s) so that the next attempt starts a new one; or migrate by hand. %s",
 			denied, name, name, steps)
 	default:

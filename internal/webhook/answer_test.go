@@ -198,7 +198,7 @@ func TestAnswer(t *testing.T) {
 			want:     []string{"no StorageMigrationPolicy with autoMigrate selects a.example.io, b.example.io", "Or create a StorageMigrationPolicy with autoMigrate: true that selects these CRDs"}},
 		{name: "migration failed", report: verdicts(predict.Migrate), kind: kindMigrationFailed, verb: "denied",
 			progress: func(m *storageMigrations, _ []string) *gate.Progress {
-				return m.failed(a + ": 3 objects could not be migrated")
+				return m.failed(m.name, a+": 3 objects could not be migrated")
 			},
 			want: []string{"failed: a.example.io: 3 objects could not be migrated", "kubectl delete storagemigration "}},
 		{name: "held, created", report: verdicts(predict.Migrate, predict.Migrate), kind: kindHeld, verb: "is holding",

@@ -12,13 +12,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/kubename"
+	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -206,14 +209,56 @@ func (m *storageMigrations) Migrate(ctx context.Context, crds []string) (*gate.P
 	if policy == nil {
 		return m.notAllowed(unselected), nil
 	}
+	if p, err := m.refusedForFieldLoss(ctx, crds, policy); p != nil || err != nil {
+		return p, err
+	}
 	sm, created, err := m.g.ensureMigration(ctx, m, crds, policy)
 	if err != nil {
 		return nil, err
 	}
 	if sm != nil && storagemigration.Failed(sm) {
-		return m.failed(storagemigration.FailureMessage(sm)), nil
+		return m.failed(m.name, storagemigration.FailureMessage(sm)), nil
 	}
 	return m.running(crds, created), nil
+}
+
+// refusedForFieldLoss judges, before a StorageMigration is created or named, whether the
+// migration would drop fields that objects hold and nothing accepts the loss (the
+// policy's allowFieldLoss, the CRD's annotation): such a migration is refused, writes
+// nothing and would be refused again, so the change must not wait for it. The answer
+// then names the fields and the ways on, and no StorageMigration. Only the local
+// cluster's objects are read here; a remote target's StorageMigration reports the refusal.
+func (m *storageMigrations) refusedForFieldLoss(ctx context.Context, crds []string, policy *v1alpha1.StorageMigrationPolicy) (*gate.Progress, error) {
+	if m.kubeConfig != nil || policy.Spec.AllowFieldLoss {
+		return nil, nil
+	}
+	var lister crdschema.Lister
+	var refusals []string
+	for _, name := range crds {
+		crd := m.live[name]
+		if crd == nil || migrate.FieldLossAllowed(crd, migrate.Options{}) {
+			continue
+		}
+		if lister == nil {
+			dyn, err := dynamic.NewForConfig(m.g.local)
+			if err != nil {
+				return nil, err
+			}
+			lister = crdschema.DynamicLister{Client: dyn}
+		}
+		storage := crdversions.StorageVersion(crd)
+		rep, err := migrate.FieldLoss(ctx, lister, crd, storage, 0)
+		if err != nil {
+			return nil, err
+		}
+		if rep != nil {
+			refusals = append(refusals, name+": a migration would be "+migrate.FieldLossRefusal(storage, rep))
+		}
+	}
+	if len(refusals) == 0 {
+		return nil, nil
+	}
+	return m.failed("", strings.Join(refusals, " ")), nil
 }
 
 // notAllowed, failed and running are where m's migration stands, in the words the
@@ -223,8 +268,13 @@ func (m *storageMigrations) notAllowed(unselected []string) *gate.Progress {
 		Message: "no StorageMigrationPolicy with autoMigrate selects " + strings.Join(unselected, ", ")}
 }
 
-func (m *storageMigrations) failed(why string) *gate.Progress {
-	return &gate.Progress{State: gate.MigrationFailed, Name: m.name, Message: fmt.Sprintf("StorageMigration %s failed: %s", m.name, why)}
+// failed is a StorageMigration name that failed, or, with name "", a migration refused
+// before one was created.
+func (m *storageMigrations) failed(name, why string) *gate.Progress {
+	if name == "" {
+		return &gate.Progress{State: gate.MigrationFailed, Message: why}
+	}
+	return &gate.Progress{State: gate.MigrationFailed, Name: name, Message: fmt.Sprintf("StorageMigration %s failed: %s", name, why)}
 }
 
 func (m *storageMigrations) running(crds []string, created bool) *gate.Progress {

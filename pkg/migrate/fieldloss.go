@@ -27,19 +27,9 @@ const FieldLossRunbook = "docs/runbooks/migration-refused-field-loss.md"
 // loss and nothing accepts it: see FieldLossAllowed). A CRD whose stored versions share the
 // storage schema, or that converts through a webhook, is not read at all.
 func (m *Migrator) judgeFieldLoss(ctx context.Context, crd *apiextv1.CustomResourceDefinition, storage string, o Options, res *Result) (bool, error) {
-	judge, err := crdschema.ForMigration(crd, storage)
-	if err != nil {
-		return false, fmt.Errorf("judge which fields a migration of %s to %s would drop: %w", crd.Name, storage, err)
-	}
-	if len(judge.Reads()) == 0 {
-		return false, nil
-	}
-	rep, err := judge.Scan(ctx, retryingLister{client: m.dynamic}, o.PageSize)
-	if err != nil {
-		return false, fmt.Errorf("%s: read the objects stored at older versions to judge which fields the migration would drop: %w", crd.Name, err)
-	}
-	if !rep.DataLoss() {
-		return false, nil
+	rep, judge, err := fieldLoss(ctx, retryingLister{client: m.dynamic}, crd, storage, o.PageSize)
+	if err != nil || rep == nil {
+		return false, err
 	}
 	res.FieldLoss = rep
 	if FieldLossAllowed(crd, o) {
@@ -55,8 +45,35 @@ func (m *Migrator) judgeFieldLoss(ctx context.Context, crd *apiextv1.CustomResou
 		return false, nil
 	}
 	res.Status, res.FieldLossRefused = Incomplete, true
-	res.Message = fieldLossMessage(storage, rep)
+	res.Message = FieldLossRefusal(storage, rep)
 	return true, nil
+}
+
+// FieldLoss judges what re-writing crd's objects at storage ("" for its storage version)
+// would drop, reading through l only the objects stored at versions whose schema differs:
+// the loss, or nil when there is none. A migration refuses such a loss unless
+// FieldLossAllowed; a gate asks before it starts a migration that would be refused.
+func FieldLoss(ctx context.Context, l crdschema.Lister, crd *apiextv1.CustomResourceDefinition, storage string, pageSize int64) (*crdschema.Report, error) {
+	rep, _, err := fieldLoss(ctx, l, crd, storage, pageSize)
+	return rep, err
+}
+
+func fieldLoss(ctx context.Context, l crdschema.Lister, crd *apiextv1.CustomResourceDefinition, storage string, pageSize int64) (*crdschema.Report, *crdschema.Judge, error) {
+	judge, err := crdschema.ForMigration(crd, storage)
+	if err != nil {
+		return nil, nil, fmt.Errorf("judge which fields a migration of %s to %s would drop: %w", crd.Name, storage, err)
+	}
+	if len(judge.Reads()) == 0 {
+		return nil, nil, nil
+	}
+	rep, err := judge.Scan(ctx, l, pageSize)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: read the objects stored at older versions to judge which fields the migration would drop: %w", crd.Name, err)
+	}
+	if !rep.DataLoss() {
+		return nil, nil, nil
+	}
+	return rep, judge, nil
 }
 
 // FieldLossAllowed says whether a migration of crd may drop fields its objects hold:
@@ -66,9 +83,9 @@ func FieldLossAllowed(crd *apiextv1.CustomResourceDefinition, o Options) bool {
 	return o.AllowFieldLoss || predict.AcceptsFieldLoss(crd)
 }
 
-// fieldLossMessage says what a refused migration would have dropped (paths, counts and a
+// FieldLossRefusal says what a refused migration would have dropped (paths, counts and a
 // few object names, never a value), that nothing was written, and the two ways on.
-func fieldLossMessage(storage string, rep *crdschema.Report) string {
+func FieldLossRefusal(storage string, rep *crdschema.Report) string {
 	var from []string
 	for _, r := range rep.Reads {
 		from = append(from, r.ReadAt)
