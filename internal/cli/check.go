@@ -20,6 +20,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 type checkOptions struct {
@@ -46,6 +47,10 @@ type checkOptions struct {
 	argoChart *argoapp.Chart
 	// upgrade words a step to a chart version in the deployer's terms (check.Sources.Upgrade).
 	upgrade func(chartVersion string) string
+	// deployer runs the operation, and current are the CRDs it applies today when no Helm
+	// release says (check.Sources.Deployer and Current): Argo CD's, for --argocd-app.
+	deployer predict.Deployer
+	current  []chartcrds.CRD
 }
 
 func newCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -228,7 +233,7 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 	}
 	defer func() { _ = c.Close() }()
 	o.chart, o.crdPolicy, o.release, o.argoChart = c.Options, c.Policy, "", c
-	o.upgrade = o.argo.upgradeCommand(c)
+	o.upgrade, o.deployer, o.current = o.argo.upgradeCommand(c), c.Deployer, c.Current
 	rep, err := o.predictChart(ctx, conn)
 	if err != nil {
 		return nil, err
@@ -240,7 +245,7 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 // predictChart predicts the upgrade to o.chart, or the rollback, of o.release.
 func (o *checkOptions) predictChart(ctx context.Context, conn *connection) (*check.Report, error) {
 	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: o.chart.Namespace, Policy: o.crdPolicy,
-		Rollback: o.rollback, ToRevision: o.toRevision, Upgrade: o.upgrade}
+		Rollback: o.rollback, ToRevision: o.toRevision, Upgrade: o.upgrade, Deployer: o.deployer, Current: o.current}
 	if o.release != "" {
 		reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())
 		if err != nil {
