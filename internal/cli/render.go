@@ -201,7 +201,7 @@ func renderWhy(w io.Writer, rep *check.Report, findings []check.CRDReport) {
 			"deletes it and every object of its type (OBJECTS)",
 	}
 	if rep.Deployer.Kind == predict.KindArgoCD {
-		explain[predict.Delete] = "the Application no longer renders the CRD (from templates/ or crds/) and its sync prunes it: Argo CD deletes it " +
+		explain[predict.Delete] = "the Application's chart no longer renders the CRD (from templates/ or crds/, both part of the Application) and its sync prunes it: Argo CD deletes it " +
 			"and every object of its type (OBJECTS)"
 	}
 	fmt.Fprintln(w, "\nWhy:")

@@ -280,7 +280,7 @@ func (d Deployer) argoKeepAdvice(op Operation, live []*apiextv1.CustomResourceDe
 			strings.Join(cmds, "; "), ArgoDeleteFalse)
 	}
 	return fmt.Sprintf("keep it: %s before the sync (Argo CD reads %s from the live CRD's %s when it prunes, and leaves the CRD and its objects in place, "+
-		"OutOfSync; the option is added to any the annotation already lists); to keep it in git, first sync a chart that renders the CRD with that annotation. "+
+		"OutOfSync; the command adds the option to those the annotation already lists); to keep it in git instead, first sync a chart that renders the CRD with that annotation. "+
 		"helm.sh/resource-policy: keep does not stop an Argo CD prune",
 		strings.Join(cmds, "; "), ArgoPruneFalse, ArgoSyncOptionsAnnotation)
 }
