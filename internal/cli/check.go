@@ -68,6 +68,9 @@ each one, what the API server will do:
            move first (a storage switch, or a stepping-stone chart version)
   delete   the release stops rendering a live CRD: Helm deletes it and every
            object of its type
+  prune    (--argocd-app) the Application stops rendering a live CRD, but its
+           sync does not prune: nothing is lost now (exit 0); a sync with prune
+           would delete it and every object of its type
 
 --manifests judges rendered manifests instead of a chart (helm template --include-crds,
 kustomize build, argocd app manifests): multi-document YAML, JSON, and List kinds, from a
@@ -80,8 +83,11 @@ Other objects are not judged; those of a CRD's kind are counted.
 does (chart and targetRevision from a Helm repository, an OCI registry or a git path;
 values files, values, valuesObject, parameters; the release name; the destination
 namespace) and judges that chart under create-replace, since Argo CD applies every CRD
-on each sync (helm.skipCrds: crds/ left out). Kustomize, plugin and directory sources are
-refused with the command that judges them instead.
+on each sync (helm.skipCrds: crds/ left out). A CRD the Application's resource tree lists
+and the target renders nowhere leaves it: its automated sync deletes it when it prunes
+(spec.syncPolicy.automated.prune), unless the CRD's sync options say Prune=false.
+Kustomize, plugin and directory sources are refused with the command that judges them
+instead.
 
 check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not run.`,
 		Example: `  # Upgrade of a release to a chart in a repository
