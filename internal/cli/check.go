@@ -20,6 +20,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 type checkOptions struct {
@@ -46,6 +47,10 @@ type checkOptions struct {
 	argoChart *argoapp.Chart
 	// upgrade words a step to a chart version in the deployer's terms (check.Sources.Upgrade).
 	upgrade func(chartVersion string) string
+	// deployer runs the operation, and current are the CRDs it applies today when no Helm
+	// release says (check.Sources.Deployer and Current): Argo CD's, for --argocd-app.
+	deployer predict.Deployer
+	current  []chartcrds.CRD
 }
 
 func newCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -63,6 +68,9 @@ each one, what the API server will do:
            move first (a storage switch, or a stepping-stone chart version)
   delete   the release stops rendering a live CRD: Helm deletes it and every
            object of its type
+  prune    (--argocd-app) the Application stops rendering a live CRD, but its
+           sync does not prune: nothing is lost now (exit 0); a sync with prune
+           would delete it and every object of its type
 
 --manifests judges rendered manifests instead of a chart (helm template --include-crds,
 kustomize build, argocd app manifests): multi-document YAML, JSON, and List kinds, from a
@@ -75,8 +83,11 @@ Other objects are not judged; those of a CRD's kind are counted.
 does (chart and targetRevision from a Helm repository, an OCI registry or a git path;
 values files, values, valuesObject, parameters; the release name; the destination
 namespace) and judges that chart under create-replace, since Argo CD applies every CRD
-on each sync (helm.skipCrds: crds/ left out). Kustomize, plugin and directory sources are
-refused with the command that judges them instead.
+on each sync (helm.skipCrds: crds/ left out). A CRD the Application's resource tree lists
+and the target renders nowhere leaves it: its automated sync deletes it when it prunes
+(spec.syncPolicy.automated.prune), unless the CRD's sync options say Prune=false.
+Kustomize, plugin and directory sources are refused with the command that judges them
+instead.
 
 check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not run.`,
 		Example: `  # Upgrade of a release to a chart in a repository
@@ -228,7 +239,7 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 	}
 	defer func() { _ = c.Close() }()
 	o.chart, o.crdPolicy, o.release, o.argoChart = c.Options, c.Policy, "", c
-	o.upgrade = o.argo.upgradeCommand(c)
+	o.upgrade, o.deployer, o.current = o.argo.upgradeCommand(c), c.Deployer, c.Current
 	rep, err := o.predictChart(ctx, conn)
 	if err != nil {
 		return nil, err
@@ -240,7 +251,7 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 // predictChart predicts the upgrade to o.chart, or the rollback, of o.release.
 func (o *checkOptions) predictChart(ctx context.Context, conn *connection) (*check.Report, error) {
 	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: o.chart.Namespace, Policy: o.crdPolicy,
-		Rollback: o.rollback, ToRevision: o.toRevision, Upgrade: o.upgrade}
+		Rollback: o.rollback, ToRevision: o.toRevision, Upgrade: o.upgrade, Deployer: o.deployer, Current: o.current}
 	if o.release != "" {
 		reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())
 		if err != nil {

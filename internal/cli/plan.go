@@ -227,7 +227,7 @@ func (o *planOptions) argoRequest(ctx context.Context, conn *connection, req *pl
 	}
 	o.argoChart = c
 	src := c.Options
-	req.Release, req.Namespace, req.Policy = src.ReleaseName, src.Namespace, c.Policy
+	req.Release, req.Namespace, req.Policy, req.Deployer, req.Current = src.ReleaseName, src.Namespace, c.Policy, c.Deployer, c.Current
 	req.From, req.FromSource = c.Deployed, c.DeployedFrom
 	if !o.latest && o.chart.Version == "" {
 		req.Target = src.Version

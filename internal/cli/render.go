@@ -33,7 +33,9 @@ func renderCRDs(w io.Writer, verbose bool, rep *check.Report) error {
 		renderManifests(w, rep.Manifests)
 		return nil
 	}
-	if rep.Safe {
+	if rep.Safe && len(findings) > 0 {
+		fmt.Fprintf(w, "SAFE: nothing is deleted or refused now (%d checked); %d CRD(s) leave and wait for a sync that prunes.\n", len(rep.CRDs), len(findings))
+	} else if rep.Safe {
 		fmt.Fprintf(w, "SAFE: the API server accepts every CRD (%d checked).\n", len(rep.CRDs))
 	} else {
 		fmt.Fprintf(w, "BLOCKED: %d of %d CRDs need action before the %s.\n", len(findings), len(rep.CRDs), rep.Operation)
@@ -113,7 +115,7 @@ func renderRows(w io.Writer, verbose bool, rep *check.Report, rows []check.CRDRe
 	if verbose {
 		renderReasons(w, rows)
 	} else {
-		renderWhy(w, rows)
+		renderWhy(w, rep, rows)
 	}
 	for _, c := range rows {
 		if c.ObjectsError != "" {
@@ -188,16 +190,22 @@ func renderNextSteps(w io.Writer, steps []string) {
 
 // renderWhy explains each verdict once, with the CRDs it applies to; -v gives each CRD's
 // own reason.
-func renderWhy(w io.Writer, findings []check.CRDReport) {
+func renderWhy(w io.Writer, rep *check.Report, findings []check.CRDReport) {
 	explain := map[predict.Verdict]string{
 		predict.Migrate: "a stored version is dropped; migrating objects to the live storage version and pruning storedVersions fixes it",
 		predict.Bridge:  "the live storage version itself is dropped; the storage version must move first",
 		predict.Delete:  "the CRD leaves the release (the target no longer renders it from templates/; crds/ is never part of a release): Helm deletes it and every object of its type (OBJECTS)",
 		predict.DataLoss: "the incoming schema no longer declares fields that stored objects hold: they are hidden at once " +
 			"and gone from etcd at each object's next write",
+		predict.Prune: "the CRD leaves the Application, but this sync does not prune it: it stays, OutOfSync, until a sync that prunes " +
+			"deletes it and every object of its type (OBJECTS)",
+	}
+	if rep.Deployer.Kind == predict.KindArgoCD {
+		explain[predict.Delete] = "the Application's chart no longer renders the CRD (from templates/ or crds/, both part of the Application) and its sync prunes it: Argo CD deletes it " +
+			"and every object of its type (OBJECTS)"
 	}
 	fmt.Fprintln(w, "\nWhy:")
-	for _, v := range []predict.Verdict{predict.Delete, predict.DataLoss, predict.Migrate, predict.Bridge} {
+	for _, v := range []predict.Verdict{predict.Delete, predict.DataLoss, predict.Migrate, predict.Bridge, predict.Prune} {
 		n := 0
 		for _, c := range findings {
 			if c.Verdict == v {

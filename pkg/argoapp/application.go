@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // GVR is Argo CD's Application resource.
@@ -44,6 +46,24 @@ type Spec struct {
 	Sources     []Source    `json:"sources,omitempty"`
 	Destination Destination `json:"destination"`
 	Project     string      `json:"project,omitempty"`
+	SyncPolicy  *SyncPolicy `json:"syncPolicy,omitempty"`
+}
+
+// SyncPolicy is how the Application syncs: automatically or not, and with which options.
+type SyncPolicy struct {
+	Automated *Automated `json:"automated,omitempty"`
+	// SyncOptions are the Application's sync options ("Prune=false",
+	// "PrunePropagationPolicy=orphan", "ServerSideApply=true", ...).
+	SyncOptions []string `json:"syncOptions,omitempty"`
+}
+
+// Automated is the automated sync policy.
+type Automated struct {
+	// Prune deletes, on each automated sync, what the sources no longer render.
+	Prune    bool `json:"prune,omitempty"`
+	SelfHeal bool `json:"selfHeal,omitempty"`
+	// Enabled false turns automated sync off while keeping its settings (nil: on).
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 // Destination is where the Application deploys.
@@ -164,6 +184,46 @@ type ResourceStatus struct {
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
 	Status    string `json:"status,omitempty"`
+}
+
+// AutoPrune says whether the Application's automated sync prunes: automated sync is on
+// (spec.syncPolicy.automated set, and enabled not false) with prune: true.
+func (a *Application) AutoPrune() bool {
+	p := a.Spec.SyncPolicy
+	return p != nil && p.Automated != nil && (p.Automated.Enabled == nil || *p.Automated.Enabled) && p.Automated.Prune
+}
+
+// Deployer is Argo CD syncing the Application: its automated prune, sync options and the
+// Helm source's helm.skipCrds, which say what leaves the Application and what its syncs
+// delete (predict.ArgoCD).
+func (a *Application) Deployer() predict.Deployer {
+	var options []string
+	if a.Spec.SyncPolicy != nil {
+		options = a.Spec.SyncPolicy.SyncOptions
+	}
+	skip := false
+	if src, _ := a.helmSourcePosition(); src != nil && src.Helm != nil {
+		skip = src.Helm.SkipCrds
+	}
+	return predict.ArgoCD(a.AutoPrune(), options, skip)
+}
+
+// CRDGroup and CRDKind name a CustomResourceDefinition in the resource tree.
+const (
+	CRDGroup = "apiextensions.k8s.io"
+	CRDKind  = "CustomResourceDefinition"
+)
+
+// ManagedCRDs names the CRDs in the Application's resource tree (status.resources): the
+// CRDs it manages today, which its next sync prunes if the target no longer renders them.
+func (a *Application) ManagedCRDs() []string {
+	var out []string
+	for _, r := range a.Status.Resources {
+		if r.Group == CRDGroup && r.Kind == CRDKind && r.Name != "" && !slices.Contains(out, r.Name) {
+			out = append(out, r.Name)
+		}
+	}
+	return out
 }
 
 // Subject is Application/<namespace>/<name>, the subject of findings about it.

@@ -11,8 +11,10 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -71,6 +73,11 @@ type Chart struct {
 	// Deployed is the chart version Argo CD last deployed, and DeployedFrom where it was
 	// read (Application.Deployed); empty when the Application does not say.
 	Deployed, DeployedFrom string
+	// Deployer is Argo CD syncing the Application (Application.Deployer), and Current the
+	// CRDs it manages today (Application.ManagedCRDs, each named only): what a prediction
+	// needs to say which CRDs leave the Application and what its sync does with them.
+	Deployer predict.Deployer
+	Current  []chartcrds.CRD
 
 	dir              string
 	unpacked         bool
@@ -130,6 +137,12 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 	c := &Chart{Subject: app.Subject(), RepoURL: src.RepoURL, Chart: src.Chart, Path: src.Path, TargetRevision: src.TargetRevision,
 		Policy: check.PolicyCreateReplace, dir: dir, secretsNamespace: o.namespace()}
 	c.Deployed, c.DeployedFrom = app.Deployed()
+	c.Deployer = app.Deployer()
+	for _, name := range app.ManagedCRDs() {
+		crd := &apiextv1.CustomResourceDefinition{}
+		crd.Name = name
+		c.Current = append(c.Current, chartcrds.CRD{CRD: crd})
+	}
 	_, pos := app.helmSourcePosition()
 	c.SourcePosition = pos + 1
 	if err := c.resolve(ctx, app, src, o); err != nil {

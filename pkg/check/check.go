@@ -155,13 +155,16 @@ type Report struct {
 	Release   string            `json:"release,omitempty"`
 	// Application is the Argo CD Application (namespace/name) whose source was predicted;
 	// the front end that read it sets it.
-	Application  string      `json:"application,omitempty"`
-	Namespace    string      `json:"namespace,omitempty"`
-	Chart        string      `json:"chart,omitempty"`
-	ChartVersion string      `json:"chartVersion,omitempty"`
-	FromRevision int         `json:"fromRevision,omitempty"`
-	ToRevision   int         `json:"toRevision,omitempty"`
-	CRDs         []CRDReport `json:"crds"`
+	Application string `json:"application,omitempty"`
+	// Deployer runs the operation (Request.Deployer); omitted for the newest Helm, the
+	// zero value.
+	Deployer     predict.Deployer `json:"deployer,omitzero"`
+	Namespace    string           `json:"namespace,omitempty"`
+	Chart        string           `json:"chart,omitempty"`
+	ChartVersion string           `json:"chartVersion,omitempty"`
+	FromRevision int              `json:"fromRevision,omitempty"`
+	ToRevision   int              `json:"toRevision,omitempty"`
+	CRDs         []CRDReport      `json:"crds"`
 	// BundledMigrations are the StorageVersionMigrations the incoming chart renders for a
 	// CRD that has no entry in CRDs (one only live, or none at all).
 	BundledMigrations []predict.BundledMigration `json:"bundledMigrations,omitempty"`
@@ -177,7 +180,8 @@ type Report struct {
 	Manifests *ManifestSummary `json:"manifests,omitempty"`
 }
 
-// Findings returns the CRDs whose verdict is not ok.
+// Findings returns the CRDs whose verdict is not ok (a Prune verdict among them, though
+// it does not make the report unsafe).
 func (r *Report) Findings() []CRDReport {
 	var out []CRDReport
 	for _, c := range r.CRDs {
@@ -199,7 +203,7 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	}
 
 	rep := &Report{
-		Operation: req.Operation, Release: req.Release, Namespace: req.Namespace,
+		Operation: req.Operation, Deployer: req.Deployer, Release: req.Release, Namespace: req.Namespace,
 		Chart: req.Chart, ChartVersion: req.ChartVersion, FromRevision: req.FromRevision, ToRevision: req.ToRevision,
 		CRDs: []CRDReport{},
 	}
@@ -246,12 +250,12 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	}
 	rep.Safe = true
 	for i := range rep.CRDs {
-		rep.CRDs[i].Action = action(req, rep.CRDs[i])
-		if rep.CRDs[i].Verdict != predict.OK {
+		rep.CRDs[i].Action = action(req, live, rep.CRDs[i])
+		if rep.CRDs[i].Verdict.Blocks() {
 			rep.Safe = false
 		}
 	}
-	rep.NextSteps = nextSteps(rep.CRDs)
+	rep.NextSteps = nextSteps(req, live, rep.CRDs)
 	if err := bundled(ctx, cluster, req, live, rep); err != nil {
 		return nil, err
 	}
@@ -323,10 +327,12 @@ func bundled(ctx context.Context, cluster Cluster, req Request, live map[string]
 	return nil
 }
 
-// nextSteps merges per-CRD actions: one migrate command for every migrate fix, one
-// annotate command for every keep fix, and each distinct other action once.
-func nextSteps(crds []CRDReport) []string {
-	var migrate, keep []string
+// nextSteps merges per-CRD actions: one migrate command for every migrate fix, the
+// deployer's keep commands for every keep fix (predict.Deployer.KeepCommands), and each
+// distinct other action once.
+func nextSteps(req Request, live map[string]*apiextv1.CustomResourceDefinition, crds []CRDReport) []string {
+	var migrate []string
+	var keep []*apiextv1.CustomResourceDefinition
 	var others []string
 	for _, c := range crds {
 		switch predict.FixFor(c.Finding) {
@@ -334,7 +340,7 @@ func nextSteps(crds []CRDReport) []string {
 		case predict.FixMigrate:
 			migrate = append(migrate, c.Name)
 		case predict.FixKeep:
-			keep = append(keep, c.Name)
+			keep = append(keep, liveOrNamed(live, c.Name))
 		default:
 			if !slices.Contains(others, c.Action) {
 				others = append(others, c.Action)
@@ -343,7 +349,9 @@ func nextSteps(crds []CRDReport) []string {
 	}
 	steps := []string{}
 	if len(keep) > 0 {
-		steps = append(steps, predict.Command{Kind: predict.CommandKeep, CRDs: keep}.String())
+		for _, c := range req.Deployer.KeepCommands(req.Operation, keep) {
+			steps = append(steps, c.String())
+		}
 	}
 	if len(migrate) > 0 {
 		steps = append(steps, predict.Command{Kind: predict.CommandMigrate, CRDs: migrate}.String())
@@ -478,7 +486,7 @@ func steppingStoneFits(live map[string]*apiextv1.CustomResourceDefinition, cand 
 
 // action words the fix of one finding (predict.FixFor) as the next command, or as advice
 // when no command carries it out.
-func action(req Request, c CRDReport) string {
+func action(req Request, live map[string]*apiextv1.CustomResourceDefinition, c CRDReport) string {
 	crd := []string{c.Name}
 	switch predict.FixFor(c.Finding) {
 	case predict.FixMigrate:
@@ -488,7 +496,7 @@ func action(req Request, c CRDReport) string {
 		}
 		return predict.Command{Kind: predict.CommandMigrate, CRDs: crd}.String()
 	case predict.FixKeep:
-		return req.Deployer.KeepAdvice(req.Operation, crd, req.Release, req.Namespace)
+		return req.Deployer.KeepAdvice(req.Operation, []*apiextv1.CustomResourceDefinition{liveOrNamed(live, c.Name)}, req.Release, req.Namespace)
 	case predict.FixSchema:
 		return fmt.Sprintf("keep the data: declare %s in the incoming CRD's schema (or mark them x-kubernetes-preserve-unknown-fields) and check again; "+
 			"or, if the loss is intended, accept it: %s",
@@ -512,6 +520,16 @@ func action(req Request, c CRDReport) string {
 			c.LiveStorageVersion, versionList(c.IncomingVersions), orUnknown(req.ChartVersion))
 	}
 	return ""
+}
+
+// liveOrNamed is the live CRD name, or a CRD that only has the name when it is not live.
+func liveOrNamed(live map[string]*apiextv1.CustomResourceDefinition, name string) *apiextv1.CustomResourceDefinition {
+	if c := live[name]; c != nil {
+		return c
+	}
+	c := &apiextv1.CustomResourceDefinition{}
+	c.Name = name
+	return c
 }
 
 func orUnknown(s string) string {

@@ -203,6 +203,10 @@ type Request struct {
 	// keeps none): the plan starts there and only steps through newer versions. FromSource
 	// says where it was read. Ignored when Releases finds a deployed revision.
 	From, FromSource string
+	// Current are the CRDs the deployment applies today when no Helm release says (an
+	// Argo CD Application's resource tree): the first upgrade finds those it drops.
+	// Ignored when Releases finds a deployed revision.
+	Current []chartcrds.CRD
 }
 
 // NoPathError says that no sequence of steps reaches the target; it names what blocks it.
@@ -299,7 +303,7 @@ func newRunner(ctx context.Context, req Request) (*runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read live CRDs: %w", err)
 	}
-	r := &runner{req: req, start: &state{crds: live, version: req.From}, loads: newLoader(req.Versions),
+	r := &runner{req: req, start: &state{crds: live, version: req.From, current: req.Current}, loads: newLoader(req.Versions),
 		counts: &counter{live: req.Cluster, liveMap: live, memo: map[string]countResult{}}}
 	if req.Releases != nil {
 		h, err := req.Releases.History(ctx, req.Release)
@@ -403,6 +407,9 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 	var blockers []Blocker
 	cur := s
 	for _, c := range rep.Findings() {
+		if !c.Verdict.Blocks() {
+			continue // nothing is lost by this upgrade (a CRD left for a later prune)
+		}
 		switch fix := predict.FixFor(c.Finding); {
 		case fix == predict.FixMigrate:
 			migrate = append(migrate, c.Name)
@@ -427,9 +434,12 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 		return nil, nil, blockers, nil
 	}
 	if len(keep) > 0 {
-		cur = cur.kept(keep)
-		steps = append(steps, Step{Kind: Keep, CRDs: keep, After: states(cur, keep...),
-			Commands: []string{predict.Command{Kind: predict.CommandKeep, CRDs: keep}.String()}})
+		var commands []string
+		for _, c := range r.req.Deployer.KeepCommands(predict.Upgrade, cur.live(keep)) {
+			commands = append(commands, c.String())
+		}
+		cur = cur.kept(r.req.Deployer, keep)
+		steps = append(steps, Step{Kind: Keep, CRDs: keep, After: states(cur, keep...), Commands: commands})
 	}
 	if len(migrate) > 0 {
 		cur = cur.migrated(migrate)

@@ -81,17 +81,26 @@ func (s *state) switched(name, to string) *state {
 	return n
 }
 
-// kept is s after annotating CRDs with helm.sh/resource-policy=keep.
-func (s *state) kept(names []string) *state {
+// kept is s after the deployer's keep commands on CRDs (predict.Deployer.Kept:
+// helm.sh/resource-policy=keep for Helm, the Prune=false sync option for Argo CD).
+func (s *state) kept(d predict.Deployer, names []string) *state {
 	n := s.clone()
 	for _, name := range names {
 		c := n.edit(name)
-		if c.Annotations == nil {
-			c.Annotations = map[string]string{}
-		}
-		c.Annotations[predict.KeepAnnotation] = predict.KeepValue
+		c.Annotations = d.Kept(c.Annotations)
 	}
 	return n
+}
+
+// live are the named CRDs of s (those it does not hold are left out).
+func (s *state) live(names []string) []*apiextv1.CustomResourceDefinition {
+	var out []*apiextv1.CustomResourceDefinition
+	for _, name := range names {
+		if c := s.crds[name]; c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // upgraded is s after the deployer upgrades to a chart version (predict.Apply: the CRDs

@@ -18,8 +18,9 @@ const (
 	// FixMigrate migrates every object to the live storage version and prunes
 	// storedVersions (CommandMigrate). It is the only fix a tool may carry out unattended.
 	FixMigrate Fix = "migrate"
-	// FixKeep annotates the live CRD helm.sh/resource-policy=keep, so that Helm leaves it
-	// and its objects (CommandKeep).
+	// FixKeep annotates the live CRD so that the deployer leaves it and its objects
+	// (Deployer.KeepCommands: helm.sh/resource-policy=keep for Helm, CommandKeep; the
+	// Prune=false sync option for Argo CD, CommandArgoSyncOption).
 	FixKeep Fix = "keep"
 	// FixStorageSwitch switches the live storage version to Finding.StorageSwitchTo (served
 	// by both sides), then migrates and prunes (CommandStorageSwitch, or
@@ -39,7 +40,7 @@ func FixFor(f Finding) Fix {
 	switch f.Verdict {
 	case Migrate:
 		return FixMigrate
-	case Delete:
+	case Delete, Prune:
 		return FixKeep
 	case DataLoss:
 		return FixSchema
@@ -115,6 +116,13 @@ const (
 	CommandDeleteObjects CommandKind = "delete-objects"
 	// CommandAllowDelete is `kubectl annotate crd A upgradeguard.io/allow-delete=true`.
 	CommandAllowDelete CommandKind = "allow-delete"
+	// CommandArgoSyncOption adds SyncOption (Prune=false, Delete=false) to the CRDs'
+	// Argo CD sync-options annotation: `kubectl annotate crd A B
+	// argocd.argoproj.io/sync-options=Prune=false`, which refuses to replace a value
+	// already there; with ExistingSyncOptions (the one CRD's value today), `kubectl
+	// annotate --overwrite crd A argocd.argoproj.io/sync-options=ServerSideApply=true,Prune=false`,
+	// the existing options kept (MergeSyncOptions).
+	CommandArgoSyncOption CommandKind = "argocd-sync-option"
 )
 
 // Command is one command to run. String words it: it is the one place that does, so a
@@ -147,6 +155,9 @@ type Command struct {
 	SourcePosition int
 	// Dir is the directory a CRD backup is written to and restored from.
 	Dir string
+	// SyncOption is the Argo CD sync option CommandArgoSyncOption adds, and
+	// ExistingSyncOptions the value of the CRD's sync-options annotation it merges with.
+	SyncOption, ExistingSyncOptions string
 }
 
 // String words the command.
@@ -173,6 +184,12 @@ func (c Command) String() string {
 		fmt.Fprintf(&b, "kubectl annotate crd %s %s=%s", strings.Join(c.CRDs, " "), KeepAnnotation, KeepValue)
 	case CommandAllowFieldLoss:
 		fmt.Fprintf(&b, "kubectl annotate crd %s %s=true", strings.Join(c.CRDs, " "), AllowFieldLossAnnotation)
+	case CommandArgoSyncOption:
+		value, overwrite := c.SyncOption, ""
+		if strings.TrimSpace(c.ExistingSyncOptions) != "" {
+			value, overwrite = MergeSyncOptions(c.ExistingSyncOptions, c.SyncOption), "--overwrite "
+		}
+		fmt.Fprintf(&b, "kubectl annotate %scrd %s %s", overwrite, strings.Join(c.CRDs, " "), shellWord(ArgoSyncOptionsAnnotation+"="+value))
 	case CommandAllowDelete:
 		fmt.Fprintf(&b, "kubectl annotate crd %s %s=true", strings.Join(c.CRDs, " "), AllowDeleteAnnotation)
 	case CommandCRDBackup:
@@ -239,6 +256,17 @@ func (c Command) String() string {
 			c.ChartVersion, c.Namespace, c.Release, c.Namespace, c.Release, position, c.ChartVersion)
 	}
 	return b.String()
+}
+
+// shellWord quotes s for a POSIX shell when it holds more than letters, digits and
+// -_.,=/:
+func shellWord(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.,=/:", r)) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
 }
 
 func nsFlag(ns string) string {

@@ -54,6 +54,8 @@ type DeployerKind string
 // KindHelm is Helm: its CLI, or a program on its SDK.
 const KindHelm DeployerKind = "helm"
 
+// (KindArgoCD, with Argo CD's rules, is in argocd.go.)
+
 // Deployer is what carries an operation out. Which CRDs leave a release with an
 // operation, and which of those are deleted with every object of their types, follow
 // the deployer's rules: every verdict on a deletion (check, plan, the uninstall and
@@ -82,6 +84,8 @@ type Deployer struct {
 	// Version is the tool's version (for Helm: 3.18, 4.2.4, 4.3); empty is the newest
 	// modelled.
 	Version string `json:"version,omitempty"`
+	// Sync is the sync policy of the Argo CD Application (KindArgoCD only).
+	Sync ArgoSync `json:"sync,omitzero"`
 }
 
 // The Helm releases upgradeguard links and is tested with (bin/helm and bin/helm3).
@@ -117,9 +121,12 @@ func (d Deployer) orDefault() Deployer {
 	return d
 }
 
-// String names the deployer: "Helm 4.3.1".
+// String names the deployer: "Helm 4.3.1", "Argo CD".
 func (d Deployer) String() string {
 	d = d.orDefault()
+	if d.Kind == KindArgoCD {
+		return strings.TrimSpace("Argo CD " + d.Version)
+	}
 	return "Helm " + d.Version
 }
 
@@ -157,6 +164,9 @@ type Leaving struct {
 	// Owned says whether its live Helm ownership metadata names the release
 	// (HelmOwnershipProblem is empty).
 	Owned bool
+	// CRD says that it is a CustomResourceDefinition (Argo CD never deletes one with its
+	// Application).
+	CRD bool
 }
 
 // Fate is what an operation does with one object that leaves the release.
@@ -179,11 +189,34 @@ const (
 	FateNotOwned Fate = "not-owned"
 	// FateAbsent means it is not on the cluster; there is nothing to delete.
 	FateAbsent Fate = "absent"
+
+	// Argo CD's fates (see KindArgoCD).
+
+	// FatePruneOnSync means the sync leaves it, because it does not prune (no automated
+	// prune, or a rollback): Argo CD shows it OutOfSync, requiring pruning, and the next
+	// sync that prunes deletes it.
+	FatePruneOnSync Fate = "prune-on-sync"
+	// FateConfirm means the deletion waits until someone confirms it (Prune=confirm, or
+	// Delete=confirm for an Application's deletion).
+	FateConfirm Fate = "awaits-confirmation"
+	// FateNoPrune means the sync leaves it, because its sync option (the object's, else the
+	// Application's) is Prune=false.
+	FateNoPrune Fate = "no-prune"
+	// FateNoDelete means an Application's deletion leaves it: Delete=false (the object's
+	// sync option, else the Application's), or helm.sh/resource-policy: keep.
+	FateNoDelete Fate = "no-delete"
+	// FateCRDKept means an Application's deletion leaves it, because it is a CRD: Argo CD
+	// never deletes one with its Application.
+	FateCRDKept Fate = "crd-kept"
 )
 
 // Fate applies the deployer's rules for op to one object that leaves the release (see
-// Deployer). It is the one place that reads helm.sh/resource-policy.
+// Deployer and KindArgoCD). It is the one place that reads helm.sh/resource-policy and
+// Argo CD's sync options.
 func (d Deployer) Fate(op Operation, l Leaving) Fate {
+	if d.Kind == KindArgoCD {
+		return d.argoFate(op, l)
+	}
 	if op == Uninstall {
 		if v, ok := l.Manifest[KeepAnnotation]; ok {
 			if KeepPolicy(v) {
@@ -282,9 +315,13 @@ func (r Removal) Deletes() bool { return r.Fate == FateDeleted }
 // rollback, those the current manifest renders (templates/) and the incoming manifest
 // no longer does, whether or not the incoming chart ships them in crds/; for an
 // uninstall, every one the manifest renders. crds/ files never leave: Helm never deletes
-// them. A CRD not on the cluster is not listed.
+// them. A CRD not on the cluster is not listed. Under Argo CD, which renders crds/ too,
+// a CRD leaves only when the target renders it nowhere (KindArgoCD).
 func Removals(c ReleaseChange) []Removal {
 	d := c.Deployer.orDefault()
+	if d.Kind == KindArgoCD {
+		return argoRemovals(d, c)
+	}
 	rendered := map[string]bool{}
 	shipped := map[string]ChartCRD{}
 	if c.Operation != Uninstall {
@@ -325,12 +362,17 @@ func Deletes(c ReleaseChange) []string {
 	return out
 }
 
-// KeepAdvice words, for the deployer, how to keep CRDs that op would delete, and why it
-// works: the commands come from Command. An upgrade or rollback reads
-// helm.sh/resource-policy from the live CRD, so annotating it before the operation is
-// enough; an uninstall reads it from the stored manifest only, so the live annotation
-// does nothing there.
-func (d Deployer) KeepAdvice(op Operation, crds []string, release, namespace string) string {
+// KeepAdvice words, for the deployer, how to keep the live CRDs that op would delete,
+// and why it works: the commands come from KeepCommands. Helm's upgrade or rollback
+// reads helm.sh/resource-policy from the live CRD, so annotating it before the operation
+// is enough; an uninstall reads it from the stored manifest only, so the live annotation
+// does nothing there. Argo CD reads its sync options from the live CRD.
+func (d Deployer) KeepAdvice(op Operation, live []*apiextv1.CustomResourceDefinition, release, namespace string) string {
+	d = d.orDefault()
+	if d.Kind == KindArgoCD {
+		return d.argoKeepAdvice(op, live)
+	}
+	crds := names(live)
 	if op == Uninstall {
 		return fmt.Sprintf("keep it: helm uninstall reads %s from the release's stored manifest, not from the live CRD (annotating the live CRD does not help): "+
 			"first run an upgrade whose chart renders the CRD with %s: %s (a chart value or a post-renderer), confirm with `helm get manifest %s%s | grep resource-policy`, then uninstall",
@@ -338,6 +380,58 @@ func (d Deployer) KeepAdvice(op Operation, crds []string, release, namespace str
 	}
 	return fmt.Sprintf("keep it: %s before the %s (%s reads %s from the live CRD when the %s drops it, and leaves the CRD and its objects in place, outside the release)",
 		Command{Kind: CommandKeep, CRDs: crds}, op, d.who(op), KeepAnnotation, op)
+}
+
+// KeepCommands are the commands that keep live CRDs from op before it runs: for Helm,
+// one CommandKeep; for Argo CD, CommandArgoSyncOption adding Prune=false (Delete=false
+// for an Application's deletion) to the CRDs' sync-options annotation, one command for
+// those without it and one for each whose list it extends.
+func (d Deployer) KeepCommands(op Operation, live []*apiextv1.CustomResourceDefinition) []Command {
+	d = d.orDefault()
+	if d.Kind != KindArgoCD {
+		return []Command{{Kind: CommandKeep, CRDs: names(live)}}
+	}
+	option := ArgoPruneFalse
+	if op == Uninstall {
+		option = ArgoDeleteFalse
+	}
+	var bare []string
+	var out []Command
+	for _, c := range live {
+		if existing := c.Annotations[ArgoSyncOptionsAnnotation]; strings.TrimSpace(existing) != "" {
+			out = append(out, Command{Kind: CommandArgoSyncOption, CRDs: []string{c.Name}, SyncOption: option, ExistingSyncOptions: existing})
+		} else {
+			bare = append(bare, c.Name)
+		}
+	}
+	if len(bare) > 0 {
+		out = append([]Command{{Kind: CommandArgoSyncOption, CRDs: bare, SyncOption: option}}, out...)
+	}
+	return out
+}
+
+// Kept returns a live CRD's annotations after KeepCommands for an upgrade ran on it: a
+// copy, with helm.sh/resource-policy=keep for Helm, Prune=false merged into the
+// sync-options annotation for Argo CD.
+func (d Deployer) Kept(annotations map[string]string) map[string]string {
+	out := make(map[string]string, len(annotations)+1)
+	for k, v := range annotations {
+		out[k] = v
+	}
+	if d.orDefault().Kind == KindArgoCD {
+		out[ArgoSyncOptionsAnnotation] = MergeSyncOptions(annotations[ArgoSyncOptionsAnnotation], ArgoPruneFalse)
+	} else {
+		out[KeepAnnotation] = KeepValue
+	}
+	return out
+}
+
+func names(crds []*apiextv1.CustomResourceDefinition) []string {
+	out := make([]string, 0, len(crds))
+	for _, c := range crds {
+		out = append(out, c.Name)
+	}
+	return out
 }
 
 // Apply returns the cluster's CRDs after the deployer applies a chart to them in an

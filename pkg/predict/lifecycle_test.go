@@ -361,13 +361,14 @@ func TestDecideRemoved(t *testing.T) {
 // TestKeepAdvice: an upgrade is fixed by the live annotation; an uninstall reads the
 // stored manifest, and the advice says so.
 func TestKeepAdvice(t *testing.T) {
-	up := Helm4.KeepAdvice(Upgrade, []string{"a.x"}, "r", "ns")
+	ax := []*apiextv1.CustomResourceDefinition{named("a.x", nil, []string{"v1"}, "v1*")}
+	up := Helm4.KeepAdvice(Upgrade, ax, "r", "ns")
 	for _, want := range []string{"kubectl annotate crd a.x helm.sh/resource-policy=keep", "before the upgrade", "from the live CRD"} {
 		if !strings.Contains(up, want) {
 			t.Errorf("upgrade advice %q does not say %q", up, want)
 		}
 	}
-	un := Helm3.KeepAdvice(Uninstall, []string{"a.x"}, "r", "ns")
+	un := Helm3.KeepAdvice(Uninstall, ax, "r", "ns")
 	for _, want := range []string{"stored manifest, not from the live CRD", "helm get manifest r -n ns"} {
 		if !strings.Contains(un, want) {
 			t.Errorf("uninstall advice %q does not say %q", un, want)

@@ -44,7 +44,17 @@ const (
 	// at each object's next write. No migration fixes it; the schema or the decision must
 	// change (the live CRD's AllowFieldLossAnnotation accepts the loss).
 	DataLoss Verdict = "data-loss"
+	// Prune means the operation leaves a live CRD the deployment no longer renders, with
+	// its objects, but does not delete it now: Argo CD's sync without prune leaves it
+	// OutOfSync, requiring pruning, and the next sync that prunes deletes it with every
+	// object of its type. The operation itself loses nothing (Blocks is false); keeping
+	// the CRD (FixKeep) stops the later prune.
+	Prune Verdict = "prune"
 )
+
+// Blocks reports whether a verdict stops the operation as it stands: every one but OK and
+// Prune, which loses nothing now. A report is safe when no verdict blocks.
+func (v Verdict) Blocks() bool { return v != OK && v != Prune }
 
 // AllowFieldLossAnnotation on a live CRD, set to "true", accepts that an upgrade or
 // rollback drops fields its objects hold: the loss is still reported, but no longer blocks.
@@ -168,8 +178,13 @@ func Decide(live *apiextv1.CustomResourceDefinition, in Incoming) Finding {
 // crds/: the operation deletes it and never creates it again, so the release is left
 // without the CRD it ships, whatever it holds. A CRD the operation deletes that holds no
 // objects and that the incoming side no longer brings is removed on purpose and nothing
-// is lost: ok, with the deletion in the reason. A CRD the deployer leaves is ok.
+// is lost: ok, with the deletion in the reason. A CRD the deployer leaves is ok. Argo CD
+// has its own rules (KindArgoCD): a CRD its sync leaves until a sync that prunes is a
+// Prune verdict.
 func DecideRemoved(op Operation, d Deployer, r Removal, objects *int64) Finding {
+	if d.Kind == KindArgoCD {
+		return decideArgoRemoved(op, d, r, objects)
+	}
 	live := r.Live
 	f := Finding{Name: live.Name, Source: r.From.Source, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
 	fillLive(&f, live)

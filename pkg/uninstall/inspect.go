@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -373,7 +374,7 @@ func (in *inspector) crdCascade(ctx context.Context, o *Object) error {
 	objects := int64(n)
 	f := predict.DecideRemoved(in.op, in.deployer, predict.Removal{Live: crd, From: predict.ChartCRD{CRD: crd, Source: predict.Templates}, Fate: predict.FateDeleted}, &objects)
 	if f.Verdict == predict.Delete {
-		in.find(CheckCRDCascade, o.Subject, f.Reason, in.deployer.KeepAdvice(in.op, []string{crd.Name}, in.release, in.namespace))
+		in.find(CheckCRDCascade, o.Subject, f.Reason, in.deployer.KeepAdvice(in.op, []*apiextv1.CustomResourceDefinition{crd}, in.release, in.namespace))
 	}
 	return nil
 }

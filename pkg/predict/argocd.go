@@ -1,0 +1,300 @@
+package predict
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+)
+
+// KindArgoCD is Argo CD's application controller: it syncs an Application (Upgrade, and
+// Rollback for `argocd app rollback`) and deletes it (Uninstall).
+//
+// Argo CD's rules, read in argo-cd v3.6 (controller/appcontroller.go, controller/sync.go,
+// gitops-engine pkg/sync):
+//   - A Helm source is rendered with `helm template --include-crds` (crds/ left out with
+//     helm.skipCrds): crds/ files and templates/ alike are part of the Application, so a
+//     CRD that moves from templates/ to crds/ stays. A CRD leaves when the chart stops
+//     rendering it at all (a values toggle, a subchart removed, a move to another chart).
+//     What an Application manages today is its resource tree, status.resources.
+//   - A sync prunes (deletes) what left the Application only when it prunes: an automated
+//     sync with spec.syncPolicy.automated.prune: true, or a manual sync with prune
+//     (`argocd app sync --prune`). Otherwise the object stays, and the Application is
+//     OutOfSync with the object requiring pruning. A rollback never runs while automated
+//     sync is on, so it prunes only when asked to.
+//   - The live object's argocd.argoproj.io/sync-options annotation (a comma-separated list
+//     of options) decides first, then the Application's spec.syncPolicy.syncOptions:
+//     Prune=false stops the prune (the object stays, requiring pruning); Prune=confirm
+//     holds the sync until someone confirms the prune. helm.sh/resource-policy: keep does
+//     NOT stop a prune.
+//   - PrunePropagationPolicy (foreground, the default; background; orphan) is the
+//     propagation policy of the prune's DELETE call. It saves no custom resource: deleting
+//     a CRD deletes every object of its type whatever the policy, since they are not its
+//     dependents by ownerReferences.
+//   - Deleting the Application with cascade (the resources-finalizer.argocd.argoproj.io
+//     finalizer, which `argocd app delete` sets) deletes what it manages, but never a CRD,
+//     and not an object whose sync option (the object's, then the Application's) is
+//     Delete=false or that carries helm.sh/resource-policy: keep; Delete=confirm waits for
+//     a confirmation.
+const KindArgoCD DeployerKind = "argocd"
+
+// ArgoSyncOptionsAnnotation is Argo CD's per-object sync options annotation: a
+// comma-separated list such as "Prune=false,ServerSideApply=true".
+const ArgoSyncOptionsAnnotation = "argocd.argoproj.io/sync-options"
+
+// The sync options that keep an object, and the propagation policy that users believe
+// keeps a CRD's objects.
+const (
+	ArgoPruneFalse  = "Prune=false"
+	ArgoDeleteFalse = "Delete=false"
+	ArgoOrphan      = "orphan"
+)
+
+// ArgoSync is what an Argo CD Application's spec says about deleting the objects that
+// leave it (ArgoCD reads it from the Application's fields).
+type ArgoSync struct {
+	// AutoPrune says that automated sync is on and prunes: spec.syncPolicy.automated with
+	// prune: true (and enabled not false).
+	AutoPrune bool `json:"autoPrune,omitempty"`
+	// Prune and Delete are the values of the Application's own Prune= and Delete= sync
+	// options ("false", "confirm"; empty when unset). An object's sync-options annotation
+	// overrides them.
+	Prune  string `json:"prune,omitempty"`
+	Delete string `json:"delete,omitempty"`
+	// PropagationPolicy is the PrunePropagationPolicy sync option: foreground (Argo CD's
+	// default, also when empty), background or orphan.
+	PropagationPolicy string `json:"prunePropagationPolicy,omitempty"`
+	// SkipCRDs is the Helm source's helm.skipCrds: crds/ files are not rendered, so they
+	// are not part of the Application.
+	SkipCRDs bool `json:"skipCrds,omitempty"`
+}
+
+// ArgoCD is the deployer Argo CD syncing an Application whose automated sync prunes or
+// not (autoPrune), with its spec.syncPolicy.syncOptions and helm.skipCrds.
+func ArgoCD(autoPrune bool, syncOptions []string, skipCRDs bool) Deployer {
+	s := ArgoSync{AutoPrune: autoPrune, SkipCRDs: skipCRDs}
+	s.Prune, _ = optionValue(syncOptions, "Prune", false)
+	s.Delete, _ = optionValue(syncOptions, "Delete", false)
+	// controller/sync.go tests the exact options, in this order.
+	for _, p := range []string{"background", "foreground", ArgoOrphan} {
+		for _, o := range syncOptions {
+			if o == "PrunePropagationPolicy="+p && s.PropagationPolicy == "" {
+				s.PropagationPolicy = p
+			}
+		}
+	}
+	return Deployer{Kind: KindArgoCD, Sync: s}
+}
+
+// optionValue is the value of the first option key=value of a list (trimmed when trim,
+// as an annotation's comma-separated items are).
+func optionValue(options []string, key string, trim bool) (string, bool) {
+	for _, o := range options {
+		if trim {
+			o = strings.TrimSpace(o)
+		}
+		if v, ok := strings.CutPrefix(o, key+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// annotationOptions splits a comma-separated annotation value as Argo CD does: items
+// trimmed, empty ones and repeats dropped.
+func annotationOptions(v string) []string {
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		item = strings.TrimSpace(item)
+		if item != "" && !slices.Contains(out, item) {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// syncOption is the value of option key for an object with live annotations: its own
+// sync-options annotation first, else the Application's (app).
+func syncOption(live map[string]string, key, app string) string {
+	if v, ok := optionValue(annotationOptions(live[ArgoSyncOptionsAnnotation]), key, true); ok {
+		return v
+	}
+	return app
+}
+
+// argoFate is Fate for Argo CD (see KindArgoCD).
+func (d Deployer) argoFate(op Operation, l Leaving) Fate {
+	if !l.Exists {
+		return FateAbsent
+	}
+	if op == Uninstall {
+		del := syncOption(l.Live, "Delete", d.Sync.Delete)
+		switch {
+		case l.CRD:
+			return FateCRDKept
+		case del == "false", slices.Contains(annotationOptions(l.Live[KeepAnnotation]), KeepValue):
+			return FateNoDelete
+		case del == "confirm":
+			return FateConfirm
+		}
+		return FateDeleted
+	}
+	switch prune := syncOption(l.Live, "Prune", d.Sync.Prune); {
+	case prune == "false":
+		return FateNoPrune
+	case op != Upgrade || !d.Sync.AutoPrune:
+		return FatePruneOnSync
+	case prune == "confirm":
+		return FateConfirm
+	}
+	return FateDeleted
+}
+
+// argoRemovals is Removals for Argo CD: the CRDs the Application manages today
+// (c.Current, whatever their source) that the target no longer renders, from templates/
+// or, unless helm.skipCrds, crds/. An Application's deletion takes them all.
+func argoRemovals(d Deployer, c ReleaseChange) []Removal {
+	rendered := map[string]bool{}
+	shipped := map[string]ChartCRD{}
+	if c.Operation != Uninstall {
+		for _, in := range c.Incoming {
+			if in.Source == CRDsDir && d.Sync.SkipCRDs {
+				shipped[in.CRD.Name] = in
+				continue
+			}
+			rendered[in.CRD.Name] = true
+		}
+	}
+	var out []Removal
+	for _, cur := range c.Current {
+		live := c.Live[cur.CRD.Name]
+		if rendered[cur.CRD.Name] || live == nil {
+			continue
+		}
+		r := Removal{Live: live, From: cur, Fate: d.Fate(c.Operation, Leaving{Exists: true, Live: live.Annotations, CRD: true})}
+		if s, ok := shipped[cur.CRD.Name]; ok {
+			r.Shipped = &s
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// decideArgoRemoved is DecideRemoved for Argo CD: a CRD its sync prunes is a Delete while
+// it holds objects, when their number is unknown, and when the chart still ships it in
+// crds/ (under helm.skipCrds); a CRD that stays OutOfSync until a sync with prune, or a
+// confirmation, is a Prune verdict while it holds objects (the same cases); a CRD Argo CD
+// leaves is ok.
+func decideArgoRemoved(op Operation, d Deployer, r Removal, objects *int64) Finding {
+	live := r.Live
+	f := Finding{Name: live.Name, Source: r.From.Source, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
+	fillLive(&f, live)
+	f.Conversion = crdversions.Conversion(live)
+	kind := live.Spec.Names.Kind
+	leaves := "the Application's target no longer renders it"
+	if r.Shipped != nil {
+		leaves = "the target ships it in crds/ only, which helm.skipCrds leaves out of what Argo CD renders"
+	}
+	if op == Uninstall {
+		leaves = "deleting the Application deletes the resources it manages"
+	}
+	what := fmt.Sprintf("every %s object (how many could not be read)", kind)
+	if objects != nil {
+		what = fmt.Sprintf("%s objects", kind)
+		if *objects > 0 {
+			what = objectsOf(*objects, kind)
+		}
+	}
+	atStake := objects == nil || *objects > 0 || r.Shipped != nil
+	orphan := ""
+	if d.Sync.PropagationPolicy == ArgoOrphan {
+		orphan = fmt.Sprintf("; PrunePropagationPolicy=%s does not save them: deleting a CRD deletes every object of its type whatever the propagation policy, "+
+			"since they are not its dependents by ownerReferences", ArgoOrphan)
+	}
+	again := ""
+	if r.Shipped != nil {
+		again = "; Argo CD does not create it again"
+	}
+	f.Verdict = OK
+	switch r.Fate {
+	case FateDeleted:
+		by := "its automated sync prunes it"
+		if op == Uninstall {
+			by = "the cascading deletion takes it"
+		}
+		switch {
+		case atStake:
+			f.Verdict = Delete
+			f.Reason = fmt.Sprintf("%s, and %s: Argo CD deletes the CRD and %s%s%s", leaves, by, what, again, orphan)
+		default:
+			f.Reason = fmt.Sprintf("%s, and %s: Argo CD deletes the CRD; it holds no %s, so nothing is lost", leaves, by, what)
+		}
+	case FatePruneOnSync, FateConfirm:
+		waits := "its sync policy does not prune (spec.syncPolicy.automated.prune is not true): the sync leaves the CRD and its objects in place, " +
+			"and Argo CD shows the Application OutOfSync, the CRD requiring pruning"
+		if op == Rollback {
+			waits = "a rollback prunes only with --prune: it leaves the CRD and its objects in place, and Argo CD shows the Application OutOfSync, the CRD requiring pruning"
+		}
+		if r.Fate == FateConfirm {
+			waits = "its Prune=confirm sync option holds the sync until someone confirms the prune (the UI's Confirm Pruning, " +
+				"or the argocd.argoproj.io/deletion-approved annotation on the Application)"
+		}
+		switch {
+		case atStake:
+			f.Verdict = Prune
+			f.Reason = fmt.Sprintf("%s, but %s; a sync that prunes (argocd app sync --prune, or automated prune) would delete the CRD and %s%s%s",
+				leaves, waits, what, again, orphan)
+		default:
+			f.Reason = fmt.Sprintf("%s, but %s; a sync that prunes would delete the CRD, which holds no %s, so nothing would be lost", leaves, waits, what)
+		}
+	case FateNoPrune:
+		where := "its " + ArgoSyncOptionsAnnotation + " annotation"
+		if _, ok := optionValue(annotationOptions(live.Annotations[ArgoSyncOptionsAnnotation]), "Prune", true); !ok {
+			where = "the Application's spec.syncPolicy.syncOptions"
+		}
+		f.Reason = fmt.Sprintf("%s, but %s in %s stops Argo CD pruning it: the CRD and its objects stay, and Argo CD shows the Application OutOfSync, the CRD requiring pruning",
+			leaves, ArgoPruneFalse, where)
+	case FateCRDKept:
+		f.Reason = leaves + ", but never a CRD: Argo CD leaves the CRD and its objects in place"
+	case FateNoDelete:
+		f.Reason = fmt.Sprintf("%s, but %s (or helm.sh/resource-policy: keep) keeps it: Argo CD leaves it in place", leaves, ArgoDeleteFalse)
+	case FateAbsent:
+		f.Reason = leaves + ", and it is not on the cluster"
+	}
+	f.Reason += files(r)
+	return f
+}
+
+// argoKeepAdvice is KeepAdvice for Argo CD: a sync option on the live CRD, which Argo CD
+// reads when it prunes (or deletes), merged into the annotation's list.
+func (d Deployer) argoKeepAdvice(op Operation, live []*apiextv1.CustomResourceDefinition) string {
+	var cmds []string
+	for _, c := range d.KeepCommands(op, live) {
+		cmds = append(cmds, c.String())
+	}
+	if op == Uninstall {
+		return fmt.Sprintf("keep it: %s before deleting the Application (Argo CD reads %s from the live object and leaves it in place)",
+			strings.Join(cmds, "; "), ArgoDeleteFalse)
+	}
+	return fmt.Sprintf("keep it: %s before the sync (Argo CD reads %s from the live CRD's %s when it prunes, and leaves the CRD and its objects in place, "+
+		"OutOfSync; the command adds the option to those the annotation already lists); to keep it in git instead, first sync a chart that renders the CRD with that annotation. "+
+		"helm.sh/resource-policy: keep does not stop an Argo CD prune",
+		strings.Join(cmds, "; "), ArgoPruneFalse, ArgoSyncOptionsAnnotation)
+}
+
+// MergeSyncOptions adds option (key=value) to a sync-options annotation value, keeping
+// every other option and replacing one of the same key: "ServerSideApply=true" and
+// "Prune=false" give "ServerSideApply=true,Prune=false".
+func MergeSyncOptions(existing, option string) string {
+	key, _, _ := strings.Cut(option, "=")
+	var out []string
+	for _, o := range annotationOptions(existing) {
+		if k, _, _ := strings.Cut(o, "="); k != key {
+			out = append(out, o)
+		}
+	}
+	return strings.Join(append(out, option), ",")
+}
