@@ -36,9 +36,9 @@ import (
 //     dependents by ownerReferences.
 //   - Deleting the Application with cascade (the resources-finalizer.argocd.argoproj.io
 //     finalizer, which `argocd app delete` sets) deletes what it manages, but never a CRD,
-//     and not an object whose sync option (the object's, then the Application's) is
-//     Delete=false or that carries helm.sh/resource-policy: keep; Delete=confirm waits for
-//     a confirmation.
+//     and not an object whose own sync-options annotation says Delete=false or that
+//     carries helm.sh/resource-policy: keep (the Application's syncOptions are not read
+//     there); Delete=confirm waits for a confirmation.
 const KindArgoCD DeployerKind = "argocd"
 
 // ArgoSyncOptionsAnnotation is Argo CD's per-object sync options annotation: a
@@ -59,11 +59,11 @@ type ArgoSync struct {
 	// AutoPrune says that automated sync is on and prunes: spec.syncPolicy.automated with
 	// prune: true (and enabled not false).
 	AutoPrune bool `json:"autoPrune,omitempty"`
-	// Prune and Delete are the values of the Application's own Prune= and Delete= sync
-	// options ("false", "confirm"; empty when unset). An object's sync-options annotation
-	// overrides them.
-	Prune  string `json:"prune,omitempty"`
-	Delete string `json:"delete,omitempty"`
+	// Prune is the value of the Application's own Prune= sync option ("false",
+	// "confirm"; empty when unset). An object's sync-options annotation overrides it.
+	// Delete= is read from the object alone: the cascading deletion consults no
+	// Application option.
+	Prune string `json:"prune,omitempty"`
 	// PropagationPolicy is the PrunePropagationPolicy sync option: foreground (Argo CD's
 	// default, also when empty), background or orphan.
 	PropagationPolicy string `json:"prunePropagationPolicy,omitempty"`
@@ -77,7 +77,6 @@ type ArgoSync struct {
 func ArgoCD(autoPrune bool, syncOptions []string, skipCRDs bool) Deployer {
 	s := ArgoSync{AutoPrune: autoPrune, SkipCRDs: skipCRDs}
 	s.Prune, _ = optionValue(syncOptions, "Prune", false)
-	s.Delete, _ = optionValue(syncOptions, "Delete", false)
 	// controller/sync.go tests the exact options, in this order.
 	for _, p := range []string{"background", "foreground", ArgoOrphan} {
 		for _, o := range syncOptions {
@@ -131,7 +130,7 @@ func (d Deployer) argoFate(op Operation, l Leaving) Fate {
 		return FateAbsent
 	}
 	if op == Uninstall {
-		del := syncOption(l.Live, "Delete", d.Sync.Delete)
+		del, _ := optionValue(annotationOptions(l.Live[ArgoSyncOptionsAnnotation]), "Delete", true)
 		switch {
 		case l.CRD:
 			return FateCRDKept

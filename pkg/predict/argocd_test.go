@@ -27,7 +27,7 @@ func TestArgoCD(t *testing.T) {
 	}{
 		{"no options", false, nil, false, ArgoSync{}},
 		{"automated prune, helm.skipCrds", true, nil, true, ArgoSync{AutoPrune: true, SkipCRDs: true}},
-		{"application Prune and Delete", false, []string{"CreateNamespace=true", "Prune=false", "Delete=confirm"}, false, ArgoSync{Prune: "false", Delete: "confirm"}},
+		{"application Prune (Delete= is the object's alone)", false, []string{"CreateNamespace=true", "Prune=false", "Delete=confirm"}, false, ArgoSync{Prune: "false"}},
 		{"orphan", true, []string{"PrunePropagationPolicy=orphan"}, false, ArgoSync{AutoPrune: true, PropagationPolicy: ArgoOrphan}},
 		{"background wins, as controller/sync.go tests it first", false, []string{"PrunePropagationPolicy=orphan", "PrunePropagationPolicy=background"}, false,
 			ArgoSync{PropagationPolicy: "background"}},
@@ -66,7 +66,7 @@ func TestArgoFate(t *testing.T) {
 		{"Application deletion deletes an object", argoAuto, Uninstall, Leaving{Exists: true}, FateDeleted},
 		{"Application deletion never deletes a CRD", argoAuto, Uninstall, Leaving{Exists: true, CRD: true}, FateCRDKept},
 		{"Application deletion keeps Delete=false among other options", argoAuto, Uninstall, Leaving{Exists: true, Live: syncOptions("Prune=false,Delete=false")}, FateNoDelete},
-		{"Application deletion keeps Delete=false on the Application", ArgoCD(false, []string{"Delete=false"}, false), Uninstall, Leaving{Exists: true}, FateNoDelete},
+		{"Application deletion reads Delete=false from the object alone", ArgoCD(false, []string{"Delete=false"}, false), Uninstall, Leaving{Exists: true}, FateDeleted},
 		{"Application deletion keeps helm.sh/resource-policy: keep", argoAuto, Uninstall, Leaving{Exists: true, Live: keep}, FateNoDelete},
 		{"Application deletion ignores Prune=false", argoAuto, Uninstall, Leaving{Exists: true, Live: syncOptions("Prune=false")}, FateDeleted},
 		{"Application deletion waits on Delete=confirm", argoAuto, Uninstall, Leaving{Exists: true, Live: syncOptions("Delete=confirm")}, FateConfirm},
