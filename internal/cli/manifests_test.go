@@ -254,15 +254,19 @@ func TestCheckManifestsSources(t *testing.T) {
 		if err := os.WriteFile(bad, []byte(gizmo("a")+"---\n"+next+"---\nkind: [\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range []result{
-			ug(t, "check", "--manifests", bad),
-			ugIn(t, gizmo("a")+"---\n"+strings.Replace(next, "scope:", "scopez:", 1), "check", "--manifests", "-"),
+		for _, tc := range []struct {
+			r    result
+			want string
+		}{
+			{ug(t, "check", "--manifests", bad), bad + " (document 3): not valid YAML"},
+			{ugIn(t, gizmo("a")+"---\n"+strings.Replace(next, "scope:", "scopez:", 1), "check", "--manifests", "-"),
+				`standard input (document 2): invalid CustomResourceDefinition: json: unknown field "scopez"`},
 		} {
-			if r.code != cli.ExitCouldNot || r.stdout != "" {
-				t.Errorf("exit %d, stdout %q; want 2 and nothing", r.code, r.stdout)
+			if tc.r.code != cli.ExitCouldNot || tc.r.stdout != "" {
+				t.Errorf("exit %d, stdout %q; want 2 and nothing", tc.r.code, tc.r.stdout)
 			}
-			if !strings.Contains(r.stderr, bad+" (document 3): not valid YAML") && !strings.Contains(r.stderr, `standard input (document 2): invalid CustomResourceDefinition: json: unknown field "scopez"`) {
-				t.Errorf("stderr %q names neither the file and document nor the fault", r.stderr)
+			if !strings.Contains(tc.r.stderr, tc.want) {
+				t.Errorf("stderr %q, want it to name the input, the document and the fault: %q", tc.r.stderr, tc.want)
 			}
 		}
 	})

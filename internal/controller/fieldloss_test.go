@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -228,10 +229,8 @@ func TestJobModeRefusedForFieldLoss(t *testing.T) {
 	if got.Status.Phase != v1alpha1.PhaseFailed || len(rp.FieldLoss) != 1 || rp.FieldLoss[0].Path != "spec.chart.spec.valuesFile" || rp.FieldLoss[0].Objects != 1 {
 		t.Errorf("StorageMigration %s, progress %+v; want Failed with spec.chart.spec.valuesFile (1 object)", got.Status.Phase, rp)
 	}
-	for _, c := range got.Status.Conditions {
-		if c.Type == v1alpha1.ConditionFailed && c.Reason != controller.ReasonFieldLossRefused {
-			t.Errorf("Failed condition reason %s, want %s", c.Reason, controller.ReasonFieldLossRefused)
-		}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionFailed); c == nil || c.Status != metav1.ConditionTrue || c.Reason != controller.ReasonFieldLossRefused {
+		t.Errorf("Failed condition %+v, want True with reason %s", c, controller.ReasonFieldLossRefused)
 	}
 	if n, _ := valuesFiles(t, e, ri); n != 1 {
 		t.Errorf("%d objects hold valuesFile after the refusal, want 1", n)

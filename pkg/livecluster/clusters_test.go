@@ -81,7 +81,21 @@ func TestClustersFromMemory(t *testing.T) {
 	if crds[name] == nil {
 		t.Fatalf("%s not read", name)
 	}
+	// The positive control: a cluster without memory, on the same wrapped config, reads
+	// its CRDs with a full LIST, and the counter sees it. (The informer's first sync is a
+	// watch that sends its initial events, not a LIST.)
+	plain, err := livecluster.NewKubeCluster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	before := lists.Load()
+	if _, err := plain.CRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lists.Load() == before {
+		t.Fatal("a read without memory counted no full CRD LIST: the counter sees nothing, and the check below would prove nothing")
+	}
+	before = lists.Load()
 	for range 3 {
 		if _, err := target.Cluster.CRDs(ctx); err != nil {
 			t.Fatal(err)
