@@ -178,8 +178,17 @@ func installChart(t *testing.T, ns string, set ...string) *release {
 func uninstalled(t *testing.T, cs *kubernetes.Clientset, ns string) {
 	t.Helper()
 	ctx := t.Context()
-	helm(t, "uninstall", "upgradeguard", "-n", ns, "--wait", "--timeout", "2m")
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=upgradeguard"}
+	// The positive control: before the uninstall the selectors below find the chart's
+	// webhook configuration and cluster roles, so "none after" means they went.
+	before, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, sel)
+	must(t, err, "list validating webhook configurations")
+	roles := kubectlOut("get", "clusterroles,clusterrolebindings", "-l", "app.kubernetes.io/instance=upgradeguard", "-o", "name")
+	if len(before.Items) == 0 || !strings.Contains(roles, "clusterrole") {
+		t.Fatalf("before helm uninstall, the selector %s finds %d validating webhook configurations and cluster roles %q: the checks after it would prove nothing",
+			sel.LabelSelector, len(before.Items), strings.TrimSpace(roles))
+	}
+	helm(t, "uninstall", "upgradeguard", "-n", ns, "--wait", "--timeout", "2m")
 	vw, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, sel)
 	must(t, err, "list validating webhook configurations")
 	mw, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, sel)
