@@ -362,22 +362,32 @@ func hrFindings(hr *helmv2.HelmRelease, crds []chartcrds.CRD, shipsCRDs bool, si
 		out = append(out, Finding{Check: CodeCRDsSkip, Severity: Warning,
 			Message: fmt.Sprintf("spec.install.crds=Skip: Flux never installs the %d CRD(s) in the chart's crds/ folder", inDir)})
 	}
-	if p := hrUpgradeCRDs(hr); p == helmv2.Skip {
-		how := "spec.upgrade.crds=Skip"
-		if hr.Spec.Upgrade == nil || hr.Spec.Upgrade.CRDs == "" {
-			how = "spec.upgrade.crds is unset (Flux's default is Skip)"
-		}
+	if why := staleCRDs(hr); why != "" {
 		out = append(out, Finding{Check: CodeCRDsSkip, Severity: Warning,
-			Message: fmt.Sprintf("%s: upgrades never update the %d CRD(s) in the chart's crds/ folder, which go stale; set CreateReplace and keep them protected", how, inDir)})
+			Message: fmt.Sprintf("%s: upgrades never update the %d CRD(s) in the chart's crds/ folder, which go stale; set CreateReplace and keep them protected", why, inDir)})
 	}
 	return out
 }
 
-func hrUpgradeCRDs(hr *helmv2.HelmRelease) helmv2.CRDsPolicy {
-	if hr.Spec.Upgrade == nil || hr.Spec.Upgrade.CRDs == "" {
-		return helmv2.Skip
+// staleCRDs says why the HelmRelease's upgrades leave the CRDs of crds/ that exist as
+// they are, "" when they update them. helm-controller v1.6 (internal/action/crds.go)
+// takes an unset spec.upgrade.crds as Create, which creates the missing ones and, for
+// those that exist, is an update under server-side apply (a forced apply) and nothing
+// under client-side apply; upgrades apply server-side unless spec.upgrade.serverSideApply
+// is disabled (auto, the default, follows the release, which v1.6 installs server-side).
+func staleCRDs(hr *helmv2.HelmRelease) string {
+	up := hr.GetUpgrade()
+	switch {
+	case up.CRDs == helmv2.Skip:
+		return "spec.upgrade.crds=Skip"
+	case up.CRDs != helmv2.CreateReplace && up.ServerSideApply == helmv2.ServerSideApplyDisabled:
+		how := "spec.upgrade.crds=Create"
+		if up.CRDs == "" {
+			how = "spec.upgrade.crds unset (Create)"
+		}
+		return how + " with spec.upgrade.serverSideApply=disabled (Create skips the CRDs that exist under client-side apply)"
 	}
-	return hr.Spec.Upgrade.CRDs
+	return ""
 }
 
 // hrChart is the chart name and version of a HelmRelease without a stored release: the
