@@ -33,11 +33,12 @@ func renderCRDs(w io.Writer, verbose bool, rep *check.Report) error {
 		renderManifests(w, rep.Manifests)
 		return nil
 	}
-	if rep.Safe && len(findings) > 0 {
+	switch {
+	case rep.Safe && len(findings) > 0:
 		fmt.Fprintf(w, "SAFE: nothing is deleted or refused now (%d checked); %d CRD(s) leave and wait for a sync that prunes.\n", len(rep.CRDs), len(findings))
-	} else if rep.Safe {
+	case rep.Safe:
 		fmt.Fprintf(w, "SAFE: the API server accepts every CRD (%d checked).\n", len(rep.CRDs))
-	} else {
+	default:
 		fmt.Fprintf(w, "BLOCKED: %d of %d CRDs need action before the %s.\n", len(findings), len(rep.CRDs), rep.Operation)
 	}
 	rows := findings

@@ -262,7 +262,8 @@ func (c Command) String() string {
 // -_.,=/:
 func shellWord(s string) string {
 	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.,=/:", r)) {
+		plain := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.,=/:", r)
+		if !plain {
 			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 		}
 	}

@@ -286,16 +286,19 @@ func describe(hr *helmv2.HelmRelease) string {
 	return b.String()
 }
 
+// followTimeout bounds follow: helm-controller's retries come on its back-off.
+const followTimeout = 4 * time.Minute
+
 // follow watches the HelmRelease from resourceVersion since until done says so (or, with
-// gone, until it is deleted), and returns its last state and every distinct state
-// (describe) it went through.
-func (r *lwsRelease) follow(t *testing.T, since string, timeout time.Duration, done func(hr *helmv2.HelmRelease, gone bool) bool) (*helmv2.HelmRelease, []string) {
+// gone, until it is deleted), within followTimeout, and returns its last state and every
+// distinct state (describe) it went through.
+func (r *lwsRelease) follow(t *testing.T, since string, done func(hr *helmv2.HelmRelease, gone bool) bool) (*helmv2.HelmRelease, []string) {
 	t.Helper()
 	wc, err := client.NewWithWatch(env.CP.Config, client.Options{Scheme: testenv.FluxScheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	ctx, cancel := context.WithTimeout(t.Context(), followTimeout)
 	defer cancel()
 	w, err := wc.Watch(ctx, &helmv2.HelmReleaseList{}, client.InNamespace(r.ns),
 		client.MatchingFields{"metadata.name": r.key.Name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: since}})
@@ -316,7 +319,7 @@ func (r *lwsRelease) follow(t *testing.T, since string, timeout time.Duration, d
 			return hr, states
 		}
 	}
-	t.Fatalf("HelmRelease %s: not done within %s; states seen:\n  %s\n%s", r.key, timeout, strings.Join(states, "\n  "), env.Flux.LogTail(30))
+	t.Fatalf("HelmRelease %s: not done within %s; states seen:\n  %s\n%s", r.key, followTimeout, strings.Join(states, "\n  "), env.Flux.LogTail(30))
 	return nil, nil
 }
 
@@ -413,12 +416,11 @@ func (r *lwsRelease) annotateHR(t *testing.T, kv ...string) {
 	}
 }
 
-// retryWithReset does what `flux reconcile helmrelease --reset` does, and returns its token.
-func (r *lwsRelease) retryWithReset(t *testing.T) string {
+// retryWithReset does what `flux reconcile helmrelease --reset` does.
+func (r *lwsRelease) retryWithReset(t *testing.T) {
 	t.Helper()
 	token := time.Now().UTC().Format(time.RFC3339Nano)
 	r.annotateHR(t, meta.ReconcileRequestAnnotation, token, "reconcile.fluxcd.io/resetAt", token)
-	return token
 }
 
 // keepCRD does what a denied upgrade's message names: annotate the CRD
@@ -545,7 +547,7 @@ func TestCRDDeletionSourceMoveDeniedUnderFlux(t *testing.T) {
 	r := installLWS(t, "crd-delete-semver", "semver.lws.fluxgate.test", "0.x")
 	since := r.helmRelease(t).ResourceVersion
 	r.publish(t, lwsCRDsDir)
-	hr, states := r.follow(t, since, 4*time.Minute, func(hr *helmv2.HelmRelease, _ bool) bool {
+	hr, states := r.follow(t, since, func(hr *helmv2.HelmRelease, _ bool) bool {
 		return hr.Status.Failures >= 3 || apimeta.IsStatusConditionTrue(hr.Status.Conditions, meta.StalledCondition) || hr.Status.UpgradeFailures > 0
 	})
 	t.Logf("helm-controller after 0.8.0 was published:\n  %s", strings.Join(states, "\n  "))
@@ -619,7 +621,7 @@ func TestCRDDeletionSourceMoveGuardedWithoutRecordGate(t *testing.T) {
 	r := installLWS(t, ns, "guard.lws.fluxgate.test", "0.x")
 	since := r.helmRelease(t).ResourceVersion
 	r.publish(t, lwsCRDsDir)
-	hr, states := r.follow(t, since, 4*time.Minute, func(hr *helmv2.HelmRelease, _ bool) bool {
+	hr, states := r.follow(t, since, func(hr *helmv2.HelmRelease, _ bool) bool {
 		return apimeta.IsStatusConditionTrue(hr.Status.Conditions, meta.StalledCondition) || hr.Status.Failures >= 3 ||
 			testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && hr.Status.History.Latest().ChartVersion == lwsCRDsDir
 	})
@@ -688,7 +690,7 @@ func TestCRDDeletionUninstallGuardedUnderFlux(t *testing.T) {
 	if err := env.Flux.Client.Delete(ctx, r.helmRelease(t)); err != nil {
 		t.Fatal(err)
 	}
-	hr, states := r.follow(t, since, 4*time.Minute, func(hr *helmv2.HelmRelease, gone bool) bool {
+	hr, states := r.follow(t, since, func(hr *helmv2.HelmRelease, gone bool) bool {
 		return gone || hr.Status.Failures >= 3
 	})
 	t.Logf("helm-controller after the HelmRelease was deleted:\n  %s", strings.Join(states, "\n  "))
@@ -734,7 +736,7 @@ func TestCRDDeletionUninstallGuardedUnderFlux(t *testing.T) {
 	if err := env.CP.AllowCRDDeletion(ctx, func(c *apiextv1.CustomResourceDefinition) bool { return c.Name == r.crd }); err != nil {
 		t.Fatal(err)
 	}
-	_, states = r.follow(t, r.helmRelease(t).ResourceVersion, 4*time.Minute, func(_ *helmv2.HelmRelease, gone bool) bool { return gone })
+	_, states = r.follow(t, r.helmRelease(t).ResourceVersion, func(_ *helmv2.HelmRelease, gone bool) bool { return gone })
 	t.Logf("helm-controller after the CRD was annotated:\n  %s", strings.Join(states, "\n  "))
 	if !slices.ContainsFunc(states, func(s string) bool {
 		return strings.Contains(s, "Ready=False "+helmv2.UninstallSucceededReason+": Helm uninstall succeeded for release "+r.ns+"/lws.v1")
