@@ -249,7 +249,7 @@ func (dr door) answer(gd *gate.Decision, migrated string) decision {
 		case dr.migrations.dryRun && d.created:
 			// A dry run (kubectl --dry-run=server, Argo CD's server-side diff) creates
 			// nothing, so nothing migrates them unless someone does.
-			d.message = fmt.Sprintf("upgradeguard would hold the %s: %s. This was a dry run, so no StorageMigration was created: applying the change creates it, or migrate by hand. %s",
+			d.message = fmt.Sprintf("upgradeguard would hold the %s: %s. This was a dry run, so no StorageMigration was created: applying the change creates it (for an Argo CD server-side diff, the controller creates it once the Application reports this denial), or migrate by hand. %s",
 				dr.change, gd.Message, steps)
 			return d
 		case d.created && !dr.migrations.dryRun:

@@ -152,20 +152,26 @@ func condStatus(st webhook.State, typ string) metav1.ConditionStatus {
 // note.
 func waitEvent(t *testing.T, ns, name, reason, note string) {
 	t.Helper()
+	waitEventOn(t, helmv2.HelmReleaseKind, ns, name, reason, note)
+}
+
+// waitEventOn waits for an event with reason and note on the object of kind ns/name.
+func waitEventOn(t *testing.T, kind, ns, name, reason, note string) {
+	t.Helper()
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var list eventsv1.EventList
 		if err := s.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return false, err
 		}
 		for _, e := range list.Items {
-			if e.Regarding.Kind == helmv2.HelmReleaseKind && e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, note) {
+			if e.Regarding.Kind == kind && e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, note) {
 				return true, nil
 			}
 		}
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no event %s saying %q on HelmRelease %s/%s: %v", reason, note, ns, name, err)
+		t.Fatalf("no event %s saying %q on %s %s/%s: %v", reason, note, kind, ns, name, err)
 	}
 }
 

@@ -17,8 +17,11 @@ import (
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"github.com/go-logr/logr/funcr"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -198,6 +201,20 @@ func setup() (stop func(), err error) {
 	})
 	if err != nil {
 		return stop, fmt.Errorf("the Flux kinds are not served: %w", err)
+	}
+
+	// Argo CD's Application kind (a stand-in CRD: no Argo CD runs here), served before
+	// the manager starts, so that the gate follows Applications' server-side diffs.
+	if err := testenv.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(cp.Config)); err != nil {
+		return stop, err
+	}
+	dyn := dynamic.NewForConfigOrDie(cp.Config)
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(testenv.ApplicationGVR).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	})
+	if err != nil {
+		return stop, fmt.Errorf("the Application kind is not served: %w", err)
 	}
 
 	// The production wiring: the controller's manager (StorageMigration reconciler,

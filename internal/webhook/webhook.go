@@ -153,7 +153,7 @@ func Setup(mgr manager.Manager, o Options) error {
 	mgr.GetWebhookServer().Register(ReleasePath, &ctrlwebhook.Admission{Handler: &releaseGate{g: g}})
 	mgr.GetWebhookServer().Register(CRDPath, &ctrlwebhook.Admission{Handler: &crdGate{g: g}})
 	mgr.GetWebhookServer().Register(CRDDeletePath, &ctrlwebhook.Admission{Handler: &crdDeleteGuard{g: g}})
-	return nil
+	return setupArgoDiffs(mgr, g)
 }
 
 // Gate is the admission.Handler.

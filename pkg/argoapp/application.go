@@ -127,6 +127,15 @@ type Status struct {
 	} `json:"sync,omitempty"`
 	// History has one entry per successful sync, the newest last.
 	History []HistoryEntry `json:"history,omitempty"`
+	// Conditions are Argo CD's errors and warnings about the Application
+	// (ComparisonError, SyncError, ...).
+	Conditions []Condition `json:"conditions,omitempty"`
+}
+
+// Condition is one of status.conditions.
+type Condition struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
 }
 
 // HistoryEntry is one sync in status.history: the revision it deployed (Revisions, one
