@@ -79,7 +79,7 @@ func crdGuarded(t *testing.T, cs *kubernetes.Clientset, ns string) {
 	must(t, err, "read the LeaderWorkerSet CRD")
 	file := filepath.Join(t.TempDir(), "crd.yaml")
 	must(t, os.WriteFile(file, []byte(text), 0o600), "write the CRD")
-	kubectl(t, "apply", "-f", file)
+	kubectl(t, "apply", "--server-side", "-f", file)
 	kubectl(t, "create", "namespace", "e2e-guard")
 	must(t, testenv.CreateLeaderWorkerSets(ctx, cp.Config, group, "e2e-guard", 3), "create LeaderWorkerSets")
 
@@ -106,7 +106,7 @@ func crdGuarded(t *testing.T, cs *kubernetes.Clientset, ns string) {
 	empty := strings.ReplaceAll(text, group, "empty."+group)
 	emptyFile := filepath.Join(t.TempDir(), "empty.yaml")
 	must(t, os.WriteFile(emptyFile, []byte(empty), 0o600), "write the empty CRD")
-	kubectl(t, "apply", "-f", emptyFile)
+	kubectl(t, "apply", "--server-side", "-f", emptyFile)
 	kubectl(t, "delete", "crd", "leaderworkersets.empty."+group, "--timeout", "1m")
 
 	// The way out the denial names: the annotation, then the CRD goes with its objects.
