@@ -475,7 +475,10 @@ type Application struct {
 	Name            string
 	ResourceVersion string
 	TargetRevision  string
-	Status          ApplicationStatus
+	// Operating says that the Application holds an operation (its operation field) that
+	// the controller has not finished: a sync asked for is done once it is false again.
+	Operating bool
+	Status    ApplicationStatus
 }
 
 // ApplicationStatus is the part of an Application's status the tests assert (the field
@@ -605,6 +608,7 @@ func (a *ArgoCD) Get(ctx context.Context, name string) (*Application, error) {
 func applicationOf(obj *unstructured.Unstructured) (*Application, error) {
 	app := &Application{Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion()}
 	app.TargetRevision, _, _ = unstructured.NestedString(obj.Object, "spec", "source", "targetRevision")
+	_, app.Operating, _ = unstructured.NestedFieldNoCopy(obj.Object, "operation")
 	if st, ok := obj.Object["status"].(map[string]any); ok {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(st, &app.Status); err != nil {
 			return nil, fmt.Errorf("Application %s status: %w", obj.GetName(), err)
