@@ -320,7 +320,9 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 	}
 	for _, want := range []string{widgetsCRD + ": the API server deletes all 3 Widget objects with it, for good (for example " + name + "/obj-0",
 		"kubectl annotate crd " + widgetsCRD + " " + predict.AllowDeleteAnnotation + "=true",
-		"then sync Application " + testenv.ArgoCDNamespace + "/" + name + " again"} {
+		"then sync Application " + testenv.ArgoCDNamespace + "/" + name + " again",
+		"To keep the CRD and its objects instead: kubectl annotate crd " + widgetsCRD + " " + predict.ArgoSyncOptionsAnnotation + "=" + predict.ArgoPruneFalse +
+			", then sync Application " + testenv.ArgoCDNamespace + "/" + name + " again: Argo CD skips the CRD's prune"} {
 		if !strings.Contains(op.Message, want) {
 			t.Errorf("operation message lacks %q:\n%s", want, op.Message)
 		}
@@ -369,8 +371,9 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 			code, widgetsCRD, found, row.Verdict, row.Objects, row.Reason, rep.Deployer.Sync.Tracking, widgetCount)
 	}
 
-	// The way on that keeps the CRD: Prune=false on the live CRD, then a sync with prune
-	// (argocd app sync --prune): Argo CD skips the CRD and the sync succeeds.
+	// The way on that keeps the CRD, as the denial words it: Prune=false on the live CRD,
+	// then a sync (with prune, argocd app sync --prune): Argo CD skips the CRD and the sync
+	// succeeds.
 	s.annotateCRD(t, map[string]any{predict.ArgoSyncOptionsAnnotation: predict.ArgoPruneFalse})
 	app = s.syncUntil(t, "PruneSkipped: ignored (no prune)", "SyncFailed: "+denial)
 	if op := app.Status.OperationState; op.Phase != "Succeeded" || crdResult(op) != "PruneSkipped: ignored (no prune)" {
