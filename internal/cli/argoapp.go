@@ -24,7 +24,7 @@ const argoAppFlag = "argocd-app"
 // argoAppOptions are --argocd-app and --argocd-namespace.
 type argoAppOptions struct {
 	ref       string // NAMESPACE/NAME
-	namespace string // where Argo CD keeps its repository Secrets
+	namespace string // where Argo CD runs: its repository Secrets and its settings (argocd-cm)
 }
 
 // upgradeCommand words moving the Application of chart c to a chart version: commit its
@@ -41,7 +41,7 @@ func (a *argoAppOptions) addFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&a.ref, argoAppFlag, "", "an Argo CD Application NAMESPACE/NAME: its Helm source (chart, targetRevision, values, parameters, "+
 		"release name, destination namespace) is the chart, with every CRD applied as Argo CD syncs (create-replace)")
-	f.StringVar(&a.namespace, "argocd-namespace", argoapp.DefaultNamespace, "the namespace of Argo CD's repository Secrets (credentials for --"+argoAppFlag+")")
+	f.StringVar(&a.namespace, "argocd-namespace", argoapp.DefaultNamespace, "the namespace of Argo CD: its repository Secrets (credentials for --"+argoAppFlag+") and its settings (argocd-cm: how it tracks an Application's objects)")
 }
 
 // validate refuses what the Application already says: its chart, values, release and
@@ -81,7 +81,7 @@ func (a *argoAppOptions) resolve(ctx context.Context, command string, conn *conn
 	if err != nil {
 		return nil, classifyAs(command, err, conn)
 	}
-	c, err := argoapp.Resolve(ctx, app, argoapp.Options{Secrets: conn.clientset.CoreV1(), Namespace: a.namespace})
+	c, err := argoapp.Resolve(ctx, app, argoapp.Options{Secrets: conn.clientset.CoreV1(), ConfigMaps: conn.clientset.CoreV1(), Namespace: a.namespace})
 	switch {
 	case errors.As(err, new(*argoapp.UnsupportedError)):
 		return nil, couldNot("%w", err)

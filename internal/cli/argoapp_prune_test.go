@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -8,13 +9,17 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -46,6 +51,29 @@ func managesCRD(t *testing.T, name, crd string) {
 	}})
 }
 
+// tracksCRD makes Argo CD count the live crd as Application argocd/app's, as it does for
+// a chart that labels its CRD app.kubernetes.io/instance: {{ .Release.Name }} under label
+// tracking: argocd-cm sets application.resourceTrackingMethod: label (deleted when the
+// test ends, for Argo CD's v3 default again) and the CRD carries the label with the
+// Application's name.
+func tracksCRD(t *testing.T, crd, app string) {
+	t.Helper()
+	ctx := t.Context()
+	cms := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().ConfigMaps(testenv.ArgoCDNamespace)
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: argoapp.SettingsConfigMap, Namespace: testenv.ArgoCDNamespace},
+		Data: map[string]string{testenv.TrackingMethodKey: predict.ArgoTrackingLabel}}
+	if _, err := cms.Create(ctx, settings, metav1.CreateOptions{}); err == nil {
+		t.Cleanup(func() {
+			if err := cms.Delete(context.WithoutCancel(t.Context()), argoapp.SettingsConfigMap, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("delete argocd-cm: %v", err)
+			}
+		})
+	} else if !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	kubectl(t, "label", "--overwrite", "crd", crd, predict.ArgoDefaultInstanceLabel+"="+app)
+}
+
 // rowOf is the report's row for crd, failing the test when there is none.
 func rowOf(t *testing.T, rep *check.Report, crd string) check.CRDReport {
 	t.Helper()
@@ -60,12 +88,16 @@ func rowOf(t *testing.T, rep *check.Report, crd string) check.CRDReport {
 
 // TestCheckArgoCDAppPrune: an Application of a chart whose CRD renders while
 // crds.enabled is true, synced (its resource tree holds the CRD, with 12 objects live),
-// whose values now turn the CRD off. With automated prune, Argo CD's next sync deletes
-// the CRD and every object: check --argocd-app exits 1 and names both, and so does it with
-// PrunePropagationPolicy=orphan; plan --argocd-app steps through the keep. Without
-// automated prune nothing is deleted now: exit 0, with the prune verdict saying what a
-// sync with prune would do. The next step check names, run as a user would paste it,
-// merges Prune=false into the CRD's sync options; check is then safe.
+// whose values now turn the CRD off. Under Argo CD's default tracking (by annotation,
+// which its repo-server never puts on a CRD) the CRD just leaves the Application: no
+// sync prunes it, and check is safe, saying why (test/argocd shows the real Argo CD do
+// so). When Argo CD tracks the CRD (label tracking, the CRD labelled with the
+// Application's name), automated prune deletes the CRD and every object: check
+// --argocd-app exits 1 and names both, and so does it with PrunePropagationPolicy=orphan;
+// plan --argocd-app steps through the keep. Without automated prune nothing is deleted
+// now: exit 0, with the prune verdict saying what a sync with prune would do. The next
+// step check names, run as a user would paste it, merges Prune=false into the CRD's sync
+// options; check is then safe.
 func TestCheckArgoCDAppPrune(t *testing.T) {
 	needCluster(t)
 	const group, ns = "argo-prune.deletion.test", "argo-prune"
@@ -110,10 +142,23 @@ func TestCheckArgoCDAppPrune(t *testing.T) {
 	app("widgets-manual", map[string]any{"syncOptions": []any{"ServerSideApply=true"}})
 	count := fmt.Sprintf("all %d LeaderWorkerSet objects", lwsObjects)
 
-	// Automated prune: the sync deletes the CRD and its objects.
+	// Argo CD's default tracking: the CRD is not the Application's once it is no longer
+	// rendered, and nothing prunes it.
 	r := ug(t, "check", "--argocd-app", "argocd/widgets-auto", "-o", "json")
 	rep := report(t, r)
 	row := rowOf(t, rep, crdName)
+	if r.code != cli.ExitSafe || row.Verdict != predict.OK || rep.Deployer.Sync.Tracking.Method != "annotation" ||
+		!strings.Contains(row.Reason, "Argo CD does not track the CRD as the Application's") ||
+		!strings.Contains(row.Reason, "no "+predict.ArgoTrackingAnnotation+" annotation (application.resourceTrackingMethod: annotation) naming widgets-auto") {
+		t.Errorf("default tracking: exit %d, %s %s (%s), tracking %+v; want exit 0, ok, saying Argo CD does not track the CRD\n%s%s",
+			r.code, crdName, row.Verdict, row.Reason, rep.Deployer.Sync.Tracking, r.stdout, r.stderr)
+	}
+
+	// Automated prune of a tracked CRD: the sync deletes the CRD and its objects.
+	tracksCRD(t, crdName, "widgets-auto")
+	r = ug(t, "check", "--argocd-app", "argocd/widgets-auto", "-o", "json")
+	rep = report(t, r)
+	row = rowOf(t, rep, crdName)
 	if r.code != cli.ExitFindings || row.Verdict != predict.Delete || row.Objects == nil || *row.Objects != lwsObjects || rep.Deployer.Kind != predict.KindArgoCD {
 		t.Fatalf("automated prune: exit %d, %s %s with %v objects (deployer %q); want exit 1, a delete verdict with %d objects under Argo CD\n%s%s",
 			r.code, crdName, row.Verdict, row.Objects, rep.Deployer.Kind, lwsObjects, r.stdout, r.stderr)
@@ -135,6 +180,7 @@ func TestCheckArgoCDAppPrune(t *testing.T) {
 	}
 
 	// PrunePropagationPolicy=orphan saves none of the objects.
+	tracksCRD(t, crdName, "widgets-orphan")
 	r = ug(t, "check", "--argocd-app", "argocd/widgets-orphan", "-o", "json")
 	if row := rowOf(t, report(t, r), crdName); r.code != cli.ExitFindings || row.Verdict != predict.Delete ||
 		!strings.Contains(row.Reason, "PrunePropagationPolicy=orphan does not save them") {
@@ -143,6 +189,7 @@ func TestCheckArgoCDAppPrune(t *testing.T) {
 
 	// No automated prune: nothing is deleted by the sync, and the report says what a
 	// sync with prune would do.
+	tracksCRD(t, crdName, "widgets-manual")
 	r = ug(t, "check", "--argocd-app", "argocd/widgets-manual", "-o", "json")
 	rep = report(t, r)
 	row = rowOf(t, rep, crdName)
@@ -160,6 +207,7 @@ func TestCheckArgoCDAppPrune(t *testing.T) {
 	}
 
 	// plan names the keep step in Argo CD's terms.
+	tracksCRD(t, crdName, "widgets-auto")
 	out := ug(t, "plan", "--argocd-app", "argocd/widgets-auto", "-o", "json")
 	var p plan.Plan
 	if err := json.Unmarshal([]byte(out.stdout), &p); err != nil {
@@ -197,7 +245,7 @@ func TestCheckArgoCDAppPrune(t *testing.T) {
 // deletes it (TestCRDMovedToCRDsDir); Argo CD renders crds/ too, so the CRD stays in the
 // Application, and check --argocd-app finds no deletion even with automated prune.
 // helm.skipCrds leaves crds/ out: then the CRD leaves the Application, and its automated
-// prune deletes it.
+// prune deletes it where Argo CD tracks the CRD.
 func TestCheckArgoCDAppCRDMovedToCRDsDir(t *testing.T) {
 	needCluster(t)
 	const ns = "lws-argo"
@@ -226,6 +274,7 @@ func TestCheckArgoCDAppCRDMovedToCRDsDir(t *testing.T) {
 	skip["syncPolicy"] = auto
 	createApplication(t, "lws-skip-crds", skip)
 	managesCRD(t, "lws-skip-crds", testenv.LWSCRD)
+	tracksCRD(t, testenv.LWSCRD, "lws-skip-crds")
 	r = ug(t, "check", "--argocd-app", "argocd/lws-skip-crds", "-o", "json")
 	if row := rowOf(t, report(t, r), testenv.LWSCRD); r.code != cli.ExitFindings || row.Verdict != predict.Delete ||
 		!strings.Contains(row.Reason, "helm.skipCrds") || !strings.Contains(row.Reason, fmt.Sprintf("all %d LeaderWorkerSet objects", lwsObjects)) {

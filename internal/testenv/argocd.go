@@ -71,13 +71,26 @@ type ArgoCD struct {
 	stopped                 bool
 }
 
+// ArgoCDOptions configure the Argo CD that StartArgoCD runs.
+type ArgoCDOptions struct {
+	// Settings are entries of the argocd-cm ConfigMap, set over those of the shipped
+	// file before any component starts: "application.resourceTrackingMethod": "label"
+	// (the Argo CD 2 default; v3 tracks by annotation), for example.
+	Settings map[string]string
+}
+
+// TrackingMethodKey is the argocd-cm entry that chooses how Argo CD tells the objects of
+// an Application: "annotation" (v3's default, also when unset), "label" or
+// "annotation+label".
+const TrackingMethodKey = "application.resourceTrackingMethod"
+
 // StartArgoCD installs Argo CD's CRDs, its base config objects and the `default`
 // AppProject, starts Redis, the repo-server and the application-controller, waits until
 // they are healthy, and stops them when the test ends. When the test fails, the tail of
-// each log is printed.
-func (cp *ControlPlane) StartArgoCD(t testing.TB) *ArgoCD {
+// each log is printed. At most one ArgoCDOptions is read.
+func (cp *ControlPlane) StartArgoCD(t testing.TB, opts ...ArgoCDOptions) *ArgoCD {
 	t.Helper()
-	a, err := cp.StartArgoCDControllers(t.Context())
+	a, err := cp.StartArgoCDControllers(t.Context(), opts...)
 	if err != nil {
 		t.Fatalf("argo cd: %v", err)
 	}
@@ -94,7 +107,11 @@ func (cp *ControlPlane) StartArgoCD(t testing.TB) *ArgoCD {
 
 // StartArgoCDControllers is StartArgoCD for callers without a testing.TB. Call Stop when
 // done.
-func (cp *ControlPlane) StartArgoCDControllers(ctx context.Context) (*ArgoCD, error) {
+func (cp *ControlPlane) StartArgoCDControllers(ctx context.Context, opts ...ArgoCDOptions) (*ArgoCD, error) {
+	var o ArgoCDOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	bins := filepath.Join(cp.Bin, "argocd")
 	if err := checkArgoCDBins(bins); err != nil {
 		return nil, err
@@ -110,7 +127,7 @@ func (cp *ControlPlane) StartArgoCDControllers(ctx context.Context) (*ArgoCD, er
 	if err != nil {
 		return nil, err
 	}
-	if err := cp.installArgoCD(ctx, bins); err != nil {
+	if err := cp.installArgoCD(ctx, bins, o.Settings); err != nil {
 		return nil, fmt.Errorf("install Argo CD's CRDs and config from %s: %w", bins, err)
 	}
 	dir, err := os.MkdirTemp(cp.dir, "argocd-")
@@ -163,9 +180,9 @@ func checkArgoCDBins(bins string) error {
 }
 
 // installArgoCD applies Argo CD's CRDs and base config objects as shipped in its module
-// (bin/argocd/manifests), and creates the `default` AppProject Argo CD's install creates:
-// every source, destination and kind allowed.
-func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string) error {
+// (bin/argocd/manifests), with settings set in argocd-cm, and creates the `default`
+// AppProject Argo CD's install creates: every source, destination and kind allowed.
+func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string, settings map[string]string) error {
 	cs, err := apiextclient.NewForConfig(cp.Config)
 	if err != nil {
 		return err
@@ -221,6 +238,19 @@ func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string) error {
 		gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 		if obj.GetKind() == "Secret" {
 			gvr.Resource = "secrets"
+		}
+		if obj.GetKind() == "ConfigMap" && obj.GetName() == "argocd-cm" && len(settings) > 0 {
+			for k, v := range settings {
+				if err := unstructured.SetNestedField(obj.Object, v, "data", k); err != nil {
+					return fmt.Errorf("%s: set %s: %w", f, k, err)
+				}
+			}
+			// The settings must hold from the components' start: replace what an
+			// earlier start left.
+			err := dyn.Resource(gvr).Namespace(ArgoCDNamespace).Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%s: %w", f, err)
+			}
 		}
 		_, err = dyn.Resource(gvr).Namespace(ArgoCDNamespace).Create(ctx, obj, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -445,7 +475,10 @@ type Application struct {
 	Name            string
 	ResourceVersion string
 	TargetRevision  string
-	Status          ApplicationStatus
+	// Operating says that the Application holds an operation (its operation field) that
+	// the controller has not finished: a sync asked for is done once it is false again.
+	Operating bool
+	Status    ApplicationStatus
 }
 
 // ApplicationStatus is the part of an Application's status the tests assert (the field
@@ -472,6 +505,9 @@ type ApplicationStatus struct {
 		Namespace string `json:"namespace"`
 		Name      string `json:"name"`
 		Status    string `json:"status"`
+		// RequiresPruning is set on an object the sources no longer render that Argo
+		// CD tracks as the Application's: a sync with prune deletes it.
+		RequiresPruning bool `json:"requiresPruning"`
 	} `json:"resources"`
 }
 
@@ -553,6 +589,9 @@ func (app *Application) String() string {
 	}
 	for _, r := range app.Status.Resources {
 		s += fmt.Sprintf("; %s %s/%s %s", r.Kind, r.Namespace, r.Name, r.Status)
+		if r.RequiresPruning {
+			s += " (requires pruning)"
+		}
 	}
 	return s
 }
@@ -569,6 +608,7 @@ func (a *ArgoCD) Get(ctx context.Context, name string) (*Application, error) {
 func applicationOf(obj *unstructured.Unstructured) (*Application, error) {
 	app := &Application{Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion()}
 	app.TargetRevision, _, _ = unstructured.NestedString(obj.Object, "spec", "source", "targetRevision")
+	_, app.Operating, _ = unstructured.NestedFieldNoCopy(obj.Object, "operation")
 	if st, ok := obj.Object["status"].(map[string]any); ok {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(st, &app.Status); err != nil {
 			return nil, fmt.Errorf("Application %s status: %w", obj.GetName(), err)
@@ -674,6 +714,34 @@ func (a *ArgoCD) Rollback(ctx context.Context, name string, id int64) error {
 			sync["syncOptions"] = opts
 		}
 		obj.Object["operation"] = map[string]any{"sync": sync, "initiatedBy": map[string]any{"username": "admin"}}
+		unstructured.RemoveNestedField(obj.Object, "status", "operationState")
+		return nil
+	})
+}
+
+// Sync starts a sync of the Application name at its target revision as `argocd app sync
+// NAME` does (`--prune` when prune; Argo CD v3.6's API server, Sync in
+// server/application): refused while another operation runs, it sets operation.sync with
+// the Application's source, sync options and retry, and clears status.operationState.
+// Automated sync need not be off.
+func (a *ArgoCD) Sync(ctx context.Context, name string, prune bool) error {
+	return a.updateApplication(ctx, name, func(obj *unstructured.Unstructured) error {
+		if _, running, _ := unstructured.NestedFieldNoCopy(obj.Object, "operation"); running {
+			return errors.New("another operation is already in progress")
+		}
+		source, found, err := unstructured.NestedMap(obj.Object, "spec", "source")
+		if err != nil || !found {
+			return fmt.Errorf("no spec.source (%v)", err)
+		}
+		sync := map[string]any{"revision": source["targetRevision"], "source": source, "prune": prune}
+		if opts, found, _ := unstructured.NestedSlice(obj.Object, "spec", "syncPolicy", "syncOptions"); found {
+			sync["syncOptions"] = opts
+		}
+		op := map[string]any{"sync": sync, "initiatedBy": map[string]any{"username": "admin"}}
+		if r, found, _ := unstructured.NestedMap(obj.Object, "spec", "syncPolicy", "retry"); found {
+			op["retry"] = r
+		}
+		obj.Object["operation"] = op
 		unstructured.RemoveNestedField(obj.Object, "status", "operationState")
 		return nil
 	})

@@ -10,6 +10,7 @@ import (
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"github.com/fluxcd/pkg/apis/meta"
 	"github.com/google/go-cmp/cmp"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -126,6 +127,10 @@ func testDoors(dryRun bool) []testDoor {
 	delReasons := []string{ReasonCRDDeletionAdmitted, ReasonCRDDeletionBlocked, ReasonCRDDeletionBlocked, ReasonCRDDeletionBlocked}
 	uninstallReasons := []string{ReasonReleaseAdmitted, ReasonUninstallBlocked, ReasonReleaseHeld, ReasonReleaseHeld}
 	deletion := "deletion of CustomResourceDefinition " + crd + " by user admin"
+	// The live CRD being deleted, which already lists a sync option: the Argo CD keep
+	// merges Prune=false into it.
+	liveCRD := &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: crd,
+		Annotations: map[string]string{predict.ArgoSyncOptionsAnnotation: "ServerSideApply=true"}}}
 	uninstall := "uninstalling mark of release apps/web (revision 2, chart web@2.0.0), which helm uninstall writes before it deletes anything"
 	const (
 		delRetry = "delete the CRD again when it has succeeded"
@@ -150,13 +155,15 @@ func testDoors(dryRun bool) []testDoor {
 		mk("CRD update, Flux", flux.door(update+", applied for HelmRelease apps/web", "", crdRep, sms("hr-apps-web")), recReasons, fluxAgain, fluxRetry, "", ""),
 		mk("CRD update, Argo CD", argo.door(update+", applied for Argo CD Application argocd/widgets", "", crdRep, sms("crd-"+crd)), recReasons,
 			"then sync Application argocd/widgets again (or roll it back again)", crdRetry, "", ""),
-		mk("CRD deletion, no owner", alone.deletionDoor(deletion, crd, sms("crd-"+crd)), delReasons, "then delete the CRD again", delRetry, "", ""),
-		mk("CRD deletion, Helm", helm.deletionDoor(deletion+" (a CRD of Helm release apps/web)", crd, sms("release-apps-web")), delReasons,
+		mk("CRD deletion, no owner", alone.deletionDoor(deletion, liveCRD, sms("crd-"+crd)), delReasons, "then delete the CRD again", delRetry, "", ""),
+		mk("CRD deletion, Helm", helm.deletionDoor(deletion+" (a CRD of Helm release apps/web)", liveCRD, sms("release-apps-web")), delReasons,
 			"then delete the CRD again (or run the helm command that deletes it again)"+keep, delRetry, "", ""),
-		mk("CRD deletion, Flux", flux.deletionDoor(deletion+" (a CRD that HelmRelease apps/web applies)", crd, sms("hr-apps-web")), delReasons,
+		mk("CRD deletion, Flux", flux.deletionDoor(deletion+" (a CRD that HelmRelease apps/web applies)", liveCRD, sms("hr-apps-web")), delReasons,
 			fluxAgain+keep, fluxRetry, "", ""),
-		mk("CRD deletion, Argo CD", argo.deletionDoor(deletion+" (a CRD that Argo CD Application argocd/widgets syncs)", crd, sms("crd-"+crd)), delReasons,
-			"then sync Application argocd/widgets again (or roll it back again)", crdRetry, "", ""),
+		mk("CRD deletion, Argo CD", argo.deletionDoor(deletion+" (a CRD that Argo CD Application argocd/widgets syncs)", liveCRD, sms("crd-"+crd)), delReasons,
+			"then sync Application argocd/widgets again (or roll it back again). To keep the CRD and its objects instead: kubectl annotate --overwrite crd "+crd+
+				" argocd.argoproj.io/sync-options=ServerSideApply=true,Prune=false, then sync Application argocd/widgets again: Argo CD skips the CRD's prune, "+
+				"and the Application stays OutOfSync with the CRD requiring pruning", crdRetry, "", ""),
 		mk("uninstall, Helm", helm.uninstallDoor(uninstall, []string{crd}, sms("release-apps-web")), uninstallReasons,
 			"then run helm uninstall again"+goesOn, "run helm uninstall again when it has succeeded", "", ""),
 		mk("uninstall, Flux", flux.uninstallDoor(uninstall, []string{crd}, sms("hr-apps-web")), uninstallReasons, fluxAgain+goesOn, fluxRetry, "", ""),

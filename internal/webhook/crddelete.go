@@ -94,7 +94,7 @@ func (c *crdDeleteGuard) decide(ctx context.Context, crd *apiextv1.CustomResourc
 	steps := predict.DeletionSteps(crd.Name)
 	rep := &check.Report{Operation: predict.DeleteCRD, CRDs: []check.CRDReport{{Finding: f, Objects: &objs.n, Action: strings.Join(steps, "; then ")}},
 		NextSteps: steps}
-	d, err := g.judge(ctx, o.deletionDoor(what, crd.Name, o.migrations(g, dryRun)), rep)
+	d, err := g.judge(ctx, o.deletionDoor(what, crd, o.migrations(g, dryRun)), rep)
 	if err != nil {
 		return deletionErrored(crd.Name, err)
 	}
@@ -144,8 +144,11 @@ func orUnknownUser(user string) string {
 // deletionDoor is the door of a CRD deletion, named by what: only the DELETE is refused
 // (the client may have deleted other objects before it), and the deleter deletes the CRD
 // again once the next steps are done. For a CRD of a Helm release it also says how to keep
-// the CRD and its objects outside the release.
-func (o owner) deletionDoor(what, crd string, sms *storageMigrations) door {
+// the CRD and its objects outside the release; for a CRD that an Argo CD Application syncs
+// (an Argo CD prune), how to make Argo CD leave it: Prune=false merged into the live CRD's
+// sync options.
+func (o owner) deletionDoor(what string, live *apiextv1.CustomResourceDefinition, sms *storageMigrations) door {
+	crd := live.Name
 	// No migration fixes a deletion, so the engine never holds one: every denial is
 	// CRDDeletionBlocked.
 	dr := door{change: what, held: what, migrations: sms, again: "then delete the CRD again", retry: "delete the CRD again when it has succeeded",
@@ -162,6 +165,14 @@ func (o owner) deletionDoor(what, crd string, sms *storageMigrations) door {
 	if o.namespace != "" {
 		dr.again += fmt.Sprintf(". To keep the CRD and its objects outside the release instead: %s makes Helm's next upgrade leave them "+
 			"(an uninstall reads that policy from the release's stored manifest only)", predict.Command{Kind: predict.CommandKeep, CRDs: []string{crd}})
+	}
+	if o.argo() {
+		var keep []string
+		for _, c := range predict.ArgoCD(true, nil, false).KeepCommands(predict.Upgrade, []*apiextv1.CustomResourceDefinition{live}) {
+			keep = append(keep, c.String())
+		}
+		dr.again += fmt.Sprintf(". To keep the CRD and its objects instead: %s, then sync Application %s/%s again: Argo CD skips the CRD's prune, "+
+			"and the Application stays OutOfSync with the CRD requiring pruning", strings.Join(keep, "; "), o.appNamespace, o.app)
 	}
 	return dr
 }

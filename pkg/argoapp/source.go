@@ -40,8 +40,11 @@ const DefaultNamespace = "argocd"
 type Options struct {
 	// Secrets reads Argo CD's repository Secrets for credentials; nil reads none.
 	Secrets corev1client.SecretsGetter
-	// Namespace is where Argo CD keeps its repository Secrets (DefaultNamespace when
-	// empty).
+	// ConfigMaps reads Argo CD's settings (argocd-cm) for its resource tracking; nil reads
+	// none, and every CRD of the Application's resource tree then counts as tracked.
+	ConfigMaps corev1client.ConfigMapsGetter
+	// Namespace is where Argo CD runs and keeps its settings and repository Secrets
+	// (DefaultNamespace when empty).
 	Namespace string
 }
 
@@ -138,6 +141,10 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 		Policy: check.PolicyCreateReplace, dir: dir, secretsNamespace: o.namespace()}
 	c.Deployed, c.DeployedFrom = app.Deployed()
 	c.Deployer = app.Deployer()
+	if c.Deployer.Sync.Tracking, err = Tracking(ctx, o, app); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("%s: %w", app.Subject(), err)
+	}
 	for _, name := range app.ManagedCRDs() {
 		crd := &apiextv1.CustomResourceDefinition{}
 		crd.Name = name

@@ -20,6 +20,15 @@ import (
 //     CRD that moves from templates/ to crds/ stays. A CRD leaves when the chart stops
 //     rendering it at all (a values toggle, a subchart removed, a move to another chart).
 //     What an Application manages today is its resource tree, status.resources.
+//   - What an Application manages is what its sources render, plus every live object that
+//     Argo CD tracks as its: by the tracking-id annotation (v3's default tracking method),
+//     or by the instance label under application.resourceTrackingMethod: label (argocd-cm;
+//     GetAppName in util/argo/resource_tracking.go). The repo-server never puts either on a
+//     CRD (GenerateManifests skips CRDs), so a CRD the sources stop rendering stays the
+//     Application's only when its chart (or someone) set the tracking label or annotation
+//     itself, e.g. Helm's app.kubernetes.io/instance: {{ .Release.Name }} under label
+//     tracking (Argo CD renders with the Application's name as the release name). An
+//     untracked CRD leaves the resource tree and is never pruned.
 //   - A sync prunes (deletes) what left the Application only when it prunes: an automated
 //     sync with spec.syncPolicy.automated.prune: true, or a manual sync with prune
 //     (`argocd app sync --prune`). Otherwise the object stays, and the Application is
@@ -70,6 +79,76 @@ type ArgoSync struct {
 	// SkipCRDs is the Helm source's helm.skipCrds: crds/ files are not rendered, so they
 	// are not part of the Application.
 	SkipCRDs bool `json:"skipCrds,omitempty"`
+	// Tracking is how the Argo CD installation tells the Application's objects: it
+	// decides whether a CRD the sources stop rendering is still the Application's, to
+	// prune.
+	Tracking ArgoTracking `json:"tracking,omitzero"`
+}
+
+// Argo CD's resource tracking: the annotation (and the installation's id beside it) and
+// the default instance label.
+const (
+	ArgoTrackingAnnotation       = "argocd.argoproj.io/tracking-id"
+	ArgoInstallationIDAnnotation = "argocd.argoproj.io/installation-id"
+	ArgoDefaultInstanceLabel     = "app.kubernetes.io/instance"
+	// ArgoTrackingLabel is the tracking method that reads the instance label; any other
+	// value (annotation, annotation+label, unset) reads the tracking-id annotation.
+	ArgoTrackingLabel = "label"
+)
+
+// ArgoTracking is how an Argo CD installation tells the objects of an Application, from
+// its argocd-cm ConfigMap (application.resourceTrackingMethod,
+// application.instanceLabelKey, installationID), and the Application's instance name.
+type ArgoTracking struct {
+	// Method is application.resourceTrackingMethod ("annotation" when argocd-cm sets
+	// none). Empty means the settings could not be read: every CRD then counts as tracked,
+	// the cautious answer.
+	Method string `json:"method,omitempty"`
+	// LabelKey is application.instanceLabelKey (ArgoDefaultInstanceLabel when empty).
+	LabelKey string `json:"labelKey,omitempty"`
+	// InstallationID is argocd-cm's installationID: the tracking-id annotation counts only
+	// beside an installation-id annotation of that value.
+	InstallationID string `json:"installationID,omitempty"`
+	// Instance is the Application's instance name: its name, or namespace_name for an
+	// Application outside Argo CD's own namespace (InstanceName in argo-cd).
+	Instance string `json:"instance,omitempty"`
+}
+
+// Known says whether the tracking settings were read.
+func (t ArgoTracking) Known() bool { return t.Method != "" && t.Instance != "" }
+
+// Tracks says whether Argo CD counts a live object with these labels and annotations as
+// the Application's when its sources no longer render it, and so prunes it (GetAppName in
+// argo-cd util/argo/resource_tracking.go). Unknown settings track everything.
+func (t ArgoTracking) Tracks(labels, annotations map[string]string) bool {
+	if !t.Known() {
+		return true
+	}
+	if t.Method == ArgoTrackingLabel {
+		return labels[t.labelKey()] == t.Instance
+	}
+	if t.InstallationID != "" && annotations[ArgoInstallationIDAnnotation] != t.InstallationID {
+		return false
+	}
+	// <application>:<group>/<kind>:<namespace>/<name>
+	parts := strings.SplitN(annotations[ArgoTrackingAnnotation], ":", 3)
+	return len(parts) == 3 && strings.Count(parts[1], "/") == 1 && strings.Count(parts[2], "/") == 1 && parts[0] == t.Instance
+}
+
+func (t ArgoTracking) labelKey() string {
+	if t.LabelKey == "" {
+		return ArgoDefaultInstanceLabel
+	}
+	return t.LabelKey
+}
+
+// marker names what would make Argo CD track an object: the instance label or the
+// tracking-id annotation.
+func (t ArgoTracking) marker() string {
+	if t.Method == ArgoTrackingLabel {
+		return fmt.Sprintf("%s label (application.resourceTrackingMethod: %s)", t.labelKey(), ArgoTrackingLabel)
+	}
+	return fmt.Sprintf("%s annotation (application.resourceTrackingMethod: %s)", ArgoTrackingAnnotation, t.Method)
 }
 
 // ArgoCD is the deployer Argo CD syncing an Application whose automated sync prunes or
@@ -141,6 +220,9 @@ func (d Deployer) argoFate(op Operation, l Leaving) Fate {
 		}
 		return FateDeleted
 	}
+	if l.Untracked {
+		return FateUntracked
+	}
 	switch prune := syncOption(l.Live, "Prune", d.Sync.Prune); {
 	case prune == "false":
 		return FateNoPrune
@@ -173,7 +255,8 @@ func argoRemovals(d Deployer, c ReleaseChange) []Removal {
 		if rendered[cur.CRD.Name] || live == nil {
 			continue
 		}
-		r := Removal{Live: live, From: cur, Fate: d.Fate(c.Operation, Leaving{Exists: true, Live: live.Annotations, CRD: true})}
+		r := Removal{Live: live, From: cur, Fate: d.Fate(c.Operation, Leaving{Exists: true, Live: live.Annotations, CRD: true,
+			Untracked: !d.Sync.Tracking.Tracks(live.Labels, live.Annotations)})}
 		if s, ok := shipped[cur.CRD.Name]; ok {
 			r.Shipped = &s
 		}
@@ -256,6 +339,10 @@ func decideArgoRemoved(op Operation, d Deployer, r Removal, objects *int64) Find
 		}
 		f.Reason = fmt.Sprintf("%s, but %s in %s stops Argo CD pruning it: the CRD and its objects stay, and Argo CD shows the Application OutOfSync, the CRD requiring pruning",
 			leaves, ArgoPruneFalse, where)
+	case FateUntracked:
+		f.Reason = fmt.Sprintf("%s, but Argo CD does not track the CRD as the Application's: its repo-server puts no tracking label or annotation on CRDs, "+
+			"and the live CRD carries no %s naming %s. The CRD leaves the Application's resource tree and no sync prunes it: the CRD and its objects stay",
+			leaves, d.Sync.Tracking.marker(), d.Sync.Tracking.Instance)
 	case FateCRDKept:
 		f.Reason = leaves + ", but never a CRD: Argo CD leaves the CRD and its objects in place"
 	case FateNoDelete:

@@ -39,6 +39,18 @@ func TestArgoCD(t *testing.T) {
 	}
 }
 
+// tracked is d with the tracking settings t.
+func tracked(d Deployer, t ArgoTracking) Deployer {
+	d.Sync.Tracking = t
+	return d
+}
+
+// labelled gives crd the instance label value.
+func labelled(crd *apiextv1.CustomResourceDefinition, value string) *apiextv1.CustomResourceDefinition {
+	crd.Labels = map[string]string{ArgoDefaultInstanceLabel: value}
+	return crd
+}
+
 // TestArgoFate: Argo CD's rules for one object that leaves an Application, on a sync and
 // on the Application's (cascading) deletion.
 func TestArgoFate(t *testing.T) {
@@ -70,9 +82,50 @@ func TestArgoFate(t *testing.T) {
 		{"Application deletion keeps helm.sh/resource-policy: keep", argoAuto, Uninstall, Leaving{Exists: true, Live: keep}, FateNoDelete},
 		{"Application deletion ignores Prune=false", argoAuto, Uninstall, Leaving{Exists: true, Live: syncOptions("Prune=false")}, FateDeleted},
 		{"Application deletion waits on Delete=confirm", argoAuto, Uninstall, Leaving{Exists: true, Live: syncOptions("Delete=confirm")}, FateConfirm},
+		{"an untracked CRD is never pruned", argoAuto, Upgrade, Leaving{Exists: true, CRD: true, Untracked: true}, FateUntracked},
+		{"an untracked CRD needs no Prune=false", argoAuto, Upgrade, Leaving{Exists: true, CRD: true, Untracked: true, Live: syncOptions("Prune=false")}, FateUntracked},
+		{"an untracked CRD without automated prune", argoManual, Upgrade, Leaving{Exists: true, CRD: true, Untracked: true}, FateUntracked},
+		{"the Application's deletion of an untracked CRD", argoAuto, Uninstall, Leaving{Exists: true, CRD: true, Untracked: true}, FateCRDKept},
 	} {
 		if got := tc.d.Fate(tc.op, tc.l); got != tc.want {
 			t.Errorf("%s: %s.Fate(%s) = %s, want %s", tc.name, tc.d, tc.op, got, tc.want)
+		}
+	}
+}
+
+// TestArgoTracking: whether Argo CD counts a live object as the Application's, by its
+// tracking method (argo-cd v3.6 GetAppName): the instance label under label tracking, the
+// tracking-id annotation (with the installation id, when one is set) otherwise; unknown
+// settings count everything as tracked.
+func TestArgoTracking(t *testing.T) {
+	label := ArgoTracking{Method: ArgoTrackingLabel, Instance: "widgets"}
+	annotation := ArgoTracking{Method: "annotation", Instance: "widgets"}
+	id := func(v string) map[string]string { return map[string]string{ArgoTrackingAnnotation: v} }
+	for _, tc := range []struct {
+		name                string
+		t                   ArgoTracking
+		labels, annotations map[string]string
+		want                bool
+	}{
+		{"unknown settings: tracked", ArgoTracking{}, nil, nil, true},
+		{"label tracking, the chart's instance label", label, map[string]string{ArgoDefaultInstanceLabel: "widgets"}, nil, true},
+		{"label tracking, another release's label", label, map[string]string{ArgoDefaultInstanceLabel: "other"}, nil, false},
+		{"label tracking, no label", label, nil, id("widgets:apiextensions.k8s.io/CustomResourceDefinition:/a.x"), false},
+		{"label tracking, own label key", ArgoTracking{Method: ArgoTrackingLabel, LabelKey: "argocd.argoproj.io/instance", Instance: "widgets"},
+			map[string]string{ArgoDefaultInstanceLabel: "widgets", "argocd.argoproj.io/instance": "x"}, nil, false},
+		{"annotation tracking, no annotation (what Argo CD renders for a CRD)", annotation, map[string]string{ArgoDefaultInstanceLabel: "widgets"}, nil, false},
+		{"annotation tracking, the tracking id", annotation, nil, id("widgets:apiextensions.k8s.io/CustomResourceDefinition:/a.x"), true},
+		{"annotation tracking, another Application's id", annotation, nil, id("other:apiextensions.k8s.io/CustomResourceDefinition:/a.x"), false},
+		{"annotation tracking, a malformed id", annotation, nil, id("widgets"), false},
+		{"annotation+label reads the annotation", ArgoTracking{Method: "annotation+label", Instance: "widgets"},
+			map[string]string{ArgoDefaultInstanceLabel: "widgets"}, nil, false},
+		{"an installation id the object does not carry", ArgoTracking{Method: "annotation", Instance: "widgets", InstallationID: "prod"},
+			nil, id("widgets:apiextensions.k8s.io/CustomResourceDefinition:/a.x"), false},
+		{"an Application outside Argo CD's namespace", ArgoTracking{Method: "annotation", Instance: "team_widgets"},
+			nil, id("team_widgets:apiextensions.k8s.io/CustomResourceDefinition:/a.x"), true},
+	} {
+		if got := tc.t.Tracks(tc.labels, tc.annotations); got != tc.want {
+			t.Errorf("%s: Tracks() = %t, want %t", tc.name, got, tc.want)
 		}
 	}
 }
@@ -129,6 +182,17 @@ func TestArgoRemovals(t *testing.T) {
 	}, {
 		name: "not on the cluster: nothing to delete",
 		c:    ReleaseChange{Deployer: argoAuto, Operation: Upgrade, Live: map[string]*apiextv1.CustomResourceDefinition{}, Current: managed},
+	}, {
+		name: "values toggle under annotation tracking: the CRD carries no tracking id, so it leaves untracked",
+		c: ReleaseChange{Deployer: tracked(argoAuto, ArgoTracking{Method: "annotation", Instance: "app"}), Operation: Upgrade, Live: live(nil), Current: managed,
+			Incoming: []ChartCRD{tpl(b)}},
+		want: []got{{a, FateUntracked, false}},
+	}, {
+		name: "values toggle under label tracking, the CRD labelled with the Application: deleted",
+		c: ReleaseChange{Deployer: tracked(argoAuto, ArgoTracking{Method: ArgoTrackingLabel, Instance: "app"}), Operation: Upgrade,
+			Live: map[string]*apiextv1.CustomResourceDefinition{a: labelled(named(a, nil, []string{"v1"}, "v1*"), "app")}, Current: managed,
+			Incoming: []ChartCRD{tpl(b)}},
+		want: []got{{a, FateDeleted, false}},
 	}, {
 		name: "the Application's deletion never deletes its CRDs, Delete=false or not",
 		c:    ReleaseChange{Deployer: argoAuto, Operation: Uninstall, Live: live(syncOptions("Delete=false")), Current: managed},
@@ -192,6 +256,10 @@ func TestArgoDecideRemoved(t *testing.T) {
 		{"Prune=false on the Application", Upgrade, ArgoCD(true, []string{"Prune=false"}, false), removal(nil, FateNoPrune), n(12), OK,
 			[]string{"Prune=false in the Application's spec.syncPolicy.syncOptions"}, nil},
 		{"the Application's deletion", Uninstall, argoAuto, removal(syncOptions("Delete=false"), FateCRDKept), n(12), OK, []string{"never a CRD"}, nil},
+		{"untracked", Upgrade, tracked(argoAuto, ArgoTracking{Method: ArgoTrackingLabel, Instance: "app"}), removal(nil, FateUntracked), n(12), OK,
+			[]string{"no longer renders it, but Argo CD does not track the CRD as the Application's",
+				"no app.kubernetes.io/instance label (application.resourceTrackingMethod: label) naming app", "no sync prunes it: the CRD and its objects stay"},
+			[]string{"deletes the CRD"}},
 		{"under helm.skipCrds, moved to crds/, empty", Upgrade, ArgoCD(true, nil, true),
 			Removal{Live: lws(nil), From: ChartCRD{CRD: lws(nil)}, Shipped: &ChartCRD{CRD: lws(nil), Source: CRDsDir, File: "crds/lws.yaml"}, Fate: FateDeleted}, n(0), Delete,
 			[]string{"helm.skipCrds", "does not create it again", "(chart file now crds/lws.yaml)"}, nil},

@@ -167,6 +167,9 @@ type Leaving struct {
 	// CRD says that it is a CustomResourceDefinition (Argo CD never deletes one with its
 	// Application).
 	CRD bool
+	// Untracked says that Argo CD does not count the live object as the Application's
+	// once its sources stop rendering it (ArgoTracking.Tracks): no sync prunes it.
+	Untracked bool
 }
 
 // Fate is what an operation does with one object that leaves the release.
@@ -208,6 +211,10 @@ const (
 	// FateCRDKept means an Application's deletion leaves it, because it is a CRD: Argo CD
 	// never deletes one with its Application.
 	FateCRDKept Fate = "crd-kept"
+	// FateUntracked means a sync leaves it for good: Argo CD does not track it as the
+	// Application's (a CRD without the tracking label or annotation its repo-server never
+	// sets), so once the sources stop rendering it, it leaves the resource tree unpruned.
+	FateUntracked Fate = "untracked"
 )
 
 // Fate applies the deployer's rules for op to one object that leaves the release (see
