@@ -730,8 +730,11 @@ func (a *ArgoCD) Sync(ctx context.Context, name string, prune bool) error {
 			return errors.New("another operation is already in progress")
 		}
 		source, found, err := unstructured.NestedMap(obj.Object, "spec", "source")
-		if err != nil || !found {
-			return fmt.Errorf("no spec.source (%v)", err)
+		if err != nil {
+			return fmt.Errorf("spec.source: %w", err)
+		}
+		if !found {
+			return errors.New("no spec.source")
 		}
 		sync := map[string]any{"revision": source["targetRevision"], "source": source, "prune": prune}
 		if opts, found, _ := unstructured.NestedSlice(obj.Object, "spec", "syncPolicy", "syncOptions"); found {
