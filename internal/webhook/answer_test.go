@@ -161,9 +161,9 @@ func testDoors(dryRun bool) []testDoor {
 		mk("CRD deletion, Flux", flux.deletionDoor(deletion+" (a CRD that HelmRelease apps/web applies)", liveCRD, sms("hr-apps-web")), delReasons,
 			fluxAgain+keep, fluxRetry, "", ""),
 		mk("CRD deletion, Argo CD", argo.deletionDoor(deletion+" (a CRD that Argo CD Application argocd/widgets syncs)", liveCRD, sms("crd-"+crd)), delReasons,
-			"then sync Application argocd/widgets again (or roll it back again). To keep the CRD and its objects instead: kubectl annotate --overwrite crd "+crd+
+			"then sync Application argocd/widgets again with prune. To keep the CRD and its objects instead: kubectl annotate --overwrite crd "+crd+
 				" argocd.argoproj.io/sync-options=ServerSideApply=true,Prune=false, then sync Application argocd/widgets again: Argo CD skips the CRD's prune, "+
-				"and the Application stays OutOfSync with the CRD requiring pruning", crdRetry, "", ""),
+				"and the Application stays OutOfSync with the CRD requiring pruning", delRetry, "", ""),
 		mk("uninstall, Helm", helm.uninstallDoor(uninstall, []string{crd}, sms("release-apps-web")), uninstallReasons,
 			"then run helm uninstall again"+goesOn, "run helm uninstall again when it has succeeded", "", ""),
 		mk("uninstall, Flux", flux.uninstallDoor(uninstall, []string{crd}, sms("hr-apps-web")), uninstallReasons, fluxAgain+goesOn, fluxRetry, "", ""),

@@ -155,10 +155,13 @@ func (o owner) deletionDoor(what string, live *apiextv1.CustomResourceDefinition
 		reasons: reasons{admitted: ReasonCRDDeletionAdmitted, blocked: ReasonCRDDeletionBlocked, held: ReasonCRDDeletionBlocked, started: ReasonCRDDeletionBlocked}}
 	dr.options.NoPlan = true
 	switch {
-	case o.flux(), o.argo():
-		// helm-controller and Argo CD go on as after any other denial.
+	case o.flux():
+		// helm-controller goes on as after any other denial.
 		rec := o.door(what, "", &check.Report{}, sms)
 		dr.again, dr.retry = rec.again, rec.retry
+	case o.argo():
+		// A prune is a sync's: a rollback never prunes unless asked.
+		dr.again = fmt.Sprintf("then sync Application %s/%s again with prune", o.appNamespace, o.app)
 	case o.namespace != "":
 		dr.again = "then delete the CRD again (or run the helm command that deletes it again)"
 	}
