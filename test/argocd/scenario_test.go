@@ -217,7 +217,7 @@ func (s *scenario) bump(t *testing.T, v string) {
 //
 // The Application's own sync status stays OutOfSync after a successful sync: Argo CD
 // v3.6.1 reports the kyverno CRDs OutOfSync right after applying them (on 1.37.2, with
-// client-side apply; with server-side apply and diff, cleanuppolicies.kyverno.io stays
+// client-side apply; with server-side apply and diff, in some runs, one of them stays
 // OutOfSync, also after a refresh and without upgradeguard), so the tests do not ask for
 // Synced.
 func (s *scenario) synced(v string) func(*testenv.Application) bool {
