@@ -77,6 +77,11 @@ type ArgoCDOptions struct {
 	// file before any component starts: "application.resourceTrackingMethod": "label"
 	// (the Argo CD 2 default; v3 tracks by annotation), for example.
 	Settings map[string]string
+	// Resync is the application-controller's resync period (--app-resync, what argocd-cm's
+	// timeout.reconciliation sets; Argo CD's default is 3 minutes plus up to a minute of
+	// jitter): how often it compares an Application that nothing changed. 0 keeps an
+	// hour, as tests refresh an Application by changing it; when set, there is no jitter.
+	Resync time.Duration
 }
 
 // TrackingMethodKey is the argocd-cm entry that chooses how Argo CD tells the objects of
@@ -157,13 +162,18 @@ func (cp *ControlPlane) StartArgoCDControllers(ctx context.Context, opts ...Argo
 	if err != nil {
 		return nil, errors.Join(err, a.Stop())
 	}
+	// Tests refresh an Application by changing it; no periodic resync in between, unless
+	// asked for.
+	resync, jitter := "--app-resync=3600", "--app-resync-jitter=60"
+	if o.Resync > 0 {
+		resync, jitter = "--app-resync="+strconv.Itoa(int(o.Resync.Seconds())), "--app-resync-jitter=0"
+	}
 	a.controller, err = a.start(ctx, "argocd-application-controller", a.ControllerLog, ports[3],
 		"--kubeconfig="+cp.Kubeconfig, "--namespace="+ArgoCDNamespace,
 		"--metrics-port="+strconv.Itoa(ports[3]),
 		"--redis="+redisAddr, "--repo-server="+repoAddr, "--repo-server-plaintext",
 		"--commit-server=127.0.0.1:"+strconv.Itoa(ports[4]),
-		// Tests refresh an Application by changing it; no periodic resync in between.
-		"--app-resync=3600", "--app-hard-resync=0")
+		resync, jitter, "--app-hard-resync=0")
 	if err != nil {
 		return nil, errors.Join(err, a.Stop())
 	}
@@ -183,31 +193,8 @@ func checkArgoCDBins(bins string) error {
 // (bin/argocd/manifests), with settings set in argocd-cm, and creates the `default`
 // AppProject Argo CD's install creates: every source, destination and kind allowed.
 func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string, settings map[string]string) error {
-	cs, err := apiextclient.NewForConfig(cp.Config)
-	if err != nil {
+	if err := cp.applyArgoCDCRDs(ctx, bins); err != nil {
 		return err
-	}
-	crds, err := filepath.Glob(filepath.Join(bins, "manifests", "crds", "*-crd.yaml"))
-	if err != nil {
-		return err
-	}
-	for _, f := range crds {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		parsed, err := crdversions.FromManifest(f, data)
-		if err != nil {
-			return err
-		}
-		for _, crd := range parsed {
-			if err := ApplyCRD(ctx, cs, crd); err != nil {
-				return fmt.Errorf("%s: %w", crd.Name, err)
-			}
-			if err := WaitEstablished(ctx, cs, crd.Name); err != nil {
-				return err
-			}
-		}
 	}
 	kube, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
@@ -270,6 +257,47 @@ func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string, settings
 	_, err = dyn.Resource(appProjectGVR).Namespace(ArgoCDNamespace).Create(ctx, project, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
+	}
+	return nil
+}
+
+// ApplyArgoCDCRDs installs Argo CD's CRDs (those StartArgoCD installs) and waits until
+// they are established, without starting Argo CD: a controller that looks up at its start
+// whether the API server serves Argo CD's kinds (upgradeguard's manager does) sees them.
+func (cp *ControlPlane) ApplyArgoCDCRDs(ctx context.Context) error {
+	bins := filepath.Join(cp.Bin, "argocd")
+	if err := checkArgoCDBins(bins); err != nil {
+		return err
+	}
+	return cp.applyArgoCDCRDs(ctx, bins)
+}
+
+func (cp *ControlPlane) applyArgoCDCRDs(ctx context.Context, bins string) error {
+	cs, err := apiextclient.NewForConfig(cp.Config)
+	if err != nil {
+		return err
+	}
+	crds, err := filepath.Glob(filepath.Join(bins, "manifests", "crds", "*-crd.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, f := range crds {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		parsed, err := crdversions.FromManifest(f, data)
+		if err != nil {
+			return err
+		}
+		for _, crd := range parsed {
+			if err := ApplyCRD(ctx, cs, crd); err != nil {
+				return fmt.Errorf("%s: %w", crd.Name, err)
+			}
+			if err := WaitEstablished(ctx, cs, crd.Name); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -454,6 +482,42 @@ func AutomatedApplication(name string, source ApplicationSource, destNS string, 
 	}}
 }
 
+// CompareOptionsAnnotation is the Application annotation of Argo CD's compare options.
+const CompareOptionsAnnotation = "argocd.argoproj.io/compare-options"
+
+// RefreshAnnotation asks Argo CD's controller to compare an Application now ("normal" or
+// "hard"); the controller removes it once it has.
+const RefreshAnnotation = "argocd.argoproj.io/refresh"
+
+// ServerSideApplyAndDiff sets an Application (not created) to sync with server-side apply
+// (syncOptions ServerSideApply=true) and to compare by Argo CD's server-side diff, a
+// server-side dry-run apply of each object (the compare-options annotation
+// ServerSideDiff=true): what many Argo CD users set together.
+func ServerSideApplyAndDiff(app *unstructured.Unstructured) {
+	opts, _, _ := unstructured.NestedSlice(app.Object, "spec", "syncPolicy", "syncOptions")
+	_ = unstructured.SetNestedSlice(app.Object, append(opts, "ServerSideApply=true"), "spec", "syncPolicy", "syncOptions")
+	ann := app.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[CompareOptionsAnnotation] = "ServerSideDiff=true"
+	app.SetAnnotations(ann)
+}
+
+// Refresh asks Argo CD to compare the Application name again now, as `argocd app get
+// --refresh` does: the refresh annotation, "normal".
+func (a *ArgoCD) Refresh(ctx context.Context, name string) error {
+	return a.updateApplication(ctx, name, func(app *unstructured.Unstructured) error {
+		ann := app.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[RefreshAnnotation] = "normal"
+		app.SetAnnotations(ann)
+		return nil
+	})
+}
+
 // Create creates the Application.
 func (a *ArgoCD) Create(ctx context.Context, app *unstructured.Unstructured) error {
 	_, err := a.Dynamic.Resource(ApplicationGVR).Namespace(app.GetNamespace()).Create(ctx, app, metav1.CreateOptions{})
@@ -496,6 +560,8 @@ type ApplicationStatus struct {
 		Message string `json:"message"`
 	} `json:"conditions"`
 	OperationState *OperationState `json:"operationState"`
+	// ReconciledAt is when Argo CD last compared the Application (RFC 3339).
+	ReconciledAt string `json:"reconciledAt"`
 	// History are the syncs that succeeded, oldest first: what `argocd app history`
 	// lists and `argocd app rollback` picks from.
 	History   []HistoryEntry `json:"history"`

@@ -55,7 +55,7 @@ func migrateCRDs(t *testing.T, s *scenario, storage string) {
 func promotedScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string) *scenario {
 	t.Helper()
 	s := startScenario(t, cp, argo, name, fromGit, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
-		fluxtest.Old, Promoted)
+		[]string{fluxtest.Old, Promoted})
 	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
 	s.bump(t, Promoted)
 	s.waitSynced(t, Promoted)
@@ -204,7 +204,7 @@ func TestCRDGateDeniesBridge(t *testing.T) {
 	cp, ug := startGated(t)
 	argo := cp.StartArgoCD(t)
 	s := startScenario(t, cp, argo, "bridge", fromHelmRepo, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
-		fluxtest.Old, fluxtest.From, fluxtest.To)
+		[]string{fluxtest.Old, fluxtest.From, fluxtest.To})
 	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
 
 	app := s.bumpFails(t, fluxtest.To)

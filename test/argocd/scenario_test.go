@@ -21,6 +21,7 @@ import (
 
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -108,9 +109,12 @@ const (
 // creates an Application at Old with automated sync and retry r, creates the objects
 // (stored at v2alpha1), and moves the Application to From, which Argo CD syncs. It checks
 // the premise: both breaking CRDs store v2beta1 with storedVersions [v2alpha1 v2beta1].
-func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry) *scenario {
+//
+// Each of opts changes the Application before it is created
+// (testenv.ServerSideApplyAndDiff, for example).
+func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry, opts ...func(*unstructured.Unstructured)) *scenario {
 	t.Helper()
-	s := startScenario(t, cp, argo, name, kind, r, fluxtest.Old, fluxtest.From, fluxtest.To)
+	s := startScenario(t, cp, argo, name, kind, r, []string{fluxtest.Old, fluxtest.From, fluxtest.To}, opts...)
 	s.bump(t, fluxtest.From)
 	s.waitSynced(t, fluxtest.From)
 	s.expectCRDs(t, fluxtest.From, "v2beta1", "v2alpha1", "v2beta1")
@@ -135,8 +139,9 @@ func (s *scenario) expectCRDs(t *testing.T, v, storage string, stored ...string)
 // startScenario publishes the chart versions (to a git repository or a Helm
 // repository), creates an Application at the first with automated sync and retry r,
 // waits until Argo CD synced it, and creates the objects, stored at v2alpha1 (every
-// first version here is Old, kyverno 1.10).
-func startScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry, versions ...string) *scenario {
+// first version here is Old, kyverno 1.10). Each of opts changes the Application before
+// it is created.
+func startScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry, versions []string, opts ...func(*unstructured.Unstructured)) *scenario {
 	t.Helper()
 	ctx := t.Context()
 	s := &scenario{cp: cp, argo: argo, name: name, commits: map[string]string{}}
@@ -173,6 +178,9 @@ func startScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD,
 		source = testenv.HelmRepoSource(repo.URL, "kyverno", versions[0])
 	}
 	app := testenv.AutomatedApplication(name, source, name, r)
+	for _, o := range opts {
+		o(app)
+	}
 	if err := argo.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +217,9 @@ func (s *scenario) bump(t *testing.T, v string) {
 //
 // The Application's own sync status stays OutOfSync after a successful sync: Argo CD
 // v3.6.1 reports the kyverno CRDs OutOfSync right after applying them (on 1.37.2, with
-// client-side apply), so the tests do not ask for Synced.
+// client-side apply; with server-side apply and diff, in some runs, one of them stays
+// OutOfSync, also after a refresh and without upgradeguard), so the tests do not ask for
+// Synced.
 func (s *scenario) synced(v string) func(*testenv.Application) bool {
 	return func(app *testenv.Application) bool {
 		op := app.Status.OperationState

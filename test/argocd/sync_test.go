@@ -16,8 +16,10 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,19 +84,61 @@ func syncFails(t *testing.T, kind sourceKind) {
 
 // TestCRDGateHoldsArgoCDSyncUntilMigrated: the same sync with upgradeguard running (the
 // controller's manager and the CRD gate registered on the API server, a
-// StorageMigrationPolicy with autoMigrate for kyverno.io). The gate denies Argo CD's
-// apply of each breaking CRD with its reason, which Argo CD shows in its operation,
-// and starts a StorageMigration per CRD; once they succeeded, Argo CD's own retry
-// applies the CRDs and the sync succeeds: storedVersions pruned, the objects readable.
+// StorageMigrationPolicy with autoMigrate for kyverno.io), in each way an Application
+// compares and syncs (compareModes). It ends with the sync of To succeeded,
+// storedVersions pruned and the objects readable.
 func TestCRDGateHoldsArgoCDSyncUntilMigrated(t *testing.T) {
 	needCluster(t)
-	cp, ug := startGated(t)
-	argo := cp.StartArgoCD(t)
-	s := newScenario(t, cp, argo, "gated", fromGit, testenv.SyncRetry{Limit: 10, Backoff: time.Second, Factor: 2, MaxBackoff: 8 * time.Second})
+	for _, m := range compareModes {
+		t.Run(m.name, func(t *testing.T) {
+			cp, ug := startGated(t)
+			argo := cp.StartArgoCD(t, testenv.ArgoCDOptions{Resync: m.resync})
+			var opts []func(*unstructured.Unstructured)
+			if m.serverSide {
+				opts = append(opts, testenv.ServerSideApplyAndDiff)
+			}
+			s := newScenario(t, cp, argo, "gated", fromGit, testenv.SyncRetry{Limit: 10, Backoff: time.Second, Factor: 2, MaxBackoff: 8 * time.Second}, opts...)
+			if m.serverSide {
+				gatedDiff(t, s, ug, m)
+			} else {
+				gatedApply(t, s, ug)
+			}
+			// 1.13's CRDs store v2: the apply added it to storedVersions after the
+			// migration pruned v2alpha1.
+			s.expectLeft(t, "after the sync", at13, fluxtest.To)
+		})
+	}
+}
 
+// compareMode is how an Application compares and syncs, and how Argo CD comes to compare
+// it again.
+type compareMode struct {
+	name string
+	// serverSide: syncOptions ServerSideApply=true and the compare option
+	// ServerSideDiff=true (testenv.ServerSideApplyAndDiff); else Argo CD's defaults,
+	// client-side apply and its own diff.
+	serverSide bool
+	// resync is the controller's resync period (timeout.reconciliation). 0: an hour, and
+	// the test refreshes the Application as an operator would (argocd app get --refresh)
+	// once the migrations its comparison waits for succeeded.
+	resync time.Duration
+}
+
+var compareModes = []compareMode{
+	{name: "client-side-apply"},
+	{name: "server-side-diff", serverSide: true},
+	{name: "server-side-diff-resync", serverSide: true, resync: 20 * time.Second},
+}
+
+// gatedApply: with client-side apply and Argo CD's diff, the Application compares
+// OutOfSync and automated sync applies the CRDs. The gate denies the apply of each
+// breaking CRD with its reason, which Argo CD shows in its operation, and starts a
+// StorageMigration per CRD; once they succeeded, Argo CD's own retry applies the CRDs and
+// the sync succeeds.
+func gatedApply(t *testing.T, s *scenario, ug client.Client) {
 	s.bump(t, fluxtest.To)
 	var seen []string // every message of the operation and of the CRDs' sync results
-	app, err := argo.WaitApplication(t.Context(), s.name, 4*time.Minute, func(app *testenv.Application) bool {
+	app, err := s.argo.WaitApplication(t.Context(), s.name, 4*time.Minute, func(app *testenv.Application) bool {
 		op := app.Status.OperationState
 		if op == nil || op.Operation.Sync.Revision != s.commits[fluxtest.To] {
 			return false
@@ -111,7 +155,7 @@ func TestCRDGateHoldsArgoCDSyncUntilMigrated(t *testing.T) {
 		err = fmt.Errorf("operation %s: %s", app.Status.OperationState.Phase, app.Status.OperationState.Message)
 	}
 	if err != nil {
-		t.Fatalf("the sync of %s did not succeed: %v\nmessages seen:\n%s\n%s", fluxtest.To, err, strings.Join(seen, "\n"), argo.LogTail(30))
+		t.Fatalf("the sync of %s did not succeed: %v\nmessages seen:\n%s\n%s", fluxtest.To, err, strings.Join(seen, "\n"), s.argo.LogTail(30))
 	}
 	t.Logf("%s", app)
 	all := strings.Join(seen, "\n")
@@ -127,16 +171,189 @@ func TestCRDGateHoldsArgoCDSyncUntilMigrated(t *testing.T) {
 	if op := app.Status.OperationState; op.RetryCount < 1 {
 		t.Errorf("operation succeeded with retry count %d: the first attempt should have been held", op.RetryCount)
 	}
-
 	for _, n := range fluxtest.BreakingCRDs {
 		sm := migrationOf(t, ug, n)
 		if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], "update of CustomResourceDefinition "+n) {
 			t.Errorf("StorageMigration %s holds %q", sm.Name, sm.Annotations[webhook.AnnotationHolds])
 		}
 	}
-	// 1.13's CRDs store v2: the apply added it to storedVersions after the migration
-	// pruned v2alpha1.
-	s.expectLeft(t, "after the sync", at13, fluxtest.To)
+}
+
+// gatedDiff: with ServerSideApply=true and ServerSideDiff=true, Argo CD compares by a
+// server-side dry-run apply. The gate denies the dry run of a breaking CRD and creates
+// nothing, so Argo CD reports a ComparisonError that quotes the denial (of the first CRD
+// it dry-runs: one per comparison) and starts no sync. upgradeguard's controller reads
+// the denial in the Application's conditions and starts the StorageMigration the real
+// update would (crd-NAME), with a StorageMigrationStarted event on the Application.
+//
+// With m.resync 0, the test refreshes the Application as an operator would once the
+// migrations a ComparisonError waits for succeeded: a refresh dry-runs every object
+// again, so each breaking CRD is quoted in turn, and the sync starts only once the
+// comparison passes, its first attempt succeeding. With a short resync (no refresh),
+// Argo CD's periodic comparison reuses its cached server-side diffs of the objects that
+// did not change: a CRD not yet quoted may not be dry-run again, the comparison passes,
+// automated sync starts, and the gate holds the real apply of that CRD (as with
+// client-side apply) until Argo CD's retry. Either way the sync of To succeeds.
+func gatedDiff(t *testing.T, s *scenario, ug client.Client, m compareMode) {
+	ctx := t.Context()
+	to := s.commits[fluxtest.To]
+	start := time.Now()
+	var seen, opSeen, steps []string // the ComparisonError messages; the operation's; what happened when
+	step := func(format string, args ...any) {
+		steps = append(steps, fmt.Sprintf("%5.1fs ", time.Since(start).Seconds())+fmt.Sprintf(format, args...))
+	}
+	started := map[string]bool{}   // the StorageMigrations seen
+	succeeded := map[string]bool{} // and seen succeeded
+	refreshed := map[string]bool{} // the comparisons (condition and reconciledAt) refreshed after
+	var app *testenv.Application
+	s.bump(t, fluxtest.To)
+	timeout := 4 * time.Minute
+	if m.resync > 0 {
+		timeout = 4*time.Minute + 4*m.resync
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if app, err = s.argo.Get(ctx, s.name); err != nil {
+			return false, err
+		}
+		msg, comparisonError := app.Status.Condition("ComparisonError")
+		if comparisonError && !slices.Contains(seen, msg) {
+			seen = append(seen, msg)
+			step("ComparisonError quoting the gate's dry-run denial of %v", heldIn(msg))
+		}
+		var list v1alpha1.StorageMigrationList
+		if err := ug.List(ctx, &list); err != nil {
+			return false, err
+		}
+		for _, sm := range list.Items {
+			if !started[sm.Name] {
+				started[sm.Name] = true
+				step("StorageMigration %s created", sm.Name)
+			}
+			if sm.Status.Phase == v1alpha1.PhaseSucceeded && !succeeded[sm.Name] {
+				succeeded[sm.Name] = true
+				step("StorageMigration %s succeeded", sm.Name)
+			}
+		}
+		if op := app.Status.OperationState; op != nil && op.Operation.Sync.Revision == to {
+			for _, m := range append([]string{op.Message}, sortedValues(resourceResults(op))...) {
+				if m != "" && !slices.Contains(opSeen, m) {
+					opSeen = append(opSeen, m)
+					step("sync operation (retry %d): %s", op.RetryCount, truncated(m, 160))
+				}
+			}
+			if s.synced(fluxtest.To)(app) {
+				step("synced: %s", app)
+				return true, nil
+			}
+			if op.Phase == "Failed" || op.Phase == "Error" {
+				return false, fmt.Errorf("operation %s: %s", op.Phase, op.Message)
+			}
+		}
+		// An operator's refresh, once the migrations this comparison waits for succeeded.
+		held := heldIn(msg)
+		if m.resync == 0 && len(held) > 0 && !refreshed[msg+" "+app.Status.ReconciledAt] &&
+			!slices.ContainsFunc(held, func(n string) bool { return !succeeded["crd-"+n] }) {
+			refreshed[msg+" "+app.Status.ReconciledAt] = true
+			step("refresh asked (argocd.argoproj.io/refresh: normal)")
+			return false, s.argo.Refresh(ctx, s.name)
+		}
+		return false, nil
+	})
+	t.Logf("%s mode, after the bump to %s:\n%s", m.name, fluxtest.To, strings.Join(steps, "\n"))
+	if err != nil {
+		t.Fatalf("the sync of %s did not succeed: %v\nlast: %s\nComparisonErrors seen:\n%s\n%s", fluxtest.To, err, app, strings.Join(seen, "\n"), s.argo.LogTail(30))
+	}
+	all := strings.Join(seen, "\n")
+	t.Logf("ComparisonErrors on the way:\n%s", all)
+	var quoted []string // the CRDs a ComparisonError quoted the gate's dry-run denial of
+	for _, n := range fluxtest.BreakingCRDs {
+		if strings.Contains(all, `admission webhook "crd.upgradeguard.io" denied the request: upgradeguard would hold the update of CustomResourceDefinition `+n) {
+			quoted = append(quoted, n)
+		}
+	}
+	if len(quoted) == 0 || (m.resync == 0 && len(quoted) != len(fluxtest.BreakingCRDs)) {
+		t.Errorf("Argo CD's ComparisonErrors quoted the gate's dry-run denial of %v (want every breaking CRD after refreshes, at least one else); seen:\n%s", quoted, all)
+	}
+	if got := crdversions.StoredVersionRejections(all + "\n" + strings.Join(opSeen, "\n")); len(got) > 0 {
+		t.Errorf("the API server's own rejection reached Argo CD (%v): the gate should answer every dry run and apply first", got)
+	}
+	// The comparison at To passed: no ComparisonError is left. (The Application's own sync
+	// status is not asked for: Argo CD v3.6.1 at times reports a kyverno CRD OutOfSync after its
+	// successful server-side apply, without upgradeguard too; see scenario.synced.)
+	if msg, ok := app.Status.Condition("ComparisonError"); ok || app.Status.Sync.Revision != to {
+		t.Errorf("after the sync: compared at %s (want %s), ComparisonError %q", app.Status.Sync.Revision, to, msg)
+	}
+	op := app.Status.OperationState
+	if len(quoted) == len(fluxtest.BreakingCRDs) && op.RetryCount != 0 {
+		t.Errorf("operation at %s retried %d times, though every breaking CRD was migrated before the comparison passed", fluxtest.To, op.RetryCount)
+	}
+	for _, n := range fluxtest.BreakingCRDs {
+		sm := migrationOf(t, ug, n)
+		if sm.Name != "crd-"+n {
+			t.Errorf("StorageMigration %s migrated %s, want crd-%s", sm.Name, n, n)
+		}
+		if !slices.Contains(quoted, n) {
+			// Held at the real apply instead: the gate's own denial, and Argo CD's retry.
+			if op.RetryCount < 1 || !strings.Contains(strings.Join(opSeen, "\n"), "upgradeguard is holding the update of CustomResourceDefinition "+n) {
+				t.Errorf("%s: neither quoted in a ComparisonError nor held at the sync (retry %d); operation messages:\n%s", n, op.RetryCount, strings.Join(opSeen, "\n"))
+			}
+			continue
+		}
+		if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], "Argo CD Application "+testenv.ArgoCDNamespace+"/"+s.name) {
+			t.Errorf("StorageMigration %s holds %q; want Argo CD Application %s/%s", sm.Name, sm.Annotations[webhook.AnnotationHolds], testenv.ArgoCDNamespace, s.name)
+		}
+		waitApplicationEvent(t, s, webhook.ReasonArgoDiffMigrationStarted, "started StorageMigration crd-"+n+" for CustomResourceDefinition "+n)
+	}
+	if m.resync > 0 && len(refreshed) > 0 {
+		t.Errorf("the test refreshed the Application in %s mode", m.name)
+	}
+}
+
+func truncated(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// heldIn are the breaking CRDs whose update msg says the gate would hold.
+func heldIn(msg string) []string {
+	var out []string
+	for _, n := range fluxtest.BreakingCRDs {
+		if strings.Contains(msg, "upgradeguard would hold the update of CustomResourceDefinition "+n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitApplicationEvent waits for an event (events.k8s.io) on the scenario's Application
+// with reason whose note contains note.
+func waitApplicationEvent(t *testing.T, s *scenario, reason, note string) {
+	t.Helper()
+	events := kubernetes.NewForConfigOrDie(s.cp.Config).EventsV1().Events(testenv.ArgoCDNamespace)
+	var last []string
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := events.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = last[:0]
+		for _, e := range list.Items {
+			if e.Regarding.Kind != "Application" || e.Regarding.Name != s.name {
+				continue
+			}
+			last = append(last, e.Reason+": "+e.Note)
+			if e.Reason == reason && strings.Contains(e.Note, note) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no %s event saying %q on Application %s/%s: %v; its events: %q", reason, note, testenv.ArgoCDNamespace, s.name, err, last)
+	}
 }
 
 // at13 is what kyverno 1.13's CRDs leave once v2alpha1 was migrated away: storage v2,
@@ -180,7 +397,8 @@ func migrationOf(t *testing.T, ug client.Client, crd string) *v1alpha1.StorageMi
 }
 
 // startGated starts a control plane with upgradeguard running the way a cluster runs it:
-// the canonical webhook configuration (config/webhook) installed, the controller's
+// Argo CD's CRDs installed first, the canonical webhook configuration (config/webhook)
+// installed, the controller's
 // manager with the gates on a real webhook server, and a StorageMigrationPolicy with
 // autoMigrate for kyverno.io (proactive off: only the gate migrates). It returns the
 // control plane and a client for upgradeguard's objects.
@@ -198,6 +416,12 @@ func startGated(t *testing.T) (*testenv.ControlPlane, client.Client) {
 	}
 	// The HelmRelease gate's informers need Flux's kinds served, though no Flux runs.
 	if err := cp.ApplyFluxCRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Argo CD's kinds are served before the manager starts, as in a cluster where Argo CD
+	// was installed first: upgradeguard then watches Applications for the CRD gate's
+	// dry-run denials in their server-side diffs (webhook.Setup looks once, at start).
+	if err := cp.ApplyArgoCDCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
 	scheme := runtime.NewScheme()
