@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -14,10 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
@@ -77,7 +81,17 @@ func setupArgoDiffs(mgr manager.Manager, g *Gate) error {
 	}
 	app := &unstructured.Unstructured{}
 	app.SetGroupVersionKind(gvk)
+	// A StorageMigration started for an Application's diff brings it back when it changes
+	// (its success is when Argo CD is asked to compare again).
+	byLabels := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		ns, name := o.GetLabels()[LabelArgoApplicationNamespace], o.GetLabels()[LabelArgoApplicationName]
+		if ns == "" || name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+	})
 	return ctrl.NewControllerManagedBy(mgr).Named("argocd-diff").For(app).
+		Watches(&v1alpha1.StorageMigration{}, byLabels).
 		Complete(&argoDiffs{g: g, client: mgr.GetClient()})
 }
 
@@ -107,11 +121,13 @@ func (r *argoDiffs) start(ctx context.Context, app *unstructured.Unstructured, n
 	if err := r.g.reader.Get(readFresh(ctx), types.NamespacedName{Name: name}, &crd); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	m := crdOwner(&crd).migrations(r.g, false)
 	storage := crdversions.StorageVersion(&crd)
 	if !slices.ContainsFunc(crd.Status.StoredVersions, func(v string) bool { return v != storage }) {
-		return nil // migrated already: Argo CD's next comparison passes
+		// Migrated already: Argo CD's next comparison passes.
+		return r.refresh(ctx, app, m.name)
 	}
-	m := crdOwner(&crd).migrations(r.g, false)
+	m.labels = map[string]string{LabelArgoApplicationNamespace: app.GetNamespace(), LabelArgoApplicationName: labelValue(app.GetName())}
 	m.readBefore(ctx)
 	m.live = map[string]*apiextv1.CustomResourceDefinition{name: &crd}
 	m.holds = fmt.Sprintf("holds the sync of Argo CD Application %s/%s, whose server-side diff the CRD gate denied: the update of CustomResourceDefinition %s waits until the stored versions are migrated; Argo CD's next comparison passes once this has succeeded",
@@ -128,6 +144,50 @@ func (r *argoDiffs) start(ctx context.Context, app *unstructured.Unstructured, n
 	}
 	return nil
 }
+
+// refresh asks Argo CD to compare the Application again (the annotation
+// argocd.argoproj.io/refresh: normal, as `argocd app get --refresh` sets it) once the
+// StorageMigration name that its quoted denial waits for has succeeded after Argo CD's
+// last comparison. Without it the next comparison comes with Argo CD's resync (3 minutes
+// by default). Argo CD removes the annotation when it has refreshed, and its comparison
+// then is newer than the migration, so it is asked once.
+func (r *argoDiffs) refresh(ctx context.Context, app *unstructured.Unstructured, name string) error {
+	sm, err := storagemigration.Get(ctx, r.g.reader, name)
+	if err != nil || !refreshDue(app, sm) {
+		return err
+	}
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+argoRefreshAnnotation+`":"normal"}}}`))
+	if err := r.client.Patch(ctx, app.DeepCopy(), patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	log.FromContext(ctx).Info("asked Argo CD to compare the Application again: the migration its server-side diff waited for has succeeded",
+		"application", app.GetNamespace()+"/"+app.GetName(), "storageMigration", name)
+	return nil
+}
+
+// refreshDue: sm has succeeded after Argo CD last compared app (status.reconciledAt), and
+// no refresh is asked for yet.
+func refreshDue(app *unstructured.Unstructured, sm *v1alpha1.StorageMigration) bool {
+	if sm == nil || !storagemigration.Succeeded(sm) || sm.Status.CompletionTime == nil {
+		return false
+	}
+	if _, asked := app.GetAnnotations()[argoRefreshAnnotation]; asked {
+		return false
+	}
+	at, _, _ := unstructured.NestedString(app.Object, "status", "reconciledAt")
+	compared, err := time.Parse(time.RFC3339, at)
+	return err != nil || compared.Before(sm.Status.CompletionTime.Time)
+}
+
+// argoRefreshAnnotation asks Argo CD to compare an Application again.
+const argoRefreshAnnotation = "argocd.argoproj.io/refresh"
+
+// Labels on a StorageMigration started for an Argo CD Application's server-side diff:
+// its success brings the Application back to argoDiffs, which asks for a refresh.
+const (
+	LabelArgoApplicationNamespace = "upgradeguard.io/argocd-application-namespace"
+	LabelArgoApplicationName      = "upgradeguard.io/argocd-application-name"
+)
 
 // ReasonArgoDiffMigrationStarted is the event on an Argo CD Application whose
 // server-side diff the CRD gate held, when upgradeguard started the migration it waits for.

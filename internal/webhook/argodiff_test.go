@@ -90,6 +90,17 @@ func TestArgoServerSideDiffStartsMigration(t *testing.T) {
 		t.Errorf("StorageMigration %s says it holds %q, want the Application", sm, done.Annotations[webhook.AnnotationHolds])
 	}
 	waitEventOn(t, "Application", ns, "boxes", webhook.ReasonArgoDiffMigrationStarted, "StorageMigration "+sm)
+	if l := done.Labels; l[webhook.LabelArgoApplicationNamespace] != ns || l[webhook.LabelArgoApplicationName] != "boxes" {
+		t.Errorf("StorageMigration %s labels %v, want the Application's namespace and name", sm, l)
+	}
+	// Its success asks Argo CD to compare again, rather than wait for the next resync.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(testenv.ApplicationGVR).Namespace(ns).Get(ctx, "boxes", metav1.GetOptions{})
+		return err == nil && u.GetAnnotations()["argocd.argoproj.io/refresh"] == "normal", err
+	})
+	if err != nil {
+		t.Fatalf("Application %s/boxes was not asked to refresh after StorageMigration %s succeeded: %v", ns, sm, err)
+	}
 
 	// The next comparison passes, and so does the sync.
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
