@@ -33,8 +33,9 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
 // The layout every backup shares.
@@ -327,7 +328,7 @@ func ReadYAML(dir, rel string) (map[string]any, error) {
 // ReadObjects reads a YAML stream WriteObject wrote and calls fn with each object in
 // order. Integers stay int64, as the API server sent them.
 func ReadObjects(r io.Reader, fn func(map[string]any) error) error {
-	docs := utilyaml.NewYAMLReader(bufio.NewReaderSize(r, 64<<10))
+	docs := manifest.NewYAMLReader(r, 64<<10)
 	for n := 1; ; n++ {
 		doc, err := docs.Read()
 		if errors.Is(err, io.EOF) {

@@ -222,3 +222,21 @@ func TestStripServerFields(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// TestReadObjectsLastLineAtBufferBoundary: a backup file edited by hand whose last line
+// has no newline and fills the reader's 64 KiB buffer keeps that line.
+func TestReadObjectsLastLineAtBufferBoundary(t *testing.T) {
+	prefix := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n"
+	value := strings.Repeat("x", 64<<10-len("  v: "))
+	var got []map[string]any
+	if err := backup.ReadObjects(strings.NewReader(prefix+"  v: "+value), func(o map[string]any) error { got = append(got, o); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("read %d objects, want 1", len(got))
+	}
+	data, _ := got[0]["data"].(map[string]any)
+	if v, _ := data["v"].(string); len(v) != len(value) {
+		t.Errorf("data.v is %d bytes, want %d", len(v), len(value))
+	}
+}

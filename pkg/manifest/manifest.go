@@ -90,7 +90,7 @@ type Document struct {
 // more than a comment) ends the split: the documents before it are returned with a
 // *DocumentError.
 func Documents(text string) ([]Document, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(text)))
+	r := NewYAMLReader(strings.NewReader(text), 0)
 	var out []Document
 	for index := 1; ; index++ {
 		doc, err := r.Read()
@@ -105,6 +105,20 @@ func Documents(text string) ([]Document, error) {
 		}
 		out = append(out, Document{Index: index, Source: Source(string(doc)), Text: string(doc)})
 	}
+}
+
+// NewYAMLReader is apimachinery's YAML document reader over r, buffered with size bytes
+// (bufio's default when 0), with a newline read after r's last byte. Up to apimachinery
+// v0.37, a stream whose last line has no newline and fills the reader's buffer exactly
+// (4096 bytes, or any multiple) loses its whole last document, with no error
+// (kubernetes/kubernetes#142527, fixed in v0.38). A newline after the last line is blank
+// to YAML, and the reader never reaches EOF inside a line.
+func NewYAMLReader(r io.Reader, size int) *utilyaml.YAMLReader {
+	r = io.MultiReader(r, strings.NewReader("\n"))
+	if size == 0 {
+		return utilyaml.NewYAMLReader(bufio.NewReader(r))
+	}
+	return utilyaml.NewYAMLReader(bufio.NewReaderSize(r, size))
 }
 
 // All decodes every object of a rendered manifest as Objects does, for callers that act

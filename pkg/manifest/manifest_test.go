@@ -3,6 +3,7 @@ package manifest_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -178,5 +179,42 @@ func TestDocuments(t *testing.T) {
 	var de *manifest.DocumentError
 	if !errors.As(err, &de) || de.Index != 4 {
 		t.Errorf("error %v, want document 4's", err)
+	}
+}
+
+// TestLastLineAtBufferBoundary: a manifest whose last line has no newline and fills the
+// YAML reader's buffer exactly keeps its last document (apimachinery up to v0.37 dropped
+// it with no error). The fixture's last line is a 4096-byte data value.
+func TestLastLineAtBufferBoundary(t *testing.T) {
+	fixture, err := os.ReadFile("testdata/last-line-at-buffer-boundary.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(fixture), "\n")
+	if last := lines[len(lines)-1]; len(last) != 4096 {
+		t.Fatalf("the fixture's last line is %d bytes, want 4096 and no newline after it", len(last))
+	}
+	objs, err := manifest.Objects(string(fixture))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 2 {
+		t.Fatalf("read %d objects, want 2 (first, last)", len(objs))
+	}
+	if v, _, _ := unstructured.NestedString(objs[1].Object, "data", "last"); len(v) != 4096-len("  last: ") {
+		t.Errorf("ConfigMap %s: data.last is %d bytes, want %d", objs[1].GetName(), len(v), 4096-len("  last: "))
+	}
+
+	// Every size around the buffer, and beyond it, in one reader.
+	for _, n := range []int{4095, 4096, 4097, 8192, 3 * 4096, 65536} {
+		last := "b: " + strings.Repeat("x", n-3)
+		docs, err := manifest.Documents("a: 1\n---\n" + last)
+		if err != nil || len(docs) != 2 {
+			t.Errorf("last line of %d bytes: %d documents, error %v; want 2", n, len(docs), err)
+			continue
+		}
+		if got := strings.TrimRight(docs[1].Text, "\n"); got != last {
+			t.Errorf("last line of %d bytes: the last document reads %d bytes", n, len(got))
+		}
 	}
 }
