@@ -37,7 +37,7 @@ func run() error {
 	coldRuns := flag.Int("cold-runs", 5, "gate: fresh processes whose first decision is timed, per case (median)")
 	gateCache := flag.Bool("gate-cache", true, "gate: keep charts and repository indexes between decisions (false: every decision fetches, as before the cache)")
 	migrateRounds := flag.Int("migrate-rounds", 1, "migrate: run the selected cases this many times in turn and also print each case's median (for a noisy machine)")
-	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,g,e1,e2,d,f,h (f: a hand-made built-in StorageVersionMigration, h: migrate --engine builtin; both from Kubernetes 1.37)")
+	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,i,g,e1,e2,d,f,h (i: c under the chart's APF objects; f: a hand-made built-in StorageVersionMigration, h: migrate --engine builtin; both from Kubernetes 1.37)")
 	ug := flag.String("ug", "", "migrate and binary: the upgradeguard binary to measure (default bin/upgradeguard)")
 	targets := flag.Int("targets", 10, "fleet: target clusters")
 	fleetObjects := flag.Int("fleet-objects", 2000, "fleet: stale HelmRepositories per target")

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/pkg/apf"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -53,7 +55,8 @@ type procResult struct {
 
 // benchMigrate compares, in one run on the same objects: (a) a bare concurrent
 // empty-patch loop, (b) migrate --qps 0 at the same concurrency, (c) migrate with its
-// defaults, (g) migrate --engine auto as a user who may patch (it picks the client engine),
+// defaults, (i) the same under upgradeguard's API Priority and Fairness objects (the
+// chart's, for the migrating user), (g) migrate --engine auto as a user who may patch (it picks the client engine),
 // (e) re-runs on the migrated set, (d) the runbook's kubectl annotate --all --overwrite,
 // (f) the built-in StorageVersionMigration of kube-controller-manager (Kubernetes 1.37,
 // storagemigration.k8s.io/v1) created by hand, and (h) migrate --engine builtin, which
@@ -167,6 +170,23 @@ func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string)
 			return measure("(b) migrate --qps 0", true, ug, migrateArgs("--qps", "0", "--concurrency", c)...)
 		},
 		func() error { return measure("(c) migrate, defaults", true, ug, migrateArgs()...) },
+		func() error {
+			if !selected("(i)") {
+				return nil
+			}
+			// The chart's API Priority and Fairness objects (pkg/apf's defaults), for the
+			// migrating user, for this case only.
+			kube := kubernetes.NewForConfigOrDie(cp.Config)
+			pl, fs := apf.Objects(apf.Options{Subjects: []flowcontrolv1.Subject{apf.User("ug-migrator")}})
+			if err := apf.Apply(ctx, kube, pl, fs); err != nil {
+				return err
+			}
+			defer func() {
+				_ = kube.FlowcontrolV1().FlowSchemas().Delete(ctx, fs.Name, metav1.DeleteOptions{})
+				_ = kube.FlowcontrolV1().PriorityLevelConfigurations().Delete(ctx, pl.Name, metav1.DeleteOptions{})
+			}()
+			return measure("(i) migrate, defaults, under upgradeguard's APF level", true, ug, migrateArgs()...)
+		},
 		func() error {
 			if len(engine) == 0 {
 				return nil

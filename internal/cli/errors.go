@@ -31,6 +31,7 @@ const (
 	cmdReleaseMigrate = "release migrate"
 	cmdCRDBackup      = "crd backup"
 	cmdCRDRestore     = "crd restore"
+	cmdAPF            = "apf"
 )
 
 // rbacNeeds is, per command, the permissions it needs: the advice for a Forbidden or
@@ -65,6 +66,9 @@ var rbacNeeds = map[string]string{
 		"PersistentVolumes and create/delete on PersistentVolumeClaims and Secrets in the namespace",
 	cmdCRDBackup: "crd backup needs get on the customresourcedefinitions.apiextensions.k8s.io it saves and list on their custom resources " +
 		"in every namespace",
+	cmdAPF: "upgradeguard apf needs create on selfsubjectreviews.authentication.k8s.io (any authenticated user has it) when it takes you as the " +
+		"subject, and with --apply create and patch on flowschemas and prioritylevelconfigurations.flowcontrol.apiserver.k8s.io (cluster " +
+		"administrators have them; or print the objects and have an administrator apply them)",
 	cmdCRDRestore: "crd restore needs get/create on customresourcedefinitions.apiextensions.k8s.io, get on the namespaces the objects live in, " +
 		"and get/list/create on the custom resources, update on their status subresource, update with --overwrite, and patch when " +
 		"objects of the backup own each other",

@@ -18,6 +18,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/apf"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -94,7 +95,7 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 	if err := o.validate(); err != nil {
 		return err
 	}
-	conn, m, err := o.connect(ctx, kube)
+	conn, m, seen, err := o.connect(ctx, kube)
 	if err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func (o *migrateOptions) run(ctx context.Context, streams Streams, kube *generic
 	if err != nil {
 		return classifyAs(cmdMigrate, err, conn)
 	}
-	out := &migrateOutput{CRDs: results, Blocked: blocked}
+	out := &migrateOutput{CRDs: results, Blocked: blocked, PriorityAndFairness: seen.Placement(ctx, conn.clientset, apf.Name)}
 	if err := o.writeResult(ctx, conn, out); err != nil {
 		return err
 	}
@@ -143,17 +144,19 @@ func count(set ...bool) int {
 }
 
 // connect checks the cluster, then builds the migration's own client set: the same
-// cluster, with the rate limit of --qps when one is set.
-func (o *migrateOptions) connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connection, *migrate.Migrator, error) {
+// cluster, with the rate limit of --qps when one is set, and an observer of the API
+// Priority and Fairness placement its writes get.
+func (o *migrateOptions) connect(ctx context.Context, kube *genericclioptions.ConfigFlags) (*connection, *migrate.Migrator, *apf.Observer, error) {
 	conn, err := connect(ctx, kube)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	m, err := migrate.New(migrate.RateLimit(conn.config, o.qps, o.burst))
+	cfg, seen := apf.Observe(migrate.RateLimit(conn.config, o.qps, o.burst))
+	m, err := migrate.New(cfg)
 	if err != nil {
-		return nil, nil, couldNot("build client: %w", err)
+		return nil, nil, nil, couldNot("build client: %w", err)
 	}
-	return conn, m, nil
+	return conn, m, seen, nil
 }
 
 // runOptions are the flags' options, with the progress display and restart notices on
@@ -204,6 +207,9 @@ func holder() string {
 type migrateOutput struct {
 	CRDs    []*migrate.Result `json:"crds"`
 	Blocked []check.CRDReport `json:"blocked,omitempty"`
+	// PriorityAndFairness is where the API server put the migration's writes (absent
+	// when none was sent, or they were exempt).
+	PriorityAndFairness *apf.Placement `json:"priorityAndFairness,omitempty"`
 }
 
 func (out *migrateOutput) text(w io.Writer) error {
@@ -218,10 +224,25 @@ func (out *migrateOutput) text(w io.Writer) error {
 		migrateNotes(w, r)
 	}
 	dryRunNote(w, out.CRDs)
+	apfNote(w, out.PriorityAndFairness)
 	for _, b := range out.Blocked {
 		fmt.Fprintf(w, "\n%s: not migrated: %s\n  next: %s\n", b.Name, b.Reason, b.Action)
 	}
 	return nil
+}
+
+// apfNote says at which API priority level the writes ran, and how to give migrations a
+// level of their own when they shared one with other clients.
+func apfNote(w io.Writer, p *apf.Placement) {
+	switch {
+	case p == nil:
+	case p.Ours:
+		fmt.Fprintf(w, "\nWrites ran at API priority level %s (FlowSchema %s): the API server made them wait rather than other clients.\n", p.PriorityLevel, p.FlowSchema)
+	case p.FlowSchema == "":
+		fmt.Fprintf(w, "\nWrites ran under FlowSchema UID %s, not upgradeguard's (%s): `upgradeguard apf` shows how to give migrations a priority level of their own.\n", p.FlowSchemaUID, apf.Name)
+	default:
+		fmt.Fprintf(w, "\nWrites ran at API priority level %s (FlowSchema %s), shared with other clients: `upgradeguard apf --apply` gives migrations a level of their own, so that the API server makes them wait rather than others.\n", p.PriorityLevel, p.FlowSchema)
+	}
 }
 
 func migrateTable(w io.Writer, results []*migrate.Result) error {

@@ -200,6 +200,11 @@ func TestThrottledByAPF(t *testing.T) {
 // rejected reads apiserver_flowcontrol_rejected_requests_total for the test's flow
 // schema from the API server's metrics.
 func rejected(t *testing.T, cs kubernetes.Interface) float64 {
+	return flowMetric(t, cs, "apiserver_flowcontrol_rejected_requests_total", "ug-throttle")
+}
+
+// flowMetric sums the API server's counter name over the series of flowSchema.
+func flowMetric(t *testing.T, cs kubernetes.Interface, name, flowSchema string) float64 {
 	t.Helper()
 	raw, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
 	if err != nil {
@@ -207,7 +212,7 @@ func rejected(t *testing.T, cs kubernetes.Interface) float64 {
 	}
 	var total float64
 	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(line, "apiserver_flowcontrol_rejected_requests_total{") && strings.Contains(line, `flow_schema="ug-throttle"`) {
+		if strings.HasPrefix(line, name+"{") && strings.Contains(line, `flow_schema="`+flowSchema+`"`) {
 			var v float64
 			if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
 				total += v
