@@ -101,7 +101,7 @@ test-argocd: $(BIN)/noskip ## Run the real Argo CD (repo-server, application-con
 	set -o pipefail; $(GOTEST) -tags argocd ./test/argocd/... | $(NOSKIP)
 
 .PHONY: test-matrix
-test-matrix: ## Run every control-plane test package on Kubernetes 1.32, 1.34, 1.36 and 1.37 and print a pass/fail table
+test-matrix: ## Run every control-plane test package on Kubernetes 1.32, 1.34, 1.36, 1.37 and 1.38 and print a pass/fail table
 	./hack/testbin.sh --kube all
 	./hack/test-matrix.sh
 

@@ -26,6 +26,10 @@
 #                  binary whose first build takes 25-40 minutes on two cores, and its module
 #                  needs a Go 1.27 toolchain ($ARGOCD_GOTOOLCHAIN, which the go command fetches
 #                  from the module proxy; this module alone uses it).
+# Kubernetes 1.38 is served as a pre-release until its GA (2026-12-16), and needs Go 1.27:
+# its control plane builds with $KUBE_GOTOOLCHAIN (fetched like Argo CD's), the rest with
+# the machine's Go. When v1.38.0 is served, `hack/kube-tools.sh v1.38.0` and KUBE[1.38] are
+# the swap.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,9 +37,11 @@ bin="$root/bin"
 stamps="$bin/.stamps"
 mkdir -p "$bin" "$stamps"
 
-# The Kubernetes minors we test, each at the newest patch the module proxy serves.
-declare -A KUBE=([1.32]=v1.32.13 [1.34]=v1.34.4 [1.36]=v1.36.3 [1.37]=v1.37.2)
-KUBE_ALL="1.32 1.34 1.36 1.37"
+# The Kubernetes minors we test, each at the newest patch (or pre-release, before a minor's
+# GA) the module proxy serves, and the Go toolchain a minor needs beyond the machine's.
+declare -A KUBE=([1.32]=v1.32.13 [1.34]=v1.34.4 [1.36]=v1.36.3 [1.37]=v1.37.2 [1.38]=v1.38.0-beta.0)
+declare -A KUBE_GOTOOLCHAIN=([1.38]=go1.27.3)
+KUBE_ALL="1.32 1.34 1.36 1.37 1.38"
 KUBE_DEFAULT=1.37
 KUBE_CI=1.32
 HELM_VERSION=v4.3.1
@@ -107,11 +113,12 @@ kube_ldflags() { # VERSION
 for m in $minors; do
   version=${KUBE[$m]} tools="$root/hack/tools/kube-$m" dest="$bin/kube/$m"
   etcd=$(sed -n 's|^require go.etcd.io/etcd/server/v3 \(v[0-9.]*\)$|\1|p' "$tools/etcd/go.mod")
-  build "$dest/etcd" "$etcd" "$tools/etcd" "-s -w" .
+  toolchain=${KUBE_GOTOOLCHAIN[$m]:-$(go env GOTOOLCHAIN)}
+  GOTOOLCHAIN=$toolchain build "$dest/etcd" "$etcd" "$tools/etcd" "-s -w" .
   names="kube-apiserver kube-controller-manager kubectl"
   $demo && names=kube-apiserver
   for name in $names; do
-    build "$dest/$name" "$version" "$tools" "$(kube_ldflags "$version")" "k8s.io/kubernetes/cmd/$name"
+    GOTOOLCHAIN=$toolchain build "$dest/$name" "$version" "$tools" "$(kube_ldflags "$version")" "k8s.io/kubernetes/cmd/$name"
   done
 done
 

@@ -313,7 +313,7 @@ const DefaultMinor = "1.37"
 
 // Minors are the Kubernetes minors `make testbin --kube all` builds and `make test-matrix`
 // runs.
-var Minors = []string{"1.32", "1.34", "1.36", "1.37"}
+var Minors = []string{"1.32", "1.34", "1.36", "1.37", "1.38"}
 
 // KubeMinor is the Kubernetes minor to run: $UPGRADEGUARD_KUBE_VERSION ("1.32", or "v1.32.13"
 // reduced to its minor), else DefaultMinor.
