@@ -210,6 +210,12 @@ func benchFleet(ctx context.Context, targets, n int) error {
 
 // requests is the API server's apiserver_request_total, summed over its labels.
 func requests(ctx context.Context, cfg *rest.Config) float64 {
+	return metricSum(ctx, cfg, "apiserver_request_total", "")
+}
+
+// metricSum is the API server's metric name summed over the series whose labels contain
+// label (every series when empty).
+func metricSum(ctx context.Context, cfg *rest.Config, name, label string) float64 {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return 0
@@ -223,7 +229,7 @@ func requests(ctx context.Context, cfg *rest.Config) float64 {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, label) {
 			continue
 		}
 		f := strings.Fields(line)

@@ -41,6 +41,7 @@ func run() error {
 	ug := flag.String("ug", "", "migrate and binary: the upgradeguard binary to measure (default bin/upgradeguard)")
 	targets := flag.Int("targets", 10, "fleet: target clusters")
 	fleetObjects := flag.Int("fleet-objects", 2000, "fleet: stale HelmRepositories per target")
+	apfShares := flag.Int("apf-shares", 0, "migrate case (i): nominalConcurrencyShares of upgradeguard's priority level (default: the chart's)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process gate and clients; not the API server) to this file, and gate's fresh processes' to FILE.first-N")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -58,7 +59,7 @@ func run() error {
 		}
 		*ug = filepath.Join(root, "bin", "upgradeguard")
 	}
-	ugBinary, cpuProfilePath = *ug, *cpuProfile
+	ugBinary, cpuProfilePath, apfSharesFlag = *ug, *cpuProfile, int32(*apfShares)
 	switch mode := flag.Arg(0); mode {
 	case "", "all":
 		if err := benchCheck(ctx, *rounds, *objects); err != nil {

@@ -42,6 +42,9 @@ var benchGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Ve
 // ugBinary is the upgradeguard binary the process cases run (-ug).
 var ugBinary string
 
+// apfSharesFlag is -apf-shares: case (i)'s nominalConcurrencyShares (0: the chart's).
+var apfSharesFlag int32
+
 // cpuProfilePath is -cpuprofile: the gate's fresh processes write theirs beside it.
 var cpuProfilePath string
 
@@ -169,7 +172,9 @@ func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string)
 		func() error {
 			return measure("(b) migrate --qps 0", true, ug, migrateArgs("--qps", "0", "--concurrency", c)...)
 		},
-		func() error { return measure("(c) migrate, defaults", true, ug, migrateArgs()...) },
+		func() error {
+			return withAPFMetrics(ctx, cp.Config, "(c)", func() error { return measure("(c) migrate, defaults", true, ug, migrateArgs()...) })
+		},
 		func() error {
 			if !selected("(i)") {
 				return nil
@@ -177,7 +182,7 @@ func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string)
 			// The chart's API Priority and Fairness objects (pkg/apf's defaults), for the
 			// migrating user, for this case only.
 			kube := kubernetes.NewForConfigOrDie(cp.Config)
-			pl, fs := apf.Objects(apf.Options{Subjects: []flowcontrolv1.Subject{apf.User("ug-migrator")}})
+			pl, fs := apf.Objects(apf.Options{Subjects: []flowcontrolv1.Subject{apf.User("ug-migrator")}, NominalConcurrencyShares: apfSharesFlag})
 			if err := apf.Apply(ctx, kube, pl, fs); err != nil {
 				return err
 			}
@@ -185,7 +190,9 @@ func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string)
 				_ = kube.FlowcontrolV1().FlowSchemas().Delete(ctx, fs.Name, metav1.DeleteOptions{})
 				_ = kube.FlowcontrolV1().PriorityLevelConfigurations().Delete(ctx, pl.Name, metav1.DeleteOptions{})
 			}()
-			return measure("(i) migrate, defaults, under upgradeguard's APF level", true, ug, migrateArgs()...)
+			return withAPFMetrics(ctx, cp.Config, "(i)", func() error {
+				return measure("(i) migrate, defaults, under upgradeguard's APF level", true, ug, migrateArgs()...)
+			})
 		},
 		func() error {
 			if len(engine) == 0 {
@@ -562,6 +569,44 @@ func machine() string {
 
 // rawLoop is the baseline: list metadata in pages of 500 and send an empty merge patch to
 // every object with a fixed concurrency and no rate limit. Nothing else.
+// withAPFMetrics runs a case and prints what API Priority and Fairness did meanwhile, per
+// priority level a client of the bench uses: requests dispatched, their mean wait in the
+// level's queues, and rejections. Counters include the reset before the case.
+func withAPFMetrics(ctx context.Context, cfg *rest.Config, name string, run func() error) error {
+	levels := []string{"global-default", apf.Name}
+	type sample struct{ n, waitSum, waitN, rejected float64 }
+	read := func() map[string]sample {
+		out := map[string]sample{}
+		for _, l := range levels {
+			label := `priority_level="` + l + `"`
+			out[l] = sample{
+				n:        metricSum(ctx, cfg, "apiserver_flowcontrol_dispatched_requests_total", label),
+				waitSum:  metricSum(ctx, cfg, "apiserver_flowcontrol_request_wait_duration_seconds_sum", label),
+				waitN:    metricSum(ctx, cfg, "apiserver_flowcontrol_request_wait_duration_seconds_count", label),
+				rejected: metricSum(ctx, cfg, "apiserver_flowcontrol_rejected_requests_total", label),
+			}
+		}
+		return out
+	}
+	before := read()
+	if err := run(); err != nil {
+		return err
+	}
+	after := read()
+	for _, l := range levels {
+		b, a := before[l], after[l]
+		if a.n == b.n {
+			continue
+		}
+		wait := 0.0
+		if n := a.waitN - b.waitN; n > 0 {
+			wait = (a.waitSum - b.waitSum) / n * 1000
+		}
+		fmt.Printf("  APF during %s: level %s: %.0f requests dispatched, mean queue wait %.2f ms, %.0f rejected\n", name, l, a.n-b.n, wait, a.rejected-b.rejected)
+	}
+	return nil
+}
+
 func rawLoop(ctx context.Context, args []string) error {
 	if len(args) != 2 {
 		return fmt.Errorf("raw KUBECONFIG CONCURRENCY")
