@@ -150,31 +150,36 @@ const (
 )
 
 // Observer records the FlowSchema and priority level of the first PATCH response that
-// names them.
+// names them, over every client built from the config Observe returned.
 type Observer struct {
 	mu                        sync.Mutex
 	flowSchema, priorityLevel types.UID
-	next                      http.RoundTripper
 }
 
-// Observe is cfg with its transport wrapped by an Observer.
+// Observe is cfg with each transport built from it wrapped to report to one Observer.
 func Observe(cfg *rest.Config) (*rest.Config, *Observer) {
 	o := &Observer{}
 	c := rest.CopyConfig(cfg)
-	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { o.next = rt; return o })
+	c.Wrap(func(rt http.RoundTripper) http.RoundTripper { return observed{o: o, next: rt} })
 	return c, o
 }
 
+// observed is one transport reporting to an Observer.
+type observed struct {
+	o    *Observer
+	next http.RoundTripper
+}
+
 // RoundTrip implements http.RoundTripper.
-func (o *Observer) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := o.next.RoundTrip(req)
+func (t observed) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
 	if err == nil && req.Method == http.MethodPatch {
 		if fs := resp.Header.Get(HeaderFlowSchemaUID); fs != "" {
-			o.mu.Lock()
-			if o.flowSchema == "" {
-				o.flowSchema, o.priorityLevel = types.UID(fs), types.UID(resp.Header.Get(HeaderPriorityLevelUID))
+			t.o.mu.Lock()
+			if t.o.flowSchema == "" {
+				t.o.flowSchema, t.o.priorityLevel = types.UID(fs), types.UID(resp.Header.Get(HeaderPriorityLevelUID))
 			}
-			o.mu.Unlock()
+			t.o.mu.Unlock()
 		}
 	}
 	return resp, err
