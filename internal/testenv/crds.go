@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -289,7 +291,8 @@ func ApplyUpgradeguardCRDs(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	return fs.WalkDir(config.CRDs, "crd", func(path string, d fs.DirEntry, err error) error {
+	var served []string // group/version resource, for discovery
+	err = fs.WalkDir(config.CRDs, "crd", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -304,7 +307,30 @@ func ApplyUpgradeguardCRDs(ctx context.Context, cfg *rest.Config) error {
 		if err := ApplyCRD(ctx, cs, crd); err != nil {
 			return err
 		}
+		for _, v := range crd.Spec.Versions {
+			if v.Served {
+				served = append(served, crd.Spec.Group+"/"+v.Name+" "+crd.Spec.Names.Plural)
+			}
+		}
 		return WaitEstablished(ctx, cs, crd.Name)
+	})
+	if err != nil {
+		return err
+	}
+	// Established is not yet served by discovery, which the controller checks at start.
+	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, s := range served {
+			gv, plural, _ := strings.Cut(s, " ")
+			list, err := disco.ServerResourcesForGroupVersion(gv)
+			if err != nil || !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == plural }) {
+				return false, nil //nolint:nilerr // not served yet: poll again
+			}
+		}
+		return true, nil
 	})
 }
 
