@@ -108,17 +108,46 @@ func Documents(text string) ([]Document, error) {
 }
 
 // NewYAMLReader is apimachinery's YAML document reader over r, buffered with size bytes
-// (bufio's default when 0), with a newline read after r's last byte. Up to apimachinery
-// v0.37, a stream whose last line has no newline and fills the reader's buffer exactly
-// (4096 bytes, or any multiple) loses its whole last document, with no error
-// (kubernetes/kubernetes#142527, fixed in v0.38). A newline after the last line is blank
-// to YAML, and the reader never reaches EOF inside a line.
+// (bufio's default when 0), with a newline read after r's last line when it has none. Up
+// to apimachinery v0.37, a stream whose last line has no newline and fills the reader's
+// buffer exactly (4096 bytes, or any multiple) loses that line, or its whole last
+// document, with no error (kubernetes/kubernetes#142527, fixed in v0.38). With the
+// newline the reader never reaches EOF inside a line.
 func NewYAMLReader(r io.Reader, size int) *utilyaml.YAMLReader {
-	r = io.MultiReader(r, strings.NewReader("\n"))
+	r = &terminated{r: r}
 	if size == 0 {
 		return utilyaml.NewYAMLReader(bufio.NewReader(r))
 	}
 	return utilyaml.NewYAMLReader(bufio.NewReaderSize(r, size))
+}
+
+// terminated reads r, then a newline if r's last byte was not one.
+type terminated struct {
+	r    io.Reader
+	last byte // 0 until a byte is read
+	eof  bool
+}
+
+func (t *terminated) Read(p []byte) (int, error) {
+	if t.eof {
+		if t.last != 0 && t.last != '\n' && len(p) > 0 {
+			p[0], t.last = '\n', '\n'
+			return 1, nil
+		}
+		return 0, io.EOF
+	}
+	n, err := t.r.Read(p)
+	if n > 0 {
+		t.last = p[n-1]
+	}
+	if errors.Is(err, io.EOF) {
+		t.eof = true
+		if n == 0 {
+			return t.Read(p)
+		}
+		err = nil
+	}
+	return n, err
 }
 
 // All decodes every object of a rendered manifest as Objects does, for callers that act
