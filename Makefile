@@ -49,13 +49,15 @@ $(BIN)/validate-krew-manifest: hack/tools/krew/go.mod
 testbin: ## Build the real control planes, the Helm CLIs and Flux's controllers into bin/ (skips what is current)
 	./hack/testbin.sh
 
-# CI runs everything on the default Kubernetes minor (1.37), and again on the oldest one we
+# CI runs everything on the default Kubernetes minor (the newest GA one in
+# internal/testenv/kube-versions), and again on the oldest one we
 # test the packages whose answers depend most on the API server's version: check, migrate
 # and the gate, and every package that asserts the API server's own storedVersions
 # rejection in the running minor's wording (crdversions.WordingFor): the webhook, the
 # CLI, applycheck and the Flux incident tests.
-KUBE_DEFAULT := 1.37
-KUBE_CI := 1.32
+KUBE_VERSIONS := internal/testenv/kube-versions
+KUBE_DEFAULT := $(shell awk '!/^\#/ && NF && $$2 !~ /-/ { m = $$1 } END { print m }' $(KUBE_VERSIONS))
+KUBE_CI := $(shell awk '!/^\#/ && NF { print $$1; exit }' $(KUBE_VERSIONS))
 KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/... \
 	./internal/webhook/... ./internal/cli/... ./pkg/applycheck/... ./test/fluxtest/...
 
@@ -106,7 +108,7 @@ test-argocd: $(BIN)/noskip ## Run the real Argo CD (repo-server, application-con
 	set -o pipefail; $(GOTEST) -tags argocd ./test/argocd/... | $(NOSKIP)
 
 .PHONY: test-matrix
-test-matrix: ## Run every control-plane test package on Kubernetes 1.32, 1.34, 1.36, 1.37 and 1.38 and print a pass/fail table
+test-matrix: ## Run every control-plane test package on every Kubernetes minor of internal/testenv/kube-versions and print a pass/fail table
 	./hack/testbin.sh --kube all
 	./hack/test-matrix.sh
 

@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 minors=("$@")
-((${#minors[@]})) || minors=(1.32 1.34 1.36 1.37 1.38)
+((${#minors[@]})) || mapfile -t minors < <(awk '!/^#/ && NF { print $1 }' internal/testenv/kube-versions)
 logs=${MATRIX_LOGS:-$(mktemp -d -t upgradeguard-matrix-XXXX)}
 mkdir -p "$logs"
 timeout=${TEST_TIMEOUT:-30m}

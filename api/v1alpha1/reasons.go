@@ -12,6 +12,9 @@ const (
 	ReasonBridgeRequired    = "BridgeRequired"
 	ReasonCRDWouldBeDeleted = "CRDWouldBeDeleted"
 	ReasonFieldsWouldBeLost = "FieldsWouldBeLost"
+	// ReasonCRDRefused: the API server refuses an incoming CRD itself (its schema or a
+	// CEL rule), which no migration fixes.
+	ReasonCRDRefused = "CRDRefused"
 	// ReasonMigrating: a migration is running.
 	ReasonMigrating = "Migrating"
 	// ReasonMigrated: the migration succeeded.

@@ -126,10 +126,30 @@ func renderRows(w io.Writer, verbose bool, rep *check.Report, rows []check.CRDRe
 			fmt.Fprintf(w, "\nnote: objects of %s could not be judged against the new schema: %s\n", c.Name, c.SchemaError)
 		}
 	}
+	renderUnasked(w, rep.CRDs)
 	renderSchemas(w, rep.CRDs)
 	renderManifests(w, rep.Manifests)
 	renderNextSteps(w, rep.NextSteps)
 	return nil
+}
+
+// renderUnasked says once that the API server could not be asked whether it accepts the
+// incoming CRDs (check.CRDReport.AdmissionError), with the first reason.
+func renderUnasked(w io.Writer, crds []check.CRDReport) {
+	var names []string
+	why := ""
+	for _, c := range crds {
+		if c.AdmissionError != "" {
+			names = append(names, c.Name)
+			if why == "" {
+				why = c.AdmissionError
+			}
+		}
+	}
+	if len(names) > 0 {
+		fmt.Fprintf(w, "\nnote: the API server was not asked whether it accepts %s (the verdicts rest on storedVersions and schemas): %s\n",
+			strings.Join(names, ", "), why)
+	}
 }
 
 func crdTable(w io.Writer, rows []check.CRDReport) error {
@@ -198,6 +218,8 @@ func renderWhy(w io.Writer, rep *check.Report, findings []check.CRDReport) {
 		predict.Delete:  "the CRD leaves the release (the target no longer renders it from templates/; crds/ is never part of a release): Helm deletes it and every object of its type (OBJECTS)",
 		predict.DataLoss: "the incoming schema no longer declares fields that stored objects hold: they are hidden at once " +
 			"and gone from etcd at each object's next write",
+		predict.Refused: "the API server refuses the incoming CRD itself (its schema or a CEL rule, by the rules of its Kubernetes minor): " +
+			"the operation would fail at that CRD, after what was applied before it; no migration helps",
 		predict.Prune: "the CRD leaves the Application, but this sync does not prune it: it stays, OutOfSync, until a sync that prunes " +
 			"deletes it and every object of its type (OBJECTS)",
 	}
@@ -206,7 +228,7 @@ func renderWhy(w io.Writer, rep *check.Report, findings []check.CRDReport) {
 			"and every object of its type (OBJECTS)"
 	}
 	fmt.Fprintln(w, "\nWhy:")
-	for _, v := range []predict.Verdict{predict.Delete, predict.DataLoss, predict.Migrate, predict.Bridge, predict.Prune} {
+	for _, v := range []predict.Verdict{predict.Delete, predict.Refused, predict.DataLoss, predict.Migrate, predict.Bridge, predict.Prune} {
 		n := 0
 		for _, c := range findings {
 			if c.Verdict == v {

@@ -5,6 +5,7 @@
 package testenv
 
 import (
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -307,13 +308,36 @@ func (cp *ControlPlane) helmCLI(name string, args []string) *exec.Cmd {
 	return cmd
 }
 
-// DefaultMinor is the Kubernetes minor the tests and the demo run on unless
-// $UPGRADEGUARD_KUBE_VERSION names another (the newest we test).
-const DefaultMinor = "1.37"
+// kubeVersions is the one list of Kubernetes minors and versions the tests, hack/testbin.sh
+// and the Makefile share.
+//
+//go:embed kube-versions
+var kubeVersions string
 
 // Minors are the Kubernetes minors `make testbin --kube all` builds and `make test-matrix`
 // runs.
-var Minors = []string{"1.32", "1.34", "1.36", "1.37", "1.38"}
+var Minors = kubeMinors()
+
+// DefaultMinor is the Kubernetes minor the tests and the demo run on unless
+// $UPGRADEGUARD_KUBE_VERSION names another: the newest at a GA version.
+var DefaultMinor = kubeDefault()
+
+func kubeMinors() []string { m, _ := parseKubeVersions(kubeVersions); return m }
+func kubeDefault() string  { _, d := parseKubeVersions(kubeVersions); return d }
+
+func parseKubeVersions(s string) (minors []string, def string) {
+	for line := range strings.Lines(s) {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		minors = append(minors, f[0])
+		if !strings.Contains(f[1], "-") {
+			def = f[0]
+		}
+	}
+	return minors, def
+}
 
 // KubeMinor is the Kubernetes minor to run: $UPGRADEGUARD_KUBE_VERSION ("1.32", or "v1.32.13"
 // reduced to its minor), else DefaultMinor.

@@ -200,6 +200,7 @@ func TestAnswer(t *testing.T) {
 		{name: "bridge", report: verdicts(predict.Bridge), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyBridge}},
 		{name: "delete", report: verdicts(predict.Delete, predict.Migrate), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyDelete}},
 		{name: "data loss", report: verdicts(predict.DataLoss), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyDataLoss}},
+		{name: "refused", report: verdicts(predict.Refused, predict.Migrate), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyRefused}},
 		{name: "no policy", report: verdicts(predict.Migrate, predict.Migrate), kind: kindNoPolicy, verb: "denied",
 			progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.notAllowed(crds) },
 			want:     []string{"no StorageMigrationPolicy with autoMigrate selects a.example.io, b.example.io", "Or create a StorageMigrationPolicy with autoMigrate: true that selects these CRDs"}},

@@ -116,8 +116,9 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 		if err != nil {
 			return nil, err
 		}
-		// The incoming CRD as the update applies it; the one prediction engine decides.
-		return check.Predict(ctx, check.Sources{Cluster: tgt.Cluster, Live: []*apiextv1.CustomResourceDefinition{old}, NoObjectCounts: true,
+		// The incoming CRD as the update applies it; the one prediction engine decides. The
+		// API server judges the CRD itself in this very request: it is not asked again.
+		return check.Predict(ctx, check.Sources{Cluster: tgt.Cluster, Live: []*apiextv1.CustomResourceDefinition{old}, NoObjectCounts: true, NoAdmission: true,
 			Chart: func(context.Context, bool) (*check.Chart, error) {
 				return &check.Chart{Name: crdGateChart, CRDs: []chartcrds.CRD{{CRD: crd, Source: predict.Templates}}}, nil
 			}})

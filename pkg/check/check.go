@@ -87,6 +87,9 @@ type Request struct {
 	// A deletion's verdict depends on whether the CRD holds objects, so those are counted
 	// whatever it says (a target of livecluster.Clusters counts them from memory).
 	NoObjectCounts bool
+	// NoAdmission skips asking the API server whether it accepts each incoming CRD (a
+	// dry-run write). An admission webhook sets it: the server judges the write it admits.
+	NoAdmission bool
 	// NoSchemaCheck skips judging stored objects against the incoming schemas (package
 	// crdschema): no pruning, validation or conversion findings, and no object reads.
 	NoSchemaCheck bool
@@ -126,6 +129,13 @@ type CRDReport struct {
 	// SchemaError says why the objects could not be judged (a conversion webhook down,
 	// say); the verdict then rests on storedVersions alone.
 	SchemaError string `json:"schemaError,omitempty"`
+	// Refusal is the API server's refusal of the incoming CRD itself, as its minor's rules
+	// decide (a dry-run write, crdschema.Admit): the Refused verdict. Nil when it accepts
+	// the CRD or was not asked.
+	Refusal *crdschema.Refusal `json:"refusal,omitempty"`
+	// AdmissionError says why the API server could not be asked (the dry run needs update
+	// and create on customresourcedefinitions); the verdict then rests on the rest.
+	AdmissionError string `json:"admissionError,omitempty"`
 	// ManifestObjects is how many objects of this CRD's kind the rendered manifests
 	// carry, for a prediction made from them (PredictManifests); nil otherwise.
 	ManifestObjects *int `json:"manifestObjects,omitempty"`
@@ -208,7 +218,7 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		CRDs: []CRDReport{},
 	}
 	removed, kept := removals(req, live)
-	var judged []judgement
+	var judged, admitted []judgement
 	for _, in := range req.Incoming {
 		if _, ok := removed[in.CRD.Name]; ok {
 			continue // it leaves the release: judged below as a removal
@@ -222,6 +232,9 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		if applied && live[in.CRD.Name] != nil && !req.NoSchemaCheck {
 			judged = append(judged, judgement{live: live[in.CRD.Name], next: in.CRD})
 		}
+		if applied && !req.NoAdmission {
+			admitted = append(admitted, judgement{live: live[in.CRD.Name], next: in.CRD})
+		}
 	}
 	for name := range removed {
 		rep.CRDs = append(rep.CRDs, CRDReport{Finding: predict.Finding{Name: name}})
@@ -229,6 +242,9 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	slices.SortFunc(rep.CRDs, func(a, b CRDReport) int { return strings.Compare(a.Name, b.Name) })
 
 	if err := judgeSchemas(ctx, cluster, judged, rep.CRDs); err != nil {
+		return nil, err
+	}
+	if err := admit(ctx, cluster, admitted, rep.CRDs); err != nil {
 		return nil, err
 	}
 	if err := countObjects(ctx, cluster, live, rep.CRDs, func(name string) bool {
@@ -497,6 +513,9 @@ func action(req Request, live map[string]*apiextv1.CustomResourceDefinition, c C
 		return predict.Command{Kind: predict.CommandMigrate, CRDs: crd}.String()
 	case predict.FixKeep:
 		return req.Deployer.KeepAdvice(req.Operation, []*apiextv1.CustomResourceDefinition{liveOrNamed(live, c.Name)}, req.Release, req.Namespace)
+	case predict.FixChart:
+		return "no migration helps: change the chart (a version whose CRD this API server accepts), or upgrade the control plane " +
+			"to a Kubernetes minor that accepts it first; then check again"
 	case predict.FixSchema:
 		return fmt.Sprintf("keep the data: declare %s in the incoming CRD's schema (or mark them x-kubernetes-preserve-unknown-fields) and check again; "+
 			"or, if the loss is intended, accept it: %s",

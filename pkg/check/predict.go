@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
@@ -85,6 +86,9 @@ type Sources struct {
 	SteppingStones History
 	// NoObjectCounts skips counting each CRD's objects (Request.NoObjectCounts).
 	NoObjectCounts bool
+	// NoAdmission skips asking the API server whether it accepts each incoming CRD
+	// (Request.NoAdmission).
+	NoAdmission bool
 	// Upgrade words moving the deployment to a chart version (Request.Upgrade).
 	Upgrade func(chartVersion string) string
 }
@@ -112,7 +116,7 @@ var ErrRollbackNeedsRelease = errors.New("a rollback needs the release whose rev
 // the live cluster. It only reads.
 func Predict(ctx context.Context, s Sources) (*Prediction, error) {
 	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Deployer: s.Deployer, Release: s.Release, Namespace: s.Namespace, Current: s.Current,
-		NoObjectCounts: s.NoObjectCounts, Upgrade: s.Upgrade}
+		NoObjectCounts: s.NoObjectCounts, NoAdmission: s.NoAdmission, Upgrade: s.Upgrade}
 	p := &Prediction{}
 	if s.Record != nil {
 		if err := s.record(ctx, &req, p); err != nil {
@@ -327,6 +331,24 @@ func (r *recordingCluster) ExistingMigrations(ctx context.Context) (map[string]s
 		return el.ExistingMigrations(ctx)
 	}
 	return nil, false, nil
+}
+
+// ServerVersion passes the question on when the wrapped Cluster can answer it ("" otherwise:
+// the version is not known).
+func (r *recordingCluster) ServerVersion(ctx context.Context) (string, error) {
+	if s, ok := r.Cluster.(Server); ok {
+		return s.ServerVersion(ctx)
+	}
+	return "", nil
+}
+
+// AdmitCRD passes the question on when the wrapped Cluster can answer it (nil otherwise:
+// not asked).
+func (r *recordingCluster) AdmitCRD(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) (*crdschema.Refusal, error) {
+	if s, ok := r.Cluster.(Server); ok {
+		return s.AdmitCRD(ctx, live, next)
+	}
+	return nil, nil
 }
 
 // ListObjects passes the schema check's reads on when the wrapped Cluster can answer them.

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -46,6 +47,7 @@ func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds
 		byName[crds[i].Name] = i
 	}
 	judges := judgesOf(cluster)
+	minor := serverMinor(ctx, cluster)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
 	for _, j := range judged {
@@ -62,7 +64,7 @@ func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds
 			if len(judge.Reads()) == 0 && judge.ConversionRemoved() == nil {
 				return nil
 			}
-			rep, err := judge.Scan(gctx, listerFunc(ol.ListObjects), 0)
+			rep, err := judge.Scan(gctx, listerFunc(ol.ListObjects), crdschema.ScanOptions{ServerMinor: minor})
 			if err != nil {
 				if isForbidden(err) {
 					return fmt.Errorf("read objects of %s to judge the new schema: %w", j.live.Name, err)
@@ -86,4 +88,64 @@ func judgesOf(cluster Cluster) *crdschema.Judges {
 		return m.judges
 	}
 	return nil
+}
+
+// Server is what a Cluster implements when the API server itself can be asked
+// (livecluster.KubeCluster does): its version, in whose words the schema findings are
+// given, and whether it accepts an incoming CRD (crdschema.Admit). The rules of CRD
+// validation and their wording differ between Kubernetes minors: only the target server
+// knows its own.
+type Server interface {
+	ServerVersion(ctx context.Context) (string, error)
+	AdmitCRD(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) (*crdschema.Refusal, error)
+}
+
+// serverMinor is the target server's Kubernetes minor, 0 when it cannot tell.
+func serverMinor(ctx context.Context, cluster Cluster) int {
+	s, ok := cluster.(Server)
+	if !ok {
+		return 0
+	}
+	v, err := s.ServerVersion(ctx)
+	if err != nil {
+		return 0
+	}
+	parsed, err := version.ParseGeneric(v)
+	if err != nil {
+		return 0
+	}
+	return int(parsed.Minor())
+}
+
+// admit asks the API server whether it accepts every applied incoming CRD, and makes a
+// refused one the Refused verdict. A server that cannot be asked (no RBAC for the dry
+// run) leaves the verdicts as they are and says why; the run goes on.
+func admit(ctx context.Context, cluster Cluster, admitted []judgement, crds []CRDReport) error {
+	s, ok := cluster.(Server)
+	if !ok || len(admitted) == 0 {
+		return nil
+	}
+	byName := map[string]int{}
+	for i := range crds {
+		byName[crds[i].Name] = i
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for _, j := range admitted {
+		c := &crds[byName[j.next.Name]]
+		g.Go(func() error {
+			r, err := s.AdmitCRD(gctx, j.live, j.next)
+			switch {
+			case err != nil && gctx.Err() != nil:
+				return gctx.Err()
+			case err != nil:
+				c.AdmissionError = err.Error()
+			case r != nil:
+				c.Refusal = r
+				c.Finding = predict.WithRefusal(c.Finding, r.Message())
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }

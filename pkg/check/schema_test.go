@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -278,4 +279,118 @@ func TestSchemaWarningsAndConversion(t *testing.T) {
 func specSchema(props map[string]apiextv1.JSONSchemaProps) *apiextv1.CustomResourceValidation {
 	return &apiextv1.CustomResourceValidation{OpenAPIV3Schema: &apiextv1.JSONSchemaProps{Type: "object",
 		Properties: map[string]apiextv1.JSONSchemaProps{"spec": {Type: "object", Properties: props}}}}
+}
+
+// TestRefusedByTheServer: whether the API server accepts an incoming CRD at all is its
+// minor's rule. 1.37 and older estimate a type() comparison in a CEL rule at the maximum
+// cost and refuse the CRD; 1.38 accepts it (kubernetes#141984). check asks the target
+// server with a dry-run write: Refused (blocking, with the server's words and no
+// migration offered) where it refuses, ok where it accepts, for a CRD that is live and
+// one that is new. A caller the server does not let write CRDs is told it was not asked,
+// and the verdicts stand.
+func TestRefusedByTheServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a control plane")
+	}
+	ctx := t.Context()
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	t.Cleanup(func() {
+		if err := cp.DeleteAllCRDs(context.WithoutCancel(ctx)); err != nil {
+			t.Errorf("delete the CRDs: %v", err)
+		}
+	})
+	str := apiextv1.JSONSchemaProps{Type: "string"}
+	live := testenv.TwoVersionCRD("cost.example.com", "costs", "Cost")
+	for i := range live.Spec.Versions {
+		live.Spec.Versions[i].Schema = specSchema(map[string]apiextv1.JSONSchemaProps{"a": str})
+	}
+	if err := testenv.ApplyCRD(ctx, cs, live); err != nil {
+		t.Fatal(err)
+	}
+	costly := func(crd *apiextv1.CustomResourceDefinition) *apiextv1.CustomResourceDefinition {
+		c := crd.DeepCopy()
+		for i := range c.Spec.Versions {
+			spec := c.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"]
+			spec.XValidations = apiextv1.ValidationRules{{Rule: "type(self) == type(self)", Message: "same type"}}
+			c.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+		}
+		return c
+	}
+	fresh := testenv.TwoVersionCRD("costnew.example.com", "costnews", "CostNew")
+	for i := range fresh.Spec.Versions {
+		fresh.Spec.Versions[i].Schema = specSchema(map[string]apiextv1.JSONSchemaProps{"a": str})
+	}
+	incoming := []chartcrds.CRD{{CRD: costly(live), Source: predict.Templates}, {CRD: costly(fresh), Source: predict.Templates}}
+	refused := cp.Minor < 38
+
+	cluster, err := livecluster.NewKubeCluster(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: incoming})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Safe == refused {
+		t.Fatalf("Kubernetes 1.%d: Safe=%v, want %v", cp.Minor, rep.Safe, !refused)
+	}
+	for _, c := range rep.CRDs {
+		if c.AdmissionError != "" {
+			t.Errorf("%s: the server was not asked: %s", c.Name, c.AdmissionError)
+		}
+		if !refused {
+			if c.Verdict != predict.OK || c.Refusal != nil {
+				t.Errorf("Kubernetes 1.%d accepts %s: want ok, got %s (%s)", cp.Minor, c.Name, c.Verdict, c.Reason)
+			}
+			continue
+		}
+		if c.Verdict != predict.Refused || c.Refusal == nil || !strings.Contains(c.Reason, "cost") ||
+			predict.FixFor(c.Finding) != predict.FixChart || !strings.Contains(c.Action, "no migration helps") {
+			t.Errorf("Kubernetes 1.%d refuses %s: want refused for its cost with the chart fix, got %s (%s), action %q",
+				cp.Minor, c.Name, c.Verdict, c.Reason, c.Action)
+		}
+	}
+	// The dry runs wrote nothing: the live CRD has no rule, the new one does not exist.
+	got, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, live.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].XValidations) != 0 {
+		t.Fatal("the dry run changed the live CRD")
+	}
+	if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, fresh.Name, metav1.GetOptions{}); err == nil {
+		t.Fatal("the dry run created the new CRD")
+	}
+	if refused {
+		d, err := gate.Decide(ctx, cp.Config, incoming, gate.Options{AutoMigrate: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome != gate.Blocked || d.Reason != gate.ReasonRefused || !strings.Contains(d.Message, gate.WhyRefused) || len(d.ToMigrate) != 0 {
+			t.Fatalf("gate: want Blocked/%s and no migration, got %s/%s %v: %s", gate.ReasonRefused, d.Outcome, d.Reason, d.ToMigrate, d.Message)
+		}
+	}
+
+	// A reader that may not write CRDs: not asked, said so, verdicts as without the question.
+	cp.Grant(t, "crd-viewer", rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}})
+	viewer, err := cp.AddUser("crd-viewer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly, err := livecluster.NewKubeCluster(viewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err = check.Run(ctx, readOnly, check.Request{Operation: predict.Upgrade, Incoming: incoming})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Safe {
+		t.Fatalf("not asked: want the verdicts without the question (safe), got %+v", rep.CRDs)
+	}
+	for _, c := range rep.CRDs {
+		if !strings.Contains(c.AdmissionError, "forbidden") {
+			t.Errorf("%s: want the forbidden dry run said, got %q", c.Name, c.AdmissionError)
+		}
+	}
 }

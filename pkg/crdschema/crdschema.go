@@ -9,7 +9,9 @@
 // The judgement is the API server's own code from k8s.io/apiextensions-apiserver: the
 // structural schema, pruning, defaulting, embedded-object metadata coercion, and the
 // custom resource strategy's validation (OpenAPI, list-type invariants, CEL rules within
-// their cost limits, and ratcheting on update). Nothing here re-implements a rule.
+// their cost limits). Nothing here re-implements a rule. Where the target server's minor
+// words a failure differently, the report uses its words (ScanOptions.ServerMinor), and
+// whether the server accepts the incoming CRD itself is asked of the server (Admit).
 //
 // A Judge compiles one schema change (the live CRD and the CRD about to replace it, or the
 // CRD a migration writes under). Judge.Reads says which live objects to read, at which
@@ -29,7 +31,6 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel/model"
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	structurallisttype "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
 	schemaobjectmeta "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/objectmeta"
@@ -41,7 +42,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
-	"k8s.io/apiserver/pkg/cel/common"
 )
 
 // Read is one pass over the live objects of a CRD: list them at version ReadAt (as the
@@ -76,32 +76,18 @@ type rules struct {
 // validate is the custom resource strategy's create validation (k8s.io/apiextensions-
 // apiserver/pkg/registry/customresource, strategy.go), in its order, from the same
 // packages: the OpenAPI schema, embedded resources' metadata, list-type invariants, then
-// the CEL rules within the runtime cost budget when nothing before blocks them. With old
-// set, it is the update validation, ratcheting what old already had.
-func (r *rules) validate(ctx context.Context, obj, old map[string]any) field.ErrorList {
-	var opts []apiservervalidation.ValidationOption
-	var celOpts []cel.Option
-	var errs field.ErrorList
-	if old != nil {
-		correlated := common.NewCorrelatedObject(obj, old, &model.Structural{Structural: r.structural})
-		opts = append(opts, apiservervalidation.WithRatcheting(correlated))
-		celOpts = append(celOpts, cel.WithRatcheting(correlated))
-		errs = apiservervalidation.ValidateCustomResourceUpdate(nil, obj, old, r.validator, opts...)
-	} else {
-		errs = apiservervalidation.ValidateCustomResource(nil, obj, r.validator)
-	}
+// the CEL rules within the runtime cost budget when nothing before blocks them. An update
+// meets the same rules, ratcheted: the API server lets an update through that leaves an
+// invalid value as it was, so what the next schema newly refuses is met only by an update
+// that touches it (Outcome.Invalid).
+func (r *rules) validate(ctx context.Context, obj map[string]any) field.ErrorList {
+	errs := apiservervalidation.ValidateCustomResource(nil, obj, r.validator)
 	errs = append(errs, schemaobjectmeta.Validate(ctx, nil, obj, r.structural, false)...)
-	if old == nil || len(structurallisttype.ValidateListSetsAndMaps(nil, r.structural, old)) == 0 {
-		errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, r.structural, obj)...)
-	}
+	errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, r.structural, obj)...)
 	if r.cel == nil || blocking(errs) {
 		return errs
 	}
-	var oldObj any
-	if old != nil {
-		oldObj = old
-	}
-	celErrs, _ := r.cel.Validate(ctx, nil, r.structural, obj, oldObj, celconfig.RuntimeCELCostBudget, celOpts...)
+	celErrs, _ := r.cel.Validate(ctx, nil, r.structural, obj, nil, celconfig.RuntimeCELCostBudget)
 	return append(errs, celErrs...)
 }
 
@@ -219,13 +205,13 @@ func (j *Judge) Object(ctx context.Context, r Read, obj map[string]any) Outcome 
 		return out
 	}
 	structuraldefaulting.Default(u.Object, next.structural)
-	errs := next.validate(ctx, u.Object, nil)
+	errs := next.validate(ctx, u.Object)
 	if len(errs) == 0 {
 		return out
 	}
 	var before field.ErrorList
 	if live := j.liveRules[r.ReadAt]; live != nil {
-		before = live.validate(ctx, obj, nil)
+		before = live.validate(ctx, obj)
 	}
 	for _, e := range errs {
 		if !slices.ContainsFunc(before, func(b *field.Error) bool { return sameError(b, e) }) {
@@ -233,19 +219,6 @@ func (j *Judge) Object(ctx context.Context, r Read, obj map[string]any) Outcome 
 		}
 	}
 	return out
-}
-
-// UnchangedUpdate runs the next schema's update validation with the object as both the old
-// and the new object, as a no-op write (a storage migration's) meets it: ratcheting lets
-// an unchanged invalid object through. It is what the API server would answer.
-func (j *Judge) UnchangedUpdate(ctx context.Context, r Read, obj map[string]any) field.ErrorList {
-	next := j.nextRules[r.Against]
-	if next == nil {
-		return nil
-	}
-	o := runtime.DeepCopyJSON(obj)
-	structuraldefaulting.Default(o, next.structural)
-	return next.validate(ctx, o, runtime.DeepCopyJSON(o))
 }
 
 func sameError(a, b *field.Error) bool {

@@ -34,14 +34,18 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, &cp)) }
 
 const group = "schema.example.com"
 
-// ruleCase is one schema change, proven against the API server: objects are created under
-// the before schema, the prediction is made, the after schema is applied, and what the
-// server then serves and refuses is compared with the prediction.
+// ruleCase is one schema change, proven against the API server of every minor the matrix
+// runs: objects are created under the before schema, the prediction is made for that
+// server (its minor's words, and whether it accepts the after CRD at all), the after
+// schema is applied, and what the server then serves and refuses is compared with the
+// prediction.
 type ruleCase struct {
 	name          string
 	before, after string // the spec schema, YAML
-	objects       map[string]string
-	wantPruned    []string
+	// refusedBy says which minors refuse the after CRD itself (nil: none do).
+	refusedBy  func(minor int) bool
+	objects    map[string]string
+	wantPruned []string
 	// wantInvalid are the paths of predicted validation failures; touch is, per object
 	// with one, a merge patch that changes the offending field and must be refused.
 	wantInvalid []string
@@ -105,6 +109,30 @@ func ruleCases() []ruleCase {
 		wantInvalid: []string{"spec"},
 		touch:       map[string]string{"inverted": `{"spec":{"max":2}}`},
 	}, {
+		// 1.38 words these "Too few" (kubernetes#141641), 1.37 and older "Invalid value".
+		name:        "minItems",
+		before:      `{type: object, properties: {hosts: {type: array, items: {type: string}}}}`,
+		after:       `{type: object, properties: {hosts: {type: array, minItems: 2, items: {type: string}}}}`,
+		objects:     map[string]string{"one": `{hosts: [a]}`, "two": `{hosts: [a, b]}`},
+		wantInvalid: []string{"spec.hosts"},
+		touch:       map[string]string{"one": `{"spec":{"hosts":["c"]}}`},
+	}, {
+		name:        "minProperties",
+		before:      `{type: object, properties: {labels: {type: object, additionalProperties: {type: string}}}}`,
+		after:       `{type: object, properties: {labels: {type: object, minProperties: 2, additionalProperties: {type: string}}}}`,
+		objects:     map[string]string{"one": `{labels: {a: b}}`, "two": `{labels: {a: b, c: d}}`},
+		wantInvalid: []string{"spec.labels"},
+		touch:       map[string]string{"one": `{"spec":{"labels":{"a":"c"}}}`},
+	}, {
+		// 1.38 loosened CEL cost estimation (kubernetes#141984): 1.37 and older estimate
+		// type() comparisons at the maximum cost and refuse the CRD itself.
+		name:   "CEL rule whose estimated cost only 1.38 accepts",
+		before: `{type: object, properties: {a: {type: string}}}`,
+		after: `{type: object, x-kubernetes-validations: [{rule: "type(self) == type(self)", message: "same type"}],
+			properties: {a: {type: string}}}`,
+		refusedBy: func(minor int) bool { return minor < 38 },
+		objects:   map[string]string{"plain": `{a: x}`},
+	}, {
 		name:        "int-or-string narrowed to integer",
 		before:      `{type: object, properties: {port: {x-kubernetes-int-or-string: true}}}`,
 		after:       `{type: object, properties: {port: {type: integer}}}`,
@@ -163,7 +191,8 @@ func runRuleCase(t *testing.T, plural string, tc ruleCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := j.Scan(ctx, crdschema.DynamicLister{Client: dyn}, 2) // pages of two: paging is exercised
+	// Pages of two: paging is exercised.
+	rep, err := j.Scan(ctx, crdschema.DynamicLister{Client: dyn}, crdschema.ScanOptions{PageSize: 2, ServerMinor: cp.Minor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,9 +212,30 @@ func runRuleCase(t *testing.T, plural string, tc ruleCase) {
 		t.Errorf("summary names no counts: %q", rep.Summary())
 	}
 
+	// Whether the server accepts the after CRD at all is its minor's rule: Admit asks it,
+	// and the write must then do what Admit said.
+	refusal, err := crdschema.Admit(ctx, cs.ApiextensionsV1().CustomResourceDefinitions(), live, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := tc.refusedBy != nil && tc.refusedBy(cp.Minor); (refusal != nil) != want {
+		t.Errorf("Kubernetes 1.%d: refusal %v, want refused=%v", cp.Minor, refusal, want)
+	}
+	err = testenv.ApplyCRD(ctx, cs, after)
+	if refusal != nil {
+		if err == nil {
+			t.Fatalf("Admit predicted a refusal (%s), but the API server accepted the CRD", refusal.Message())
+		}
+		for _, c := range refusal.Causes {
+			if !strings.Contains(err.Error(), c) {
+				t.Errorf("the API server's refusal %q does not contain the predicted %q", err, c)
+			}
+		}
+		return
+	}
 	// Apply the new schema and wait until the API server serves it (the sentinel default).
-	if err := testenv.ApplyCRD(ctx, cs, after); err != nil {
-		t.Fatalf("the API server refused the new schema: %v", err)
+	if err != nil {
+		t.Fatalf("the API server refused the new schema, which Admit said it accepts: %v", err)
 	}
 	waitSentinel(t, ri, "after", "")
 

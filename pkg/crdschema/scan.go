@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -36,6 +35,8 @@ type Report struct {
 	// ConversionRemoved is a conversion webhook removed while differently shaped versions
 	// are stored. Data loss.
 	ConversionRemoved *ConversionRemoval `json:"conversionRemoved,omitempty"`
+	// ServerMinor is the Kubernetes minor whose words Invalid is given in (0: BuiltMinor's).
+	ServerMinor int `json:"serverMinor,omitempty"`
 }
 
 // PathCount is one field path with the objects that hold it.
@@ -118,12 +119,21 @@ func (d DynamicLister) List(ctx context.Context, gvr schema.GroupVersionResource
 	return d.Client.Resource(gvr).List(ctx, opts)
 }
 
+// ScanOptions tune Scan.
+type ScanOptions struct {
+	// PageSize is how many objects one LIST page holds (0: DefaultPageSize).
+	PageSize int64
+	// ServerMinor is the target API server's Kubernetes minor (0: not known). The
+	// report's failures are worded as that server words them (see asServer).
+	ServerMinor int
+}
+
 // Scan reads the live objects the change needs, page by page, and judges each. A CRD
-// whose schemas do not change is not read at all. pageSize 0 is DefaultPageSize.
-func (j *Judge) Scan(ctx context.Context, l Lister, pageSize int64) (*Report, error) {
-	rep := &Report{Reads: j.Reads(), ConversionRemoved: j.conversion}
-	acc := newAccumulator()
-	err := j.each(ctx, l, pageSize, "judge them against the new schema", func(r Read, o *unstructured.Unstructured) error {
+// whose schemas do not change is not read at all.
+func (j *Judge) Scan(ctx context.Context, l Lister, o ScanOptions) (*Report, error) {
+	rep := &Report{Reads: j.Reads(), ConversionRemoved: j.conversion, ServerMinor: o.ServerMinor}
+	acc := newAccumulator(o.ServerMinor)
+	err := j.each(ctx, l, o.PageSize, "judge them against the new schema", func(r Read, o *unstructured.Unstructured) error {
 		acc.add(r, objectName(o), j.Object(ctx, r, o.Object))
 		rep.Objects++
 		return nil
@@ -169,7 +179,7 @@ func Check(ctx context.Context, l Lister, live, next *apiextv1.CustomResourceDef
 	if err != nil {
 		return nil, err
 	}
-	return j.Scan(ctx, l, 0)
+	return j.Scan(ctx, l, ScanOptions{})
 }
 
 func objectName(o *unstructured.Unstructured) string {
@@ -180,12 +190,13 @@ func objectName(o *unstructured.Unstructured) string {
 }
 
 type accumulator struct {
-	pruned  map[[2]string]*PathCount
-	invalid map[[4]string]*RuleCount
+	serverMinor int
+	pruned      map[[2]string]*PathCount
+	invalid     map[[4]string]*RuleCount
 }
 
-func newAccumulator() *accumulator {
-	return &accumulator{pruned: map[[2]string]*PathCount{}, invalid: map[[4]string]*RuleCount{}}
+func newAccumulator(serverMinor int) *accumulator {
+	return &accumulator{serverMinor: serverMinor, pruned: map[[2]string]*PathCount{}, invalid: map[[4]string]*RuleCount{}}
 }
 
 func (a *accumulator) add(r Read, name string, o Outcome) {
@@ -204,14 +215,15 @@ func (a *accumulator) add(r Read, name string, o Outcome) {
 	seen := map[[4]string]bool{}
 	for _, e := range o.Invalid {
 		path := index.ReplaceAllString(e.Field, "[*]")
-		k := [4]string{r.Against, path, string(e.Type), e.Detail}
+		typ, detail := asServer(e, a.serverMinor)
+		k := [4]string{r.Against, path, typ, detail}
 		if seen[k] {
 			continue
 		}
 		seen[k] = true
 		rc := a.invalid[k]
 		if rc == nil {
-			rc = &RuleCount{Path: path, Version: r.Against, Type: e.Type.String(), Message: message(e), Examples: []string{}}
+			rc = &RuleCount{Path: path, Version: r.Against, Type: typ, Message: message(typ, detail), Examples: []string{}}
 			a.invalid[k] = rc
 		}
 		rc.Objects++
@@ -223,11 +235,11 @@ func (a *accumulator) add(r Read, name string, o Outcome) {
 
 // message is the error without the object's value: the failure's type and the rule's
 // detail (the API server's own wording for both).
-func message(e *field.Error) string {
-	if e.Detail == "" {
-		return e.Type.String()
+func message(typ, detail string) string {
+	if detail == "" {
+		return typ
 	}
-	return e.Type.String() + ": " + e.Detail
+	return typ + ": " + detail
 }
 
 func (a *accumulator) result() ([]PathCount, []RuleCount) {

@@ -54,6 +54,7 @@ const (
 	ReasonBridgeRequired    = v1alpha1.ReasonBridgeRequired
 	ReasonCRDDeletion       = v1alpha1.ReasonCRDWouldBeDeleted
 	ReasonDataLoss          = v1alpha1.ReasonFieldsWouldBeLost
+	ReasonRefused           = v1alpha1.ReasonCRDRefused
 	ReasonMigrating         = v1alpha1.ReasonMigrating
 	ReasonMigrated          = v1alpha1.ReasonMigrated
 	ReasonMigrationFailed   = v1alpha1.ReasonMigrationFailed
@@ -138,6 +139,7 @@ const (
 	WhyBridge   = "the API server would reject it"
 	WhyDelete   = "Helm would delete CRDs and every object of their types"
 	WhyDataLoss = "the incoming schema would drop fields that stored objects hold"
+	WhyRefused  = "the API server refuses the incoming CRD itself"
 )
 
 // WhyDeleteCRD is why the deletion of a CRD itself (predict.DeleteCRD, by any client)
@@ -193,6 +195,8 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 			}
 		case fix == predict.FixSchema:
 			d.Reason, why = ReasonDataLoss, WhyDataLoss
+		case fix == predict.FixChart:
+			d.Reason, why = ReasonRefused, WhyRefused
 		}
 		if why != "" {
 			d.Unfixable = append(d.Unfixable, c.Name+": "+c.Reason)

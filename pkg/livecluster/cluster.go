@@ -2,7 +2,8 @@
 // target kept by Clusters the memory between decisions (an informer on its CRDs, informers
 // on the Helm release records, StorageVersionMigrations and the objects the schema check
 // reads, and pages of those objects kept while nothing changed). It only ever reads the
-// cluster. KubeCluster implements package check's Cluster port; a target kept by Clusters
+// cluster, but for the dry-run writes that ask the API server whether it accepts a CRD
+// (AdmitCRD), which persist nothing. KubeCluster implements package check's Cluster port; a target kept by Clusters
 // also keeps what check remembers of it (a check.Memory: the CRDs of release revisions and
 // compiled schema judges), which check reads through that port and which goes with the
 // target.
@@ -11,6 +12,7 @@ package livecluster
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -23,13 +25,15 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
 
 // KubeCluster reads a real cluster (it implements check.Cluster, the optional readers
-// check asks for, and check.Warmer). It only ever issues GET and LIST.
+// check asks for, and check.Warmer). It issues GET and LIST, and the dry-run writes of
+// AdmitCRD.
 type KubeCluster struct {
 	crds     apiextclient.Interface
 	metadata metadata.Interface
@@ -41,6 +45,9 @@ type KubeCluster struct {
 	kept *check.Memory
 	// watch, when set (Clusters), keeps informers that answer repeated reads.
 	watch *watches
+	// version is the API server's version once read, for a kept target: its decisions
+	// are made with no API request.
+	version atomic.Pointer[string]
 }
 
 // NewKubeCluster builds a KubeCluster from a REST config, kept nowhere: every read asks
@@ -97,12 +104,31 @@ func (k *KubeCluster) ExistingMigrations(ctx context.Context) (map[string]svm.Ex
 }
 
 // ServerVersion returns the API server's git version, for rendering charts against it.
+// A kept target reads it once (a control plane upgrade is seen when the target is kept
+// again).
 func (k *KubeCluster) ServerVersion(_ context.Context) (string, error) {
+	if v := k.version.Load(); v != nil {
+		return *v, nil
+	}
 	v, err := k.disco.ServerVersion()
 	if err != nil {
 		return "", err
 	}
+	if k.kept != nil {
+		k.version.Store(&v.GitVersion)
+	}
 	return v.GitVersion, nil
+}
+
+// AdmitCRD asks the API server whether it accepts next over live (nil: a new CRD), with a
+// dry-run write (crdschema.Admit). A target kept by Clusters does not ask: the gates it
+// serves decide from memory, with no API request per decision, and the API server still
+// refuses such a CRD when it is applied (nothing is lost; the operation fails there).
+func (k *KubeCluster) AdmitCRD(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) (*crdschema.Refusal, error) {
+	if k.kept != nil {
+		return nil, nil
+	}
+	return crdschema.Admit(ctx, k.crds.ApiextensionsV1().CustomResourceDefinitions(), live, next)
 }
 
 // CRDs lists every CRD in pages, or reads them from memory for a cluster of Clusters

@@ -10,8 +10,6 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -41,12 +39,12 @@ func TestWarmPastAForbiddenResource(t *testing.T) {
 		})
 	})
 	const user = "warm-limited"
-	grant(t, user, []rbacv1.PolicyRule{
+	cp.Grant(t, user, []rbacv1.PolicyRule{
 		{APIGroups: []string{apiextv1.GroupName}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"storagemigration.k8s.io"}, Resources: []string{"storageversionmigrations"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{allowed}, Resources: []string{"gadgets"}, Verbs: []string{"list", "watch"}},
-	})
+	}...)
 	cfg, err := cp.AddUser(user)
 	if err != nil {
 		t.Fatal(err)
@@ -76,25 +74,4 @@ func TestWarmPastAForbiddenResource(t *testing.T) {
 			t.Errorf("no informer %s: the warm-up did not start it (informers: %v)", key, synced)
 		}
 	}
-}
-
-// grant gives user the rules, cluster-wide, through a ClusterRole and its binding.
-func grant(t *testing.T, user string, rules []rbacv1.PolicyRule) {
-	t.Helper()
-	ctx := t.Context()
-	kc := kubernetes.NewForConfigOrDie(cp.Config)
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}
-	if _, err := kc.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
-	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kc.RbacV1().ClusterRoleBindings().Delete(context.Background(), user, metav1.DeleteOptions{})
-		_ = kc.RbacV1().ClusterRoles().Delete(context.Background(), user, metav1.DeleteOptions{})
-	})
 }

@@ -66,7 +66,7 @@ func fieldLoss(ctx context.Context, l crdschema.Lister, crd *apiextv1.CustomReso
 	if len(judge.Reads()) == 0 {
 		return nil, nil, nil
 	}
-	rep, err := judge.Scan(ctx, l, pageSize)
+	rep, err := judge.Scan(ctx, l, crdschema.ScanOptions{PageSize: pageSize})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: read the objects stored at older versions to judge which fields the migration would drop: %w", crd.Name, err)
 	}

@@ -33,6 +33,9 @@ const (
 	// FixSchema changes the incoming schema so that it keeps what stored objects hold, or
 	// accepts the loss (CommandAllowFieldLoss). No migration helps.
 	FixSchema Fix = "schema"
+	// FixChart moves to a chart whose CRDs the target API server accepts (or upgrades the
+	// control plane to a minor that accepts them first). No migration helps.
+	FixChart Fix = "chart"
 )
 
 // FixFor returns what fixes a finding.
@@ -44,6 +47,8 @@ func FixFor(f Finding) Fix {
 		return FixKeep
 	case DataLoss:
 		return FixSchema
+	case Refused:
+		return FixChart
 	case Bridge:
 		if f.StorageSwitchTo != "" {
 			return FixStorageSwitch

@@ -50,6 +50,11 @@ const (
 	// object of its type. The operation itself loses nothing (Blocks is false); keeping
 	// the CRD (FixKeep) stops the later prune.
 	Prune Verdict = "prune"
+	// Refused means the API server refuses the incoming CRD itself, for a reason no
+	// migration fixes: a schema or a CEL rule its minor does not accept (crdschema.Admit
+	// asks it). The operation fails at that CRD, after what was applied before it; the
+	// chart (or the control plane's version) must change first.
+	Refused Verdict = "refused"
 )
 
 // Blocks reports whether a verdict stops the operation as it stands: every one but OK and
@@ -295,6 +300,17 @@ func WithSchema(f Finding, live *apiextv1.CustomResourceDefinition, s Schema) Fi
 	default:
 		f.Reason += "; " + s.Summary
 	}
+	return f
+}
+
+// WithRefusal makes a finding the Refused verdict: the API server refuses the incoming
+// CRD itself (message is crdschema.Refusal.Message), so nothing else the verdict said
+// can happen first. What it said stays in the reason.
+func WithRefusal(f Finding, message string) Finding {
+	if f.Verdict != OK {
+		message += "; also: " + f.Reason
+	}
+	f.Verdict, f.Reason = Refused, message
 	return f
 }
 

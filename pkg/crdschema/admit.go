@@ -1,0 +1,89 @@
+package crdschema
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextv1client "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+)
+
+// Refusal is the API server's refusal of an incoming CRD itself: a schema it does not
+// accept, a CEL rule whose estimated cost exceeds its budget, a rule that uses a function
+// it does not know. The rules differ between Kubernetes minors (1.38 loosened CEL cost
+// estimation: a rule 1.37 refuses, 1.38 accepts), so only the target server can say: Admit
+// asks it with a dry-run write. A write that drops a stored version is not a Refusal: it
+// is the storedVersions verdict, which a migration fixes.
+type Refusal struct {
+	// Causes are the API server's own messages, one per refused field, as it words them.
+	Causes []string `json:"causes"`
+}
+
+// Message is the causes in one line.
+func (r *Refusal) Message() string {
+	if r == nil {
+		return ""
+	}
+	return "the API server refuses the incoming CRD: " + strings.Join(r.Causes, "; ")
+}
+
+// Admit asks the API server whether it accepts next over live (nil: next is new), with a
+// server-side dry-run update (or create) that persists nothing. It returns the refusal,
+// nil when the server accepts the CRD or refuses it only for stored versions it drops,
+// and an error when it could not ask (RBAC: the dry run needs update and create on
+// customresourcedefinitions; a webhook that refused; the server unreachable).
+func Admit(ctx context.Context, crds apiextv1client.CustomResourceDefinitionInterface, live, next *apiextv1.CustomResourceDefinition) (*Refusal, error) {
+	dryRun := []string{metav1.DryRunAll}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c := next.DeepCopy()
+		c.UID, c.Generation, c.ManagedFields, c.Status = "", 0, nil, apiextv1.CustomResourceDefinitionStatus{}
+		if live == nil {
+			c.ResourceVersion = ""
+			_, err := crds.Create(ctx, c, metav1.CreateOptions{DryRun: dryRun})
+			return err
+		}
+		c.ResourceVersion = live.ResourceVersion
+		_, err := crds.Update(ctx, c, metav1.UpdateOptions{DryRun: dryRun})
+		if apierrors.IsConflict(err) {
+			// The live CRD moved since it was read (or was read from a cache): ask again
+			// over the API server's own copy.
+			fresh, gerr := crds.Get(ctx, next.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+			live = fresh
+		}
+		return err
+	})
+	if err == nil {
+		return nil, nil
+	}
+	if !apierrors.IsInvalid(err) {
+		return nil, fmt.Errorf("ask the API server whether it accepts CRD %s (a dry-run write): %w", next.Name, err)
+	}
+	var causes []string
+	if status, ok := err.(apierrors.APIStatus); ok && status.Status().Details != nil {
+		for _, c := range status.Status().Details.Causes {
+			msg := c.Message
+			if c.Field != "" {
+				msg = c.Field + ": " + msg
+			}
+			if len(crdversions.StoredVersionRejections(msg)) == 0 {
+				causes = append(causes, msg)
+			}
+		}
+		if len(status.Status().Details.Causes) > 0 && len(causes) == 0 {
+			return nil, nil // only stored versions it drops: the storedVersions verdict's
+		}
+	}
+	if len(causes) == 0 {
+		causes = []string{err.Error()}
+	}
+	return &Refusal{Causes: causes}, nil
+}
