@@ -8,11 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	svmv1 "k8s.io/api/storagemigration/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 
@@ -329,5 +332,151 @@ func tooLateWithHelm(t *testing.T, name string, helm func(args ...string) *exec.
 		t.Cleanup(func() {
 			_ = dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Delete(context.WithoutCancel(ctx), svmName, metav1.DeleteOptions{})
 		})
+	}
+}
+
+// TestBundledMigrationRunsWithHelm: will-run and will-not-run rest on what the in-tree
+// migrator does, not on a status the test writes. A release whose CRD is source-
+// controller 1.2.0's (objects stored at v1beta2) is checked against chart 2.0.0 (the 1.6.0
+// CRD, storing v1 and still serving v1beta2, and a StorageVersionMigration): it will run.
+// The real `helm upgrade` creates it, and the real kube-controller-manager migrates the
+// objects and prunes status.storedVersions to [v1]. The same chart checked again: it will
+// not run (a StorageVersionMigration of that name exists and succeeded). Before 1.37 no
+// StorageVersionMigration is served by default, so no chart can bundle one that runs.
+func TestBundledMigrationRunsWithHelm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	ctx := t.Context()
+	gvr, err := svm.Resource(discovery.NewDiscoveryClientForConfigOrDie(cp.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Minor < 37 {
+		if !gvr.Empty() {
+			t.Fatalf("1.%d serves %s by default; the verdicts assume only 1.37 on does", cp.Minor, gvr)
+		}
+		return
+	}
+	if gvr.Empty() {
+		t.Fatalf("1.%d serves no StorageVersionMigrations", cp.Minor)
+	}
+	// The built-in migrator needs the garbage collector's informers.
+	if err := cp.StartControllerManager("garbage-collector-controller", "storage-version-migrator-controller"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.StopControllerManager(); err != nil {
+			t.Error(err)
+		}
+	})
+
+	cs := apiextclient.NewForConfigOrDie(cp.Config)
+	const g = "runs.bundled.upgradeguard.test"
+	crd := "helmrepositories." + g
+	regroup := func(version string) string {
+		fx, err := testenv.Fixtures()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(fx, "crds/flux-source-controller", version, "source.toolkit.fluxcd.io_helmrepositories.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.ReplaceAll(string(data), "source.toolkit.fluxcd.io", g)
+	}
+	dir := t.TempDir()
+	v1, err := testenv.WriteChart(filepath.Join(dir, "1"), "runs", "1.0.0", map[string]string{"templates/crd.yaml": regroup("v1.2.0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := testenv.WriteChart(filepath.Join(dir, "2"), "runs", "2.0.0", map[string]string{
+		"templates/crd.yaml": regroup("v1.6.0"),
+		"templates/svm.yaml": fmt.Sprintf("apiVersion: %s\nkind: StorageVersionMigration\nmetadata:\n  name: runs-{{ .Chart.Version }}\nspec:\n  resource:\n    group: %s\n    resource: helmrepositories\n",
+			gvr.GroupVersion(), g),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "bundled-runs"
+	if out, err := cp.Helm("install", "runs", v1, "-n", ns, "--create-namespace").CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		_ = cp.Helm("uninstall", "runs", "-n", ns).Run()
+		_ = cs.ApiextensionsV1().CustomResourceDefinitions().Delete(context.WithoutCancel(ctx), crd, metav1.DeleteOptions{})
+		_ = dynamic.NewForConfigOrDie(cp.Config).Resource(gvr).Delete(context.WithoutCancel(ctx), "runs-2.0.0", metav1.DeleteOptions{})
+	})
+	if err := testenv.WaitEstablished(ctx, cs, crd); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cp.Config)
+	objects := dyn.Resource(schema.GroupVersionResource{Group: g, Version: "v1beta2", Resource: "helmrepositories"}).Namespace(ns)
+	for i := range 3 {
+		o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": g + "/v1beta2", "kind": "HelmRepository",
+			"metadata": map[string]any{"name": fmt.Sprintf("repo%d", i)}, "spec": map[string]any{"url": "https://charts.example.com", "interval": "5m"}}}
+		if _, err := objects.Create(ctx, o, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	bundledVerdict := func() predict.BundledMigration {
+		t.Helper()
+		cluster, err := livecluster.NewKubeCluster(cp.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := check.Predict(ctx, check.Sources{Cluster: cluster, Chart: chartsource.CheckChart(chartsource.Helm{}, chartsource.Options{Ref: v2})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Report.CRDs) != 1 || len(p.Report.CRDs[0].BundledMigrations) != 1 {
+			t.Fatalf("report %+v, want %s with one bundled migration", p.Report.CRDs, crd)
+		}
+		return p.Report.CRDs[0].BundledMigrations[0]
+	}
+	if b := bundledVerdict(); b.Name != "runs-2.0.0" || b.Verdict != predict.BundledWillRun {
+		t.Fatalf("before the upgrade: %s %s (%s), want runs-2.0.0 will-run", b.Name, b.Verdict, b.Reason)
+	}
+
+	if out, err := cp.Helm("upgrade", "runs", v2, "-n", ns).CombinedOutput(); err != nil {
+		t.Fatalf("helm upgrade: %v\n%s", err, out)
+	}
+	// The in-tree migrator runs it: Succeeded, and storedVersions pruned by the server. It
+	// starts once the garbage collector's monitors know the new resource, which can take
+	// a minute or more on a loaded machine.
+	svmDone := func() (bool, error) {
+		m, err := dyn.Resource(gvr).Get(ctx, "runs-2.0.0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(m.Object, "status", "conditions")
+		succeeded := false
+		for _, c := range conds {
+			c, _ := c.(map[string]any)
+			if c["type"] == string(svmv1.MigrationSucceeded) && c["status"] == "True" {
+				succeeded = true
+			}
+		}
+		live, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if !succeeded || strings.Join(live.Status.StoredVersions, ",") != "v1" {
+			return false, fmt.Errorf("not yet: conditions %v, storedVersions %v", conds, live.Status.StoredVersions)
+		}
+		return true, nil
+	}
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
+		ok, err := svmDone()
+		last = err
+		return ok, nil
+	}); err != nil {
+		t.Fatalf("the bundled StorageVersionMigration did not succeed with storedVersions [v1]: %v", last)
+	}
+
+	if b := bundledVerdict(); b.Verdict != predict.BundledWillNotRun || !strings.Contains(b.Reason, "already exists (succeeded") {
+		t.Fatalf("after the migrator ran it: %s %s (%s), want will-not-run: it exists and succeeded", b.Name, b.Verdict, b.Reason)
 	}
 }
