@@ -48,6 +48,9 @@ const (
 	AnnotationFor = "upgradeguard.io/handed-to"
 )
 
+// firstTakeAfter is how long after its first tick a replica first takes targets.
+const firstTakeAfter = 2 * time.Second
+
 // renewers bounds the target Leases renewed at once.
 const renewers = 8
 
@@ -98,6 +101,9 @@ type claim struct {
 	cancel  context.CancelFunc
 	holders sync.WaitGroup
 	renewed time.Time
+	// deadline drops the claim LeaseDuration - RenewEvery after its last renewal, on
+	// time rather than at the next tick.
+	deadline *time.Timer
 	// releasing: given up; the Lease is released once the holders have returned.
 	releasing bool
 }
@@ -266,7 +272,15 @@ func (s *Shard) Start(ctx context.Context) error {
 			}
 		}
 		s.tick(ctx)
-		timer.Reset(s.o.RenewEvery)
+		next := s.o.RenewEvery
+		s.mu.Lock()
+		if s.ticks == 1 {
+			// The first tick only announced this replica: take targets soon after, once
+			// replicas that started with it have announced themselves too.
+			next = min(next, firstTakeAfter)
+		}
+		s.mu.Unlock()
+		timer.Reset(next)
 	}
 }
 
@@ -364,11 +378,11 @@ func (s *Shard) tick(ctx context.Context) {
 			case err == nil:
 				s.mu.Lock()
 				if c := s.claims[k]; c != nil {
-					c.renewed = now
+					c.renewedAt(s, now)
 				} else if !releasing[k] {
 					// Still held on the server, though this replica had dropped it after
 					// failed renewals: nobody took it meanwhile, so it owns it again.
-					s.claims[k] = s.newClaim(objs[k].Name, now)
+					s.claims[k] = s.newClaim(k, objs[k].Name, now)
 					gone = []string{k}
 				}
 				s.mu.Unlock()
@@ -438,14 +452,12 @@ func (s *Shard) settle(changed []string) {
 	}
 }
 
-// expire drops the claims not renewed for LeaseDuration - RenewEvery: by then another
-// replica may be about to take them (at LeaseDuration after the last renewal on its
-// clock), so the work on them stops first.
+// expire drops the claims not renewed for grace (their timers do it too, on time).
 func (s *Shard) expire(now time.Time) []string {
 	s.mu.Lock()
 	var late []string
 	for k, c := range s.claims {
-		if !c.releasing && now.Sub(c.renewed) > s.o.LeaseDuration-s.o.RenewEvery {
+		if !c.releasing && now.Sub(c.renewed) >= s.grace() {
 			late = append(late, k)
 		}
 	}
@@ -461,6 +473,7 @@ func (s *Shard) lose(keys []string) []string {
 	for _, k := range keys {
 		if c := s.claims[k]; c != nil {
 			c.cancel()
+			c.deadline.Stop()
 			delete(s.claims, k)
 			if !c.releasing {
 				out = append(out, k)
@@ -471,13 +484,34 @@ func (s *Shard) lose(keys []string) []string {
 	return out
 }
 
-func (s *Shard) newClaim(lease string, now time.Time) *claim {
+// newClaim is a claim on key renewed at now. Call with s.mu held.
+func (s *Shard) newClaim(key, lease string, now time.Time) *claim {
 	base := s.base
 	if base == nil {
 		base = context.Background()
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(base))
-	return &claim{lease: lease, ctx: ctx, cancel: cancel, renewed: now}
+	c := &claim{lease: lease, ctx: ctx, cancel: cancel, renewed: now}
+	c.deadline = time.AfterFunc(time.Until(now.Add(s.grace())), func() {
+		s.mu.Lock()
+		late := s.claims[key] == c && !c.releasing && time.Since(c.renewed) >= s.grace()
+		s.mu.Unlock()
+		if late {
+			s.settle(s.lose([]string{key}))
+		}
+	})
+	return c
+}
+
+// grace is how long a claim outlives its last renewal: LeaseDuration - RenewEvery, so
+// that the work on a target stops at least a renew period before another replica can
+// take it (LeaseDuration after the last renewal, on its own clock).
+func (s *Shard) grace() time.Duration { return s.o.LeaseDuration - s.o.RenewEvery }
+
+// renewed records a renewal at now. Call with s.mu held.
+func (c *claim) renewedAt(s *Shard, now time.Time) {
+	c.renewed = now
+	c.deadline.Reset(time.Until(now.Add(s.grace())))
 }
 
 // release gives key up: its work is cancelled at once; once the work has returned, the
@@ -492,6 +526,7 @@ func (s *Shard) release(key, to string) bool {
 	}
 	c.releasing = true
 	c.cancel()
+	c.deadline.Stop()
 	wanted := s.wanted[key]
 	s.mu.Unlock()
 	go func() {
@@ -598,7 +633,7 @@ func (s *Shard) acquire(ctx context.Context, key string, l *coordinationv1.Lease
 		return false, err
 	}
 	s.mu.Lock()
-	s.claims[key] = s.newClaim(name, now)
+	s.claims[key] = s.newClaim(key, name, now)
 	s.mu.Unlock()
 	return true, nil
 }
@@ -668,6 +703,7 @@ func (s *Shard) shutdown(logger logr.Logger) {
 	for _, c := range claims {
 		c.releasing = true
 		c.cancel()
+		c.deadline.Stop()
 	}
 	s.mu.Unlock()
 	for _, c := range claims {
