@@ -24,7 +24,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -137,8 +136,11 @@ func New(leases coordclient.LeasesGetter, o Options) (*Shard, error) {
 	}, nil
 }
 
-// Replica is this replica's id; Identity is its holder identity in the Leases.
-func (s *Shard) Replica() string  { return s.o.Replica }
+// Replica is this replica's id (Options.Replica).
+func (s *Shard) Replica() string { return s.o.Replica }
+
+// Identity is this replica's holder identity in the Leases: its id and a suffix of its
+// own.
 func (s *Shard) Identity() string { return s.identity }
 
 // Options are the Shard's options, defaults filled in.
@@ -292,34 +294,13 @@ func (s *Shard) tick(ctx context.Context) {
 	if err := s.renewMember(ctx, now); err != nil && ctx.Err() == nil {
 		logger.Error(err, "renewing the member Lease")
 	}
-	list, err := s.leases.List(ctx, metav1.ListOptions{LabelSelector: LabelShard})
+	r, err := s.read(ctx, now)
 	if err != nil {
 		if ctx.Err() == nil {
 			logger.Error(err, "listing the shard Leases")
 		}
 		s.settle(s.expire(now))
 		return
-	}
-	targets := map[string]Lease{}
-	objs := map[string]*coordinationv1.Lease{}
-	var live []string
-	for i := range list.Items {
-		l := &list.Items[i]
-		v := view(l)
-		switch l.Labels[LabelShard] {
-		case KindReplica:
-			if v.HeldAt(now) {
-				live = append(live, v.Holder)
-			} else if now.Sub(v.Expires) > 3*s.o.LeaseDuration {
-				s.forget(ctx, l) // a replica gone long since
-			}
-		case KindTarget:
-			key := l.Annotations[AnnotationTarget]
-			if key == "" {
-				continue
-			}
-			targets[key], objs[key] = v, l
-		}
 	}
 
 	s.mu.Lock()
@@ -334,7 +315,7 @@ func (s *Shard) tick(ctx context.Context) {
 			continue
 		}
 		// Taken by another replica or deleted: this replica lost it.
-		if l, ok := targets[k]; !ok || l.Holder != s.identity {
+		if l, ok := r.targets[k]; !ok || l.Holder != s.identity {
 			lost = append(lost, k)
 		}
 	}
@@ -348,16 +329,76 @@ func (s *Shard) tick(ctx context.Context) {
 	s.mu.Unlock()
 	changed := s.lose(lost)
 
-	plan := Decide(State{Me: s.identity, Now: now, Wanted: wanted, Targets: targets, Live: live, Releasing: releasing, Cooldown: cooldown})
+	plan := Decide(State{Me: s.identity, Now: now, Wanted: wanted, Targets: r.targets, Live: r.live, Releasing: releasing, Cooldown: cooldown})
+	// Renew what is kept, and what is being given up (until it is released).
+	renew := slices.DeleteFunc(append(slices.Clone(plan.Keep), slices.Sorted(maps.Keys(releasing))...),
+		func(k string) bool { return r.objs[k] == nil || slices.Contains(lost, k) })
+	changed = append(changed, s.renewAll(ctx, renew, r.objs, releasing, now)...)
+	for _, k := range plan.Release {
+		switch {
+		case s.release(k, plan.Handoff[k]):
+			changed = append(changed, k)
+		case r.objs[k] != nil:
+			// Held on the server but not here (dropped after failed renewals).
+			if err := s.writeRelease(ctx, r.objs[k].Name, plan.Handoff[k], !slices.Contains(wanted, k)); err != nil && ctx.Err() == nil {
+				logger.Error(err, "releasing a target Lease", "target", k)
+			}
+		}
+	}
+	if !first { // the first tick only announces this replica, so that peers count it
+		changed = append(changed, s.acquireAll(ctx, plan, r.objs, now)...)
+	}
+	// Unheld Leases of targets nobody here wants, released long since.
+	for k, l := range r.targets {
+		if !slices.Contains(wanted, k) && !l.HeldAt(now) && now.Sub(l.Expires) > 3*s.o.LeaseDuration {
+			s.forget(ctx, r.objs[k])
+		}
+	}
+	s.settle(append(changed, s.expire(now)...))
+}
 
-	// Renew what is kept, and what is being given up (until it is released), when due.
+// reading is one LIST of the shard's Leases.
+type reading struct {
+	targets map[string]Lease
+	objs    map[string]*coordinationv1.Lease
+	live    []string
+}
+
+// read lists the shard's Leases, and deletes member Leases of replicas gone long since.
+func (s *Shard) read(ctx context.Context, now time.Time) (*reading, error) {
+	list, err := s.leases.List(ctx, metav1.ListOptions{LabelSelector: LabelShard})
+	if err != nil {
+		return nil, err
+	}
+	r := &reading{targets: map[string]Lease{}, objs: map[string]*coordinationv1.Lease{}}
+	for i := range list.Items {
+		l := &list.Items[i]
+		v := view(l)
+		switch l.Labels[LabelShard] {
+		case KindReplica:
+			if v.HeldAt(now) {
+				r.live = append(r.live, v.Holder)
+			} else if now.Sub(v.Expires) > 3*s.o.LeaseDuration {
+				s.forget(ctx, l)
+			}
+		case KindTarget:
+			if key := l.Annotations[AnnotationTarget]; key != "" {
+				r.targets[key], r.objs[key] = v, l
+			}
+		}
+	}
+	return r, nil
+}
+
+// renewAll renews the Leases of keys that are due (renewers at a time), and returns the
+// keys whose ownership changed: lost to another replica, or owned again.
+func (s *Shard) renewAll(ctx context.Context, keys []string, objs map[string]*coordinationv1.Lease, releasing map[string]bool, now time.Time) []string {
+	logger := log.FromContext(ctx).WithValues("replica", s.o.Replica)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var changed []string
 	sem := make(chan struct{}, renewers)
-	for _, k := range append(slices.Clone(plan.Keep), slices.Sorted(maps.Keys(releasing))...) {
-		if objs[k] == nil || slices.Contains(lost, k) {
-			continue
-		}
+	for _, k := range keys {
 		s.mu.Lock()
 		c := s.claims[k]
 		due := c == nil || now.Sub(c.renewed) >= s.o.RenewEvery/2
@@ -393,41 +434,27 @@ func (s *Shard) tick(ctx context.Context) {
 		})
 	}
 	wg.Wait()
-	for _, k := range plan.Release {
-		switch {
-		case s.release(k, plan.Handoff[k]):
-			changed = append(changed, k)
-		case objs[k] != nil:
-			// Held on the server but not here (dropped after failed renewals).
-			if err := s.writeRelease(ctx, objs[k].Name, plan.Handoff[k], !slices.Contains(wanted, k)); err != nil && ctx.Err() == nil {
-				logger.Error(err, "releasing a target Lease", "target", k)
-			}
+	return changed
+}
+
+// acquireAll takes free targets in the plan's order until it has taken plan.Room.
+func (s *Shard) acquireAll(ctx context.Context, plan Plan, objs map[string]*coordinationv1.Lease, now time.Time) []string {
+	logger := log.FromContext(ctx).WithValues("replica", s.o.Replica)
+	var taken []string
+	for _, k := range plan.Acquire {
+		if len(taken) == plan.Room || ctx.Err() != nil {
+			break
+		}
+		ok, err := s.acquire(ctx, k, objs[k], now)
+		if err != nil && ctx.Err() == nil {
+			logger.Error(err, "taking a target Lease", "target", k)
+		}
+		if ok {
+			taken = append(taken, k)
+			logger.Info("took a fleet target", "target", k, "lease", TargetLeaseName(k), "share", plan.Share)
 		}
 	}
-	if !first { // the first tick only announces this replica, so that peers count it
-		room := plan.Room
-		for _, k := range plan.Acquire {
-			if room == 0 || ctx.Err() != nil {
-				break
-			}
-			ok, err := s.acquire(ctx, k, objs[k], now)
-			if err != nil && ctx.Err() == nil {
-				logger.Error(err, "taking a target Lease", "target", k)
-			}
-			if ok {
-				room--
-				changed = append(changed, k)
-				logger.Info("took a fleet target", "target", k, "lease", TargetLeaseName(k), "share", plan.Share)
-			}
-		}
-	}
-	// Unheld Leases of targets nobody here wants, released long since.
-	for k, l := range targets {
-		if !slices.Contains(wanted, k) && !l.HeldAt(now) && now.Sub(l.Expires) > 3*s.o.LeaseDuration {
-			s.forget(ctx, objs[k])
-		}
-	}
-	s.settle(append(changed, s.expire(now)...))
+	return taken
 }
 
 // settle publishes a change of ownership: the metric and the listeners.
@@ -689,7 +716,7 @@ func (s *Shard) renewMember(ctx context.Context, now time.Time) error {
 
 // forget deletes a shard Lease nobody holds any more, if it is unchanged since read.
 func (s *Shard) forget(ctx context.Context, l *coordinationv1.Lease) {
-	err := s.leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion, UID: ptr.To(types.UID(l.UID))}})
+	err := s.leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion, UID: ptr.To(l.UID)}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 		log.FromContext(ctx).Error(err, "deleting an unused shard Lease", "lease", l.Name)
 	}
