@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -169,6 +170,7 @@ func TestSchemaRejects(t *testing.T) {
 		{"metrics.port=70000", "at '/metrics/port'"},
 		{"policy.rate.concurrency=65", "at '/policy/rate/concurrency'"},
 		{"certManager.duration=90d", "at '/certManager/duration'"},
+		{"controller.targetLeaseDuration=30", "at '/controller/targetLeaseDuration'"},
 	} {
 		out, err := helm(t, "template", "ug", chartDir, "--set", tc.set)
 		if err == nil {
@@ -214,6 +216,9 @@ func contractFlags() *pflag.FlagSet {
 	fs.Bool("gate-values-changes", false, "")
 	fs.String("job-image", "", "")
 	fs.String("job-namespace", "", "")
+	fs.String("replica-id", "", "")
+	fs.Duration("target-lease-duration", 30*time.Second, "")
+	fs.Duration("target-renew-period", 10*time.Second, "")
 	fs.String("kubeconfig", "", "")
 	return fs
 }
@@ -529,6 +534,28 @@ func TestRenderVariants(t *testing.T) {
 		}
 		if got := wh.NamespaceSelector.MatchExpressions[0].Values; !slices.Equal(got, []string{"ops", "flux-system"}) {
 			t.Errorf("excluded namespaces %v", got)
+		}
+	})
+	t.Run("replicas 3 share the fleet, each named by its Pod", func(t *testing.T) {
+		m := render(t, "ug", "ops", "replicas=3", "controller.targetLeaseDuration=20s", "controller.targetRenewPeriod=5s")
+		d := typed[appsv1.Deployment](t, m, "Deployment", "ug-upgradeguard")
+		c, fs := controllerArgs(t, d)
+		if *d.Spec.Replicas != 3 || flag(t, fs, "replica-id") != "$(POD_NAME)" || flag(t, fs, "target-lease-duration") != "20s" || flag(t, fs, "target-renew-period") != "5s" {
+			t.Errorf("replicas %d, --replica-id=%s --target-lease-duration=%s --target-renew-period=%s", *d.Spec.Replicas,
+				flag(t, fs, "replica-id"), flag(t, fs, "target-lease-duration"), flag(t, fs, "target-renew-period"))
+		}
+		// The kubelet expands $(POD_NAME) in args from the container's env.
+		i := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAME" })
+		if i < 0 || c.Env[i].ValueFrom == nil || c.Env[i].ValueFrom.FieldRef == nil || c.Env[i].ValueFrom.FieldRef.FieldPath != "metadata.name" {
+			t.Errorf("POD_NAME is not set from metadata.name: %+v", c.Env)
+		}
+		// The ClusterRole lets every replica take, renew and hand over Leases.
+		role := typed[rbacv1.ClusterRole](t, m, "ClusterRole", "ug-upgradeguard")
+		if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.APIGroups, "coordination.k8s.io") && slices.Contains(r.Resources, "leases") &&
+				!slices.ContainsFunc([]string{"get", "list", "create", "update", "delete"}, func(v string) bool { return !slices.Contains(r.Verbs, v) })
+		}) {
+			t.Errorf("the ClusterRole does not let the controller get, list, create, update and delete Leases: %+v", role.Rules)
 		}
 	})
 	t.Run("replicas 2 with leader election and a PDB", func(t *testing.T) {

@@ -141,6 +141,10 @@ type ClusterStatus struct {
 	// LastTransitionTime is when State last changed.
 	// +optional
 	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+	// Replica is the controller replica that owns the target (holds its Lease
+	// upgradeguard-target-<hash>) and wrote this entry.
+	// +optional
+	Replica string `json:"replica,omitempty"`
 }
 
 // StorageMigrationPolicy puts CRDs under the controller's care: with Proactive on, every

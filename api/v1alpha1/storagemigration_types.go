@@ -242,6 +242,11 @@ type StorageMigrationStatus struct {
 	// Job is the target cluster's Job (namespace/name) running the migration in Job mode.
 	// +optional
 	Job string `json:"job,omitempty"`
+	// Replica is the controller replica (its --replica-id, the Pod's name in the chart)
+	// that ran the migration last. A migration of a fleet target moves with the target
+	// when the replica that owned it goes, and resumes where it stopped.
+	// +optional
+	Replica string `json:"replica,omitempty"`
 }
 
 // StorageMigration re-persists every object of some CRDs at their storage version and
@@ -252,6 +257,7 @@ type StorageMigrationStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Resources",type=string,JSONPath=`.spec.resources`,priority=1
+// +kubebuilder:printcolumn:name="Replica",type=string,JSONPath=`.status.replica`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type StorageMigration struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -18,6 +18,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/internal/shard"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
@@ -45,7 +46,10 @@ func (o *controllerOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&m.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	f.StringVar(&m.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key for the webhook (reloaded when they change)")
 	f.StringVar(&m.MigrationLeaseNamespace, "migration-lease-namespace", "", "namespace of the per-CRD migration Leases shared with 'upgradeguard migrate' (default: the leader-election namespace)")
-	f.IntVar(&m.MaxConcurrentMigrations, "max-concurrent-migrations", 1, "StorageMigrations run at once")
+	f.IntVar(&m.MaxConcurrentMigrations, "max-concurrent-migrations", 1, "StorageMigrations run at once by the leader (this cluster's), and again by each replica (its fleet targets')")
+	f.StringVar(&m.ReplicaID, "replica-id", "", "this replica's name in the Leases that share the fleet's targets between replicas, in StorageMigration status.replica and in the metrics; unique per running replica (default: the host name; the chart passes the Pod's name)")
+	f.DurationVar(&m.TargetLeaseDuration, "target-lease-duration", shard.DefaultLeaseDuration, "lease of a fleet target (whole seconds): a replica that stops renewing loses its targets this long after its last renewal")
+	f.DurationVar(&m.TargetRenewEvery, "target-renew-period", shard.DefaultRenewEvery, "how often a replica renews its target Leases and looks for targets to take or hand over; at most half of --target-lease-duration")
 	f.StringVar(&m.JobImage, "job-image", os.Getenv("UPGRADEGUARD_JOB_IMAGE"), "image of Job-mode migrations (runs `upgradeguard migrate` on the target cluster; default $UPGRADEGUARD_JOB_IMAGE)")
 	f.StringVar(&m.JobNamespace, "job-namespace", controller.DefaultJobNamespace, "namespace of Job-mode migrations on their target cluster")
 	f.BoolVar(&o.jsonLogs, "log-json", false, "log JSON lines")
@@ -118,10 +122,26 @@ every selected CRD whose status.storedVersions holds more than its storage versi
 stale storedVersions never accumulate. With --enable-webhook it serves the admission gate
 for Flux HelmReleases.
 
+Replicas: every replica serves the webhooks. The leader (--leader-elect, Lease
+upgradeguard-controller) runs this cluster's StorageMigrations, proactive mode over its
+CRDs and the policies' status. The target clusters of policies' spec.targets are shared
+between all replicas: each target has a Lease (upgradeguard-target-<hash>, in the
+leader-election namespace) held by the replica that runs it and its StorageMigrations,
+and each replica a member Lease (upgradeguard-replica-<id>). A replica takes targets
+until it holds ceil(targets / live replicas), keeps at most one more, and hands one to a
+replica holding two fewer. When a replica stops, its targets are released and taken at
+the others' next tick; when it dies, they are taken within --target-lease-duration plus
+--target-renew-period of its last renewal, and a migration in flight resumes from its
+saved place. One replica holds every target.
+
 Metrics (on --metrics-bind-address, /metrics): upgradeguard_migrations_total{cluster,result},
 upgradeguard_objects_rewritten_total{cluster,crd}, upgradeguard_migration_duration_seconds,
-upgradeguard_pending_migrations, upgradeguard_fleet_targets{state}, upgradeguard_gate_decisions_total{outcome}.
+upgradeguard_pending_migrations, upgradeguard_fleet_targets{state} (this replica's targets),
+upgradeguard_fleet_targets_owned{replica}, upgradeguard_gate_decisions_total{outcome}.
 Health probes (on --health-probe-bind-address): /healthz and /readyz.`
 
 const controllerExample = `  # Out of cluster, against the current kubeconfig context, without the webhook:
-  upgradeguard controller --enable-webhook=false --leader-election-namespace upgradeguard-system`
+  upgradeguard controller --enable-webhook=false --leader-election-namespace upgradeguard-system
+
+  # One of several replicas sharing a fleet (the chart passes the Pod's name):
+  upgradeguard controller --replica-id "$POD_NAME" --target-lease-duration 30s --target-renew-period 10s`

@@ -18,8 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -28,6 +31,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
+	"github.com/upgradeguard/upgradeguard/internal/shard"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
@@ -63,14 +67,25 @@ type FleetOptions struct {
 // StorageMigrationReconciler against that cluster, with its Leases, events and metrics)
 // for every selected CRD with stale storedVersions. A target is keyed by a hash of its
 // kubeconfig: a rotated Secret replaces it, a deleted one stops it.
+//
+// Every replica runs it, for the targets it owns: Shard shares the targets (keyed by
+// their Secret) between the replicas, and each replica writes the entries of its own
+// targets into status.clusters.
 type FleetReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Reader reads policies uncached, for the status writes.
+	Reader   client.Reader
 	Clusters *livecluster.Clusters
 	Options  FleetOptions
+	Shard    *shard.Shard
+	// WrapTarget, when set, wraps the transport of the clients to target clusters.
+	WrapTarget transport.WrapperFunc
 
 	kick    chan event.TypedGenericEvent[*v1alpha1.StorageMigrationPolicy]
+	resync  chan struct{}
 	mu      sync.Mutex
-	targets map[string]*fleetTarget // policy/secret -> target
+	targets map[string]*fleetTarget    // policy/secret -> target
+	wanted  map[string]map[string]bool // policy -> shard keys it selects
 }
 
 // SetupWithManager registers the reconciler and the Clusters it runs targets in.
@@ -85,29 +100,65 @@ func (r *FleetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Options.MaxBackoff = time.Minute
 	}
 	r.kick = make(chan event.TypedGenericEvent[*v1alpha1.StorageMigrationPolicy], 64)
+	r.resync = make(chan struct{}, 1)
 	r.targets = map[string]*fleetTarget{}
+	r.wanted = map[string]map[string]bool{}
+	if r.Reader == nil {
+		r.Reader = r.Client
+	}
 	if err := mgr.Add(r.Clusters); err != nil {
 		return err
 	}
+	// A change of the targets this replica owns looks at every fleet policy again.
+	r.Shard.OnChange(func([]string) {
+		select {
+		case r.resync <- struct{}{}:
+		default:
+		}
+	})
 	// Stop every target when the manager stops.
-	if err := mgr.Add(ctrlRunnable(func(ctx context.Context) error {
-		<-ctx.Done()
-		r.stopAll()
-		return nil
-	})); err != nil {
+	if err := mgr.Add(runnable{start: func(ctx context.Context) error {
+		for {
+			select {
+			case <-ctx.Done():
+				r.stopAll()
+				return nil
+			case <-r.resync:
+				r.kickAll(ctx)
+			}
+		}
+	}}); err != nil {
 		return err
 	}
+	leader := false
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.StorageMigrationPolicy{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.policiesOfSecret)).
 		WatchesRawSource(source.Channel(r.kick, &handler.TypedEnqueueRequestForObject[*v1alpha1.StorageMigrationPolicy]{})).
 		Named("fleet").
+		// Every replica runs the targets it owns.
+		WithOptions(ctrlcontroller.Options{NeedLeaderElection: &leader}).
 		Complete(r)
 }
 
-type ctrlRunnable func(ctx context.Context) error
-
-func (f ctrlRunnable) Start(ctx context.Context) error { return f(ctx) }
+// kickAll asks for every fleet policy to be reconciled.
+func (r *FleetReconciler) kickAll(ctx context.Context) {
+	var list v1alpha1.StorageMigrationPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		log.FromContext(ctx).Error(err, "listing policies")
+		return
+	}
+	for _, p := range list.Items {
+		if p.Spec.Targets == nil {
+			continue
+		}
+		select {
+		case r.kick <- event.TypedGenericEvent[*v1alpha1.StorageMigrationPolicy]{Object: &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: p.Name}}}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
 
 func (r *FleetReconciler) policiesOfSecret(ctx context.Context, o client.Object) []reconcile.Request {
 	var list v1alpha1.StorageMigrationPolicyList
@@ -124,15 +175,17 @@ func (r *FleetReconciler) policiesOfSecret(ctx context.Context, o client.Object)
 	return out
 }
 
-// Reconcile makes the running targets of one policy those its Secrets name now, and
-// writes their states into status.clusters.
+// Reconcile makes the running targets of one policy those of its Secrets that this
+// replica owns, and writes their states into status.clusters.
 func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	p := &v1alpha1.StorageMigrationPolicy{}
 	err := r.Client.Get(ctx, req.NamespacedName, p)
 	if apierrors.IsNotFound(err) || err == nil && (p.Spec.Targets == nil || !p.DeletionTimestamp.IsZero()) {
+		r.want(req.Name, nil)
 		r.sync(req.Name, nil)
+		r.updateGauge()
 		if err == nil && len(p.Status.Clusters) > 0 {
-			return ctrl.Result{}, r.writeClusters(ctx, p, nil)
+			return ctrl.Result{}, r.writeClusters(ctx, p.Name, nil, nil)
 		}
 		return ctrl.Result{}, nil
 	}
@@ -143,7 +196,16 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	running := r.sync(p.Name, want)
+	keys := make(map[string]bool, len(want))
+	mine := make([]*fleetTarget, 0, len(want))
+	for _, t := range want {
+		keys[t.shardKey()] = true
+		if r.Shard.Owns(t.shardKey()) {
+			mine = append(mine, t)
+		}
+	}
+	r.want(p.Name, keys)
+	running := r.sync(p.Name, mine)
 	for _, t := range running {
 		t.poke() // the policy may have changed: look again
 	}
@@ -151,18 +213,69 @@ func (r *FleetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	for _, t := range running {
 		out = append(out, t.status())
 	}
-	slices.SortFunc(out, func(a, b v1alpha1.ClusterStatus) int { return strings.Compare(a.Name, b.Name) })
 	r.updateGauge()
-	return ctrl.Result{}, r.writeClusters(ctx, p, out)
+	selected := make(map[string]bool, len(want))
+	for _, t := range want {
+		selected[t.secret] = true
+	}
+	return ctrl.Result{}, r.writeClusters(ctx, p.Name, out, selected)
 }
 
-func (r *FleetReconciler) writeClusters(ctx context.Context, p *v1alpha1.StorageMigrationPolicy, clusters []v1alpha1.ClusterStatus) error {
-	if equality.Semantic.DeepEqual(p.Status.Clusters, clusters) {
+// want records the shard keys policy selects (nil: none), and tells the Shard the
+// union of every policy's.
+func (r *FleetReconciler) want(policy string, keys map[string]bool) {
+	r.mu.Lock()
+	if keys == nil {
+		delete(r.wanted, policy)
+	} else {
+		r.wanted[policy] = keys
+	}
+	all := map[string]bool{}
+	for _, ks := range r.wanted {
+		maps.Copy(all, ks)
+	}
+	r.mu.Unlock()
+	r.Shard.Want(slices.Collect(maps.Keys(all)))
+}
+
+// writeClusters puts this replica's entries (mine) into the policy's status.clusters,
+// keeps the other replicas' entries of Secrets the policy still selects (selected) and
+// drops the rest. Replicas write at once, so it reads the policy uncached and writes with
+// its resourceVersion, again after a conflict.
+func (r *FleetReconciler) writeClusters(ctx context.Context, policy string, mine []v1alpha1.ClusterStatus, selected map[string]bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := &v1alpha1.StorageMigrationPolicy{}
+		if err := r.Reader.Get(ctx, client.ObjectKey{Name: policy}, p); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		clusters := mergeClusters(p.Status.Clusters, mine, selected)
+		if equality.Semantic.DeepEqual(p.Status.Clusters, clusters) {
+			return nil
+		}
+		base := p.DeepCopy()
+		p.Status.Clusters = clusters
+		return r.Client.Status().Patch(ctx, p, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	})
+}
+
+// mergeClusters is status.clusters with this replica's entries (mine) in, the others'
+// kept while their Secret is selected, sorted by name.
+func mergeClusters(cur, mine []v1alpha1.ClusterStatus, selected map[string]bool) []v1alpha1.ClusterStatus {
+	own := make(map[string]bool, len(mine))
+	for _, c := range mine {
+		own[c.Secret] = true
+	}
+	out := slices.Clone(mine)
+	for _, c := range cur {
+		if selected[c.Secret] && !own[c.Secret] {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.ClusterStatus) int { return strings.Compare(a.Name, b.Name) })
+	if len(out) == 0 {
 		return nil
 	}
-	base := p.DeepCopy()
-	p.Status.Clusters = clusters
-	return r.Client.Status().Patch(ctx, p, client.MergeFrom(base))
+	return out
 }
 
 // desired reads the Secrets the policy selects into targets (not yet running).
@@ -182,6 +295,9 @@ func (r *FleetReconciler) desired(ctx context.Context, p *v1alpha1.StorageMigrat
 		var kc kubeclient.Kubeconfig
 		t.cfg, kc, t.cfgErr = kubeclient.ReadKubeconfig(s, p.Spec.Targets.Key)
 		t.key, t.hash = kc.Key, kc.Hash
+		if t.cfg != nil && r.WrapTarget != nil {
+			t.cfg.Wrap(r.WrapTarget)
+		}
 		out = append(out, t)
 	}
 	return out, nil
@@ -266,10 +382,14 @@ type fleetTarget struct {
 	state                     v1alpha1.ClusterStatus
 }
 
+// shardKey is the target's key in the Shard: its Secret.
+func (t *fleetTarget) shardKey() string { return shard.Key(t.namespace, t.secret) }
+
 func (t *fleetTarget) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel, t.done, t.wake = cancel, make(chan struct{}), make(chan struct{}, 1)
-	t.state = v1alpha1.ClusterStatus{Name: t.cluster, Secret: t.secret, KubeconfigHash: t.hash, State: v1alpha1.ClusterUnreachable, Reason: "not probed yet"}
+	t.state = v1alpha1.ClusterStatus{Name: t.cluster, Secret: t.secret, KubeconfigHash: t.hash, State: v1alpha1.ClusterUnreachable, Reason: "not probed yet",
+		Replica: t.r.Shard.Replica()}
 	go func() {
 		defer close(t.done)
 		t.run(ctx)
@@ -298,7 +418,7 @@ func (t *fleetTarget) status() v1alpha1.ClusterStatus {
 func (t *fleetTarget) set(st v1alpha1.ClusterStatus) {
 	t.mu.Lock()
 	prev := t.state
-	st.Name, st.Secret, st.KubeconfigHash = t.cluster, t.secret, t.hash
+	st.Name, st.Secret, st.KubeconfigHash, st.Replica = t.cluster, t.secret, t.hash, t.r.Shard.Replica()
 	st.LastTransitionTime = prev.LastTransitionTime
 	if prev.State != st.State || st.LastTransitionTime == nil {
 		now := metav1.Now()

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -10,19 +11,25 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	ctrlcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	_ "github.com/upgradeguard/upgradeguard/internal/metrics" // registers the metrics
+	"github.com/upgradeguard/upgradeguard/internal/shard"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
@@ -56,8 +63,26 @@ type Options struct {
 	JobNamespace string
 	// Fleet tunes how the target clusters of policies' spec.targets are probed.
 	Fleet FleetOptions
+	// ReplicaID names this replica: in the Leases that share the fleet's targets between
+	// replicas, in a StorageMigration's status.replica and in a policy's
+	// status.clusters[].replica. Two running replicas must not share it. Default: the
+	// host name (the Pod's name in a cluster).
+	ReplicaID string
+	// TargetLeaseDuration and TargetRenewEvery time the Leases of fleet targets: a
+	// replica that stops renewing loses its targets TargetLeaseDuration after its last
+	// renewal, and another replica takes them at its next tick, at most TargetRenewEvery
+	// later. Defaults 30s and 10s.
+	TargetLeaseDuration time.Duration
+	TargetRenewEvery    time.Duration
+	// WrapTransport, when set, wraps the transport of every client the manager makes:
+	// to this cluster and to each target cluster (an egress proxy, request accounting; the
+	// tests cut a replica off with it as a crash would).
+	WrapTransport transport.WrapperFunc
 	// SkipNameValidation allows more than one manager in a process (tests, embedding).
 	SkipNameValidation bool
+
+	// progressHook is called after each page a migration saved its place at (tests).
+	progressHook func(ctx context.Context, sm *v1alpha1.StorageMigration)
 }
 
 // NewScheme is the scheme the manager works with.
@@ -77,11 +102,33 @@ func DefaultNamespace() string {
 	return "kube-system"
 }
 
+// DefaultReplicaID is the host name (the Pod's name in a cluster).
+func DefaultReplicaID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "upgradeguard"
+	}
+	return host
+}
+
 // NewManager builds the manager with the reconcilers registered. Webhooks are added by
 // the caller (internal/webhook) when EnableWebhook is set.
+//
+// The leader (controller-runtime leader election, Lease upgradeguard-controller) runs
+// what belongs to this cluster: its StorageMigrations, proactive mode over its CRDs and
+// the policies' status. The fleet's targets are shared between all replicas
+// (internal/shard): each target is run, with its StorageMigrations, by the replica that
+// holds its Lease. Every replica serves the webhooks.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.LeaderElectionNamespace == "" {
 		o.LeaderElectionNamespace = DefaultNamespace()
+	}
+	if o.ReplicaID == "" {
+		o.ReplicaID = DefaultReplicaID()
+	}
+	cfg = rest.CopyConfig(cfg)
+	if o.WrapTransport != nil {
+		cfg.Wrap(o.WrapTransport)
 	}
 	if o.MigrationLeaseNamespace == "" {
 		o.MigrationLeaseNamespace = o.LeaderElectionNamespace
@@ -112,25 +159,53 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
 	}
-	host, _ := os.Hostname()
-	sm := &StorageMigrationReconciler{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Recorder: mgr.GetEventRecorder("upgradeguard"),
-		LeaseNamespace: o.MigrationLeaseNamespace, Holder: fmt.Sprintf("upgradeguard-controller/%s/%d", host, time.Now().UnixNano()),
-		LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery, JobImage: o.JobImage, JobNamespace: o.JobNamespace,
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
 	}
-	if sm.JobNamespace == "" {
-		sm.JobNamespace = DefaultJobNamespace
+	sh, err := shard.New(cs.CoordinationV1(), shard.Options{Namespace: o.LeaderElectionNamespace, Replica: o.ReplicaID,
+		LeaseDuration: o.TargetLeaseDuration, RenewEvery: o.TargetRenewEvery})
+	if err != nil {
+		return nil, err
 	}
-	if err := ctrl.NewControllerManagedBy(mgr).For(&v1alpha1.StorageMigration{}).Named("storagemigration").
-		WithOptions(ctrlcontroller.Options{MaxConcurrentReconciles: o.MaxConcurrentMigrations,
+	if err := mgr.Add(sh); err != nil {
+		return nil, err
+	}
+	newMigrations := func() *StorageMigrationReconciler {
+		r := &StorageMigrationReconciler{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Recorder: mgr.GetEventRecorder("upgradeguard"),
+			// Unique per process: a restarted replica waits for the Leases of the run it
+			// replaces to expire rather than taking them over as its own.
+			LeaseNamespace: o.MigrationLeaseNamespace, Holder: fmt.Sprintf("upgradeguard-controller/%s/%d", o.ReplicaID, time.Now().UnixNano()),
+			LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery, JobImage: o.JobImage, JobNamespace: o.JobNamespace,
+			Replica: o.ReplicaID, WrapTarget: o.WrapTransport, progressHook: o.progressHook,
+		}
+		if r.JobNamespace == "" {
+			r.JobNamespace = DefaultJobNamespace
+		}
+		return r
+	}
+	migrationOptions := func(leader bool) ctrlcontroller.Options {
+		return ctrlcontroller.Options{MaxConcurrentReconciles: o.MaxConcurrentMigrations, NeedLeaderElection: &leader,
 			// A migration whose target cluster is away retries within a minute of its return.
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, time.Minute)}).Complete(sm); err != nil {
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, time.Minute)}
+	}
+	// This cluster's StorageMigrations (and any a person points at another cluster): the
+	// leader's.
+	if err := ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.StorageMigration{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return !IsFleetMigration(o) }))).
+		Named("storagemigration").WithOptions(migrationOptions(true)).Complete(newMigrations()); err != nil {
+		return nil, err
+	}
+	// The fleet targets' StorageMigrations: each on the replica that owns its target.
+	if err := (&FleetMigrationReconciler{StorageMigrationReconciler: newMigrations(), Shard: sh, Elected: mgr.Elected()}).
+		SetupWithManager(mgr, migrationOptions(false)); err != nil {
 		return nil, err
 	}
 	if err := (&ProactiveReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	fleet := &FleetReconciler{Client: mgr.GetClient(), Options: o.Fleet,
+	fleet := &FleetReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: o.Fleet, Shard: sh, WrapTarget: o.WrapTransport,
 		// Its own Clusters, large enough never to evict a target a policy selects.
 		Clusters: livecluster.NewClusters(livecluster.ClustersOptions{MaxTargets: 4096,
 			// Each sync is the target's probe: its CRDs are checked against one LIST, so a

@@ -24,6 +24,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/transport"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -80,6 +81,13 @@ type StorageMigrationReconciler struct {
 	JobImage string
 	// JobNamespace is where Job-mode migrations run on their target cluster.
 	JobNamespace string
+	// Replica names this replica in status.replica.
+	Replica string
+	// WrapTarget, when set, wraps the transport of the clients to target clusters.
+	WrapTarget transport.WrapperFunc
+
+	// progressHook is called after each page whose place was saved (tests).
+	progressHook func(ctx context.Context, sm *v1alpha1.StorageMigration)
 }
 
 // Reconcile runs (or resumes) one StorageMigration to the end, one CRD after another.
@@ -98,18 +106,21 @@ func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		sm.Status = v1alpha1.StorageMigrationStatus{ObservedGeneration: sm.Generation}
 	}
 	r.syncResources(sm)
-	resumed := st.Phase == v1alpha1.PhaseRunning
+	resumed, before := st.Phase == v1alpha1.PhaseRunning, st.Replica
 	if st.StartTime == nil {
 		st.StartTime = ptrTime(metav1.Now())
 	}
-	st.Phase = v1alpha1.PhaseRunning
+	st.Phase, st.Replica = v1alpha1.PhaseRunning, r.Replica
 	setConditions(sm, metav1.ConditionTrue, v1alpha1.ReasonMigrating, "migrating "+fmt.Sprint(sm.Spec.Resources))
 	if err := r.saveStatus(ctx, sm); err != nil {
 		return ctrl.Result{}, err
 	}
-	if resumed {
+	switch {
+	case resumed && before != "" && before != r.Replica:
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventResumed, "Migrate", "replica %s resuming where replica %s stopped", r.Replica, before)
+	case resumed:
 		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventResumed, "Migrate", "resuming where the last run stopped")
-	} else {
+	default:
 		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventStarted, "Migrate", "migrating %v", sm.Spec.Resources)
 	}
 
@@ -286,6 +297,8 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 			lastSave = time.Now()
 			if err := r.saveStatus(ctx, sm); err != nil {
 				logger.Error(err, "saving progress")
+			} else if r.progressHook != nil {
+				r.progressHook(ctx, sm)
 			}
 		}
 	}
@@ -414,8 +427,11 @@ func (r *StorageMigrationReconciler) target(ctx context.Context, sm *v1alpha1.St
 		return rest.CopyConfig(r.Config), nil
 	}
 	ref := sm.Spec.KubeConfig.SecretRef
-	// Uncached: the controller never watches Secrets.
+	// Uncached: the Secret as it is now.
 	cfg, _, err := kubeclient.ConfigFromSecretRef(ctx, r.Reader, ref.Namespace, ref.Name, ref.Key)
+	if err == nil && r.WrapTarget != nil {
+		cfg.Wrap(r.WrapTarget)
+	}
 	return cfg, err
 }
 

@@ -44,12 +44,21 @@ var (
 		Help: "StorageMigrations that are pending or running.",
 	})
 
-	// FleetTargets is the number of target clusters of policies' spec.targets, by state
-	// (Ready, Unreachable, Forbidden, Invalid).
+	// FleetTargets is the number of target clusters of policies' spec.targets that this
+	// replica runs, by state (Ready, Unreachable, Forbidden, Invalid). Every replica
+	// reports the targets it owns; sum over replicas for the fleet.
 	FleetTargets = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "upgradeguard_fleet_targets",
-		Help: "Target clusters selected by StorageMigrationPolicies' spec.targets, by state.",
+		Help: "Target clusters selected by StorageMigrationPolicies' spec.targets that this replica owns, by state.",
 	}, []string{"state"})
+
+	// FleetTargetsOwned is the number of fleet targets a replica owns (holds the target
+	// Lease of), by replica (--replica-id). Every replica reports its own; their sum is
+	// the number of targets owned at all.
+	FleetTargetsOwned = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "upgradeguard_fleet_targets_owned",
+		Help: "Fleet target clusters this replica owns (holds the target Lease of), by replica.",
+	}, []string{"replica"})
 
 	// GateDecisions counts the admission gate's decisions by outcome (admitted, migrating,
 	// blocked, error).
@@ -80,7 +89,7 @@ func SetBuildInfo(version, commit, goVersion string) {
 }
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, FleetTargets, GateDecisions, CRDDeletionsDenied, BuildInfo)
+	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, FleetTargets, FleetTargetsOwned, GateDecisions, CRDDeletionsDenied, BuildInfo)
 }
 
 // MaxClusterLabels bounds the values of the cluster label: the first this many target
