@@ -449,8 +449,11 @@ func TestBadInputExit2(t *testing.T) {
 	}
 }
 
-// TestReadOnlyAndRBAC proves from the API server's audit log that check sends only
-// reads, and that a user without RBAC to read CRDs gets exit 2 with what to grant.
+// TestReadOnlyAndRBAC proves from the API server's audit log that check persists nothing:
+// it sends reads, and dry-run writes of the incoming CRDs (dryRun=All: whether the server
+// accepts them) and nothing else. A user without RBAC to read CRDs gets exit 2 with what
+// to grant; a reader who may not write CRDs gets the verdicts (the dry run is forbidden,
+// and said).
 func TestReadOnlyAndRBAC(t *testing.T) {
 	needCluster(t)
 	ctx := t.Context()
@@ -487,10 +490,22 @@ func TestReadOnlyAndRBAC(t *testing.T) {
 	if len(events) < 4 {
 		t.Fatalf("only %d audited requests from checker: the audit log is not recording", len(events))
 	}
+	dryRuns := 0
 	for _, ev := range events {
-		if ev.Verb != "get" && ev.Verb != "list" && ev.Verb != "watch" {
+		switch {
+		case ev.Verb == "get" || ev.Verb == "list" || ev.Verb == "watch":
+		case (ev.Verb == "update" || ev.Verb == "create") && strings.Contains(ev.RequestURI, "/customresourcedefinitions") &&
+			strings.Contains(ev.RequestURI, "dryRun=All"):
+			dryRuns++
+		default:
 			t.Errorf("check sent %s %s", ev.Verb, ev.RequestURI)
 		}
+	}
+	if dryRuns == 0 {
+		t.Error("check did not ask the API server whether it accepts the incoming CRD (no dry-run write audited)")
+	}
+	if !strings.Contains(upgrade.stdout, "was not asked whether it accepts") {
+		t.Errorf("a reader's check does not say the API server was not asked:\n%s", upgrade.stdout)
 	}
 
 	nobody, err := cp.UserKubeconfig("nobody")

@@ -47,6 +47,7 @@ func renderCRDs(w io.Writer, verbose bool, rep *check.Report) error {
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "(use -v to list every CRD)")
+		renderUnasked(w, rep.CRDs)
 		renderManifests(w, rep.Manifests)
 		return nil
 	}
