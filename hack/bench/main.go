@@ -8,6 +8,7 @@
 //	go run ./hack/bench binary    # binary size and the start-up RSS of version, against kubectl
 //	go run ./hack/bench plan      # plan over a repository of 100 chart versions, chart loads counted
 //	go run ./hack/bench fleet     # one controller keeping 10 target clusters migrated
+//	go run ./hack/bench -servers 30 -targets 300 fleetscale   # a fleet shared by 1 and 3 replicas
 package main
 
 import (
@@ -39,8 +40,9 @@ func run() error {
 	migrateRounds := flag.Int("migrate-rounds", 1, "migrate: run the selected cases this many times in turn and also print each case's median (for a noisy machine)")
 	cases := flag.String("cases", "all", "migrate: comma-separated cases to run: a,b,c,i,g,e1,e2,d,f,h (i: c under the chart's APF objects; f: a hand-made built-in StorageVersionMigration, h: migrate --engine builtin; both from Kubernetes 1.37)")
 	ug := flag.String("ug", "", "migrate and binary: the upgradeguard binary to measure (default bin/upgradeguard)")
-	targets := flag.Int("targets", 10, "fleet: target clusters")
-	fleetObjects := flag.Int("fleet-objects", 2000, "fleet: stale HelmRepositories per target")
+	targets := flag.Int("targets", 10, "fleet: target clusters; fleetscale: targets spread over -servers (each its own user and CRD group)")
+	fleetObjects := flag.Int("fleet-objects", 2000, "fleet and fleetscale: stale HelmRepositories per target")
+	servers := flag.Int("servers", 30, "fleetscale: kube-apiservers (on one etcd) that hold the -targets targets")
 	apfShares := flag.Int("apf-shares", 0, "migrate case (i): nominalConcurrencyShares of upgradeguard's priority level (default: the chart's)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process gate and clients; not the API server) to this file, and gate's fresh processes' to FILE.first-N")
 	flag.Parse()
@@ -87,12 +89,14 @@ func run() error {
 		return benchPlan(ctx, min(*rounds, 5))
 	case "fleet":
 		return benchFleet(ctx, *targets, *fleetObjects)
+	case "fleetscale":
+		return benchFleetScale(ctx, *servers, *targets, *fleetObjects)
 	case "gate-serve":
 		return gateServe(ctx, flag.Args()[1:])
 	case "raw":
 		return rawLoop(ctx, flag.Args()[1:])
 	default:
-		return fmt.Errorf("unknown mode %q: use check, migrate, gate, plan, binary, fleet or all", mode)
+		return fmt.Errorf("unknown mode %q: use check, migrate, gate, plan, binary, fleet, fleetscale or all", mode)
 	}
 }
 
