@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/upgradeguard/upgradeguard/internal/shard"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
 
@@ -62,7 +63,7 @@ func TestChartPod(t *testing.T) {
 	}
 
 	crdGuarded(t, cs, ns)
-	uninstalled(t, cs, ns)
+	uninstalled(t, rel)
 }
 
 // crdGuarded is the CRD deletion guard as the chart installs it by default, served by the
@@ -175,8 +176,13 @@ func installChart(t *testing.T, ns string, set ...string) *release {
 // (Helm never deletes crds/), the controller's leader-election Lease and released
 // migration Leases, which the chart README's two commands delete, and nothing else in the
 // namespace or the cluster.
-func uninstalled(t *testing.T, cs *kubernetes.Clientset, ns string) {
+func uninstalled(t *testing.T, rel *release) {
 	t.Helper()
+	cs, ns := rel.cs, rel.ns
+	pods := map[string]bool{}
+	for _, p := range rel.pods {
+		pods[shard.ReplicaLeaseName(p.Name)] = true
+	}
 	ctx := t.Context()
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=upgradeguard"}
 	// The positive control: before the uninstall the selectors below find the chart's
@@ -202,9 +208,10 @@ func uninstalled(t *testing.T, cs *kubernetes.Clientset, ns string) {
 		}
 	}
 	// The Pod terminates after the Deployment is gone. Leases stay: the leader-election
-	// Lease, which the controller creates at run time (Helm has deleted the Role that would
-	// let the stopping Pod delete it), and a released migration Lease per CRD migrated (the
-	// CLI's `migrate` shares them). The chart's README says so and how to delete them.
+	// Lease and the Pod's member Lease (upgradeguard.io/shard=replica), which the controller
+	// creates at run time (Helm has deleted the Role that would let the stopping Pod delete
+	// them), and a released migration Lease per CRD migrated (the CLI's `migrate` shares
+	// them). The chart's README says so and how to delete them.
 	var extra []string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
 		extra = nil
@@ -222,9 +229,11 @@ func uninstalled(t *testing.T, cs *kubernetes.Clientset, ns string) {
 	leases, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
 	must(t, err, "list Leases in %s", ns)
 	for _, l := range leases.Items {
-		released := l.Labels["app.kubernetes.io/managed-by"] == "upgradeguard" && ptr.Deref(l.Spec.HolderIdentity, "") == ""
-		if l.Name != "upgradeguard-controller" && !released {
-			t.Errorf("after helm uninstall, Lease %s/%s (holder %q) is neither the leader-election Lease nor a released migration Lease",
+		ours := l.Labels["app.kubernetes.io/managed-by"] == "upgradeguard"
+		released := ours && ptr.Deref(l.Spec.HolderIdentity, "") == ""
+		member := ours && l.Labels[shard.LabelShard] == shard.KindReplica && pods[l.Name]
+		if l.Name != "upgradeguard-controller" && !released && !member {
+			t.Errorf("after helm uninstall, Lease %s/%s (holder %q) is neither the leader-election Lease, the Pod's member Lease nor a released migration Lease",
 				ns, l.Name, ptr.Deref(l.Spec.HolderIdentity, ""))
 		}
 	}

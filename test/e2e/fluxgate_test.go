@@ -99,7 +99,7 @@ func TestHelmControllerHeldThroughService(t *testing.T) {
 		t.Errorf("StorageMigrations before the uninstall: %v, want one per scenario", migrations)
 	}
 
-	uninstalled(t, rel.cs, rel.ns)
+	uninstalled(t, rel)
 	if err := chartChange(ctx, dyn, hr); err != nil {
 		t.Errorf("a chart change after helm uninstall: %v; want it admitted (no webhook left)", err)
 	}
