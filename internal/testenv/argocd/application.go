@@ -17,8 +17,8 @@ import (
 
 // This file is the one definition of Argo CD's Application that the tests share: the
 // resource (ApplicationGVR), the stand-in CRD for tests where no Argo CD runs
-// (ApplicationCRD, which TestApplicationCRDIsArgoCDs holds to the real CRD's names, scope
-// and versions), and what a test reads of an Application, whichever wrote its status
+// (ApplicationCRD, which test/argocd's TestApplicationCRDIsArgoCDs holds to the real
+// CRD's names, scope and versions), and what a test reads of an Application, whichever wrote its status
 // (Application, read by ArgoCD.Get and ArgoCD.WaitApplication).
 
 // ApplicationGVR is Argo CD's Application resource.
