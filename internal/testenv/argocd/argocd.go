@@ -47,8 +47,8 @@ const InClusterServer = "https://kubernetes.default.svc"
 var appProjectGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "appprojects"}
 
 // ArgoCD is Argo CD's real repo-server and application-controller, with their own
-// Redis, running as processes outside the cluster against a ControlPlane, the way Argo
-// CD's own Procfile runs them for development: ARGOCD_FAKE_IN_CLUSTER makes the in-cluster
+// Redis, running as processes outside the cluster against a testenv.ControlPlane, the way
+// Argo CD's own Procfile runs them for development: ARGOCD_FAKE_IN_CLUSTER makes the in-cluster
 // destination (InClusterServer) the control plane of KUBECONFIG. No API server, UI, Dex
 // or ApplicationSet controller runs: tests write Applications and read their status with
 // the Kubernetes API, as GitOps does.
@@ -426,8 +426,8 @@ func GitSource(dir, path, revision string) ApplicationSource {
 	return ApplicationSource{RepoURL: "file://" + dir, Path: path, TargetRevision: revision}
 }
 
-// HelmRepoSource is chart at version from the Helm chart repository at url (ServeRepo,
-// NewChartRepo).
+// HelmRepoSource is chart at version from the Helm chart repository at url
+// (servers.ServeRepo, servers.NewChartRepo).
 func HelmRepoSource(url, chart, version string) ApplicationSource {
 	return ApplicationSource{RepoURL: url, Chart: chart, TargetRevision: version}
 }
