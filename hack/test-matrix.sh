@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test-matrix.sh runs every package whose tests start a control plane (they import
-# internal/testenv) on each Kubernetes minor, and prints a table of package x minor.
+# internal/testenv or one of its packages: node, flux, argocd, servers) on each Kubernetes
+# minor, and prints a table of package x minor.
 # Usage: hack/test-matrix.sh [MINOR ...]   (default: every tested minor; build them first
 # with ./hack/testbin.sh --kube all, which `make test-matrix` does). Logs go to
 # $MATRIX_LOGS (default: a temporary directory). Exits 1 when any cell failed.
@@ -14,7 +15,7 @@ timeout=${TEST_TIMEOUT:-30m}
 
 mod=$(go list -m)
 mapfile -t pkgs < <(go list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... |
-  awk -v t="$mod/internal/testenv" '{ for (i = 2; i <= NF; i++) if ($i == t) { print $1; break } }')
+  awk -v t="$mod/internal/testenv" '{ for (i = 2; i <= NF; i++) if ($i == t || index($i, t "/") == 1) { print $1; break } }')
 
 declare -A result
 failed=0

@@ -33,6 +33,7 @@ import (
 
 	sr "github.com/upgradeguard/upgradeguard/examples/servicereconciler"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
@@ -68,7 +69,7 @@ func sourceCharts(t *testing.T) sr.RepoCharts {
 			t.Fatal(err)
 		}
 	}
-	url, stop, err := testenv.ServeRepo(repo)
+	url, stop, err := servers.ServeRepo(repo)
 	if err != nil {
 		t.Fatal(err)
 	}

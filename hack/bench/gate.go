@@ -29,6 +29,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/childproc"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
@@ -79,7 +80,7 @@ func benchGate(ctx context.Context, rounds, coldRuns int, cache bool) error {
 			return err
 		}
 	}
-	url, stopRepo, err := testenv.ServeRepo(repo)
+	url, stopRepo, err := servers.ServeRepo(repo)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
@@ -75,7 +76,7 @@ func benchPlan(ctx context.Context, rounds int) error {
 			first = tgz
 		}
 	}
-	url, stop, err := testenv.ServeRepo(repo)
+	url, stop, err := servers.ServeRepo(repo)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
-	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 )
 
@@ -28,7 +29,7 @@ func pushFlux(t *testing.T, host, pkgs string) string {
 		t.Fatalf("no charts in %s: %v", pkgs, err)
 	}
 	for _, tgz := range tgzs {
-		if _, err := testenv.PushOCI(tgz, host, "charts"); err != nil {
+		if _, err := servers.PushOCI(tgz, host, "charts"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,7 +46,7 @@ func ociRepositorySecret(t *testing.T, name, url string) {
 	if strings.HasPrefix(url, "oci://") {
 		typ = "oci"
 	}
-	secrets := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().Secrets(testenv.ArgoCDNamespace)
+	secrets := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().Secrets(argocd.Namespace)
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{argoapp.SecretTypeLabel: "repository"}},
 		StringData: map[string]string{"type": typ, "name": name, "url": url, "enableOCI": "true", "insecureOCIForceHttp": "true"},
@@ -70,10 +71,10 @@ func TestCheckArgoCDAppOCI(t *testing.T) {
 	needCluster(t)
 	fluxLiveStoresV1beta2(t)
 	pkgs := realFluxPackages(t)
-	host, stop := testenv.ServeOCI()
+	host, stop := servers.ServeOCI()
 	defer stop()
 	repo := pushFlux(t, host, pkgs)
-	url, stopHTTP, err := testenv.ServeRepo(pkgs)
+	url, stopHTTP, err := servers.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,11 +139,11 @@ func TestPlanArgoCDAppOCI(t *testing.T) {
 	fluxLive212(t)
 	pkgs := t.TempDir()
 	fluxSeries(t, pkgs)
-	host, stop := testenv.ServeOCI()
+	host, stop := servers.ServeOCI()
 	defer stop()
 	repo := pushFlux(t, host, pkgs)
 	for _, tag := range []string{"stable", "2.17.3-rc.1"} {
-		if _, err := testenv.PushOCITag(filepath.Join(pkgs, "flux2-2.18.2.tgz"), host, "charts", tag); err != nil {
+		if _, err := servers.PushOCITag(filepath.Join(pkgs, "flux2-2.18.2.tgz"), host, "charts", tag); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,7 +176,7 @@ func TestPlanArgoCDAppOCI(t *testing.T) {
 	// The same chart as the second of two sources (the first holds values): the
 	// deployed version is that source's revision, and argocd app set names its position.
 	createApplication(t, "flux-oci-multi", map[string]any{"project": "default",
-		"destination": map[string]any{"server": testenv.InClusterServer, "namespace": "flux-system"},
+		"destination": map[string]any{"server": argocd.InClusterServer, "namespace": "flux-system"},
 		"sources": []any{
 			map[string]any{"repoURL": "https://git.example.com/values.git", "ref": "values"},
 			map[string]any{"repoURL": "oci://" + repo, "chart": "flux2", "targetRevision": "2.18.2"},

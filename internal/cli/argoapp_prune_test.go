@@ -19,6 +19,8 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
@@ -33,7 +35,7 @@ func serveChart(t *testing.T, chartDir string) string {
 	if _, err := testenv.Package(chartDir, pkgs); err != nil {
 		t.Fatal(err)
 	}
-	url, stop, err := testenv.ServeRepo(pkgs)
+	url, stop, err := servers.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,9 +61,9 @@ func managesCRD(t *testing.T, name, crd string) {
 func tracksCRD(t *testing.T, crd, app string) {
 	t.Helper()
 	ctx := t.Context()
-	cms := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().ConfigMaps(testenv.ArgoCDNamespace)
-	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: argoapp.SettingsConfigMap, Namespace: testenv.ArgoCDNamespace},
-		Data: map[string]string{testenv.TrackingMethodKey: predict.ArgoTrackingLabel}}
+	cms := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().ConfigMaps(argocd.Namespace)
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: argoapp.SettingsConfigMap, Namespace: argocd.Namespace},
+		Data: map[string]string{argocd.TrackingMethodKey: predict.ArgoTrackingLabel}}
 	if _, err := cms.Create(ctx, settings, metav1.CreateOptions{}); err == nil {
 		t.Cleanup(func() {
 			if err := cms.Delete(context.WithoutCancel(t.Context()), argoapp.SettingsConfigMap, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

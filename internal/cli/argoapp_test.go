@@ -21,28 +21,30 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 // createApplication installs the Application CRD (a stand-in for Argo CD's: no Argo CD
-// runs here) and creates an Application in testenv.ArgoCDNamespace from spec, deleted
+// runs here) and creates an Application in argocd.Namespace from spec, deleted
 // when the test ends.
 func createApplication(t *testing.T, name string, spec map[string]any) {
 	t.Helper()
 	ctx := t.Context()
-	if err := testenv.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(cp.Config)); err != nil {
+	if err := argocd.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(cp.Config)); err != nil {
 		t.Fatal(err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testenv.ArgoCDNamespace}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: argocd.Namespace}}
 	if _, err := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(testenv.ApplicationGVR).Namespace(testenv.ArgoCDNamespace)
+	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(argocd.ApplicationGVR).Namespace(argocd.Namespace)
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-		"metadata": map[string]any{"name": name, "namespace": testenv.ArgoCDNamespace},
+		"metadata": map[string]any{"name": name, "namespace": argocd.Namespace},
 		"spec":     spec,
 	}}
 	if _, err := ri.Create(ctx, app, metav1.CreateOptions{}); err != nil {
@@ -57,7 +59,7 @@ func createApplication(t *testing.T, name string, spec map[string]any) {
 
 func appSpec(source map[string]any, destNS string) map[string]any {
 	return map[string]any{"project": "default", "source": source,
-		"destination": map[string]any{"server": testenv.InClusterServer, "namespace": destNS}}
+		"destination": map[string]any{"server": argocd.InClusterServer, "namespace": destNS}}
 }
 
 // fluxLiveStoresV1beta2 leaves the flux source CRDs as flux2 2.12 then 2.17.2 leave
@@ -134,7 +136,7 @@ func TestCheckArgoCDAppHelmRepository(t *testing.T) {
 	needCluster(t)
 	fluxLiveStoresV1beta2(t)
 	pkgs := realFluxPackages(t)
-	url, stop, err := testenv.ServeRepo(pkgs)
+	url, stop, err := servers.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +194,7 @@ func TestCheckArgoCDAppHelmRepository(t *testing.T) {
 	// The same chart as the second of two sources (the first holds values): argocd app
 	// set needs the Helm source's position.
 	createApplication(t, "flux-multi", map[string]any{"project": "default",
-		"destination": map[string]any{"server": testenv.InClusterServer, "namespace": "flux-system"},
+		"destination": map[string]any{"server": argocd.InClusterServer, "namespace": "flux-system"},
 		"sources": []any{
 			map[string]any{"repoURL": "https://git.example.com/values.git", "ref": "values"},
 			map[string]any{"repoURL": url, "chart": "flux2", "targetRevision": "~2.18"},
@@ -207,7 +209,7 @@ func TestCheckArgoCDAppHelmRepository(t *testing.T) {
 // Argo CD's, has no status subresource: an update writes it).
 func setApplicationStatus(t *testing.T, name string, status map[string]any) {
 	t.Helper()
-	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(testenv.ApplicationGVR).Namespace(testenv.ArgoCDNamespace)
+	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(argocd.ApplicationGVR).Namespace(argocd.Namespace)
 	app, err := ri.Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +224,7 @@ func setApplicationStatus(t *testing.T, name string, status map[string]any) {
 // Application's targetRevision: the verdicts of check --chart on the chart directory.
 func TestCheckArgoCDAppGit(t *testing.T) {
 	needCluster(t)
-	testenv.NeedGitCLI(t)
+	servers.NeedGitCLI(t)
 	fluxLiveStoresV1beta2(t)
 	chartDir := filepath.Join(fixturesDir(t), "charts/flux2-2.18.2")
 	files := map[string]string{}
@@ -237,7 +239,7 @@ func TestCheckArgoCDAppGit(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	repo := testenv.NewGitRepo(t)
+	repo := servers.NewGitRepo(t)
 	repo.Commit("flux2 2.18.2", files)
 	repo.Branch("release", repo.Commit("a later change", map[string]string{"README.md": "flux\n"}))
 	createApplication(t, "flux-git", appSpec(map[string]any{"repoURL": "file://" + repo.Dir, "path": "charts/flux2", "targetRevision": "release"}, "flux-system"))
@@ -285,7 +287,7 @@ func TestArgoCDAppErrors(t *testing.T) {
 // helm.skipCrds it leaves crds/ out, and the sync is safe.
 func TestCheckArgoCDAppCRDsFolder(t *testing.T) {
 	needCluster(t)
-	testenv.NeedGitCLI(t)
+	servers.NeedGitCLI(t)
 	cleanCRDs(t, "kyverno.io")
 	applyFixtures(t, fixtureSet(t, "kyverno/v1.10.7")...)
 	applyFixtures(t, fixtureSet(t, "kyverno/v1.12.6")...)
@@ -297,7 +299,7 @@ func TestCheckArgoCDAppCRDsFolder(t *testing.T) {
 		}
 		files["charts/kyverno/crds/"+filepath.Base(f)] = string(data)
 	}
-	repo := testenv.NewGitRepo(t)
+	repo := servers.NewGitRepo(t)
 	repo.Commit("kyverno 3.3.7", files)
 	source := map[string]any{"repoURL": "file://" + repo.Dir, "path": "charts/kyverno", "targetRevision": "HEAD"}
 	createApplication(t, "kyverno", appSpec(source, "kyverno"))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -282,12 +283,12 @@ func TestPlanFluxFromOCI(t *testing.T) {
 	cleanCRDs(t, "fluxcd.io")
 	pkgs := t.TempDir()
 	fluxSeries(t, pkgs)
-	host, stop := testenv.ServeOCI()
+	host, stop := servers.ServeOCI()
 	defer stop()
 	tgzs, _ := filepath.Glob(filepath.Join(pkgs, "*.tgz"))
 	var ref string
 	for _, tgz := range tgzs {
-		r, err := testenv.PushOCI(tgz, host, "charts")
+		r, err := servers.PushOCI(tgz, host, "charts")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +392,7 @@ func TestPlanKyvernoFromRepository(t *testing.T) {
 	cleanCRDs(t, "kyverno.io")
 	pkgs := t.TempDir()
 	kyvernoSeries(t, pkgs)
-	url, stop, err := testenv.ServeRepo(pkgs)
+	url, stop, err := servers.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 )
 
@@ -423,7 +424,7 @@ func TestReleaseMigrateChartCredentials(t *testing.T) {
 	if _, err := testenv.Package(newChart, repoDir); err != nil {
 		t.Fatal(err)
 	}
-	url, stop, err := testenv.ServeRepoBasicAuth(repoDir, "reader", "s3cret-pass")
+	url, stop, err := servers.ServeRepoBasicAuth(repoDir, "reader", "s3cret-pass")
 	if err != nil {
 		t.Fatal(err)
 	}

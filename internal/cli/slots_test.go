@@ -8,12 +8,12 @@ import (
 	"testing"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
-	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/slots"
 )
 
 func TestSlotsCommand(t *testing.T) {
-	g := testenv.NewGitRepo(t)
+	g := servers.NewGitRepo(t)
 	base := g.Commit("base", map[string]string{"migrations/1": "one\n", "migrations/2": "two\n", "values.yaml": "migrations:\n  targetVersion: 3\n"})
 	g.Branch("release-1.0", base)
 	g.Commit("claim slot 3", map[string]string{"migrations/3": "repair\n", "values.yaml": "migrations:\n  targetVersion: 4\n"})
@@ -43,8 +43,8 @@ func TestSlotsCommand(t *testing.T) {
 // TestSlotsOnBareClone: the command reads a bare clone (as CI caches and server-side
 // hooks keep repositories) as it reads the work tree it was cloned from.
 func TestSlotsOnBareClone(t *testing.T) {
-	testenv.NeedGitCLI(t)
-	g := testenv.NewGitRepo(t)
+	servers.NeedGitCLI(t)
+	g := servers.NewGitRepo(t)
 	base := g.Commit("base", map[string]string{"migrations/1": "one\n", "values.yaml": "migrations:\n  targetVersion: 2\n"})
 	g.Branch("release-1.0", base)
 	g.Commit("claim slot 2", map[string]string{"migrations/2": "repair\n", "values.yaml": "migrations:\n  targetVersion: 3\n"})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -26,7 +27,7 @@ func TestSteppingStoneFromRepository(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	url, stop, err := testenv.ServeRepo(pkgs)
+	url, stop, err := servers.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)
 	}

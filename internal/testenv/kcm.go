@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -63,7 +62,7 @@ func (cp *ControlPlane) StartControllerManager(controllers ...string) error {
 	if len(controllers) == 0 {
 		controllers = DefaultControllers
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return fmt.Errorf("kube-controller-manager: find a free port: %w", err)
 	}
@@ -152,9 +151,9 @@ func (k *controllerManager) waitHealthy(port int, timeout time.Duration) error {
 	for {
 		select {
 		case <-k.proc.Done():
-			return fmt.Errorf("kube-controller-manager exited during start-up (%w):\n%s", k.proc.Err(), tail(k.log, 20))
+			return fmt.Errorf("kube-controller-manager exited during start-up (%w):\n%s", k.proc.Err(), Tail(k.log, 20))
 		case <-ctx.Done():
-			return fmt.Errorf("kube-controller-manager not healthy within %s:\n%s", timeout, tail(k.log, 20))
+			return fmt.Errorf("kube-controller-manager not healthy within %s:\n%s", timeout, Tail(k.log, 20))
 		case <-tick.C:
 			resp, err := client.Get(url)
 			if err != nil {
@@ -166,28 +165,6 @@ func (k *controllerManager) waitHealthy(port int, timeout time.Duration) error {
 			}
 		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	return port, l.Close()
-}
-
-// tail returns the last n lines of a file, for start-up errors.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // ControllerManagerForTest runs kube-controller-manager for the rest of the test and

@@ -1,7 +1,28 @@
-// Package testenv starts and stops the real control plane (kube-apiserver and etcd from
-// bin/, built by `make testbin`, and kube-controller-manager when a scenario asks for
-// it) for integration tests and the demo. It is the one place that knows how the
-// control plane is found and wired.
+// Package testenv starts and stops the real control plane for integration tests, the demo
+// and the benchmarks: kube-apiserver and etcd from bin/kube/MINOR (built by `make
+// testbin`; the minors are kube-versions), and kube-controller-manager when a scenario
+// asks for it (StartControllerManager). It is the one place that knows how the control
+// plane is found and wired. Start runs one control plane; StartFleet runs several API
+// servers on one etcd. Besides it holds what needs only a control plane: users, tokens
+// and RBAC grants (AddUser, Grant), the audit log, etcd reads (StoredVersions), CRD and
+// object helpers and fixtures (crds.go, objects.go, kro.go, lws.go), the Helm CLI against
+// the control plane (Helm, Helm3), charts written to disk (WriteChart, Package), and the
+// helpers the harnesses below share (Process, FreePorts, Tail).
+//
+// Stop (ForTest and RunTests call it) stops kube-controller-manager, kube-apiserver and
+// etcd and removes the control plane's directory (upgradeguard-cp-* in the temporary
+// directory, Dir): its certificates, kubeconfigs, audit log, Helm home, and the files of
+// any harness that kept them there. If the test binary is killed, every process dies with
+// it (internal/childproc ties them), but that directory stays.
+//
+// Each system that runs beside a control plane has a package of its own, which takes
+// the control plane as an argument and imports this one (never the reverse):
+//
+//   - internal/testenv/node: a real node (containerd, kubelet, kube-proxy, scheduler);
+//   - internal/testenv/flux: Flux's real source-controller and helm-controller;
+//   - internal/testenv/argocd: Argo CD's real repo-server and application-controller, and
+//     the one Application definition the tests share;
+//   - internal/testenv/servers: chart repositories, an OCI registry and git repositories.
 package testenv
 
 import (
@@ -113,9 +134,9 @@ type Options struct {
 	ControllerManager bool
 	// Controllers overrides DefaultControllers when ControllerManager is set.
 	Controllers []string
-	// Node prepares the control plane for a real node (StartNode): kube-apiserver serves
+	// Node prepares the control plane for a real node (node.Start): kube-apiserver serves
 	// on every address with a certificate for the host's address and the `kubernetes`
-	// Service IP, and admits Pods with their ServiceAccount token. StartNode runs
+	// Service IP, and admits Pods with their ServiceAccount token. node.Start runs
 	// kube-controller-manager itself: leave ControllerManager unset.
 	Node bool
 	// RuntimeConfig enables API versions the minor serves only when asked
@@ -250,6 +271,14 @@ func (cp *ControlPlane) Stop() error {
 	return err
 }
 
+// Dir is the control plane's own directory, which Stop removes: harnesses that run beside
+// it (Flux, Argo CD) keep their files and logs there.
+func (cp *ControlPlane) Dir() string { return cp.dir }
+
+// ServesNode reports whether the control plane was started with Options.Node, so that a
+// real node (internal/testenv/node) can join it.
+func (cp *ControlPlane) ServesNode() bool { return cp.node }
+
 // StopAPIServer stops kube-apiserver (etcd keeps running), as in a control-plane
 // restart or an outage. StartAPIServer brings it back on the same address and
 // certificates; users and tokens stay valid.
@@ -358,14 +387,14 @@ func KubeMinor() (string, error) {
 // BinDir finds bin/ (Helm, Flux, and the control planes under kube/).
 func BinDir() (string, error) {
 	if d := os.Getenv("UPGRADEGUARD_TESTBIN"); d != "" {
-		return d, checkBins(d, "helm")
+		return d, CheckBins(d, "helm")
 	}
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	d := filepath.Join(root, "bin")
-	return d, checkBins(d, "helm")
+	return d, CheckBins(d, "helm")
 }
 
 // KubeBinDir finds the control plane of KubeMinor: its minor number and bin/kube/MINOR.
@@ -380,7 +409,7 @@ func KubeBinDir() (int, string, error) {
 	}
 	minor, _ := strconv.Atoi(strings.TrimPrefix(v, "1."))
 	d := filepath.Join(bin, "kube", v)
-	if err := checkBins(d, "kube-apiserver", "etcd"); err != nil {
+	if err := CheckBins(d, "kube-apiserver", "etcd"); err != nil {
 		if v != DefaultMinor {
 			return 0, "", fmt.Errorf("%w (for Kubernetes %s: ./hack/testbin.sh --kube %s)", err, v, v)
 		}
@@ -389,7 +418,8 @@ func KubeBinDir() (int, string, error) {
 	return minor, d, nil
 }
 
-func checkBins(dir string, names ...string) error {
+// CheckBins fails, naming the make target, when one of the named files is missing from dir.
+func CheckBins(dir string, names ...string) error {
 	for _, b := range names {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return fmt.Errorf("%s/%s is missing: run `make testbin` first", dir, b)
@@ -432,9 +462,16 @@ func Fixtures() (string, error) {
 }
 
 // RunTests is a test package's TestMain: unless -short, it starts one control plane for
-// the package into *cp, runs the tests and stops it. With Options.Node it first checks
-// what a node needs and stops at once, naming the install steps, if anything is missing.
+// the package into *cp, runs the tests and stops it. node.RunTests is RunTests for a
+// package whose tests run a real node.
 func RunTests(m *testing.M, cp **ControlPlane, opts ...Options) int {
+	return RunTestsWith(m, cp, nil, opts...)
+}
+
+// RunTestsWith is RunTests with a check of what the package's tests need besides the
+// control plane (a sub-package's harness): run once the control plane has started, a
+// non-nil error is printed and the package stops at once (exit 2), before any test.
+func RunTestsWith(m *testing.M, cp **ControlPlane, ready func(*ControlPlane) error, opts ...Options) int {
 	flag.Parse()
 	if testing.Short() {
 		return m.Run()
@@ -447,9 +484,9 @@ func RunTests(m *testing.M, cp **ControlPlane, opts ...Options) int {
 		}
 		return 2
 	}
-	if (*cp).node {
-		if msg := (*cp).NodeMissing(); msg != "" {
-			fmt.Fprintln(os.Stderr, "node:", msg)
+	if ready != nil {
+		if err := ready(*cp); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			_ = (*cp).Stop()
 			return 2
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
@@ -71,11 +72,11 @@ func TestArgoServerSideDiffStartsMigration(t *testing.T) {
 		"status": map[string]any{"conditions": []any{map[string]any{"type": "ComparisonError",
 			"message": "Failed to compare desired state to live state: failed to calculate diff: error calculating server side diff: serverSideDiff error: error running server side apply in dryrun mode for resource CustomResourceDefinition/" + crdName + ": " + denied.Error()}}},
 	}}
-	if _, err := dyn.Resource(testenv.ApplicationGVR).Namespace(ns).Create(ctx, app, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(argocd.ApplicationGVR).Namespace(ns).Create(ctx, app, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = dyn.Resource(testenv.ApplicationGVR).Namespace(ns).Delete(context.Background(), "boxes", metav1.DeleteOptions{})
+		_ = dyn.Resource(argocd.ApplicationGVR).Namespace(ns).Delete(context.Background(), "boxes", metav1.DeleteOptions{})
 	})
 	// The controller starts it once it sees the condition.
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -95,7 +96,7 @@ func TestArgoServerSideDiffStartsMigration(t *testing.T) {
 	}
 	// Its success asks Argo CD to compare again, rather than wait for the next resync.
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		u, err := dyn.Resource(testenv.ApplicationGVR).Namespace(ns).Get(ctx, "boxes", metav1.GetOptions{})
+		u, err := dyn.Resource(argocd.ApplicationGVR).Namespace(ns).Get(ctx, "boxes", metav1.GetOptions{})
 		return err == nil && u.GetAnnotations()["argocd.argoproj.io/refresh"] == "normal", err
 	})
 	if err != nil {
@@ -118,7 +119,7 @@ func TestArgoServerSideDiffStartsMigration(t *testing.T) {
 	// The condition Argo CD has not refreshed yet starts nothing more: a touch of the
 	// Application is reconciled, and the succeeded migration is left as it is.
 	patch := []byte(`{"metadata":{"annotations":{"touched":"yes"}}}`)
-	if _, err := dyn.Resource(testenv.ApplicationGVR).Namespace(ns).Patch(ctx, "boxes", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := dyn.Resource(argocd.ApplicationGVR).Namespace(ns).Patch(ctx, "boxes", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var after v1alpha1.StorageMigration

@@ -12,6 +12,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -77,7 +78,7 @@ func steppingStoneRelease(t *testing.T, ns, release string) string {
 			t.Fatal(err)
 		}
 	}
-	url, stop, err := testenv.ServeRepo(filepath.Join(dir, "repo"))
+	url, stop, err := servers.ServeRepo(filepath.Join(dir, "repo"))
 	if err != nil {
 		t.Fatal(err)
 	}

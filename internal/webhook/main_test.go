@@ -30,6 +30,8 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
@@ -159,17 +161,17 @@ func setup() (stop func(), err error) {
 	if err := widgetCharts(filepath.Join(dir, "src"), repoDir); err != nil {
 		return stop, err
 	}
-	url, stopRepo, err := testenv.ServeRepo(repoDir)
+	url, stopRepo, err := servers.ServeRepo(repoDir)
 	if err != nil {
 		return stop, err
 	}
 	stops = append(stops, stopRepo)
 	s.repoURL = url
-	host, stopOCI := testenv.ServeOCI()
+	host, stopOCI := servers.ServeOCI()
 	stops = append(stops, stopOCI)
 	s.ociHost = host
 	for _, v := range []string{"0.2.0", "0.9.0", "0.9.3"} {
-		if _, err := testenv.PushOCI(s.charts["kro-"+v], host, "charts"); err != nil {
+		if _, err := servers.PushOCI(s.charts["kro-"+v], host, "charts"); err != nil {
 			return stop, fmt.Errorf("push kro %s: %w", v, err)
 		}
 	}
@@ -205,12 +207,12 @@ func setup() (stop func(), err error) {
 
 	// Argo CD's Application kind (a stand-in CRD: no Argo CD runs here), served before
 	// the manager starts, so that the gate follows Applications' server-side diffs.
-	if err := testenv.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(cp.Config)); err != nil {
+	if err := argocd.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(cp.Config)); err != nil {
 		return stop, err
 	}
 	dyn := dynamic.NewForConfigOrDie(cp.Config)
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(testenv.ApplicationGVR).List(ctx, metav1.ListOptions{Limit: 1})
+		_, err := dyn.Resource(argocd.ApplicationGVR).List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil, nil
 	})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 )
@@ -72,7 +73,7 @@ func TestCRDGateBridgeNamesApplication(t *testing.T) {
 	const ns = "crdbridge"
 	namespace(t, s.c, ns)
 	crdName := "bridgeboxes." + gadgetGroup
-	if err := testenv.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(s.cp.Config)); err != nil {
+	if err := argocd.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(s.cp.Config)); err != nil {
 		t.Fatal(err)
 	}
 	app := &unstructured.Unstructured{Object: map[string]any{

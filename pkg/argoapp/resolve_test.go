@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 )
@@ -34,10 +35,10 @@ data:
 
 // gitChart is a git repository with the chart web at charts/web (version per commit),
 // a values file beside it and one at the repository root, and a Kustomize directory.
-func gitChart(t *testing.T) (repo *testenv.GitRepo, first, second string) {
+func gitChart(t *testing.T) (repo *servers.GitRepo, first, second string) {
 	t.Helper()
-	testenv.NeedGitCLI(t) // go-git clones file:// URLs with git-upload-pack
-	repo = testenv.NewGitRepo(t)
+	servers.NeedGitCLI(t) // go-git clones file:// URLs with git-upload-pack
+	repo = servers.NewGitRepo(t)
 	files := map[string]string{
 		"charts/web/Chart.yaml":         "apiVersion: v2\nname: web\nversion: 1.0.0\n",
 		"charts/web/values.yaml":        "from: chart\nfile: none\ninline: {key: none}\nhosts: none\nport: none\ntext: none\n",
@@ -192,7 +193,7 @@ func TestResolveHelmRepository(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	url, stop, err := testenv.ServeRepoBasicAuth(dir, "dev", "s3cret")
+	url, stop, err := servers.ServeRepoBasicAuth(dir, "dev", "s3cret")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestResolveHelmRepository(t *testing.T) {
 // it: over HTTPS unless the repository Secret says insecureOCIForceHttp. The failure
 // names the Secret to add, or the one to fix; with the field set the chart loads.
 func TestExplainOCIRegistry(t *testing.T) {
-	host, stop := testenv.ServeOCI()
+	host, stop := servers.ServeOCI()
 	defer stop()
 	chartDir, err := testenv.WriteChart(t.TempDir(), "web", "1.0.0", map[string]string{"templates/cm.yaml": webTemplate,
 		"values.yaml": "inline: {key: none}\n"})
@@ -240,7 +241,7 @@ func TestExplainOCIRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testenv.PushOCI(tgz, host, "charts"); err != nil {
+	if _, err := servers.PushOCI(tgz, host, "charts"); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("HELM_REPOSITORY_CACHE", t.TempDir())

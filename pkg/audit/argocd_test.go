@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -30,12 +30,12 @@ const argoNS = "argo-audit"
 // Argo CD does: its CRD has no status subresource.
 func createApplication(t *testing.T, name string, source map[string]any, status map[string]any) {
 	t.Helper()
-	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(testenv.ApplicationGVR).Namespace(argoNS)
+	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(argocd.ApplicationGVR).Namespace(argoNS)
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
 		"metadata": map[string]any{"name": name, "namespace": argoNS},
 		"spec": map[string]any{"project": "default", "source": source,
-			"destination": map[string]any{"server": testenv.InClusterServer, "namespace": "apps"}},
+			"destination": map[string]any{"server": argocd.InClusterServer, "namespace": "apps"}},
 		"status": status,
 	}}
 	if _, err := ri.Create(t.Context(), app, metav1.CreateOptions{}); err != nil {
@@ -118,7 +118,7 @@ func findingCodes(a audit.Application) []string { return findingChecks(a.Finding
 func TestAuditArgoCDApplications(t *testing.T) {
 	needCluster(t)
 	ctx := t.Context()
-	if err := testenv.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(cp.Config)); err != nil {
+	if err := argocd.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(cp.Config)); err != nil {
 		t.Fatal(err)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: argoNS}}

@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v4/pkg/cli/values"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -142,7 +143,7 @@ func TestLoadFromHTTPRepository(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	url, stop, err := testenv.ServeRepo(pkgs)
+	url, stop, err := servers.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestLoadFromHTTPRepository(t *testing.T) {
 }
 
 func TestLoadFromOCIRegistry(t *testing.T) {
-	host, stop := testenv.ServeOCI()
+	host, stop := servers.ServeOCI()
 	defer stop()
 	var ref string
 	for _, v := range []string{"1.0.0", "1.2.0"} {
@@ -181,7 +182,7 @@ func TestLoadFromOCIRegistry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ref, err = testenv.PushOCI(tgz, host, "charts"); err != nil {
+		if ref, err = servers.PushOCI(tgz, host, "charts"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -206,13 +207,13 @@ func TestLoadFromOCIRegistry(t *testing.T) {
 // the fetch and the tag listing fail as the chart server's (Remote) load errors, which
 // say that the registry answered plain HTTP.
 func TestPlainHTTPRegistryWithoutPlainHTTP(t *testing.T) {
-	host, stop := testenv.ServeOCI()
+	host, stop := servers.ServeOCI()
 	defer stop()
 	tgz, err := testenv.Package(crdChart(t, t.TempDir(), "1.0.0"), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := testenv.PushOCI(tgz, host, "charts")
+	ref, err := servers.PushOCI(tgz, host, "charts")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	repo "helm.sh/helm/v4/pkg/repo/v1"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 )
 
@@ -20,7 +21,7 @@ func TestCacheKeepsRenders(t *testing.T) {
 	if _, err := testenv.Package(crdChart(t, t.TempDir(), "1.0.0"), pkgs); err != nil {
 		t.Fatal(err)
 	}
-	url, stop, err := testenv.ServeRepo(pkgs)
+	url, stop, err := servers.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestCacheWrapsALoader(t *testing.T) {
 	if _, err := testenv.Package(dir, pkgs); err != nil {
 		t.Fatal(err)
 	}
-	url, stop, err := testenv.ServeRepo(pkgs)
+	url, stop, err := servers.ServeRepo(pkgs)
 	if err != nil {
 		t.Fatal(err)
 	}

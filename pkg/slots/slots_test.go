@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 
-	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/slots"
 )
 
@@ -33,8 +33,8 @@ func sum(s string) string {
 
 // cozystack builds the history of the incident: slots 1..44 aligned, release-1.5 claims
 // slot 45 for a data-loss repair (targetVersion 46), release-1.6 uses 45..53 (target 54).
-func cozystack(t *testing.T) (*testenv.GitRepo, plumbing.Hash) {
-	g := testenv.NewGitRepo(t)
+func cozystack(t *testing.T) (*servers.GitRepo, plumbing.Hash) {
+	g := servers.NewGitRepo(t)
 	files := map[string]string{"packages/core/platform/values.yaml": values(45)}
 	for i := 1; i <= 44; i++ {
 		files[fmt.Sprintf("%s/%d", migDir, i)] = migration(i, fmt.Sprintf("migration %d", i))
@@ -53,7 +53,7 @@ func cozystack(t *testing.T) (*testenv.GitRepo, plumbing.Hash) {
 	return g, base
 }
 
-func opts(g *testenv.GitRepo, refs ...string) slots.Options {
+func opts(g *servers.GitRepo, refs ...string) slots.Options {
 	return slots.Options{Repo: g.Dir, Refs: refs, Dir: migDir, TargetFile: "packages/core/platform/values.yaml", TargetKey: "migrations.targetVersion"}
 }
 
@@ -163,7 +163,7 @@ func gitCLI(t *testing.T, args ...string) {
 // TestRepositoryShapes opens the same history as a work tree, a folder inside it, a bare
 // clone, a mirror and a linked worktree: each finds the one claimed slot.
 func TestRepositoryShapes(t *testing.T) {
-	testenv.NeedGitCLI(t)
+	servers.NeedGitCLI(t)
 	g, _ := cozystack(t)
 	tmp := t.TempDir()
 	bare, mirror, linked := filepath.Join(tmp, "bare.git"), filepath.Join(tmp, "mirror.git"), filepath.Join(tmp, "linked")

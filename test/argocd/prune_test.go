@@ -26,6 +26,8 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -45,7 +47,7 @@ var widgetGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1",
 
 // labelTracking is Argo CD tracking the objects of an Application by the
 // app.kubernetes.io/instance label (the Argo CD 2 default, which many installations keep).
-var labelTracking = testenv.ArgoCDOptions{Settings: map[string]string{testenv.TrackingMethodKey: "label"}}
+var labelTracking = argocd.Options{Settings: map[string]string{argocd.TrackingMethodKey: "label"}}
 
 // widgetsChart is the chart's files in the git repository, with crds.enabled set to crds.
 func widgetsChart(crds bool) map[string]string {
@@ -94,27 +96,27 @@ spec:
 // widgetCount Widgets in its destination namespace.
 type pruneScenario struct {
 	cp                 *testenv.ControlPlane
-	argo               *testenv.ArgoCD
+	argo               *argocd.ArgoCD
 	name               string // the Application's name and its destination namespace
 	withCRD, withoutIt string // the commits with crds.enabled true and false
 }
 
-func startPruneScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, r testenv.SyncRetry) *pruneScenario {
+func startPruneScenario(t *testing.T, cp *testenv.ControlPlane, argo *argocd.ArgoCD, name string, r argocd.SyncRetry) *pruneScenario {
 	t.Helper()
 	ctx := t.Context()
-	repo := testenv.NewGitRepo(t)
+	repo := servers.NewGitRepo(t)
 	s := &pruneScenario{cp: cp, argo: argo, name: name,
 		withCRD:   repo.Commit("widgets chart with its CRD", widgetsChart(true)).String(),
 		withoutIt: repo.Commit("widgets chart: crds.enabled false", widgetsChart(false)).String(),
 	}
-	app := testenv.AutomatedApplication(name, testenv.GitSource(repo.Dir, widgetsPath, s.withCRD), name, r)
+	app := argocd.AutomatedApplication(name, argocd.GitSource(repo.Dir, widgetsPath, s.withCRD), name, r)
 	if err := unstructured.SetNestedField(app.Object, true, "spec", "syncPolicy", "automated", "prune"); err != nil {
 		t.Fatal(err)
 	}
 	if err := argo.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	got, err := argo.WaitApplication(ctx, name, 3*time.Minute, func(app *testenv.Application) bool {
+	got, err := argo.WaitApplication(ctx, name, 3*time.Minute, func(app *argocd.Application) bool {
 		return s.syncedAt(app, s.withCRD) && app.ResourceStatus("CustomResourceDefinition", widgetsCRD) == "Synced"
 	})
 	if err != nil {
@@ -133,7 +135,7 @@ func startPruneScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.Ar
 
 // syncedAt says that Argo CD's last operation, a sync of commit, succeeded and that it
 // compared the Application at commit since.
-func (s *pruneScenario) syncedAt(app *testenv.Application, commit string) bool {
+func (s *pruneScenario) syncedAt(app *argocd.Application, commit string) bool {
 	op := app.Status.OperationState
 	return op != nil && op.Phase == "Succeeded" && op.Operation.Sync.Revision == commit && app.Status.Sync.Revision == commit &&
 		app.ResourceStatus("ConfigMap", widgetsConfigMap) == "Synced"
@@ -198,7 +200,7 @@ func (s *pruneScenario) annotateCRD(t *testing.T, annotations map[string]any) {
 }
 
 // crdResult is the sync result of the CRD in op ("Status: message"), "" when it has none.
-func crdResult(op *testenv.OperationState) string {
+func crdResult(op *argocd.OperationState) string {
 	if op == nil || op.SyncResult == nil {
 		return ""
 	}
@@ -211,7 +213,7 @@ func crdResult(op *testenv.OperationState) string {
 }
 
 // crdInTree returns the CRD's entry of the Application's resource tree.
-func crdInTree(app *testenv.Application) (status string, requiresPruning, found bool) {
+func crdInTree(app *argocd.Application) (status string, requiresPruning, found bool) {
 	for _, r := range app.Status.Resources {
 		if r.Kind == "CustomResourceDefinition" && r.Name == widgetsCRD {
 			return r.Status, r.RequiresPruning, true
@@ -225,13 +227,13 @@ func crdInTree(app *testenv.Application) (status string, requiresPruning, found 
 // returns the Application then. Argo CD reads the live CRD from its watch cache, so a sync
 // started right after the CRD was annotated may still act on the CRD as it was; stale
 // lists the CRD results that such a sync gives, which another sync follows.
-func (s *pruneScenario) syncUntil(t *testing.T, want string, stale ...string) *testenv.Application {
+func (s *pruneScenario) syncUntil(t *testing.T, want string, stale ...string) *argocd.Application {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		if err := s.argo.Sync(t.Context(), s.name, true); err != nil {
 			t.Fatal(err)
 		}
-		app, err := s.argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *testenv.Application) bool {
+		app, err := s.argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *argocd.Application) bool {
 			return !app.Operating && operationEnded(s.withoutIt)(app)
 		})
 		if err != nil {
@@ -271,8 +273,8 @@ func rowFor(rep *check.Report, crd string) (check.CRDReport, bool) {
 }
 
 // operationEnded says that the last operation is of commit and ended.
-func operationEnded(commit string) func(*testenv.Application) bool {
-	return func(app *testenv.Application) bool {
+func operationEnded(commit string) func(*argocd.Application) bool {
+	return func(app *argocd.Application) bool {
 		op := app.Status.OperationState
 		return op != nil && op.Operation.Sync.Revision == commit && (op.Phase == "Succeeded" || op.Phase == "Failed" || op.Phase == "Error")
 	}
@@ -292,10 +294,10 @@ func operationEnded(commit string) func(*testenv.Application) bool {
 func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 	needCluster(t)
 	cp, _ := startGated(t)
-	argo := cp.StartArgoCD(t, labelTracking)
+	argo := argocd.Start(t, cp, labelTracking)
 	ctx := t.Context()
 	const name = "prune-guarded"
-	s := startPruneScenario(t, cp, argo, name, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
+	s := startPruneScenario(t, cp, argo, name, argocd.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
 	denied := testutil.ToFloat64(metrics.CRDDeletionsDenied.WithLabelValues(widgetsCRD))
 
 	if err := argo.SetTargetRevision(ctx, name, s.withoutIt); err != nil {
@@ -308,7 +310,7 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 	t.Logf("the sync without the CRD ended: %s", app)
 	op := app.Status.OperationState
 	denial := `admission webhook "crd-delete.upgradeguard.io" denied the request: upgradeguard denied the deletion of CustomResourceDefinition ` + widgetsCRD +
-		" by user admin (a CRD that Argo CD Application " + testenv.ArgoCDNamespace + "/" + name + " syncs): "
+		" by user admin (a CRD that Argo CD Application " + argocd.Namespace + "/" + name + " syncs): "
 	if op.Phase != "Failed" || op.RetryCount != 2 ||
 		!strings.HasPrefix(op.Message, "one or more objects failed to apply, reason: "+denial) ||
 		!strings.HasSuffix(op.Message, "(retried 2 times).") {
@@ -320,9 +322,9 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 	}
 	for _, want := range []string{widgetsCRD + ": the API server deletes all 3 Widget objects with it, for good (for example " + name + "/obj-0",
 		"kubectl annotate crd " + widgetsCRD + " " + predict.AllowDeleteAnnotation + "=true",
-		"then sync Application " + testenv.ArgoCDNamespace + "/" + name + " again",
+		"then sync Application " + argocd.Namespace + "/" + name + " again",
 		"To keep the CRD and its objects instead: kubectl annotate crd " + widgetsCRD + " " + predict.ArgoSyncOptionsAnnotation + "=" + predict.ArgoPruneFalse +
-			", then sync Application " + testenv.ArgoCDNamespace + "/" + name + " again: Argo CD skips the CRD's prune"} {
+			", then sync Application " + argocd.Namespace + "/" + name + " again: Argo CD skips the CRD's prune"} {
 		if !strings.Contains(op.Message, want) {
 			t.Errorf("operation message lacks %q:\n%s", want, op.Message)
 		}
@@ -341,7 +343,7 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 
 	// Automated sync does not try the same commit again: it says so in a SyncError
 	// condition, and the Application stays OutOfSync with the CRD requiring pruning.
-	app, err = argo.WaitApplication(ctx, name, time.Minute, func(app *testenv.Application) bool {
+	app, err = argo.WaitApplication(ctx, name, time.Minute, func(app *argocd.Application) bool {
 		_, syncError := app.Status.Condition("SyncError")
 		return syncError && app.Status.Sync.Revision == s.withoutIt
 	})
@@ -362,7 +364,7 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 
 	// upgradeguard check --argocd-app, run now, reads the same: Argo CD tracks the CRD by
 	// its label, and the next sync with automated prune deletes it and its 3 Widgets.
-	rep, code := runCheck(t, cp, testenv.ArgoCDNamespace+"/"+name)
+	rep, code := runCheck(t, cp, argocd.Namespace+"/"+name)
 	row, found := rowFor(rep, widgetsCRD)
 	if code != cli.ExitFindings || !found || row.Verdict != predict.Delete || row.Objects == nil || *row.Objects != widgetCount ||
 		!strings.Contains(row.Reason, "its automated sync prunes it: Argo CD deletes the CRD and all 3 Widget objects") ||
@@ -379,7 +381,7 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 	if op := app.Status.OperationState; op.Phase != "Succeeded" || crdResult(op) != "PruneSkipped: ignored (no prune)" {
 		t.Errorf("sync with Prune=false: %s (%s), CRD %q; want Succeeded, the CRD PruneSkipped", op.Phase, op.Message, crdResult(op))
 	}
-	app, err = argo.WaitApplication(ctx, name, time.Minute, func(app *testenv.Application) bool {
+	app, err = argo.WaitApplication(ctx, name, time.Minute, func(app *argocd.Application) bool {
 		_, syncError := app.Status.Condition("SyncError")
 		return !syncError && app.ResourceStatus("ConfigMap", widgetsConfigMap) == "Synced"
 	})
@@ -411,7 +413,7 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CRD %s still there after the prune with allow-delete: %v", widgetsCRD, err)
 	}
-	app, err = argo.WaitApplication(ctx, name, time.Minute, func(app *testenv.Application) bool {
+	app, err = argo.WaitApplication(ctx, name, time.Minute, func(app *argocd.Application) bool {
 		_, _, found := crdInTree(app)
 		return app.Status.Sync.Status == "Synced" && !found
 	})
@@ -429,17 +431,17 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 func TestUntrackedCRDNotPruned(t *testing.T) {
 	needCluster(t)
 	cp := testenv.ForTest(t)
-	argo := cp.StartArgoCD(t)
+	argo := argocd.Start(t, cp)
 	ctx := t.Context()
 	const name = "prune-untracked"
-	s := startPruneScenario(t, cp, argo, name, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
+	s := startPruneScenario(t, cp, argo, name, argocd.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
 
 	if err := argo.SetTargetRevision(ctx, name, s.withoutIt); err != nil {
 		t.Fatal(err)
 	}
 	// Done once the sync ended and Argo CD compared the Application since (the
 	// ConfigMap it applied reads Synced).
-	app, err := argo.WaitApplication(ctx, name, 3*time.Minute, func(app *testenv.Application) bool {
+	app, err := argo.WaitApplication(ctx, name, 3*time.Minute, func(app *argocd.Application) bool {
 		return operationEnded(s.withoutIt)(app) && app.Status.Sync.Revision == s.withoutIt && app.ResourceStatus("ConfigMap", widgetsConfigMap) == "Synced"
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
@@ -52,9 +53,9 @@ func migrateCRDs(t *testing.T, s *scenario, storage string) {
 // migrated to v2beta1 and storedVersions pruned to [v2beta1] (what upgradeguard migrate,
 // or a proactive StorageMigrationPolicy, does after a storage promotion), with automated
 // sync turned off, as `argocd app rollback` requires.
-func promotedScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string) *scenario {
+func promotedScenario(t *testing.T, cp *testenv.ControlPlane, argo *argocd.ArgoCD, name string) *scenario {
 	t.Helper()
-	s := startScenario(t, cp, argo, name, fromGit, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
+	s := startScenario(t, cp, argo, name, fromGit, argocd.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
 		[]string{fluxtest.Old, Promoted})
 	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
 	s.bump(t, Promoted)
@@ -70,7 +71,7 @@ func promotedScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.Argo
 
 // rollBack rolls the Application back to its history entry of chart version v, as
 // `argocd app rollback NAME ID` does, and waits until the operation ended.
-func (s *scenario) rollBack(t *testing.T, v string) *testenv.Application {
+func (s *scenario) rollBack(t *testing.T, v string) *argocd.Application {
 	t.Helper()
 	ctx := t.Context()
 	app, err := s.argo.Get(ctx, s.name)
@@ -84,7 +85,7 @@ func (s *scenario) rollBack(t *testing.T, v string) *testenv.Application {
 	if err := s.argo.Rollback(ctx, s.name, entry.ID); err != nil {
 		t.Fatal(err)
 	}
-	app, err = s.argo.WaitApplication(ctx, s.name, 3*time.Minute, func(app *testenv.Application) bool {
+	app, err = s.argo.WaitApplication(ctx, s.name, 3*time.Minute, func(app *argocd.Application) bool {
 		op := app.Status.OperationState
 		return op != nil && op.Operation.Sync.Revision == s.commits[v] && slices.Contains([]string{"Succeeded", "Failed", "Error"}, op.Phase)
 	})
@@ -105,7 +106,7 @@ func (s *scenario) rollBack(t *testing.T, v string) *testenv.Application {
 func TestRollbackAcrossPromotionFails(t *testing.T) {
 	needCluster(t)
 	cp := testenv.ForTest(t)
-	argo := cp.StartArgoCD(t)
+	argo := argocd.Start(t, cp)
 	s := promotedScenario(t, cp, argo, "rollback")
 
 	app := s.rollBack(t, fluxtest.Old)
@@ -144,7 +145,7 @@ var (
 func TestCRDGateBlocksRollbackAcrossPromotion(t *testing.T) {
 	needCluster(t)
 	cp, ug := startGated(t)
-	argo := cp.StartArgoCD(t)
+	argo := argocd.Start(t, cp)
 	s := promotedScenario(t, cp, argo, "gated-rollback")
 
 	app := s.rollBack(t, fluxtest.Old)
@@ -202,8 +203,8 @@ func TestCRDGateBlocksRollbackAcrossPromotion(t *testing.T) {
 func TestCRDGateDeniesBridge(t *testing.T) {
 	needCluster(t)
 	cp, ug := startGated(t)
-	argo := cp.StartArgoCD(t)
-	s := startScenario(t, cp, argo, "bridge", fromHelmRepo, testenv.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
+	argo := argocd.Start(t, cp)
+	s := startScenario(t, cp, argo, "bridge", fromHelmRepo, argocd.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second},
 		[]string{fluxtest.Old, fluxtest.From, fluxtest.To})
 	s.expectCRDs(t, fluxtest.Old, "v2alpha1", "v2alpha1")
 
@@ -215,7 +216,7 @@ func TestCRDGateDeniesBridge(t *testing.T) {
 	if got := crdversions.StoredVersionRejections(op.Message); len(got) > 0 {
 		t.Errorf("the API server's own rejection reached Argo CD (%v): the gate should answer first", got)
 	}
-	const planCmd = "upgradeguard plan --argocd-app " + testenv.ArgoCDNamespace + "/bridge"
+	const planCmd = "upgradeguard plan --argocd-app " + argocd.Namespace + "/bridge"
 	syncError, _ := app.Status.Condition("SyncError")
 	results := resourceResults(op)
 	for _, n := range fluxtest.BreakingCRDs {

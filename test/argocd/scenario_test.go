@@ -27,6 +27,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
 )
@@ -54,7 +56,7 @@ var breakingFiles = []string{"kyverno.io_cleanuppolicies.yaml", "kyverno.io_poli
 // one object of each breaking CRD stored at v2alpha1.
 type scenario struct {
 	cp   *testenv.ControlPlane
-	argo *testenv.ArgoCD
+	argo *argocd.ArgoCD
 	name string // the Application's name and its destination namespace
 	// commits maps a chart version to the Application's targetRevision for it: the
 	// commit that holds it, or the version itself for a Helm repository.
@@ -111,8 +113,8 @@ const (
 // the premise: both breaking CRDs store v2beta1 with storedVersions [v2alpha1 v2beta1].
 //
 // Each of opts changes the Application before it is created
-// (testenv.ServerSideApplyAndDiff, for example).
-func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry, opts ...func(*unstructured.Unstructured)) *scenario {
+// (argocd.ServerSideApplyAndDiff, for example).
+func newScenario(t *testing.T, cp *testenv.ControlPlane, argo *argocd.ArgoCD, name string, kind sourceKind, r argocd.SyncRetry, opts ...func(*unstructured.Unstructured)) *scenario {
 	t.Helper()
 	s := startScenario(t, cp, argo, name, kind, r, []string{fluxtest.Old, fluxtest.From, fluxtest.To}, opts...)
 	s.bump(t, fluxtest.From)
@@ -141,20 +143,20 @@ func (s *scenario) expectCRDs(t *testing.T, v, storage string, stored ...string)
 // waits until Argo CD synced it, and creates the objects, stored at v2alpha1 (every
 // first version here is Old, kyverno 1.10). Each of opts changes the Application before
 // it is created.
-func startScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD, name string, kind sourceKind, r testenv.SyncRetry, versions []string, opts ...func(*unstructured.Unstructured)) *scenario {
+func startScenario(t *testing.T, cp *testenv.ControlPlane, argo *argocd.ArgoCD, name string, kind sourceKind, r argocd.SyncRetry, versions []string, opts ...func(*unstructured.Unstructured)) *scenario {
 	t.Helper()
 	ctx := t.Context()
 	s := &scenario{cp: cp, argo: argo, name: name, commits: map[string]string{}}
-	var source testenv.ApplicationSource
+	var source argocd.ApplicationSource
 	switch kind {
 	case fromGit:
-		repo := testenv.NewGitRepo(t)
+		repo := servers.NewGitRepo(t)
 		for _, v := range versions {
 			s.commits[v] = repo.Commit("kyverno chart "+v, chartFiles(t, v)).String()
 		}
-		source = testenv.GitSource(repo.Dir, chartPath, s.commits[versions[0]])
+		source = argocd.GitSource(repo.Dir, chartPath, s.commits[versions[0]])
 	case fromHelmRepo:
-		repo, err := testenv.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
+		repo, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,9 +177,9 @@ func startScenario(t *testing.T, cp *testenv.ControlPlane, argo *testenv.ArgoCD,
 			}
 			s.commits[v] = v
 		}
-		source = testenv.HelmRepoSource(repo.URL, "kyverno", versions[0])
+		source = argocd.HelmRepoSource(repo.URL, "kyverno", versions[0])
 	}
-	app := testenv.AutomatedApplication(name, source, name, r)
+	app := argocd.AutomatedApplication(name, source, name, r)
 	for _, o := range opts {
 		o(app)
 	}
@@ -220,8 +222,8 @@ func (s *scenario) bump(t *testing.T, v string) {
 // client-side apply; with server-side apply and diff, in some runs, one of them stays
 // OutOfSync, also after a refresh and without upgradeguard), so the tests do not ask for
 // Synced.
-func (s *scenario) synced(v string) func(*testenv.Application) bool {
-	return func(app *testenv.Application) bool {
+func (s *scenario) synced(v string) func(*argocd.Application) bool {
+	return func(app *argocd.Application) bool {
 		op := app.Status.OperationState
 		return op != nil && op.Phase == "Succeeded" && op.Operation.Sync.Revision == s.commits[v] &&
 			app.Status.Sync.Revision == s.commits[v] && app.ResourceStatus("ConfigMap", versionConfigMap) == "Synced"
@@ -230,10 +232,10 @@ func (s *scenario) synced(v string) func(*testenv.Application) bool {
 
 // bumpFails moves the Application to chart version v and waits until automated sync
 // gave up on it: the operation at v Failed, its retries spent, and a SyncError condition.
-func (s *scenario) bumpFails(t *testing.T, v string) *testenv.Application {
+func (s *scenario) bumpFails(t *testing.T, v string) *argocd.Application {
 	t.Helper()
 	s.bump(t, v)
-	app, err := s.argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *testenv.Application) bool {
+	app, err := s.argo.WaitApplication(t.Context(), s.name, 3*time.Minute, func(app *argocd.Application) bool {
 		op := app.Status.OperationState
 		_, syncError := app.Status.Condition("SyncError")
 		return op != nil && op.Operation.Sync.Revision == s.commits[v] && op.Phase == "Failed" && syncError
@@ -246,7 +248,7 @@ func (s *scenario) bumpFails(t *testing.T, v string) *testenv.Application {
 }
 
 // waitSynced waits until Argo CD has synced chart version v.
-func (s *scenario) waitSynced(t *testing.T, v string) *testenv.Application {
+func (s *scenario) waitSynced(t *testing.T, v string) *argocd.Application {
 	t.Helper()
 	app, err := s.argo.WaitApplication(t.Context(), s.name, 3*time.Minute, s.synced(v))
 	if err != nil {
@@ -329,7 +331,7 @@ func (s *scenario) readObjects(t *testing.T) []error {
 }
 
 // resourceResults are the sync results of the breaking CRDs in op, by CRD name.
-func resourceResults(op *testenv.OperationState) map[string]string {
+func resourceResults(op *argocd.OperationState) map[string]string {
 	out := map[string]string{}
 	if op == nil || op.SyncResult == nil {
 		return out

@@ -29,6 +29,8 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
@@ -51,8 +53,8 @@ func TestSyncDroppingStoredVersionFails(t *testing.T) {
 
 func syncFails(t *testing.T, kind sourceKind) {
 	cp := testenv.ForTest(t)
-	argo := cp.StartArgoCD(t)
-	s := newScenario(t, cp, argo, "no-gate", kind, testenv.SyncRetry{Limit: 5, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
+	argo := argocd.Start(t, cp)
+	s := newScenario(t, cp, argo, "no-gate", kind, argocd.SyncRetry{Limit: 5, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
 
 	app := s.bumpFails(t, fluxtest.To)
 	wording := crdversions.WordingFor(cp.Minor)
@@ -92,12 +94,12 @@ func TestCRDGateHoldsArgoCDSyncUntilMigrated(t *testing.T) {
 	for _, m := range compareModes {
 		t.Run(m.name, func(t *testing.T) {
 			cp, ug := startGated(t)
-			argo := cp.StartArgoCD(t, testenv.ArgoCDOptions{Resync: m.resync})
+			argo := argocd.Start(t, cp, argocd.Options{Resync: m.resync})
 			var opts []func(*unstructured.Unstructured)
 			if m.serverSide {
-				opts = append(opts, testenv.ServerSideApplyAndDiff)
+				opts = append(opts, argocd.ServerSideApplyAndDiff)
 			}
-			s := newScenario(t, cp, argo, "gated", fromGit, testenv.SyncRetry{Limit: 10, Backoff: time.Second, Factor: 2, MaxBackoff: 8 * time.Second}, opts...)
+			s := newScenario(t, cp, argo, "gated", fromGit, argocd.SyncRetry{Limit: 10, Backoff: time.Second, Factor: 2, MaxBackoff: 8 * time.Second}, opts...)
 			if m.serverSide {
 				gatedDiff(t, s, ug, m)
 			} else {
@@ -115,7 +117,7 @@ func TestCRDGateHoldsArgoCDSyncUntilMigrated(t *testing.T) {
 type compareMode struct {
 	name string
 	// serverSide: syncOptions ServerSideApply=true and the compare option
-	// ServerSideDiff=true (testenv.ServerSideApplyAndDiff); else Argo CD's defaults,
+	// ServerSideDiff=true (argocd.ServerSideApplyAndDiff); else Argo CD's defaults,
 	// client-side apply and its own diff.
 	serverSide bool
 	// resync is the controller's resync period (timeout.reconciliation). 0: an hour, and
@@ -138,7 +140,7 @@ var compareModes = []compareMode{
 func gatedApply(t *testing.T, s *scenario, ug client.Client) {
 	s.bump(t, fluxtest.To)
 	var seen []string // every message of the operation and of the CRDs' sync results
-	app, err := s.argo.WaitApplication(t.Context(), s.name, 4*time.Minute, func(app *testenv.Application) bool {
+	app, err := s.argo.WaitApplication(t.Context(), s.name, 4*time.Minute, func(app *argocd.Application) bool {
 		op := app.Status.OperationState
 		if op == nil || op.Operation.Sync.Revision != s.commits[fluxtest.To] {
 			return false
@@ -205,7 +207,7 @@ func gatedDiff(t *testing.T, s *scenario, ug client.Client, m compareMode) {
 	started := map[string]bool{}   // the StorageMigrations seen
 	succeeded := map[string]bool{} // and seen succeeded
 	refreshed := map[string]bool{} // the comparisons (condition and reconciledAt) refreshed after
-	var app *testenv.Application
+	var app *argocd.Application
 	s.bump(t, fluxtest.To)
 	timeout := 4 * time.Minute
 	if m.resync > 0 {
@@ -300,8 +302,8 @@ func gatedDiff(t *testing.T, s *scenario, ug client.Client, m compareMode) {
 			}
 			continue
 		}
-		if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], "Argo CD Application "+testenv.ArgoCDNamespace+"/"+s.name) {
-			t.Errorf("StorageMigration %s holds %q; want Argo CD Application %s/%s", sm.Name, sm.Annotations[webhook.AnnotationHolds], testenv.ArgoCDNamespace, s.name)
+		if !strings.Contains(sm.Annotations[webhook.AnnotationHolds], "Argo CD Application "+argocd.Namespace+"/"+s.name) {
+			t.Errorf("StorageMigration %s holds %q; want Argo CD Application %s/%s", sm.Name, sm.Annotations[webhook.AnnotationHolds], argocd.Namespace, s.name)
 		}
 		waitApplicationEvent(t, s, webhook.ReasonArgoDiffMigrationStarted, "started StorageMigration crd-"+n+" for CustomResourceDefinition "+n)
 	}
@@ -332,7 +334,7 @@ func heldIn(msg string) []string {
 // with reason whose note contains note.
 func waitApplicationEvent(t *testing.T, s *scenario, reason, note string) {
 	t.Helper()
-	events := kubernetes.NewForConfigOrDie(s.cp.Config).EventsV1().Events(testenv.ArgoCDNamespace)
+	events := kubernetes.NewForConfigOrDie(s.cp.Config).EventsV1().Events(argocd.Namespace)
 	var last []string
 	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := events.List(ctx, metav1.ListOptions{})
@@ -352,7 +354,7 @@ func waitApplicationEvent(t *testing.T, s *scenario, reason, note string) {
 		return false, nil
 	})
 	if err != nil {
-		t.Errorf("no %s event saying %q on Application %s/%s: %v; its events: %q", reason, note, testenv.ArgoCDNamespace, s.name, err, last)
+		t.Errorf("no %s event saying %q on Application %s/%s: %v; its events: %q", reason, note, argocd.Namespace, s.name, err, last)
 	}
 }
 
@@ -415,13 +417,13 @@ func startGated(t *testing.T) (*testenv.ControlPlane, client.Client) {
 		t.Fatal(err)
 	}
 	// The HelmRelease gate's informers need Flux's kinds served, though no Flux runs.
-	if err := cp.ApplyFluxCRDs(ctx); err != nil {
+	if err := flux.ApplyCRDs(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
 	// Argo CD's kinds are served before the manager starts, as in a cluster where Argo CD
 	// was installed first: upgradeguard then watches Applications for the CRD gate's
 	// dry-run denials in their server-side diffs (webhook.Setup looks once, at start).
-	if err := cp.ApplyArgoCDCRDs(ctx); err != nil {
+	if err := argocd.ApplyCRDs(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
 	scheme := runtime.NewScheme()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/shard"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/node"
 )
 
 // TestChartPod installs the chart as a user without cert-manager does, with only the image
@@ -119,7 +120,7 @@ func crdGuarded(t *testing.T, cs *kubernetes.Clientset, ns string) {
 // release is the chart installed on a node of its own: the node, a clientset, the
 // release namespace and the controller Pods, each Ready on the node.
 type release struct {
-	node *testenv.Node
+	node *node.Node
 	cs   *kubernetes.Clientset
 	ns   string
 	pods []corev1.Pod
@@ -138,7 +139,7 @@ func installChart(t *testing.T, ns string, set ...string) *release {
 	t.Helper()
 	started := time.Now()
 	_, tag, archive := buildImage(t, e2eVersion)
-	node := cp.StartNode(t, testenv.NodeOptions{Images: []string{archive}})
+	node := node.Start(t, cp, node.Options{Images: []string{archive}})
 	kubectl(t, "create", "namespace", ns)
 	kubectl(t, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
 	t.Cleanup(func() {
@@ -259,7 +260,7 @@ func podReady(p *corev1.Pod) bool {
 }
 
 // containerPID is the host pid of the Pod's first container, from containerd.
-func containerPID(t *testing.T, node *testenv.Node, pod *corev1.Pod) int {
+func containerPID(t *testing.T, node *node.Node, pod *corev1.Pod) int {
 	t.Helper()
 	if len(pod.Status.ContainerStatuses) == 0 {
 		t.Fatalf("pod %s has no container status", pod.Name)

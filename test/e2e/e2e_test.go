@@ -24,13 +24,14 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/node"
 )
 
 var cp *testenv.ControlPlane
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard()) // the tests use controller-runtime's client only
-	code := testenv.RunTests(m, &cp, testenv.Options{Node: true})
+	code := node.RunTests(m, &cp)
 	if images.dir != "" {
 		_ = os.RemoveAll(images.dir)
 	}

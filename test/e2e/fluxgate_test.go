@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
 )
 
@@ -57,19 +58,19 @@ func TestHelmControllerHeldThroughService(t *testing.T) {
 			t.Errorf("cleanup: delete the Flux and kyverno CRDs: %v", err)
 		}
 	})
-	flux, err := cp.StartFluxControllers(ctx)
+	fx, err := flux.StartControllers(ctx, cp)
 	must(t, err, "start source-controller and helm-controller")
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Log(flux.LogTail(60))
+			t.Log(fx.LogTail(60))
 		}
-		if err := flux.Stop(); err != nil {
+		if err := fx.Stop(); err != nil {
 			t.Errorf("stop Flux: %v", err)
 		}
 	})
 	rel := installChart(t, "ug-gates", "--set", "policy.groups={kyverno.io}", "--set", "policy.proactive=false")
 	c := ugClient(t)
-	env := fluxtest.Env{CP: cp, Flux: flux, UG: c, RepoHost: rel.node.IP}
+	env := fluxtest.Env{CP: cp, Flux: fx, UG: c, RepoHost: rel.node.IP}
 
 	t.Run("HelmRelease gate", func(t *testing.T) {
 		s := fluxtest.VersionBump(t, env, "version-bump", fluxtest.Options{})

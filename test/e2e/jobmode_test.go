@@ -30,6 +30,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/node"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -41,7 +42,7 @@ import (
 type jobTarget struct {
 	platform client.Client
 	cs       *kubernetes.Clientset // the target, as its administrator
-	node     *testenv.Node
+	node     *node.Node
 	image    string
 	ns       string // the Job namespace on the target
 }
@@ -57,7 +58,7 @@ func startJobTarget(t *testing.T, ns string, n int) (jt *jobTarget, crds apiextc
 	ctx := t.Context()
 	crds, next = fluxIncident(t, ns, n)
 	ref, _, archive := buildImage(t, e2eVersion)
-	node := cp.StartNode(t, testenv.NodeOptions{Images: []string{archive}})
+	node := node.Start(t, cp, node.Options{Images: []string{archive}})
 	cs, err := kubernetes.NewForConfig(cp.Config)
 	must(t, err, "clientset")
 	jt = &jobTarget{cs: cs, node: node, image: ref, ns: controller.DefaultJobNamespace}

@@ -29,6 +29,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
@@ -54,7 +56,7 @@ const (
 type lwsRelease struct {
 	ns, crd string
 	key     types.NamespacedName
-	repo    *testenv.ChartRepo
+	repo    *servers.ChartRepo
 	source  client.Object
 	charts  map[string]string
 	objects dynamic.ResourceInterface
@@ -108,7 +110,7 @@ func installLWS(t *testing.T, ns, group, version string, also ...string) *lwsRel
 	if err := env.Flux.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	repo, err := testenv.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
+	repo, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,17 +121,17 @@ func installLWS(t *testing.T, ns, group, version string, also ...string) *lwsRel
 			t.Fatal(err)
 		}
 	}
-	r.source = testenv.HelmRepository(ns, "lws", repo.URL)
+	r.source = flux.HelmRepository(ns, "lws", repo.URL)
 	if err := env.Flux.Client.Create(ctx, r.source); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.cleanup(t) })
-	if err := env.Flux.Client.Create(ctx, testenv.HelmReleaseFromRepository(ns, "lws", "lws", "lws", version)); err != nil {
+	if err := env.Flux.Client.Create(ctx, flux.HelmReleaseFromRepository(ns, "lws", "lws", "lws", version)); err != nil {
 		t.Fatal(err)
 	}
 	hr, err := env.Flux.WaitHelmRelease(ctx, ns, "lws", 3*time.Minute, func(hr *helmv2.HelmRelease) bool {
 		l := hr.Status.History.Latest()
-		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.ChartVersion == lwsTemplates
+		return flux.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.ChartVersion == lwsTemplates
 	})
 	if err != nil {
 		t.Fatalf("install lws %s: %v\n%s", lwsTemplates, err, env.Flux.LogTail(20))
@@ -294,7 +296,7 @@ const followTimeout = 4 * time.Minute
 // distinct state (describe) it went through.
 func (r *lwsRelease) follow(t *testing.T, since string, done func(hr *helmv2.HelmRelease, gone bool) bool) (*helmv2.HelmRelease, []string) {
 	t.Helper()
-	wc, err := client.NewWithWatch(env.CP.Config, client.Options{Scheme: testenv.FluxScheme()})
+	wc, err := client.NewWithWatch(env.CP.Config, client.Options{Scheme: flux.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +442,7 @@ func (r *lwsRelease) waitUpgraded(t *testing.T, lastRevision int) {
 	t.Helper()
 	hr, err := env.Flux.WaitHelmRelease(t.Context(), r.ns, "lws", 3*time.Minute, func(hr *helmv2.HelmRelease) bool {
 		l := hr.Status.History.Latest()
-		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.ChartVersion == lwsCRDsDir
+		return flux.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.ChartVersion == lwsCRDsDir
 	})
 	if err != nil {
 		t.Fatalf("the upgrade with the CRD kept: %v\n%s", err, env.Flux.LogTail(20))
@@ -501,7 +503,7 @@ func TestCRDDeletionVersionBumpDeniedUnderFlux(t *testing.T) {
 	if hr.Spec.Chart.Spec.Version != lwsTemplates || hr.Generation != before.Generation {
 		t.Errorf("HelmRelease after the denied bump: version %s generation %d, want %s at %d", hr.Spec.Chart.Spec.Version, hr.Generation, lwsTemplates, before.Generation)
 	}
-	if l := hr.Status.History.Latest(); l == nil || l.Version != 1 || l.ChartVersion != lwsTemplates || !testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) {
+	if l := hr.Status.History.Latest(); l == nil || l.Version != 1 || l.ChartVersion != lwsTemplates || !flux.ReadyAtGeneration(metav1.ConditionTrue)(hr) {
 		t.Errorf("HelmRelease status after the denied bump, want Ready at revision 1:\n  %s", describe(hr))
 	}
 	if h := r.history(t); !slices.Equal(h, []string{"1 deployed lws-" + lwsTemplates}) {
@@ -623,7 +625,7 @@ func TestCRDDeletionSourceMoveGuardedWithoutRecordGate(t *testing.T) {
 	r.publish(t, lwsCRDsDir)
 	hr, states := r.follow(t, since, func(hr *helmv2.HelmRelease, _ bool) bool {
 		return apimeta.IsStatusConditionTrue(hr.Status.Conditions, meta.StalledCondition) || hr.Status.Failures >= 3 ||
-			testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && hr.Status.History.Latest().ChartVersion == lwsCRDsDir
+			flux.ReadyAtGeneration(metav1.ConditionTrue)(hr) && hr.Status.History.Latest().ChartVersion == lwsCRDsDir
 	})
 	t.Logf("helm-controller after 0.8.0 was published:\n  %s", strings.Join(states, "\n  "))
 	prefix := fmt.Sprintf("Helm upgrade failed for release %s/lws with chart lws@%s: failed to delete resource namespace=, name=%s, kind=CustomResourceDefinition: "+

@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
 )
 
@@ -100,7 +100,7 @@ func TestValuesSwitchHeldMigratedUpgraded(t *testing.T) {
 	s.Migration(t)
 	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.Name, s.Name, 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
 		l := hr.Status.History.Latest()
-		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.Version > before
+		return flux.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.Version > before
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, s.Flux.LogTail(40))

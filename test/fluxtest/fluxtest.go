@@ -1,5 +1,5 @@
 // Package fluxtest sets up the Flux storage-version incidents with the real
-// source-controller and helm-controller (internal/testenv StartFlux), one builder per
+// source-controller and helm-controller (internal/testenv/flux Start), one builder per
 // path by which helm-controller upgrades a release: a pinned version bump, a semver range
 // that the repository satisfies anew, an OCIRepository whose semver or tag moves, a
 // remediation rollback, crds/ applied by `upgrade.crds`, and a values change that turns a
@@ -46,6 +46,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 )
 
 // Kyverno chart versions and the kyverno CRDs (fixture sets) each one carries.
@@ -93,7 +95,7 @@ const (
 // a time: the kyverno CRDs are cluster-scoped.
 type Env struct {
 	CP   *testenv.ControlPlane
-	Flux *testenv.Flux
+	Flux *flux.Flux
 	// UG reads upgradeguard's objects (StorageMigrations) where upgradeguard runs: the
 	// checks in held.go need it.
 	UG client.Client
@@ -116,7 +118,7 @@ type Scenario struct {
 	Source client.Object
 	// Repo is the HTTP chart repository (nil for OCI scenarios); Registry and OCIURL
 	// the OCI registry's host and the chart's oci:// URL (empty for HTTP ones).
-	Repo     *testenv.ChartRepo
+	Repo     *servers.ChartRepo
 	Registry string
 	OCIURL   string
 	// Charts maps each chart version to its chart directory.
@@ -151,7 +153,7 @@ func VersionBump(t testing.TB, env Env, name string, opts Options) *Scenario {
 	t.Helper()
 	s := newScenario(t, env, name, opts)
 	s.serveRepo(t, Old, From, To)
-	hr := testenv.HelmReleaseFromRepository(s.Name, s.Name, "kyverno", ChartName, Old)
+	hr := flux.HelmReleaseFromRepository(s.Name, s.Name, "kyverno", ChartName, Old)
 	s.install(t, hr, opts)
 	s.step(t, s.setHelmRelease(func(hr *helmv2.HelmRelease) { hr.Spec.Chart.Spec.Version = From }))
 	s.Trigger = s.setHelmRelease(func(hr *helmv2.HelmRelease) { hr.Spec.Chart.Spec.Version = To })
@@ -166,7 +168,7 @@ func SemverRange(t testing.TB, env Env, name string, opts Options) *Scenario {
 	t.Helper()
 	s := newScenario(t, env, name, opts)
 	s.serveRepo(t, Old)
-	hr := testenv.HelmReleaseFromRepository(s.Name, s.Name, "kyverno", ChartName, "3.x")
+	hr := flux.HelmReleaseFromRepository(s.Name, s.Name, "kyverno", ChartName, "3.x")
 	s.install(t, hr, opts)
 	s.step(t, func(ctx context.Context) error { return s.publish(ctx, From) })
 	s.Trigger = func(ctx context.Context) error { return s.publish(ctx, To) }
@@ -183,8 +185,8 @@ func OCISemver(t testing.TB, env Env, name string, opts Options) *Scenario {
 	if err := s.push(Old); err != nil {
 		t.Fatal(err)
 	}
-	s.Source = testenv.OCIRepository(s.Name, "kyverno", s.OCIURL, sourcev1.OCIRepositoryRef{SemVer: "3.x"})
-	s.install(t, testenv.HelmReleaseFromOCIRepository(s.Name, s.Name, "kyverno"), opts)
+	s.Source = flux.OCIRepository(s.Name, "kyverno", s.OCIURL, sourcev1.OCIRepositoryRef{SemVer: "3.x"})
+	s.install(t, flux.HelmReleaseFromOCIRepository(s.Name, s.Name, "kyverno"), opts)
 	s.step(t, func(ctx context.Context) error { return s.pushAndReconcile(ctx, From) })
 	s.Trigger = func(ctx context.Context) error { return s.pushAndReconcile(ctx, To) }
 	s.premise(t)
@@ -205,8 +207,8 @@ func OCIMovedTag(t testing.TB, env Env, name string, opts Options) *Scenario {
 	if err := s.moveTag(t.Context(), Old); err != nil {
 		t.Fatal(err)
 	}
-	s.Source = testenv.OCIRepository(s.Name, "kyverno", s.OCIURL, sourcev1.OCIRepositoryRef{Tag: "stable"})
-	s.install(t, testenv.HelmReleaseFromOCIRepository(s.Name, s.Name, "kyverno"), opts)
+	s.Source = flux.OCIRepository(s.Name, "kyverno", s.OCIURL, sourcev1.OCIRepositoryRef{Tag: "stable"})
+	s.install(t, flux.HelmReleaseFromOCIRepository(s.Name, s.Name, "kyverno"), opts)
 	s.step(t, func(ctx context.Context) error { return s.moveTagAndReconcile(ctx, From) })
 	s.Trigger = func(ctx context.Context) error { return s.moveTagAndReconcile(ctx, To) }
 	s.premise(t)
@@ -244,7 +246,7 @@ func CRDsPolicy(t testing.TB, env Env, name string, policy helmv2.CRDsPolicy, op
 	}
 	s := newScenario(t, env, name, opts)
 	s.serveRepo(t, Old, From, To)
-	s.install(t, testenv.HelmReleaseFromRepository(s.Name, s.Name, "kyverno", ChartName, Old), opts)
+	s.install(t, flux.HelmReleaseFromRepository(s.Name, s.Name, "kyverno", ChartName, Old), opts)
 	s.step(t, s.setHelmRelease(func(hr *helmv2.HelmRelease) { hr.Spec.Chart.Spec.Version = From }))
 	s.Trigger = s.setHelmRelease(func(hr *helmv2.HelmRelease) {
 		hr.Spec.Chart.Spec.Version = To
@@ -266,7 +268,7 @@ func ValuesSwitch(t testing.TB, env Env, name string, opts Options) *Scenario {
 	opts.Layout = Switchable
 	s := newScenario(t, env, name, opts)
 	s.serveRepo(t, Old, From, To)
-	hr := testenv.HelmReleaseFromRepository(s.Name, s.Name, "kyverno", ChartName, Old)
+	hr := flux.HelmReleaseFromRepository(s.Name, s.Name, "kyverno", ChartName, Old)
 	hr.Spec.Values = crdsValues(true)
 	s.install(t, hr, opts)
 	s.step(t, s.setHelmRelease(func(hr *helmv2.HelmRelease) { hr.Spec.Chart.Spec.Version = From }))
@@ -367,7 +369,7 @@ func withKeepPolicy(data []byte) ([]byte, error) {
 
 func (s *Scenario) serveRepo(t testing.TB, versions ...string) {
 	t.Helper()
-	repo, err := testenv.NewChartRepoAt(filepath.Join(t.TempDir(), "repo"), s.RepoHost)
+	repo, err := servers.NewChartRepoAt(filepath.Join(t.TempDir(), "repo"), s.RepoHost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,12 +380,12 @@ func (s *Scenario) serveRepo(t testing.TB, versions ...string) {
 			t.Fatal(err)
 		}
 	}
-	s.Source = testenv.HelmRepository(s.Name, "kyverno", repo.URL)
+	s.Source = flux.HelmRepository(s.Name, "kyverno", repo.URL)
 }
 
 func (s *Scenario) serveOCI(t testing.TB) {
 	t.Helper()
-	host, stop := testenv.ServeOCI()
+	host, stop := servers.ServeOCI()
 	t.Cleanup(stop)
 	s.Registry = host
 	s.OCIURL = "oci://" + host + "/charts/" + ChartName
@@ -394,7 +396,7 @@ func (s *Scenario) push(version string) error {
 	if err != nil {
 		return err
 	}
-	_, err = testenv.PushOCI(tgz, s.Registry, "charts")
+	_, err = servers.PushOCI(tgz, s.Registry, "charts")
 	return err
 }
 
@@ -421,7 +423,7 @@ func (s *Scenario) moveTag(_ context.Context, version string) error {
 	if err != nil {
 		return err
 	}
-	_, err = testenv.PushOCITag(tgz, s.Registry, "charts", "stable")
+	_, err = servers.PushOCITag(tgz, s.Registry, "charts", "stable")
 	return err
 }
 
@@ -486,7 +488,7 @@ func (s *Scenario) step(t testing.TB, change func(context.Context) error) {
 	}
 	hr, err := s.Flux.WaitHelmRelease(ctx, s.HelmRelease.Namespace, s.HelmRelease.Name, 3*time.Minute, func(hr *helmv2.HelmRelease) bool {
 		l := hr.Status.History.Latest()
-		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.Version > before
+		return flux.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && l.Version > before
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
@@ -509,7 +511,7 @@ func (s *Scenario) waitDeployed(t testing.TB, version string) {
 	t.Helper()
 	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 3*time.Minute, func(hr *helmv2.HelmRelease) bool {
 		l := hr.Status.History.Latest()
-		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && testenv.ChartSemver(l.ChartVersion) == version
+		return flux.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && flux.ChartSemver(l.ChartVersion) == version
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, s.Flux.LogTail(10))
@@ -636,7 +638,7 @@ func (s *Scenario) ChartVersionInCluster(t testing.TB) string {
 	if err := s.Flux.Client.Get(t.Context(), types.NamespacedName{Namespace: s.Name, Name: VersionConfigMap}, cm); err != nil {
 		t.Fatal(err)
 	}
-	return testenv.ChartSemver(cm.Data["version"])
+	return flux.ChartSemver(cm.Data["version"])
 }
 
 // ReadObjects reads every scenario object at its CRD's storage version and returns the

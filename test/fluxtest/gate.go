@@ -19,6 +19,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
@@ -49,13 +50,13 @@ func StartGated(ctx context.Context) (*Gated, error) {
 	if err := testenv.ApplyUpgradeguardCRDs(ctx, cp.Config); err != nil {
 		return g, err
 	}
-	f, err := cp.StartFluxControllers(ctx)
+	f, err := flux.StartControllers(ctx, cp)
 	if err != nil {
 		return g, err
 	}
 	g.Flux = f
 	g.stops = append(g.stops, f.Stop)
-	scheme := testenv.FluxScheme()
+	scheme := flux.Scheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return g, err
 	}

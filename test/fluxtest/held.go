@@ -22,7 +22,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
-	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
 )
 
@@ -55,7 +55,7 @@ func (s *Scenario) WaitUpgraded(t testing.TB) *helmv2.HelmRelease {
 	t.Helper()
 	hr, err := s.Flux.WaitHelmRelease(t.Context(), s.HelmRelease.Namespace, s.HelmRelease.Name, 4*time.Minute, func(hr *helmv2.HelmRelease) bool {
 		l := hr.Status.History.Latest()
-		return testenv.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && testenv.ChartSemver(l.ChartVersion) == To
+		return flux.ReadyAtGeneration(metav1.ConditionTrue)(hr) && l != nil && flux.ChartSemver(l.ChartVersion) == To
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, s.Flux.LogTail(40))
@@ -192,7 +192,7 @@ func (s *Scenario) Retried(t testing.TB, testToken string) {
 // its message for less than any poll interval.
 func (s *Scenario) WaitHeldMessage(t testing.TB, since, want string) string {
 	t.Helper()
-	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: testenv.FluxScheme()})
+	wc, err := client.NewWithWatch(s.CP.Config, client.Options{Scheme: flux.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

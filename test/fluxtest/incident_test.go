@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/test/fluxtest"
 )
@@ -41,7 +42,7 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}()
-	f, err := cp.StartFluxControllers(context.Background())
+	f, err := flux.StartControllers(context.Background(), cp)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -20,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 )
 
 // The remediation-rollback scenarios below use small charts of their own (the kyverno
@@ -76,7 +78,7 @@ func RemediatedRelease(t testing.TB, env Env, ns, name, from string, timeout tim
 	if err := env.Flux.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	repo, err := testenv.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
+	repo, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "repo"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,10 +88,10 @@ func RemediatedRelease(t testing.TB, env Env, ns, name, from string, timeout tim
 			t.Fatal(err)
 		}
 	}
-	if err := env.Flux.Client.Create(ctx, testenv.HelmRepository(ns, "charts", repo.URL)); err != nil {
+	if err := env.Flux.Client.Create(ctx, flux.HelmRepository(ns, "charts", repo.URL)); err != nil {
 		t.Fatal(err)
 	}
-	hr := testenv.HelmReleaseFromRepository(ns, name, "charts", name, from)
+	hr := flux.HelmReleaseFromRepository(ns, name, "charts", name, from)
 	strategy := helmv2.RollbackRemediationStrategy
 	hr.Spec.Upgrade = &helmv2.Upgrade{Remediation: &helmv2.UpgradeRemediation{Retries: 1, Strategy: &strategy}}
 	if timeout > 0 {
@@ -108,7 +110,7 @@ func RemediatedRelease(t testing.TB, env Env, ns, name, from string, timeout tim
 			_ = env.Flux.Client.Delete(ctx, &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: crd}})
 		}
 	})
-	if _, err := env.Flux.WaitHelmRelease(ctx, ns, name, 3*time.Minute, testenv.ReadyAtGeneration(metav1.ConditionTrue)); err != nil {
+	if _, err := env.Flux.WaitHelmRelease(ctx, ns, name, 3*time.Minute, flux.ReadyAtGeneration(metav1.ConditionTrue)); err != nil {
 		t.Fatalf("%v\n%s", err, env.Flux.LogTail(20))
 	}
 	return hr

@@ -1,12 +1,9 @@
-package testenv
+package node
 
 import (
-	"bytes"
 	"context"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,95 +17,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	certutil "k8s.io/client-go/util/cert"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/upgradeguard/upgradeguard/internal/childproc"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
-
-// ServiceIP is the `kubernetes` Service's cluster IP on a test control plane (the first
-// address of envtest's service range, 10.0.0.0/24): in-cluster clients dial it.
-const ServiceIP = "10.0.0.1"
 
 // podSubnet is the test node's Pod network, on a bridge of its own.
 const podSubnet = "10.244.0.0/24"
 
-// NodeDeps are the host's packages a node needs, as hack/node-deps.sh installs them:
+// Deps are the host's packages a node needs, as hack/node-deps.sh installs them:
 // executables on $PATH, and the CNI plugins in cniBinDir.
-var NodeDeps = []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "conntrack", "ip"}
+var Deps = []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "conntrack", "ip"}
 
 const cniBinDir = "/usr/lib/cni"
 
-// servingForNode makes kube-apiserver reachable from a node's Pods: it listens on every
-// address, with a serving certificate for the host's address, the `kubernetes` Service
-// IP and its DNS names (envtest's own names only localhost), and the ServiceAccount
-// admission plugin that envtest turns off is on again, so Pods get their token. It
-// reaches the kubelet (`kubectl logs`) at the node's InternalIP.
-func servingForNode(api *envtest.APIServer) error {
-	ip, err := HostIP()
-	if err != nil {
-		return err
-	}
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("localhost",
-		[]net.IP{net.ParseIP("127.0.0.1"), ip, net.ParseIP(ServiceIP)},
-		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})
-	if err != nil {
-		return fmt.Errorf("node serving certificate: %w", err)
-	}
-	// The certificate, then the CA that signed it: clients trust the CA.
-	_, rest := pem.Decode(certPEM)
-	if block, _ := pem.Decode(rest); block == nil {
-		return errors.New("node serving certificate: no CA in the generated chain")
-	}
-	if err := os.WriteFile(filepath.Join(api.CertDir, "apiserver.crt"), certPEM, 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(api.CertDir, "apiserver.key"), keyPEM, 0o600); err != nil {
-		return err
-	}
-	// envtest writes the ServiceAccount signing key only beside a serving certificate
-	// of its own: write one too.
-	saCert, saKey, err := certutil.GenerateSelfSignedCertKey("service-accounts", nil, nil)
-	if err != nil {
-		return fmt.Errorf("service account signing key: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(api.CertDir, "sa-signer.crt"), saCert, 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(api.CertDir, "sa-signer.key"), saKey, 0o600); err != nil {
-		return err
-	}
-	api.CA = bytes.TrimSpace(rest)
-	// The kubelet's API (logs, exec) by the node's address: its name, the API server's
-	// first choice by default, resolves nowhere.
-	api.Configure().Set("bind-address", "0.0.0.0").Set("kubelet-preferred-address-types", "InternalIP,Hostname").
-		Disable("disable-admission-plugins")
-	return nil
-}
-
-// HostIP is the host's first IPv4 address outside loopback: the node's address, where
-// kube-apiserver's `kubernetes` endpoint points.
-func HostIP() (net.IP, error) {
-	ifaces, err := net.Interfaces()
-	if err != nil {
-		return nil, err
-	}
-	for _, i := range ifaces {
-		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		addrs, _ := i.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
-				return n.IP.To4(), nil
-			}
-		}
-	}
-	return nil, errors.New("no IPv4 address outside loopback: a test node needs one")
-}
-
-// NodeOptions configure StartNode.
-type NodeOptions struct {
+// Options configure Start.
+type Options struct {
 	// Images are image archives (`docker save` tarballs or OCI archives, as `make image`
 	// writes) to import: the node pulls nothing, so Pods use imagePullPolicy Never or
 	// IfNotPresent with one of these.
@@ -117,18 +41,18 @@ type NodeOptions struct {
 
 // Node is a real Kubernetes node for the tests: containerd, runc and the CNI plugins of
 // the host (hack/node-deps.sh), and the control plane minor's kubelet, kube-proxy and
-// kube-scheduler, registered to a control plane started with Options.Node. It runs Pods as
+// kube-scheduler, registered to a control plane started with testenv.Options.Node. It runs Pods as
 // a cluster does: scheduled, on a bridge network, with ServiceAccount tokens, Service IPs
 // (kube-proxy's iptables rules) and probes.
 type Node struct {
 	// Name is the Node object's name.
 	Name string
-	// IP is the node's address (HostIP).
+	// IP is the node's address (testenv.HostIP).
 	IP string
 	// Containerd is the CRI socket, for `ctr --address`.
 	Containerd string
 
-	cp     *ControlPlane
+	cp     *testenv.ControlPlane
 	dir    string
 	bridge string
 	procs  []*nodeProc // in start order; stopped in reverse
@@ -141,13 +65,13 @@ type nodeProc struct {
 	log  string
 }
 
-// StartNode starts a node on this control plane, which must run with Options.Node, and
-// stops and cleans it up when the test ends: its containers, mounts, iptables rules and
-// bridge included. It needs root and the packages hack/node-deps.sh installs, and fails
+// Start starts a node on the control plane cp, which must run with testenv.Options.Node
+// (RunTests starts it so), and stops and cleans it up when the test ends: its
+// containers, mounts, iptables rules and bridge included. It needs root and the packages hack/node-deps.sh installs, and fails
 // naming what is missing.
-func (cp *ControlPlane) StartNode(t testing.TB, opts NodeOptions) *Node {
+func Start(t testing.TB, cp *testenv.ControlPlane, opts Options) *Node {
 	t.Helper()
-	n, err := cp.startNode(t.Context(), opts)
+	n, err := start(t.Context(), cp, opts)
 	if n != nil {
 		t.Cleanup(func() {
 			if err := n.Stop(); err != nil {
@@ -161,13 +85,13 @@ func (cp *ControlPlane) StartNode(t testing.TB, opts NodeOptions) *Node {
 	return n
 }
 
-// NodeMissing says what this machine lacks to run a node, or "" when nothing.
-func (cp *ControlPlane) NodeMissing() string {
+// Missing says what this machine lacks to run a node on cp, or "" when nothing.
+func Missing(cp *testenv.ControlPlane) string {
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root (containerd and the kubelet run as root)")
 	}
-	for _, name := range NodeDeps {
+	for _, name := range Deps {
 		if _, err := exec.LookPath(name); err != nil {
 			missing = append(missing, name)
 		}
@@ -193,14 +117,14 @@ func (cp *ControlPlane) NodeMissing() string {
 	return msg
 }
 
-func (cp *ControlPlane) startNode(ctx context.Context, opts NodeOptions) (*Node, error) {
-	if !cp.node {
-		return nil, errors.New("the control plane was started without Options.Node: a node's Pods could not reach it")
+func start(ctx context.Context, cp *testenv.ControlPlane, opts Options) (*Node, error) {
+	if !cp.ServesNode() {
+		return nil, errors.New("the control plane was started without testenv.Options.Node: a node's Pods could not reach it")
 	}
-	if msg := cp.NodeMissing(); msg != "" {
+	if msg := Missing(cp); msg != "" {
 		return nil, errors.New(msg)
 	}
-	ip, err := HostIP()
+	ip, err := testenv.HostIP()
 	if err != nil {
 		return nil, err
 	}
@@ -216,8 +140,8 @@ func (cp *ControlPlane) startNode(ctx context.Context, opts NodeOptions) (*Node,
 	return n, nil
 }
 
-func (n *Node) start(ctx context.Context, opts NodeOptions) error {
-	if err := n.cp.StartControllerManager(NodeControllers...); err != nil {
+func (n *Node) start(ctx context.Context, opts Options) error {
+	if err := n.cp.StartControllerManager(Controllers...); err != nil {
 		return err
 	}
 	if err := n.startContainerd(ctx); err != nil {
@@ -244,13 +168,13 @@ func (n *Node) start(ctx context.Context, opts NodeOptions) error {
 	return n.waitReady(ctx, 2*time.Minute)
 }
 
-// NodeControllers are DefaultControllers and what Pods on a node need besides:
+// Controllers are testenv.DefaultControllers and what Pods on a node need besides:
 // EndpointSlices for Services, the kube-root-ca.crt ConfigMap that every ServiceAccount
 // token volume mounts, the node lifecycle controller (it lifts the not-ready taint the
 // kubelet registers with), the pod garbage collector, and the disruption controller
 // (without it a PodDisruptionBudget never allows a disruption, so every eviction, a
 // drain's included, is refused).
-var NodeControllers = append(append([]string{}, DefaultControllers...),
+var Controllers = append(append([]string{}, testenv.DefaultControllers...),
 	"endpointslice-controller", "root-ca-certificate-publisher-controller", "node-lifecycle-controller",
 	"pod-garbage-collector-controller", "disruption-controller")
 
@@ -294,7 +218,7 @@ func (p *nodeProc) waitFor(ctx context.Context, what string, timeout time.Durati
 		return cond(), nil
 	})
 	if err != nil {
-		return fmt.Errorf("%s: %s: %w\n%s", p.name, what, err, tail(p.log, 30))
+		return fmt.Errorf("%s: %s: %w\n%s", p.name, what, err, testenv.Tail(p.log, 30))
 	}
 	return nil
 }
@@ -358,7 +282,7 @@ func (n *Node) Ctr(args ...string) ([]byte, error) {
 }
 
 func (n *Node) startScheduler() error {
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return err
 	}
@@ -371,11 +295,11 @@ func (n *Node) startScheduler() error {
 // `kubernetes` Service IP as in-cluster clients do, and kube-apiserver reaches webhook
 // Services through their cluster IPs.
 func (n *Node) startProxy() error {
-	health, err := freePort()
+	health, err := testenv.FreePort()
 	if err != nil {
 		return err
 	}
-	metrics, err := freePort()
+	metrics, err := testenv.FreePort()
 	if err != nil {
 		return err
 	}
@@ -389,11 +313,11 @@ func (n *Node) startProxy() error {
 }
 
 func (n *Node) startKubelet() error {
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return err
 	}
-	health, err := freePort()
+	health, err := testenv.FreePort()
 	if err != nil {
 		return err
 	}
@@ -465,5 +389,17 @@ func (n *Node) waitReady(ctx context.Context, timeout time.Duration) error {
 // Log is the tail of one of the node's daemons' logs (containerd, kubelet,
 // kube-proxy, kube-scheduler), for a test's failure message.
 func (n *Node) Log(name string, lines int) string {
-	return tail(filepath.Join(n.dir, name+".log"), lines)
+	return testenv.Tail(filepath.Join(n.dir, name+".log"), lines)
+}
+
+// RunTests is the TestMain of a package whose tests run a node: testenv.RunTests with
+// testenv.Options.Node, which first checks what a node needs (Missing) and stops at once,
+// naming the install steps, if anything is missing.
+func RunTests(m *testing.M, cp **testenv.ControlPlane) int {
+	return testenv.RunTestsWith(m, cp, func(cp *testenv.ControlPlane) error {
+		if msg := Missing(cp); msg != "" {
+			return errors.New("node: " + msg)
+		}
+		return nil
+	}, testenv.Options{Node: true})
 }

@@ -1,4 +1,4 @@
-package testenv_test
+package flux_test
 
 import (
 	"path/filepath"
@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/flux"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 )
 
 // TestFluxInstallsChart proves the real source-controller and helm-controller run against
@@ -21,10 +23,10 @@ func TestFluxInstallsChart(t *testing.T) {
 		t.Skip("needs the control plane and Flux")
 	}
 	cp := testenv.ForTest(t)
-	flux := cp.StartFlux(t)
+	fx := flux.Start(t, cp)
 	ctx := t.Context()
 	const ns = "apps"
-	if err := flux.EnsureNamespace(ctx, ns); err != nil {
+	if err := fx.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
@@ -34,7 +36,7 @@ func TestFluxInstallsChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo, err := testenv.NewChartRepo(filepath.Join(dir, "repo"))
+	repo, err := servers.NewChartRepo(filepath.Join(dir, "repo"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,44 +44,44 @@ func TestFluxInstallsChart(t *testing.T) {
 	if err := repo.Add(chart); err != nil {
 		t.Fatal(err)
 	}
-	host, stop := testenv.ServeOCI()
+	host, stop := servers.ServeOCI()
 	t.Cleanup(stop)
 	tgz, err := testenv.Package(chart, filepath.Join(dir, "oci"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ociURL, err := testenv.PushOCI(tgz, host, "charts")
+	ociURL, err := servers.PushOCI(tgz, host, "charts")
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if err := flux.Client.Create(ctx, testenv.HelmRepository(ns, "repo", repo.URL)); err != nil {
+	if err := fx.Client.Create(ctx, flux.HelmRepository(ns, "repo", repo.URL)); err != nil {
 		t.Fatal(err)
 	}
-	if err := flux.Client.Create(ctx, testenv.HelmReleaseFromRepository(ns, "from-repo", "repo", "hello", "1.x")); err != nil {
+	if err := fx.Client.Create(ctx, flux.HelmReleaseFromRepository(ns, "from-repo", "repo", "hello", "1.x")); err != nil {
 		t.Fatal(err)
 	}
-	if err := flux.Client.Create(ctx, testenv.OCIRepository(ns, "oci", ociURL, sourcev1.OCIRepositoryRef{SemVer: "1.x"})); err != nil {
+	if err := fx.Client.Create(ctx, flux.OCIRepository(ns, "oci", ociURL, sourcev1.OCIRepositoryRef{SemVer: "1.x"})); err != nil {
 		t.Fatal(err)
 	}
-	if err := flux.Client.Create(ctx, testenv.HelmReleaseFromOCIRepository(ns, "from-oci", "oci")); err != nil {
+	if err := fx.Client.Create(ctx, flux.HelmReleaseFromOCIRepository(ns, "from-oci", "oci")); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"from-repo", "from-oci"} {
-		hr, err := flux.WaitHelmRelease(ctx, ns, name, 2*time.Minute, testenv.ReadyAtGeneration(metav1.ConditionTrue))
+		hr, err := fx.WaitHelmRelease(ctx, ns, name, 2*time.Minute, flux.ReadyAtGeneration(metav1.ConditionTrue))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// From an OCIRepository, helm-controller appends the artifact's digest to the
 		// chart version as build metadata (1.0.0+7b81b0d6f1ec).
-		if got := hr.Status.History.Latest(); got == nil || testenv.ChartSemver(got.ChartVersion) != "1.0.0" || got.Version != 1 {
+		if got := hr.Status.History.Latest(); got == nil || flux.ChartSemver(got.ChartVersion) != "1.0.0" || got.Version != 1 {
 			t.Errorf("%s: latest snapshot = %+v, want chart 1.0.0 at revision 1", name, got)
 		}
 		cm := &corev1.ConfigMap{}
-		if err := flux.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "hello-" + name}, cm); err != nil {
+		if err := fx.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "hello-" + name}, cm); err != nil {
 			t.Fatalf("%s: the chart's ConfigMap: %v", name, err)
 		}
-		if testenv.ChartSemver(cm.Data["version"]) != "1.0.0" {
+		if flux.ChartSemver(cm.Data["version"]) != "1.0.0" {
 			t.Errorf("%s: ConfigMap version = %q, want 1.0.0", name, cm.Data["version"])
 		}
 	}

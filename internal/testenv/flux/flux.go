@@ -1,16 +1,14 @@
-package testenv
+package flux
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,25 +28,25 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/upgradeguard/upgradeguard/internal/childproc"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
 
-// FluxCRDsFixture holds Flux's own CRDs at the version the controllers below serve: the
+// CRDsFixture holds Flux's own CRDs at the version the controllers below serve: the
 // CRDs of the flux2 2.18.2 distribution (source-controller 1.8, helm-controller 1.5 API
 // level, v1 and v2 only). They are what source- and helm-controller need to run. Keep
 // them apart from the charts under test: the Flux incident itself migrates these very
 // CRDs, so a scenario about Flux's CRDs must not run real Flux controllers on the same
 // control plane.
-const FluxCRDsFixture = "charts/flux2-2.18.2/rendered/crds.yaml"
+const CRDsFixture = "charts/flux2-2.18.2/rendered/crds.yaml"
 
-// Flux versions run by StartFlux (bin/flux, built by `make testbin`).
+// Flux versions run by Start (bin/flux, built by `make testbin`).
 const (
 	SourceControllerVersion = "v1.9.1"
 	HelmControllerVersion   = "v1.6.2"
 )
 
-// FluxScheme knows the core kinds and Flux's source and helm APIs.
-func FluxScheme() *runtime.Scheme {
+// Scheme knows the core kinds and Flux's source and helm APIs.
+func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = apiextv1.AddToScheme(s)
@@ -57,55 +55,55 @@ func FluxScheme() *runtime.Scheme {
 	return s
 }
 
-// IsFluxCRD reports whether crd is one of Flux's own CRDs (group *.toolkit.fluxcd.io), so
-// that DeleteCRDs can keep them between scenarios while Flux runs.
-func IsFluxCRD(crd *apiextv1.CustomResourceDefinition) bool {
+// IsCRD reports whether crd is one of Flux's own CRDs (group *.toolkit.fluxcd.io), so
+// that testenv.DeleteCRDs can keep them between scenarios while Flux runs.
+func IsCRD(crd *apiextv1.CustomResourceDefinition) bool {
 	return strings.HasSuffix(crd.Spec.Group, ".toolkit.fluxcd.io")
 }
 
-// ApplyFluxCRDs applies Flux's own CRDs (FluxCRDsFixture) and waits until they are
+// ApplyCRDs applies Flux's own CRDs (CRDsFixture) and waits until they are
 // established.
-func (cp *ControlPlane) ApplyFluxCRDs(ctx context.Context) error {
+func ApplyCRDs(ctx context.Context, cp *testenv.ControlPlane) error {
 	cs, err := apiextclient.NewForConfig(cp.Config)
 	if err != nil {
 		return err
 	}
-	return ApplyFixtureCRDs(ctx, cs, FluxCRDsFixture)
+	return testenv.ApplyFixtureCRDs(ctx, cs, CRDsFixture)
 }
 
 // Flux is Flux's real source-controller and helm-controller running as processes outside
-// the cluster against a ControlPlane, the way they run in a cluster but without pods: they
+// the cluster against a testenv.ControlPlane, the way they run in a cluster but without pods: they
 // read KUBECONFIG, leader election is off, and metrics, health and (for source-controller)
 // artifacts are served on free loopback ports.
 //
 // There is no kubelet, so nothing a chart deploys ever becomes ready: use charts whose
 // objects need no pod (CRDs, ConfigMaps), or set the HelmRelease's disableWait.
 type Flux struct {
-	// Client reads and writes Flux objects (FluxScheme) as the admin user.
+	// Client reads and writes Flux objects (Scheme) as the admin user.
 	Client client.Client
 	// SourceLog and HelmLog are the controllers' log files.
 	SourceLog, HelmLog string
 
-	cp      *ControlPlane
+	cp      *testenv.ControlPlane
 	dir     string
-	source  *process
-	helm    *process
+	source  *testenv.Process
+	helm    *testenv.Process
 	stopped bool
 }
 
-// StartFlux applies Flux's CRDs, starts source-controller and helm-controller, waits until
+// Start applies Flux's CRDs, starts source-controller and helm-controller, waits until
 // both are healthy, and stops them when the test ends. When the test fails, the tail of
 // both logs is printed.
-func (cp *ControlPlane) StartFlux(t testing.TB) *Flux {
+func Start(t testing.TB, cp *testenv.ControlPlane) *Flux {
 	t.Helper()
-	f, err := cp.StartFluxControllers(t.Context())
+	f, err := StartControllers(t.Context(), cp)
 	if err != nil {
 		t.Fatalf("flux: %v", err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("source-controller log (tail):\n%s", tail(f.SourceLog, 40))
-			t.Logf("helm-controller log (tail):\n%s", tail(f.HelmLog, 40))
+			t.Logf("source-controller log (tail):\n%s", testenv.Tail(f.SourceLog, 40))
+			t.Logf("helm-controller log (tail):\n%s", testenv.Tail(f.HelmLog, 40))
 		}
 		if err := f.Stop(); err != nil {
 			t.Errorf("stop flux: %v", err)
@@ -114,21 +112,21 @@ func (cp *ControlPlane) StartFlux(t testing.TB) *Flux {
 	return f
 }
 
-// StartFluxControllers is StartFlux for callers without a testing.TB (the demo). Call Stop
+// StartControllers is Start for callers without a testing.TB (the demo). Call Stop
 // when done.
-func (cp *ControlPlane) StartFluxControllers(ctx context.Context) (*Flux, error) {
+func StartControllers(ctx context.Context, cp *testenv.ControlPlane) (*Flux, error) {
 	bins := filepath.Join(cp.Bin, "flux")
-	if err := checkBins(bins, "source-controller", "helm-controller"); err != nil {
+	if err := testenv.CheckBins(bins, "source-controller", "helm-controller"); err != nil {
 		return nil, err
 	}
-	if err := cp.ApplyFluxCRDs(ctx); err != nil {
-		return nil, fmt.Errorf("apply Flux CRDs from %s: %w", FluxCRDsFixture, err)
+	if err := ApplyCRDs(ctx, cp); err != nil {
+		return nil, fmt.Errorf("apply Flux CRDs from %s: %w", CRDsFixture, err)
 	}
-	c, err := client.New(cp.Config, client.Options{Scheme: FluxScheme()})
+	c, err := client.New(cp.Config, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(cp.dir, "flux-")
+	dir, err := os.MkdirTemp(cp.Dir(), "flux-")
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +137,7 @@ func (cp *ControlPlane) StartFluxControllers(ctx context.Context) (*Flux, error)
 	if err := os.MkdirAll(storage, 0o700); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(5)
+	ports, err := testenv.FreePorts(5)
 	if err != nil {
 		return nil, fmt.Errorf("flux: find free ports: %w", err)
 	}
@@ -163,7 +161,7 @@ func (cp *ControlPlane) StartFluxControllers(ctx context.Context) (*Flux, error)
 	return f, nil
 }
 
-func (f *Flux) start(ctx context.Context, bin, logPath string, metricsPort, healthPort int, args ...string) (*process, error) {
+func (f *Flux) start(ctx context.Context, bin, logPath string, metricsPort, healthPort int, args ...string) (*testenv.Process, error) {
 	name := filepath.Base(bin)
 	home := filepath.Join(f.dir, name+"-home")
 	if err := os.MkdirAll(home, 0o700); err != nil {
@@ -179,12 +177,12 @@ func (f *Flux) start(ctx context.Context, bin, logPath string, metricsPort, heal
 	// No --kubeconfig flag: Flux's controllers read KUBECONFIG. HOME keeps Helm's cache
 	// and config away from the user's.
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+f.cp.Kubeconfig, "HOME="+home, "TMPDIR="+home)
-	p, err := startProcess(cmd, name, logPath)
+	p, err := testenv.StartProcess(cmd, name, logPath)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.waitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", healthPort), time.Minute); err != nil {
-		return nil, errors.Join(err, p.stop(15*time.Second))
+	if err := p.WaitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", healthPort), time.Minute); err != nil {
+		return nil, errors.Join(err, p.Stop(15*time.Second))
 	}
 	return p, nil
 }
@@ -197,9 +195,9 @@ func (f *Flux) Stop() error {
 	f.stopped = true
 	var err error
 	// helm-controller first, so it does not act on a source that has gone away.
-	for _, p := range []*process{f.helm, f.source} {
+	for _, p := range []*testenv.Process{f.helm, f.source} {
 		if p != nil {
-			err = errors.Join(err, p.stop(20*time.Second))
+			err = errors.Join(err, p.Stop(20*time.Second))
 		}
 	}
 	return err
@@ -207,7 +205,7 @@ func (f *Flux) Stop() error {
 
 // LogTail returns the last n lines of both controllers' logs, for failure messages.
 func (f *Flux) LogTail(n int) string {
-	return "source-controller:\n" + tail(f.SourceLog, n) + "\nhelm-controller:\n" + tail(f.HelmLog, n)
+	return "source-controller:\n" + testenv.Tail(f.SourceLog, n) + "\nhelm-controller:\n" + testenv.Tail(f.HelmLog, n)
 }
 
 // EnsureNamespace creates namespace ns unless it exists.
@@ -220,7 +218,7 @@ func (f *Flux) EnsureNamespace(ctx context.Context, ns string) error {
 }
 
 // HelmRepository returns a HelmRepository for a loopback HTTP chart repository (see
-// ChartRepo). It is not created.
+// servers.ChartRepo). It is not created.
 func HelmRepository(ns, name, url string) *sourcev1.HelmRepository {
 	return &sourcev1.HelmRepository{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -233,8 +231,8 @@ func HelmRepository(ns, name, url string) *sourcev1.HelmRepository {
 }
 
 // OCIRepository returns an OCIRepository for a chart pushed to a loopback OCI registry
-// (ServeOCI, PushOCI; url is what PushOCI returns) at ref (a tag or a semver range), with
-// the layer selector a HelmRelease's chartRef needs. It is not created.
+// (servers.ServeOCI, servers.PushOCI; url is what PushOCI returns) at ref (a tag or a
+// semver range), with the layer selector a HelmRelease's chartRef needs. It is not created.
 func OCIRepository(ns, name, url string, ref sourcev1.OCIRepositoryRef) *sourcev1.OCIRepository {
 	return &sourcev1.OCIRepository{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -402,86 +400,4 @@ func conditionsString(conds []metav1.Condition) string {
 func ChartSemver(v string) string {
 	v, _, _ = strings.Cut(v, "+")
 	return v
-}
-
-// process is a controller binary run for a test, with its log in a file.
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	proc *childproc.Process
-	log  string
-}
-
-func startProcess(cmd *exec.Cmd, name, logPath string) (*process, error) {
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = logFile.Close() }() // the child process keeps its own descriptor
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Its own process group, and killed if the test binary dies without cleaning up.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	proc, err := childproc.Start(cmd)
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
-	}
-	p := &process{name: name, cmd: cmd, proc: proc, log: logPath}
-	return p, nil
-}
-
-func (p *process) waitHealthy(ctx context.Context, url string, timeout time.Duration) error {
-	hc := &http.Client{Timeout: 2 * time.Second}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		select {
-		case <-p.proc.Done():
-			return false, fmt.Errorf("%s exited during start-up (%w)", p.name, p.proc.Err())
-		default:
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		return fmt.Errorf("%s not healthy at %s: %w:\n%s", p.name, url, err, tail(p.log, 20))
-	}
-	return nil
-}
-
-func (p *process) stop(grace time.Duration) error {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.proc.Done():
-		return nil
-	case <-time.After(grace):
-		_ = p.cmd.Process.Kill()
-		<-p.proc.Done()
-		return fmt.Errorf("%s did not stop within %s of SIGTERM and was killed", p.name, grace)
-	}
-}
-
-// freePorts returns n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		ports = append(ports, p)
-	}
-	seen := map[int]bool{}
-	for _, p := range ports {
-		if seen[p] {
-			return freePorts(n)
-		}
-		seen[p] = true
-	}
-	return ports, nil
 }

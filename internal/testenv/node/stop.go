@@ -1,4 +1,4 @@
-package testenv
+package node
 
 import (
 	"archive/tar"
@@ -31,19 +31,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/childproc"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
 )
 
 // pauseImage is the sandbox image the node's containerd runs every Pod in.
 const pauseImage = "upgradeguard.test/pause:1"
 
-// buildPause builds ./internal/testenv/pause and packs it as a one-layer image archive.
+// buildPause builds ./internal/testenv/node/pause and packs it as a one-layer image archive.
 func (n *Node) buildPause() (string, error) {
-	root, err := RepoRoot()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(n.dir, "pause")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./internal/testenv/pause")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./internal/testenv/node/pause")
 	cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	childproc.TieGroup(cmd)
 	if out, err := cmd.CombinedOutput(); err != nil {

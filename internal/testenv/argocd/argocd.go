@@ -1,4 +1,4 @@
-package testenv
+package argocd
 
 import (
 	"bufio"
@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -27,31 +26,29 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
-// ArgoCDVersion is the Argo CD StartArgoCD runs: bin/argocd, built by
+// Version is the Argo CD Start runs: bin/argocd, built by
 // `./hack/testbin.sh --argocd` (make test-argocd), with the CRDs and base config objects
 // of the same module beside it.
-const ArgoCDVersion = "v3.6.1"
+const Version = "v3.6.1"
 
-// ArgoCDNamespace is where StartArgoCD installs Argo CD's config and AppProject, and
+// Namespace is where Start installs Argo CD's config and AppProject, and
 // where Applications live.
-const ArgoCDNamespace = "argocd"
+const Namespace = "argocd"
 
 // InClusterServer is the destination server of Argo CD's own cluster. The controller
 // runs outside the cluster with ARGOCD_FAKE_IN_CLUSTER, so this destination is the test
 // control plane (its KUBECONFIG).
 const InClusterServer = "https://kubernetes.default.svc"
 
-// ApplicationGVR is Argo CD's Application resource.
-var ApplicationGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}
-
 var appProjectGVR = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "appprojects"}
 
 // ArgoCD is Argo CD's real repo-server and application-controller, with their own
-// Redis, running as processes outside the cluster against a ControlPlane, the way Argo
-// CD's own Procfile runs them for development: ARGOCD_FAKE_IN_CLUSTER makes the in-cluster
+// Redis, running as processes outside the cluster against a testenv.ControlPlane, the way
+// Argo CD's own Procfile runs them for development: ARGOCD_FAKE_IN_CLUSTER makes the in-cluster
 // destination (InClusterServer) the control plane of KUBECONFIG. No API server, UI, Dex
 // or ApplicationSet controller runs: tests write Applications and read their status with
 // the Kubernetes API, as GitOps does.
@@ -65,14 +62,14 @@ type ArgoCD struct {
 	// RedisLog, RepoServerLog and ControllerLog are the processes' log files.
 	RedisLog, RepoServerLog, ControllerLog string
 
-	cp                      *ControlPlane
+	cp                      *testenv.ControlPlane
 	dir                     string
-	redis, repo, controller *process
+	redis, repo, controller *testenv.Process
 	stopped                 bool
 }
 
-// ArgoCDOptions configure the Argo CD that StartArgoCD runs.
-type ArgoCDOptions struct {
+// Options configure the Argo CD that Start runs.
+type Options struct {
 	// Settings are entries of the argocd-cm ConfigMap, set over those of the shipped
 	// file before any component starts: "application.resourceTrackingMethod": "label"
 	// (the Argo CD 2 default; v3 tracks by annotation), for example.
@@ -89,13 +86,13 @@ type ArgoCDOptions struct {
 // "annotation+label".
 const TrackingMethodKey = "application.resourceTrackingMethod"
 
-// StartArgoCD installs Argo CD's CRDs, its base config objects and the `default`
+// Start installs Argo CD's CRDs, its base config objects and the `default`
 // AppProject, starts Redis, the repo-server and the application-controller, waits until
 // they are healthy, and stops them when the test ends. When the test fails, the tail of
-// each log is printed. At most one ArgoCDOptions is read.
-func (cp *ControlPlane) StartArgoCD(t testing.TB, opts ...ArgoCDOptions) *ArgoCD {
+// each log is printed. At most one Options is read.
+func Start(t testing.TB, cp *testenv.ControlPlane, opts ...Options) *ArgoCD {
 	t.Helper()
-	a, err := cp.StartArgoCDControllers(t.Context(), opts...)
+	a, err := StartControllers(t.Context(), cp, opts...)
 	if err != nil {
 		t.Fatalf("argo cd: %v", err)
 	}
@@ -110,10 +107,10 @@ func (cp *ControlPlane) StartArgoCD(t testing.TB, opts ...ArgoCDOptions) *ArgoCD
 	return a
 }
 
-// StartArgoCDControllers is StartArgoCD for callers without a testing.TB. Call Stop when
+// StartControllers is Start for callers without a testing.TB. Call Stop when
 // done.
-func (cp *ControlPlane) StartArgoCDControllers(ctx context.Context, opts ...ArgoCDOptions) (*ArgoCD, error) {
-	var o ArgoCDOptions
+func StartControllers(ctx context.Context, cp *testenv.ControlPlane, opts ...Options) (*ArgoCD, error) {
+	var o Options
 	if len(opts) > 0 {
 		o = opts[0]
 	}
@@ -132,10 +129,10 @@ func (cp *ControlPlane) StartArgoCDControllers(ctx context.Context, opts ...Argo
 	if err != nil {
 		return nil, err
 	}
-	if err := cp.installArgoCD(ctx, bins, o.Settings); err != nil {
+	if err := install(ctx, cp, bins, o.Settings); err != nil {
 		return nil, fmt.Errorf("install Argo CD's CRDs and config from %s: %w", bins, err)
 	}
-	dir, err := os.MkdirTemp(cp.dir, "argocd-")
+	dir, err := os.MkdirTemp(cp.Dir(), "argocd-")
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +141,7 @@ func (cp *ControlPlane) StartArgoCDControllers(ctx context.Context, opts ...Argo
 		RepoServerLog: filepath.Join(dir, "repo-server.log"),
 		ControllerLog: filepath.Join(dir, "application-controller.log"),
 	}
-	ports, err := freePorts(5)
+	ports, err := testenv.FreePorts(5)
 	if err != nil {
 		return nil, fmt.Errorf("argo cd: find free ports: %w", err)
 	}
@@ -169,7 +166,7 @@ func (cp *ControlPlane) StartArgoCDControllers(ctx context.Context, opts ...Argo
 		resync, jitter = "--app-resync="+strconv.Itoa(int(o.Resync.Seconds())), "--app-resync-jitter=0"
 	}
 	a.controller, err = a.start(ctx, "argocd-application-controller", a.ControllerLog, ports[3],
-		"--kubeconfig="+cp.Kubeconfig, "--namespace="+ArgoCDNamespace,
+		"--kubeconfig="+cp.Kubeconfig, "--namespace="+Namespace,
 		"--metrics-port="+strconv.Itoa(ports[3]),
 		"--redis="+redisAddr, "--repo-server="+repoAddr, "--repo-server-plaintext",
 		"--commit-server=127.0.0.1:"+strconv.Itoa(ports[4]),
@@ -189,18 +186,18 @@ func checkArgoCDBins(bins string) error {
 	return nil
 }
 
-// installArgoCD applies Argo CD's CRDs and base config objects as shipped in its module
+// install applies Argo CD's CRDs and base config objects as shipped in its module
 // (bin/argocd/manifests), with settings set in argocd-cm, and creates the `default`
 // AppProject Argo CD's install creates: every source, destination and kind allowed.
-func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string, settings map[string]string) error {
-	if err := cp.applyArgoCDCRDs(ctx, bins); err != nil {
+func install(ctx context.Context, cp *testenv.ControlPlane, bins string, settings map[string]string) error {
+	if err := applyCRDs(ctx, cp, bins); err != nil {
 		return err
 	}
 	kube, err := kubernetes.NewForConfig(cp.Config)
 	if err != nil {
 		return err
 	}
-	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ArgoCDNamespace}}, metav1.CreateOptions{})
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
@@ -221,7 +218,7 @@ func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string, settings
 		if err := yaml.Unmarshal(data, &obj.Object); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
-		obj.SetNamespace(ArgoCDNamespace)
+		obj.SetNamespace(Namespace)
 		gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 		if obj.GetKind() == "Secret" {
 			gvr.Resource = "secrets"
@@ -234,12 +231,12 @@ func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string, settings
 			}
 			// The settings must hold from the components' start: replace what an
 			// earlier start left.
-			err := dyn.Resource(gvr).Namespace(ArgoCDNamespace).Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
+			err := dyn.Resource(gvr).Namespace(Namespace).Delete(ctx, obj.GetName(), metav1.DeleteOptions{})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%s: %w", f, err)
 			}
 		}
-		_, err = dyn.Resource(gvr).Namespace(ArgoCDNamespace).Create(ctx, obj, metav1.CreateOptions{})
+		_, err = dyn.Resource(gvr).Namespace(Namespace).Create(ctx, obj, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: %w", f, err)
 		}
@@ -247,32 +244,32 @@ func (cp *ControlPlane) installArgoCD(ctx context.Context, bins string, settings
 	project := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1",
 		"kind":       "AppProject",
-		"metadata":   map[string]any{"name": "default", "namespace": ArgoCDNamespace},
+		"metadata":   map[string]any{"name": "default", "namespace": Namespace},
 		"spec": map[string]any{
 			"sourceRepos":              []any{"*"},
 			"destinations":             []any{map[string]any{"server": "*", "namespace": "*"}},
 			"clusterResourceWhitelist": []any{map[string]any{"group": "*", "kind": "*"}},
 		},
 	}}
-	_, err = dyn.Resource(appProjectGVR).Namespace(ArgoCDNamespace).Create(ctx, project, metav1.CreateOptions{})
+	_, err = dyn.Resource(appProjectGVR).Namespace(Namespace).Create(ctx, project, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	return nil
 }
 
-// ApplyArgoCDCRDs installs Argo CD's CRDs (those StartArgoCD installs) and waits until
+// ApplyCRDs installs Argo CD's CRDs (those Start installs) and waits until
 // they are established, without starting Argo CD: a controller that looks up at its start
 // whether the API server serves Argo CD's kinds (upgradeguard's manager does) sees them.
-func (cp *ControlPlane) ApplyArgoCDCRDs(ctx context.Context) error {
+func ApplyCRDs(ctx context.Context, cp *testenv.ControlPlane) error {
 	bins := filepath.Join(cp.Bin, "argocd")
 	if err := checkArgoCDBins(bins); err != nil {
 		return err
 	}
-	return cp.applyArgoCDCRDs(ctx, bins)
+	return applyCRDs(ctx, cp, bins)
 }
 
-func (cp *ControlPlane) applyArgoCDCRDs(ctx context.Context, bins string) error {
+func applyCRDs(ctx context.Context, cp *testenv.ControlPlane, bins string) error {
 	cs, err := apiextclient.NewForConfig(cp.Config)
 	if err != nil {
 		return err
@@ -291,10 +288,10 @@ func (cp *ControlPlane) applyArgoCDCRDs(ctx context.Context, bins string) error 
 			return err
 		}
 		for _, crd := range parsed {
-			if err := ApplyCRD(ctx, cs, crd); err != nil {
+			if err := testenv.ApplyCRD(ctx, cs, crd); err != nil {
 				return fmt.Errorf("%s: %w", crd.Name, err)
 			}
-			if err := WaitEstablished(ctx, cs, crd.Name); err != nil {
+			if err := testenv.WaitEstablished(ctx, cs, crd.Name); err != nil {
 				return err
 			}
 		}
@@ -303,28 +300,28 @@ func (cp *ControlPlane) applyArgoCDCRDs(ctx context.Context, bins string) error 
 }
 
 // startRedis runs redis-server on port with its own directory and no persistence.
-func (a *ArgoCD) startRedis(ctx context.Context, bin string, port int) (*process, error) {
+func (a *ArgoCD) startRedis(ctx context.Context, bin string, port int) (*testenv.Process, error) {
 	dir := filepath.Join(a.dir, "redis")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
-	p, err := startProcess(cmd, "redis-server", a.RedisLog)
+	p, err := testenv.StartProcess(cmd, "redis-server", a.RedisLog)
 	if err != nil {
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		select {
-		case <-p.proc.Done():
-			return false, fmt.Errorf("redis-server exited during start-up (%w)", p.proc.Err())
+		case <-p.Done():
+			return false, fmt.Errorf("redis-server exited during start-up (%w)", p.Err())
 		default:
 		}
 		return redisPing(ctx, addr) == nil, nil
 	})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("redis-server not answering PING at %s: %w:\n%s", addr, err, tail(a.RedisLog, 20)), p.stop(5*time.Second))
+		return nil, errors.Join(fmt.Errorf("redis-server not answering PING at %s: %w:\n%s", addr, err, testenv.Tail(a.RedisLog, 20)), p.Stop(5*time.Second))
 	}
 	return p, nil
 }
@@ -352,7 +349,7 @@ func redisPing(ctx context.Context, addr string) error {
 
 // start runs one Argo CD component (the busybox binary picks it by ARGOCD_BINARY_NAME)
 // and waits until its /healthz on healthPort answers.
-func (a *ArgoCD) start(ctx context.Context, name, logPath string, healthPort int, args ...string) (*process, error) {
+func (a *ArgoCD) start(ctx context.Context, name, logPath string, healthPort int, args ...string) (*testenv.Process, error) {
 	home := filepath.Join(a.dir, name+"-home")
 	for _, d := range []string{"tmp", "tls", "ssh", "gpg", "plugins"} {
 		if err := os.MkdirAll(filepath.Join(home, d), 0o700); err != nil {
@@ -382,12 +379,12 @@ func (a *ArgoCD) start(ctx context.Context, name, logPath string, healthPort int
 		"HELM_CONFIG_HOME="+filepath.Join(home, "helm", "config"),
 		"HELM_DATA_HOME="+filepath.Join(home, "helm", "data"),
 	)
-	p, err := startProcess(cmd, name, logPath)
+	p, err := testenv.StartProcess(cmd, name, logPath)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.waitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", healthPort), 2*time.Minute); err != nil {
-		return nil, errors.Join(err, p.stop(15*time.Second))
+	if err := p.WaitHealthy(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", healthPort), 2*time.Minute); err != nil {
+		return nil, errors.Join(err, p.Stop(15*time.Second))
 	}
 	return p, nil
 }
@@ -399,9 +396,9 @@ func (a *ArgoCD) Stop() error {
 	}
 	a.stopped = true
 	var err error
-	for _, p := range []*process{a.controller, a.repo, a.redis} {
+	for _, p := range []*testenv.Process{a.controller, a.repo, a.redis} {
 		if p != nil {
-			err = errors.Join(err, p.stop(20*time.Second))
+			err = errors.Join(err, p.Stop(20*time.Second))
 		}
 	}
 	return err
@@ -409,9 +406,9 @@ func (a *ArgoCD) Stop() error {
 
 // LogTail returns the last n lines of each component's log, for failure messages.
 func (a *ArgoCD) LogTail(n int) string {
-	return "argocd-application-controller:\n" + tail(a.ControllerLog, n) +
-		"\nargocd-repo-server:\n" + tail(a.RepoServerLog, n) +
-		"\nredis-server:\n" + tail(a.RedisLog, 5)
+	return "argocd-application-controller:\n" + testenv.Tail(a.ControllerLog, n) +
+		"\nargocd-repo-server:\n" + testenv.Tail(a.RepoServerLog, n) +
+		"\nredis-server:\n" + testenv.Tail(a.RedisLog, 5)
 }
 
 // ApplicationSource is an Application's spec.source: a chart in a git repository (Path)
@@ -429,8 +426,8 @@ func GitSource(dir, path, revision string) ApplicationSource {
 	return ApplicationSource{RepoURL: "file://" + dir, Path: path, TargetRevision: revision}
 }
 
-// HelmRepoSource is chart at version from the Helm chart repository at url (ServeRepo,
-// NewChartRepo).
+// HelmRepoSource is chart at version from the Helm chart repository at url
+// (servers.ServeRepo, servers.NewChartRepo).
 func HelmRepoSource(url, chart, version string) ApplicationSource {
 	return ApplicationSource{RepoURL: url, Chart: chart, TargetRevision: version}
 }
@@ -454,14 +451,14 @@ type SyncRetry struct {
 	Factor              int64
 }
 
-// AutomatedApplication returns an Application (not created) in ArgoCDNamespace that
+// AutomatedApplication returns an Application (not created) in Namespace that
 // deploys source into namespace destNS of the in-cluster destination, with automated
 // sync (no prune, no self-heal: Argo CD's defaults), CreateNamespace, and retry.
 func AutomatedApplication(name string, source ApplicationSource, destNS string, r SyncRetry) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1",
 		"kind":       "Application",
-		"metadata":   map[string]any{"name": name, "namespace": ArgoCDNamespace},
+		"metadata":   map[string]any{"name": name, "namespace": Namespace},
 		"spec": map[string]any{
 			"project":     "default",
 			"source":      source.object(),
@@ -533,154 +530,13 @@ func (a *ArgoCD) SetTargetRevision(ctx context.Context, name, revision string) e
 	})
 }
 
-// Application is what a test reads of an Application: its revision, and the status Argo
-// CD writes.
-type Application struct {
-	Name            string
-	ResourceVersion string
-	TargetRevision  string
-	// Operating says that the Application holds an operation (its operation field) that
-	// the controller has not finished: a sync asked for is done once it is false again.
-	Operating bool
-	Status    ApplicationStatus
-}
-
-// ApplicationStatus is the part of an Application's status the tests assert (the field
-// names are Argo CD's).
-type ApplicationStatus struct {
-	Sync struct {
-		Status   string `json:"status"`
-		Revision string `json:"revision"`
-	} `json:"sync"`
-	Health struct {
-		Status string `json:"status"`
-	} `json:"health"`
-	Conditions []struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"conditions"`
-	OperationState *OperationState `json:"operationState"`
-	// ReconciledAt is when Argo CD last compared the Application (RFC 3339).
-	ReconciledAt string `json:"reconciledAt"`
-	// History are the syncs that succeeded, oldest first: what `argocd app history`
-	// lists and `argocd app rollback` picks from.
-	History   []HistoryEntry `json:"history"`
-	Resources []struct {
-		Group     string `json:"group"`
-		Kind      string `json:"kind"`
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
-		Status    string `json:"status"`
-		// RequiresPruning is set on an object the sources no longer render that Argo
-		// CD tracks as the Application's: a sync with prune deletes it.
-		RequiresPruning bool `json:"requiresPruning"`
-	} `json:"resources"`
-}
-
-// OperationState is the last (or running) sync operation.
-type OperationState struct {
-	Phase      string `json:"phase"`
-	Message    string `json:"message"`
-	RetryCount int64  `json:"retryCount"`
-	Operation  struct {
-		Sync struct {
-			Revision string `json:"revision"`
-		} `json:"sync"`
-	} `json:"operation"`
-	SyncResult *struct {
-		Revision  string `json:"revision"`
-		Resources []struct {
-			Group     string `json:"group"`
-			Kind      string `json:"kind"`
-			Namespace string `json:"namespace"`
-			Name      string `json:"name"`
-			Status    string `json:"status"`
-			Message   string `json:"message"`
-			SyncPhase string `json:"syncPhase"`
-		} `json:"resources"`
-	} `json:"syncResult"`
-	StartedAt  string `json:"startedAt"`
-	FinishedAt string `json:"finishedAt"`
-}
-
-// HistoryEntry is one entry of an Application's status.history: a sync that succeeded,
-// with the revision and the source it synced.
-type HistoryEntry struct {
-	ID       int64          `json:"id"`
-	Revision string         `json:"revision"`
-	Source   map[string]any `json:"source"`
-}
-
-// Entry returns the history entry of revision, the last one when several synced it.
-func (s ApplicationStatus) Entry(revision string) (HistoryEntry, bool) {
-	for i := len(s.History) - 1; i >= 0; i-- {
-		if s.History[i].Revision == revision {
-			return s.History[i], true
-		}
-	}
-	return HistoryEntry{}, false
-}
-
-// Condition returns the message of the Application's condition typ, and whether it is
-// there.
-func (s ApplicationStatus) Condition(typ string) (string, bool) {
-	for _, c := range s.Conditions {
-		if c.Type == typ {
-			return c.Message, true
-		}
-	}
-	return "", false
-}
-
-// ResourceStatus is the sync status (Synced, OutOfSync) Argo CD reports for the
-// Application's resource of kind and name, "" when it lists none.
-func (app *Application) ResourceStatus(kind, name string) string {
-	for _, r := range app.Status.Resources {
-		if r.Kind == kind && r.Name == name {
-			return r.Status
-		}
-	}
-	return ""
-}
-
-// String sums the status up for failure messages.
-func (app *Application) String() string {
-	s := fmt.Sprintf("Application %s/%s at %s: sync %s (revision %s), health %s", ArgoCDNamespace, app.Name, app.TargetRevision,
-		app.Status.Sync.Status, app.Status.Sync.Revision, app.Status.Health.Status)
-	if op := app.Status.OperationState; op != nil {
-		s += fmt.Sprintf("; operation %s (retry %d, revision %s): %s", op.Phase, op.RetryCount, op.Operation.Sync.Revision, op.Message)
-	}
-	for _, c := range app.Status.Conditions {
-		s += fmt.Sprintf("; condition %s: %s", c.Type, c.Message)
-	}
-	for _, r := range app.Status.Resources {
-		s += fmt.Sprintf("; %s %s/%s %s", r.Kind, r.Namespace, r.Name, r.Status)
-		if r.RequiresPruning {
-			s += " (requires pruning)"
-		}
-	}
-	return s
-}
-
 // Get reads the Application name.
 func (a *ArgoCD) Get(ctx context.Context, name string) (*Application, error) {
-	obj, err := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace).Get(ctx, name, metav1.GetOptions{})
+	obj, err := a.Dynamic.Resource(ApplicationGVR).Namespace(Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
 	return applicationOf(obj)
-}
-
-func applicationOf(obj *unstructured.Unstructured) (*Application, error) {
-	app := &Application{Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion()}
-	app.TargetRevision, _, _ = unstructured.NestedString(obj.Object, "spec", "source", "targetRevision")
-	_, app.Operating, _ = unstructured.NestedFieldNoCopy(obj.Object, "operation")
-	if st, ok := obj.Object["status"].(map[string]any); ok {
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(st, &app.Status); err != nil {
-			return nil, fmt.Errorf("Application %s status: %w", obj.GetName(), err)
-		}
-	}
-	return app, nil
 }
 
 // WaitApplication watches the Application name until done says so and returns its last
@@ -690,12 +546,12 @@ func applicationOf(obj *unstructured.Unstructured) (*Application, error) {
 func (a *ArgoCD) WaitApplication(ctx context.Context, name string, timeout time.Duration, done func(*Application) bool) (*Application, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	ri := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
+	ri := a.Dynamic.Resource(ApplicationGVR).Namespace(Namespace)
 	var last *Application
 	for {
 		obj, err := ri.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return last, fmt.Errorf("Application %s/%s: %w", ArgoCDNamespace, name, err)
+			return last, fmt.Errorf("Application %s/%s: %w", Namespace, name, err)
 		}
 		if last, err = applicationOf(obj); err != nil {
 			return last, err
@@ -705,7 +561,7 @@ func (a *ArgoCD) WaitApplication(ctx context.Context, name string, timeout time.
 		}
 		w, err := ri.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: obj.GetResourceVersion()})
 		if err != nil {
-			return last, fmt.Errorf("watch Application %s/%s: %w; last: %s", ArgoCDNamespace, name, err, last)
+			return last, fmt.Errorf("watch Application %s/%s: %w; last: %s", Namespace, name, err, last)
 		}
 		for ev := range w.ResultChan() {
 			u, ok := ev.Object.(*unstructured.Unstructured)
@@ -723,7 +579,7 @@ func (a *ArgoCD) WaitApplication(ctx context.Context, name string, timeout time.
 		}
 		w.Stop()
 		if ctx.Err() != nil {
-			return last, fmt.Errorf("Application %s/%s: %w; last: %s", ArgoCDNamespace, name, ctx.Err(), last)
+			return last, fmt.Errorf("Application %s/%s: %w; last: %s", Namespace, name, ctx.Err(), last)
 		}
 	}
 }
@@ -731,7 +587,7 @@ func (a *ArgoCD) WaitApplication(ctx context.Context, name string, timeout time.
 // Delete deletes the Application without cascading to what it deployed (Argo CD
 // cascades only with its resources finalizer, which AutomatedApplication does not set).
 func (a *ArgoCD) Delete(ctx context.Context, name string) error {
-	err := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace).Delete(ctx, name, metav1.DeleteOptions{})
+	err := a.Dynamic.Resource(ApplicationGVR).Namespace(Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -820,13 +676,13 @@ func (a *ArgoCD) Sync(ctx context.Context, name string, prune bool) error {
 // a conflict (Argo CD writes its status into the same object).
 func (a *ArgoCD) updateApplication(ctx context.Context, name string, change func(*unstructured.Unstructured) error) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		ri := a.Dynamic.Resource(ApplicationGVR).Namespace(ArgoCDNamespace)
+		ri := a.Dynamic.Resource(ApplicationGVR).Namespace(Namespace)
 		app, err := ri.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if err := change(app); err != nil {
-			return fmt.Errorf("Application %s/%s: %w", ArgoCDNamespace, name, err)
+			return fmt.Errorf("Application %s/%s: %w", Namespace, name, err)
 		}
 		_, err = ri.Update(ctx, app, metav1.UpdateOptions{})
 		return err
