@@ -219,6 +219,8 @@ func contractFlags() *pflag.FlagSet {
 	fs.String("replica-id", "", "")
 	fs.Duration("target-lease-duration", 30*time.Second, "")
 	fs.Duration("target-renew-period", 10*time.Second, "")
+	fs.Float32("kube-api-qps", 50, "")
+	fs.Int("kube-api-burst", 300, "")
 	fs.String("kubeconfig", "", "")
 	return fs
 }
@@ -537,9 +539,12 @@ func TestRenderVariants(t *testing.T) {
 		}
 	})
 	t.Run("replicas 3 share the fleet, each named by its Pod", func(t *testing.T) {
-		m := render(t, "ug", "ops", "replicas=3", "controller.targetLeaseDuration=20s", "controller.targetRenewPeriod=5s")
+		m := render(t, "ug", "ops", "replicas=3", "controller.targetLeaseDuration=20s", "controller.targetRenewPeriod=5s", "controller.kubeAPIQPS=200")
 		d := typed[appsv1.Deployment](t, m, "Deployment", "ug-upgradeguard")
 		c, fs := controllerArgs(t, d)
+		if flag(t, fs, "kube-api-qps") != "200" || flag(t, fs, "kube-api-burst") != "300" {
+			t.Errorf("--kube-api-qps=%s --kube-api-burst=%s, want 200 and the default 300", flag(t, fs, "kube-api-qps"), flag(t, fs, "kube-api-burst"))
+		}
 		if *d.Spec.Replicas != 3 || flag(t, fs, "replica-id") != "$(POD_NAME)" || flag(t, fs, "target-lease-duration") != "20s" || flag(t, fs, "target-renew-period") != "5s" {
 			t.Errorf("replicas %d, --replica-id=%s --target-lease-duration=%s --target-renew-period=%s", *d.Spec.Replicas,
 				flag(t, fs, "replica-id"), flag(t, fs, "target-lease-duration"), flag(t, fs, "target-renew-period"))

@@ -50,6 +50,8 @@ func (o *controllerOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&m.ReplicaID, "replica-id", "", "this replica's name in the Leases that share the fleet's targets between replicas, in StorageMigration status.replica and in the metrics; unique per running replica (default: the host name; the chart passes the Pod's name)")
 	f.DurationVar(&m.TargetLeaseDuration, "target-lease-duration", shard.DefaultLeaseDuration, "lease of a fleet target (whole seconds): a replica that stops renewing loses its targets this long after its last renewal")
 	f.DurationVar(&m.TargetRenewEvery, "target-renew-period", shard.DefaultRenewEvery, "how often a replica renews its target Leases and looks for targets to take or hand over; at most half of --target-lease-duration")
+	f.Float32Var(&m.QPS, "kube-api-qps", controller.DefaultQPS, "client-side limit of the controller's requests per second to this cluster (a fleet target's own limit is its policy's spec.rate; the Leases of fleet targets are not limited)")
+	f.IntVar(&m.Burst, "kube-api-burst", controller.DefaultBurst, "client-side burst of the controller's requests to this cluster, with --kube-api-qps")
 	f.StringVar(&m.JobImage, "job-image", os.Getenv("UPGRADEGUARD_JOB_IMAGE"), "image of Job-mode migrations (runs `upgradeguard migrate` on the target cluster; default $UPGRADEGUARD_JOB_IMAGE)")
 	f.StringVar(&m.JobNamespace, "job-namespace", controller.DefaultJobNamespace, "namespace of Job-mode migrations on their target cluster")
 	f.BoolVar(&o.jsonLogs, "log-json", false, "log JSON lines")

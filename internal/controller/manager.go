@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -30,6 +31,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	_ "github.com/upgradeguard/upgradeguard/internal/metrics" // registers the metrics
 	"github.com/upgradeguard/upgradeguard/internal/shard"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
@@ -74,6 +76,15 @@ type Options struct {
 	// later. Defaults 30s and 10s.
 	TargetLeaseDuration time.Duration
 	TargetRenewEvery    time.Duration
+	// QPS and Burst limit the manager's requests to this cluster (reads, watches, status
+	// writes, Events), when the config sets no limit of its own. Defaults DefaultQPS and
+	// DefaultBurst; client-go's own fallback (5 and 10) throttles a replica that saves
+	// the status of many fleet migrations at once. The Leases of fleet targets have a
+	// client of their own with no client-side limit: their rate is bounded by
+	// construction (one write per target per TargetRenewEvery), and a renewal that
+	// waited behind other requests would let the target's Lease expire.
+	QPS   float32
+	Burst int
 	// WrapTransport, when set, wraps the transport of every client the manager makes:
 	// to this cluster and to each target cluster (an egress proxy, request accounting; the
 	// tests cut a replica off with it as a crash would).
@@ -84,6 +95,14 @@ type Options struct {
 	// progressHook is called after each page a migration saved its place at (tests).
 	progressHook func(ctx context.Context, sm *v1alpha1.StorageMigration)
 }
+
+// The manager's client-side limit when its config sets none: Flux's controllers' defaults,
+// for a replica that reconciles hundreds of fleet migrations (client-go's own fallback is
+// 5 requests per second).
+const (
+	DefaultQPS   = 50
+	DefaultBurst = 300
+)
 
 // NewScheme is the scheme the manager works with.
 func NewScheme() *runtime.Scheme {
@@ -130,6 +149,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if o.WrapTransport != nil {
 		cfg.Wrap(o.WrapTransport)
 	}
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg.QPS, cfg.Burst = cmp.Or(o.QPS, DefaultQPS), cmp.Or(o.Burst, DefaultBurst)
+	}
 	if o.MigrationLeaseNamespace == "" {
 		o.MigrationLeaseNamespace = o.LeaderElectionNamespace
 	}
@@ -159,11 +181,11 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	leases, err := kubernetes.NewForConfig(kubeclient.NoRateLimit(mgr.GetConfig()))
 	if err != nil {
 		return nil, err
 	}
-	sh, err := shard.New(cs.CoordinationV1(), shard.Options{Namespace: o.LeaderElectionNamespace, Replica: o.ReplicaID,
+	sh, err := shard.New(leases.CoordinationV1(), shard.Options{Namespace: o.LeaderElectionNamespace, Replica: o.ReplicaID,
 		LeaseDuration: o.TargetLeaseDuration, RenewEvery: o.TargetRenewEvery})
 	if err != nil {
 		return nil, err
