@@ -309,7 +309,9 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 		if time.Since(lastSave) >= r.SaveEvery {
 			lastSave = time.Now()
 			if err := r.saveStatus(ctx, sm); err != nil {
-				logger.Error(err, "saving progress")
+				if ctx.Err() == nil { // else the attempt is ending: its last place is saved on the way out
+					logger.Error(err, "saving progress")
+				}
 			} else if r.progressHook != nil {
 				r.progressHook(ctx, sm)
 			}
