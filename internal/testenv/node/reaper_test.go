@@ -84,7 +84,7 @@ func TestNodeCleanedUpAfterKill(t *testing.T) {
 	}
 
 	// What the node has put on the host, each checked to be there now.
-	before := snapshot(t, h, said["netns"], said["shimsocket"])
+	before := snapshot(t, h, said["netns"], said["file"])
 	reaperProc, err := readProc(reaperPID)
 	if err != nil {
 		t.Fatalf("the node's reaper (pid %d) does not run: %v", reaperPID, err)
@@ -102,6 +102,7 @@ func TestNodeCleanedUpAfterKill(t *testing.T) {
 		{"kube-proxy's KUBE-SERVICES chain (nat)", slices.Contains(before.chains, "iptables nat KUBE-SERVICES")},
 		{"the kubelet's KUBE-FIREWALL chain (filter)", slices.Contains(before.chains, "iptables filter KUBE-FIREWALL")},
 		{"the Pod's network namespace", len(said["netns"]) > 0 && len(before.netns) == len(said["netns"])},
+		{"shim socket or runc state of a task", len(said["file"]) > 0 && len(before.files) == len(said["file"])},
 		{"a mount under the node's directory", len(before.mounts) > 0},
 		{"the node's bridge " + h.Bridge, before.bridge},
 		{"the node's directory", before.dir},
@@ -182,16 +183,19 @@ func runKilledNode(t *testing.T) {
 	for _, ns := range sandboxNetns(n.Containerd) {
 		fmt.Printf("netns %s\n", ns)
 	}
-	// Each task's shim socket, which the shim removes only when its task is deleted.
+	// Each task's shim socket and runc state, outside the node's directory, which go
+	// only when the task is deleted.
 	out, err := n.Ctr("tasks", "ls", "-q")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range strings.Fields(string(out)) {
 		addr, err := os.ReadFile(filepath.Join(n.dir, "containerd", "state", "io.containerd.runtime.v2.task", "k8s.io", id, "address"))
-		if err == nil {
-			fmt.Printf("shimsocket %s\n", strings.TrimPrefix(strings.TrimSpace(string(addr)), "unix://"))
+		if err != nil {
+			t.Fatal(err)
 		}
+		fmt.Printf("file %s\n", strings.TrimPrefix(strings.TrimSpace(string(addr)), "unix://"))
+		fmt.Printf("file %s\n", filepath.Join("/run/containerd/runc/k8s.io", id))
 	}
 	fmt.Println("node ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
@@ -202,14 +206,14 @@ type state struct {
 	procs       []proc   // its shims and every process below them
 	chains      []string // "iptables TABLE CHAIN" of every KUBE- chain
 	netns       []string // the Pods' network namespaces
-	shimSockets []string
+	files       []string // its tasks' shim sockets and runc state
 	mounts      []string // mount points under its directory
 	bridge, dir bool
 }
 
-// snapshot reads what the node h has put on the host, of the network namespaces and shim
-// sockets those that exist.
-func snapshot(t *testing.T, h host, netns, shimSockets []string) state {
+// snapshot reads what the node h has put on the host, of the network namespaces and
+// files those that exist.
+func snapshot(t *testing.T, h host, netns, files []string) state {
 	t.Helper()
 	var s state
 	shims, err := findShims(h.Containerd)
@@ -225,7 +229,7 @@ func snapshot(t *testing.T, h host, netns, shimSockets []string) state {
 	}
 	s.chains = kubeChains()
 	s.netns = existing(netns)
-	s.shimSockets = existing(shimSockets)
+	s.files = existing(files)
 	s.mounts = mountsUnder(h.Dir)
 	s.bridge = fileExists("/sys/class/net/" + h.Bridge)
 	s.dir = fileExists(h.Dir)
@@ -255,7 +259,7 @@ func (s state) left(h host) state {
 		}
 	}
 	l.netns = existing(s.netns)
-	l.shimSockets = existing(s.shimSockets)
+	l.files = existing(s.files)
 	l.mounts = mountsUnder(h.Dir)
 	l.bridge = fileExists("/sys/class/net/" + h.Bridge)
 	l.dir = fileExists(h.Dir)
@@ -263,7 +267,7 @@ func (s state) left(h host) state {
 }
 
 func (s state) empty() bool {
-	return len(s.procs) == 0 && len(s.chains) == 0 && len(s.netns) == 0 && len(s.shimSockets) == 0 &&
+	return len(s.procs) == 0 && len(s.chains) == 0 && len(s.netns) == 0 && len(s.files) == 0 &&
 		len(s.mounts) == 0 && !s.bridge && !s.dir
 }
 
@@ -276,8 +280,8 @@ func (s state) String() string {
 	if len(mounts) > 3 {
 		mounts = append(mounts[:3:3], "...")
 	}
-	return fmt.Sprintf("processes %v; iptables chains %v; network namespaces %v; shim sockets %v; %d mounts under the directory %v; bridge: %v; directory: %v",
-		procs, s.chains, s.netns, s.shimSockets, len(s.mounts), mounts, s.bridge, s.dir)
+	return fmt.Sprintf("processes %v; iptables chains %v; network namespaces %v; shim sockets and runc state %v; %d mounts under the directory %v; bridge: %v; directory: %v",
+		procs, s.chains, s.netns, s.files, len(s.mounts), mounts, s.bridge, s.dir)
 }
 
 // kubeChains lists the KUBE- chains of iptables and ip6tables, as "BIN TABLE CHAIN".
