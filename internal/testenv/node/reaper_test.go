@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,7 +104,7 @@ func TestNodeCleanedUpAfterKill(t *testing.T) {
 		{"kube-proxy's KUBE-SERVICES chain (nat)", slices.Contains(before.chains, "iptables nat KUBE-SERVICES")},
 		{"the kubelet's KUBE-FIREWALL chain (filter)", slices.Contains(before.chains, "iptables filter KUBE-FIREWALL")},
 		{"the Pod's network namespace", len(said["netns"]) > 0 && len(before.netns) == len(said["netns"])},
-		{"shim socket or runc state of a task", len(said["file"]) > 0 && len(before.files) == len(said["file"])},
+		{"shim socket, runc state or cgroup of a task", len(said["file"]) > 0 && len(before.files) == len(said["file"])},
 		{"a mount under the node's directory", len(before.mounts) > 0},
 		{"the node's bridge " + h.Bridge, before.bridge},
 		{"the node's directory", before.dir},
@@ -124,16 +126,26 @@ func TestNodeCleanedUpAfterKill(t *testing.T) {
 	_ = cmd.Wait()
 	start := time.Now()
 	var left state
-	err = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		left = before.left(h)
 		return left.empty() && !reaperProc.alive(), nil
 	})
 	if err != nil {
 		log, _ := os.ReadFile(h.Dir + ".reaper.log")
-		t.Errorf("3m after the test binary was killed, its node left %s (the reaper runs: %v)\n%s", left, reaperProc.alive(), log)
-		// Tidy the machine up for the next test all the same.
-		reaperProc.kill(false)
-		_ = h.reap(nil)
+		t.Errorf("2m after the test binary was killed, its node left %s (the reaper runs: %v)\n%s", left, reaperProc.alive(), log)
+		// Tidy the machine up for the next test all the same, without the reaper's code.
+		for _, p := range append(left.procs, reaperProc) {
+			p.kill(false)
+		}
+		for _, f := range left.files {
+			if strings.HasPrefix(f, "/sys/fs/cgroup/") {
+				_ = syscall.Rmdir(f)
+			} else {
+				_ = os.RemoveAll(f)
+			}
+		}
+		_ = removeNetns(left.netns)
+		_ = h.clean(nil)
 	} else {
 		t.Logf("the reaper cleaned up in %s", time.Since(start).Round(100*time.Millisecond))
 	}
@@ -189,13 +201,36 @@ func runKilledNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sockets []string
 	for _, id := range strings.Fields(string(out)) {
 		addr, err := os.ReadFile(filepath.Join(n.dir, "containerd", "state", "io.containerd.runtime.v2.task", "k8s.io", id, "address"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Printf("file %s\n", strings.TrimPrefix(strings.TrimSpace(string(addr)), "unix://"))
+		if sock := strings.TrimPrefix(strings.TrimSpace(string(addr)), "unix://"); !slices.Contains(sockets, sock) {
+			sockets = append(sockets, sock) // a Pod's containers share their sandbox's shim
+			fmt.Printf("file %s\n", sock)
+		}
 		fmt.Printf("file %s\n", filepath.Join("/run/containerd/runc/k8s.io", id))
+		// And its cgroups (cgroupfs: one directory per hierarchy of cgroup v1).
+		bundle, err := os.ReadFile(filepath.Join(n.dir, "containerd", "state", "io.containerd.runtime.v2.task", "k8s.io", id, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var spec struct{ Linux struct{ CgroupsPath string } }
+		if err := json.Unmarshal(bundle, &spec); err != nil || spec.Linux.CgroupsPath == "" {
+			t.Fatalf("task %s: no cgroupsPath in its bundle (%v)", id, err)
+		}
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", spec.Linux.CgroupsPath))
+		if d := filepath.Join("/sys/fs/cgroup", spec.Linux.CgroupsPath); fileExists(d) {
+			dirs = append(dirs, d)
+		}
+		if len(dirs) == 0 {
+			t.Fatalf("task %s: no cgroup %s under /sys/fs/cgroup", id, spec.Linux.CgroupsPath)
+		}
+		for _, d := range dirs {
+			fmt.Printf("file %s\n", d)
+		}
 	}
 	fmt.Println("node ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
@@ -206,7 +241,7 @@ type state struct {
 	procs       []proc   // its shims and every process below them
 	chains      []string // "iptables TABLE CHAIN" of every KUBE- chain
 	netns       []string // the Pods' network namespaces
-	files       []string // its tasks' shim sockets and runc state
+	files       []string // its tasks' shim sockets, runc state and cgroups
 	mounts      []string // mount points under its directory
 	bridge, dir bool
 }
@@ -280,7 +315,7 @@ func (s state) String() string {
 	if len(mounts) > 3 {
 		mounts = append(mounts[:3:3], "...")
 	}
-	return fmt.Sprintf("processes %v; iptables chains %v; network namespaces %v; shim sockets and runc state %v; %d mounts under the directory %v; bridge: %v; directory: %v",
+	return fmt.Sprintf("processes %v; iptables chains %v; network namespaces %v; shim sockets, runc state and cgroups %v; %d mounts under the directory %v; bridge: %v; directory: %v",
 		procs, s.chains, s.netns, s.files, len(s.mounts), mounts, s.bridge, s.dir)
 }
 
