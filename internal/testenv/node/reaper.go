@@ -36,8 +36,9 @@ import (
 // reaper exits without doing anything. End of input without "stopped" means the test
 // binary has died: the reaper kills the daemons (the kernel may not have yet), starts the
 // node's containerd again on its own state to kill and delete the tasks as Stop does,
-// kills any shim still running on the node's socket with its containers, and then removes
-// what Stop removes (host.clean).
+// kills any shim still running on the node's socket with its containers and deletes with
+// runc what containerd left of their tasks (should containerd not have come up), and then
+// removes what Stop removes (host.clean).
 const reaperEnv = "UPGRADEGUARD_NODE_REAPER"
 
 // reaper is the test binary's end of a node's reaper.
@@ -171,8 +172,11 @@ func (h host) reap(daemons []proc) error {
 	errs = append(errs, waitGone(daemons, 30*time.Second))
 	netns, err := h.killTasks()
 	errs = append(errs, err)
+	// Should containerd not have come up: the shims and containers by hand.
 	errs = append(errs, killShims(h.Containerd, 30*time.Second))
-	errs = append(errs, h.clean(netns))
+	more, err := h.deleteBundles()
+	errs = append(errs, err)
+	errs = append(errs, h.clean(append(netns, more...)))
 	return errors.Join(errs...)
 }
 
@@ -232,6 +236,49 @@ func killShims(address string, timeout time.Duration) error {
 			return err
 		}
 	}
+}
+
+// taskBundles holds, below the node's directory, a bundle per task containerd has not
+// deleted: NAMESPACE/ID/, with the container's config.json and the shim's address.
+const taskBundles = "containerd/state/io.containerd.runtime.v2.task"
+
+// deleteBundles deletes with runc what containerd left of its tasks once their shims are
+// gone: each container (its runc state in /run/containerd and its cgroups) and its shim's
+// socket. It returns the containers' network namespaces.
+func (h host) deleteBundles() ([]string, error) {
+	bundles, err := filepath.Glob(filepath.Join(h.Dir, taskBundles, "*", "*"))
+	if err != nil {
+		return nil, err
+	}
+	var netns []string
+	var errs []error
+	for _, b := range bundles {
+		id, ns := filepath.Base(b), filepath.Base(filepath.Dir(b))
+		// The runc shim's default root, which the node's containerd configuration keeps.
+		root := filepath.Join("/run/containerd/runc", ns)
+		if fileExists(filepath.Join(root, id)) {
+			if out, err := exec.Command("runc", "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("runc delete %s: %w: %s", id, err, out))
+			}
+		}
+		if addr, err := os.ReadFile(filepath.Join(b, "address")); err == nil {
+			sock := strings.TrimPrefix(strings.TrimSpace(string(addr)), "unix://")
+			if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		var spec struct {
+			Linux struct{ Namespaces []struct{ Type, Path string } }
+		}
+		if data, err := os.ReadFile(filepath.Join(b, "config.json")); err == nil && json.Unmarshal(data, &spec) == nil {
+			for _, n := range spec.Linux.Namespaces {
+				if n.Type == "network" && strings.HasPrefix(n.Path, "/var/run/netns/") && !slices.Contains(netns, n.Path) {
+					netns = append(netns, n.Path)
+				}
+			}
+		}
+	}
+	return netns, errors.Join(errs...)
 }
 
 // findShims lists the living containerd shims that serve the containerd socket address
