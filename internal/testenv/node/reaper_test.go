@@ -137,6 +137,7 @@ func TestNodeCleanedUpAfterKill(t *testing.T) {
 		for _, p := range append(left.procs, reaperProc) {
 			p.kill(false)
 		}
+		_ = waitGone(append(left.procs, reaperProc), 30*time.Second) // then their cgroups can go
 		for _, f := range left.files {
 			if strings.HasPrefix(f, "/sys/fs/cgroup/") {
 				_ = syscall.Rmdir(f)
