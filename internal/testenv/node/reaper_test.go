@@ -91,34 +91,12 @@ func TestNodeCleanedUpAfterKill(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the node's reaper (pid %d) does not run: %v", reaperPID, err)
 	}
-	var exes []string
-	for _, p := range before.procs {
-		exes = append(exes, p.exe)
-	}
-	for _, c := range []struct {
-		what string
-		ok   bool
-	}{
-		{"a containerd shim serving the node's socket", slices.ContainsFunc(before.procs, func(p proc) bool { return strings.HasPrefix(p.exe, "containerd-shim") })},
-		{"the Pod's container (pause) below a shim", slices.Contains(exes, "pause")},
-		{"kube-proxy's KUBE-SERVICES chain (nat)", slices.Contains(before.chains, "iptables nat KUBE-SERVICES")},
-		{"the kubelet's KUBE-FIREWALL chain (filter)", slices.Contains(before.chains, "iptables filter KUBE-FIREWALL")},
-		{"the Pod's network namespace", len(said["netns"]) > 0 && len(before.netns) == len(said["netns"])},
-		{"shim socket, runc state or cgroup of a task", len(said["file"]) > 0 && len(before.files) == len(said["file"])},
-		{"a mount under the node's directory", len(before.mounts) > 0},
-		{"the node's bridge " + h.Bridge, before.bridge},
-		{"the node's directory", before.dir},
-	} {
-		if !c.ok {
-			t.Errorf("before the kill, no %s: %s", c.what, before)
-		}
-	}
+	before.mustHold(t, h, said["netns"], said["file"], "the kill")
 	if t.Failed() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		t.FailNow() // the child's clean-up never ran: the reaper's did
 	}
-	t.Logf("before the kill: %s", before)
 
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -156,10 +134,53 @@ func TestNodeCleanedUpAfterKill(t *testing.T) {
 	}
 }
 
+// TestNodeStopLeavesNothing stops a node that runs a Pod with Stop, as a test's clean-up
+// does: every thing TestNodeCleanedUpAfterKill checks is gone when Stop returns, and the
+// reaper has exited.
+func TestNodeStopLeavesNothing(t *testing.T) {
+	_, n := podNode(t)
+	h, netns, files := n.host(), sandboxNetns(n.Containerd), taskFiles(t, n)
+	before := snapshot(t, h, netns, files)
+	before.mustHold(t, h, netns, files, "Stop")
+	if t.Failed() {
+		t.FailNow()
+	}
+	reaper := n.reaper.cmd
+	if err := n.Stop(); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if left := before.left(h); !left.empty() {
+		t.Errorf("after Stop, the node left %s", left)
+	}
+	if reaper.ProcessState == nil || !reaper.ProcessState.Success() {
+		t.Errorf("after Stop, the reaper has not exited with 0: %v", reaper.ProcessState)
+	}
+	if fileExists(h.Dir + ".reaper.log") {
+		t.Errorf("the reaper wrote %s.reaper.log", h.Dir)
+		_ = os.Remove(h.Dir + ".reaper.log")
+	}
+}
+
 // runKilledNode is the child: a control plane, a node and a Pod on it; it prints what the
 // parent needs and waits for the parent's SIGKILL (or for stdin to close, should the
 // parent die first).
 func runKilledNode(t *testing.T) {
+	cp, n := podNode(t)
+	fmt.Printf("dir %s\nbridge %s\ncontainerd %s\nkubebin %s\ncpdir %s\nreaper %d\n",
+		n.dir, n.bridge, n.Containerd, cp.KubeBin, cp.Dir(), n.reaper.cmd.Process.Pid)
+	for _, ns := range sandboxNetns(n.Containerd) {
+		fmt.Printf("netns %s\n", ns)
+	}
+	for _, f := range taskFiles(t, n) {
+		fmt.Printf("file %s\n", f)
+	}
+	fmt.Println("node ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// podNode starts a control plane for the test, a node on it and a Pod running the pause
+// image on the node.
+func podNode(t *testing.T) (*testenv.ControlPlane, *Node) {
 	cp := testenv.ForTest(t, testenv.Options{Node: true})
 	if msg := Missing(cp); msg != "" {
 		t.Fatal(msg)
@@ -191,35 +212,36 @@ func runKilledNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the Pod does not run: %v\n%s", err, n.Log("kubelet", 30))
 	}
-	fmt.Printf("dir %s\nbridge %s\ncontainerd %s\nkubebin %s\ncpdir %s\nreaper %d\n",
-		n.dir, n.bridge, n.Containerd, cp.KubeBin, cp.Dir(), n.reaper.cmd.Process.Pid)
-	for _, ns := range sandboxNetns(n.Containerd) {
-		fmt.Printf("netns %s\n", ns)
-	}
-	// Each task's shim socket and runc state, outside the node's directory, which go
-	// only when the task is deleted.
+	return cp, n
+}
+
+// taskFiles lists what each of the node's tasks has outside the node's directory, which
+// goes only when the task is deleted: its shim's socket, its runc state and its cgroups.
+func taskFiles(t *testing.T, n *Node) []string {
+	t.Helper()
 	out, err := n.Ctr("tasks", "ls", "-q")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sockets []string
+	var files []string
 	for _, id := range strings.Fields(string(out)) {
-		addr, err := os.ReadFile(filepath.Join(n.dir, "containerd", "state", "io.containerd.runtime.v2.task", "k8s.io", id, "address"))
+		bundle := filepath.Join(n.dir, taskBundles, "k8s.io", id)
+		addr, err := os.ReadFile(filepath.Join(bundle, "address"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sock := strings.TrimPrefix(strings.TrimSpace(string(addr)), "unix://"); !slices.Contains(sockets, sock) {
-			sockets = append(sockets, sock) // a Pod's containers share their sandbox's shim
-			fmt.Printf("file %s\n", sock)
+		// A Pod's containers share their sandbox's shim.
+		if sock := strings.TrimPrefix(strings.TrimSpace(string(addr)), "unix://"); !slices.Contains(files, sock) {
+			files = append(files, sock)
 		}
-		fmt.Printf("file %s\n", filepath.Join("/run/containerd/runc/k8s.io", id))
-		// And its cgroups (cgroupfs: one directory per hierarchy of cgroup v1).
-		bundle, err := os.ReadFile(filepath.Join(n.dir, "containerd", "state", "io.containerd.runtime.v2.task", "k8s.io", id, "config.json"))
+		files = append(files, filepath.Join("/run/containerd/runc/k8s.io", id))
+		// cgroupfs: a directory per hierarchy of cgroup v1, or one of cgroup v2.
+		config, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var spec struct{ Linux struct{ CgroupsPath string } }
-		if err := json.Unmarshal(bundle, &spec); err != nil || spec.Linux.CgroupsPath == "" {
+		if err := json.Unmarshal(config, &spec); err != nil || spec.Linux.CgroupsPath == "" {
 			t.Fatalf("task %s: no cgroupsPath in its bundle (%v)", id, err)
 		}
 		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", spec.Linux.CgroupsPath))
@@ -229,12 +251,9 @@ func runKilledNode(t *testing.T) {
 		if len(dirs) == 0 {
 			t.Fatalf("task %s: no cgroup %s under /sys/fs/cgroup", id, spec.Linux.CgroupsPath)
 		}
-		for _, d := range dirs {
-			fmt.Printf("file %s\n", d)
-		}
+		files = append(files, dirs...)
 	}
-	fmt.Println("node ready")
-	_, _ = io.Copy(io.Discard, os.Stdin)
+	return files
 }
 
 // state is what a node has put on the host.
@@ -270,6 +289,34 @@ func snapshot(t *testing.T, h host, netns, files []string) state {
 	s.bridge = fileExists("/sys/class/net/" + h.Bridge)
 	s.dir = fileExists(h.Dir)
 	return s
+}
+
+// mustHold fails the test unless s, read before when, holds each kind of thing a node
+// with a Pod puts on the host: netns and files are what the node said it has.
+func (s state) mustHold(t *testing.T, h host, netns, files []string, when string) {
+	t.Helper()
+	var exes []string
+	for _, p := range s.procs {
+		exes = append(exes, p.exe)
+	}
+	for _, c := range []struct {
+		what string
+		ok   bool
+	}{
+		{"containerd shim serving the node's socket", slices.ContainsFunc(s.procs, func(p proc) bool { return strings.HasPrefix(p.exe, "containerd-shim") })},
+		{"container of the Pod (pause) below a shim", slices.Contains(exes, "pause")},
+		{"KUBE-SERVICES chain of kube-proxy (iptables nat)", slices.Contains(s.chains, "iptables nat KUBE-SERVICES")},
+		{"KUBE-KUBELET-CANARY chain of the kubelet (iptables mangle)", slices.Contains(s.chains, "iptables mangle KUBE-KUBELET-CANARY")},
+		{"network namespace of the Pod", len(netns) > 0 && len(s.netns) == len(netns)},
+		{"shim socket, runc state or cgroup of a task", len(files) > 0 && len(s.files) == len(files)},
+		{"mount under the node's directory", len(s.mounts) > 0},
+		{"bridge " + h.Bridge, s.bridge},
+		{"node directory", s.dir},
+	} {
+		if !c.ok {
+			t.Errorf("before %s, no %s: %s", when, c.what, s)
+		}
+	}
 }
 
 // left is what of s is still there.
