@@ -19,10 +19,11 @@
 // reaper cleans up the rest. Start starts it first: the test binary again, not tied to
 // it, which waits for the end of a pipe that only the test binary holds (reaper.go). It
 // then kills the daemons, starts the node's containerd again on its own state to kill and
-// delete the tasks whose shims kept running, kills any shim left with its containers, and
-// removes what Stop removes: the iptables chains, the network namespaces, the mounts, the
-// bridge and the directory. Nothing of the node is left; should the reaper's clean-up
-// fail, it writes why to DIR.reaper.log beside the directory. After a normal Stop the
-// reaper exits and does nothing. TestNodeCleanedUpAfterKill (build tag e2e, run by make
-// e2e) kills a test binary whose node runs a Pod and checks that all of it goes.
+// delete the tasks whose shims kept running (failing that, kills the shims with their
+// containers and deletes the containers with runc), and removes what Stop removes with
+// the same code: the iptables chains, the network namespaces, the mounts, the bridge and
+// the directory. Nothing of the node is left; should the reaper's clean-up fail, it
+// writes why to DIR.reaper.log beside the directory. After Stop the reaper exits having
+// done nothing. TestNodeCleanedUpAfterKill and TestNodeStopLeavesNothing (build tag e2e,
+// run by make e2e and e2e-ci) check both ways on a node running a Pod.
 package node
