@@ -122,12 +122,12 @@ func init() {
 	if !ok {
 		return
 	}
-	os.Exit(reap(spec, os.Stdin))
+	os.Exit(reap(spec))
 }
 
-// reap is the reaper: it reads in until "stopped" (exit 0, nothing done) or its end, and
-// then cleans up.
-func reap(spec string, in io.Reader) int {
+// reap is the reaper: it reads its standard input until "stopped" (exit 0, nothing
+// done) or its end, and then cleans up.
+func reap(spec string) int {
 	_ = os.Unsetenv(reaperEnv) // not for the commands it runs
 	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGPIPE)
 	var h host
@@ -136,7 +136,7 @@ func reap(spec string, in io.Reader) int {
 		return 2
 	}
 	var daemons []proc
-	sc := bufio.NewScanner(in)
+	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		word, arg, _ := strings.Cut(sc.Text(), " ")
 		switch word {
@@ -173,7 +173,7 @@ func (h host) reap(daemons []proc) error {
 	netns, err := h.killTasks()
 	errs = append(errs, err)
 	// Should containerd not have come up: the shims and containers by hand.
-	errs = append(errs, killShims(h.Containerd, 30*time.Second))
+	errs = append(errs, killShims(h.Containerd))
 	more, err := h.deleteBundles()
 	errs = append(errs, err)
 	errs = append(errs, h.clean(append(netns, more...)))
@@ -213,9 +213,9 @@ func (h host) killTasks() ([]string, error) {
 }
 
 // killShims kills every containerd shim serving the containerd socket address, with its
-// containers (its descendants), until none is left or timeout passes.
-func killShims(address string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
+// containers (its descendants), until none is left or 30s have passed.
+func killShims(address string) error {
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		shims, err := findShims(address)
 		if err != nil {
