@@ -267,8 +267,8 @@ func unmountUnder(dir string) error {
 }
 
 // sandboxNetns lists the network namespaces (bind mounts under /var/run/netns) of the
-// Pod sandboxes of the containerd at address: containerd leaves them until a sandbox is removed, which the
-// kubelet does only minutes after a Pod has gone.
+// Pod sandboxes of the containerd at address: containerd leaves them until a sandbox is
+// removed, which the kubelet does only minutes after a Pod has gone.
 func sandboxNetns(address string) []string {
 	out, err := ctr(address, "containers", "ls", "--quiet")
 	if err != nil {
