@@ -81,10 +81,13 @@ e2e: $(BIN)/noskip ## Run upgradeguard as users install it: the image and the ch
 	./hack/node-deps.sh
 	./hack/testbin.sh --kube $(KUBE_DEFAULT) --node
 	set -o pipefail; $(GOTEST) -tags e2e ./test/e2e/... | $(NOSKIP)
+	set -o pipefail; $(GOTEST) -tags e2e ./internal/testenv/node/... | $(NOSKIP)
 
 # What CI can afford of e2e: the chart's Pod on a real node and Job mode on a second
 # cluster's node (the image, the chart, the Job with its generated RBAC), without the long
-# migrations of the hand-over and upgrade tests. Same set-up steps as e2e.
+# migrations of the hand-over and upgrade tests. Same set-up steps as e2e. Both also run
+# the node harness's own test (a node whose test binary is killed is cleaned up), after
+# test/e2e and not beside it: two nodes on one host share the iptables chains.
 # noskip -want fails the run when a name here matches no test (renamed or removed).
 E2E_CI_LIST  := TestChartPod TestHelmControllerHeldThroughService TestJobMode TestJobModeMissingRule
 empty :=
@@ -97,6 +100,7 @@ e2e-ci: $(BIN)/noskip ## Run the e2e subset CI can afford: the chart's Pod and J
 	./hack/node-deps.sh
 	./hack/testbin.sh --kube $(KUBE_DEFAULT) --node
 	set -o pipefail; $(GOTEST) -tags e2e -run '$(E2E_CI_TESTS)' ./test/e2e/... | $(NOSKIP) -want '$(subst $(space),$(comma),$(E2E_CI_LIST))'
+	set -o pipefail; $(GOTEST) -tags e2e ./internal/testenv/node/... | $(NOSKIP)
 
 # Argo CD's binary (a 203 MiB cgo build of 25-40 minutes on two cores, through its own Go
 # 1.27 toolchain) is not part of testbin: this target builds it and what its tests run

@@ -14,8 +14,16 @@
 // kubelet's iptables chains, the Pods' network namespaces, every mount under the node's
 // directory, its bridge and the directory (ugnode-* in the temporary directory).
 //
-// If the test binary is killed (its -timeout panic, SIGKILL), the daemons die with it
-// (internal/childproc), but containerd's shims and their containers are re-parented and
-// can keep running, and the iptables chains, bridge, mounts and directory stay until the
-// machine's next clean-up.
+// If the test binary dies without Stop (killed by SIGKILL, its -timeout panic, an exit
+// that runs no clean-up), the daemons die with it (internal/childproc), and the node's
+// reaper cleans up the rest. Start starts it first: the test binary again, not tied to
+// it, which waits for the end of a pipe that only the test binary holds (reaper.go). It
+// then kills the daemons, starts the node's containerd again on its own state to kill and
+// delete the tasks whose shims kept running (failing that, kills the shims with their
+// containers and deletes the containers with runc), and removes what Stop removes with
+// the same code: the iptables chains, the network namespaces, the mounts, the bridge and
+// the directory. Nothing of the node is left; should the reaper's clean-up fail, it
+// writes why to DIR.reaper.log beside the directory. After Stop the reaper exits having
+// done nothing. TestNodeCleanedUpAfterKill and TestNodeStopLeavesNothing (build tag e2e,
+// run by make e2e and e2e-ci) check both ways on a node running a Pod.
 package node

@@ -56,6 +56,7 @@ type Node struct {
 	dir    string
 	bridge string
 	procs  []*nodeProc // in start order; stopped in reverse
+	reaper *reaper     // cleans up if the test binary dies before Stop
 }
 
 // nodeProc is one daemon of a node.
@@ -134,6 +135,9 @@ func start(ctx context.Context, cp *testenv.ControlPlane, opts Options) (*Node, 
 	}
 	n := &Node{Name: "node-1", IP: ip.String(), cp: cp, dir: dir, Containerd: filepath.Join(dir, "containerd.sock"),
 		bridge: "ug" + strconv.Itoa(os.Getpid()%100000)}
+	if n.reaper, err = startReaper(n.host()); err != nil {
+		return n, err
+	}
 	if err := n.start(ctx, opts); err != nil {
 		return n, err
 	}
@@ -199,6 +203,7 @@ func (n *Node) run(name string, args ...string) (*nodeProc, error) {
 	}
 	p := &nodeProc{name: name, proc: proc, log: logPath}
 	n.procs = append(n.procs, p)
+	n.reaper.watch(proc.Cmd.Process.Pid)
 	return p, nil
 }
 
@@ -275,8 +280,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 // Ctr runs containerd's CLI on the node's socket, in the CRI's namespace, and returns
 // its combined output.
-func (n *Node) Ctr(args ...string) ([]byte, error) {
-	cmd := exec.Command("ctr", append([]string{"--address", n.Containerd, "--namespace", "k8s.io"}, args...)...)
+func (n *Node) Ctr(args ...string) ([]byte, error) { return ctr(n.Containerd, args...) }
+
+// ctr runs containerd's CLI on the socket address, in the CRI's namespace.
+func ctr(address string, args ...string) ([]byte, error) {
+	cmd := exec.Command("ctr", append([]string{"--address", address, "--namespace", "k8s.io"}, args...)...)
 	childproc.Tie(cmd)
 	return cmd.CombinedOutput()
 }

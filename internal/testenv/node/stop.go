@@ -94,20 +94,14 @@ func (n *Node) buildPause() (string, error) {
 // Stop drains the node (the kubelet stops their containers and tears
 // down their networks through the CRI, as on a drained node), stops the node's daemons,
 // deletes the Node object, and removes kube-proxy's iptables rules, the node's mounts and
-// bridge, and its files.
+// bridge, and its files. Last it lets the reaper go, which has then nothing to do.
 func (n *Node) Stop() error {
 	var errs []error
 	if n.kubeletRunning() {
 		errs = append(errs, n.drain(90*time.Second))
 	}
-	netns := n.sandboxNetns()
 	// Whatever the kubelet left (it did not run, or did not finish): kill it directly.
-	if out, err := n.Ctr("tasks", "ls", "-q"); err == nil {
-		for _, id := range strings.Fields(string(out)) {
-			_, _ = n.Ctr("tasks", "kill", "--all", "--signal", "SIGKILL", id)
-			_, _ = n.Ctr("tasks", "delete", "--force", id)
-		}
-	}
+	netns := killTasks(n.Containerd)
 	for i := len(n.procs) - 1; i >= 0; i-- {
 		errs = append(errs, n.procs[i].stop(20*time.Second))
 	}
@@ -116,21 +110,57 @@ func (n *Node) Stop() error {
 	// later node of the same name on this control plane would otherwise find it cordoned
 	// by the drain and never be schedulable.
 	errs = append(errs, n.deleteNodeObject())
-	if fileExists(filepath.Join(n.cp.KubeBin, "kube-proxy")) {
-		cmd := exec.Command(filepath.Join(n.cp.KubeBin, "kube-proxy"), "--cleanup", "--proxy-mode=iptables")
+	errs = append(errs, n.host().clean(netns), n.cp.StopControllerManager())
+	if n.reaper != nil {
+		errs = append(errs, n.reaper.release())
+		n.reaper = nil
+	}
+	return errors.Join(errs...)
+}
+
+// host is what the node has put on the host, for clean and the reaper.
+type host struct {
+	// Dir is the node's directory, Bridge its bridge, Containerd its containerd's
+	// socket and KubeBin where its kube-proxy is.
+	Dir, Bridge, Containerd, KubeBin string
+}
+
+func (n *Node) host() host {
+	return host{Dir: n.dir, Bridge: n.bridge, Containerd: n.Containerd, KubeBin: n.cp.KubeBin}
+}
+
+// killTasks kills and deletes every task the containerd at address runs, and returns
+// the network namespaces of its Pod sandboxes (read first) for clean.
+func killTasks(address string) []string {
+	netns := sandboxNetns(address)
+	if out, err := ctr(address, "tasks", "ls", "-q"); err == nil {
+		for _, id := range strings.Fields(string(out)) {
+			_, _ = ctr(address, "tasks", "kill", "--all", "--signal", "SIGKILL", id)
+			_, _ = ctr(address, "tasks", "delete", "--force", id)
+		}
+	}
+	return netns
+}
+
+// clean removes, once the node's daemons and containers have stopped, kube-proxy's and
+// the kubelet's iptables chains, the network namespaces netns, every mount under the
+// node's directory, its bridge and the directory.
+func (h host) clean(netns []string) error {
+	var errs []error
+	if proxy := filepath.Join(h.KubeBin, "kube-proxy"); fileExists(proxy) {
+		cmd := exec.Command(proxy, "--cleanup", "--proxy-mode=iptables")
 		childproc.Tie(cmd)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("kube-proxy --cleanup: %w\n%s", err, out))
 		}
 	}
-	errs = append(errs, removeKubeChains(), removeNetns(netns), unmountUnder(n.dir))
-	if _, err := os.Stat("/sys/class/net/" + n.bridge); err == nil {
-		if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("delete bridge %s: %w\n%s", n.bridge, err, out))
+	errs = append(errs, removeKubeChains(), removeNetns(netns), unmountUnder(h.Dir))
+	if _, err := os.Stat("/sys/class/net/" + h.Bridge); err == nil {
+		if out, err := exec.Command("ip", "link", "delete", h.Bridge).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("delete bridge %s: %w\n%s", h.Bridge, err, out))
 		}
 	}
-	errs = append(errs, n.cp.StopControllerManager(), os.RemoveAll(n.dir))
-	return errors.Join(errs...)
+	return errors.Join(append(errs, os.RemoveAll(h.Dir))...)
 }
 
 func (n *Node) deleteNodeObject() error {
@@ -237,16 +267,16 @@ func unmountUnder(dir string) error {
 }
 
 // sandboxNetns lists the network namespaces (bind mounts under /var/run/netns) of the
-// node's Pod sandboxes: containerd leaves them until a sandbox is removed, which the
-// kubelet does only minutes after a Pod has gone.
-func (n *Node) sandboxNetns() []string {
-	out, err := n.Ctr("containers", "ls", "--quiet")
+// Pod sandboxes of the containerd at address: containerd leaves them until a sandbox is
+// removed, which the kubelet does only minutes after a Pod has gone.
+func sandboxNetns(address string) []string {
+	out, err := ctr(address, "containers", "ls", "--quiet")
 	if err != nil {
 		return nil
 	}
 	var paths []string
 	for _, id := range strings.Fields(string(out)) {
-		info, err := n.Ctr("containers", "info", id)
+		info, err := ctr(address, "containers", "info", id)
 		if err != nil {
 			continue
 		}
