@@ -130,6 +130,23 @@ func DefaultReplicaID() string {
 	return host
 }
 
+// defaults fills in what o leaves unset.
+func (o *Options) defaults() {
+	o.LeaderElectionNamespace = cmp.Or(o.LeaderElectionNamespace, DefaultNamespace())
+	o.ReplicaID = cmp.Or(o.ReplicaID, DefaultReplicaID())
+	o.MigrationLeaseNamespace = cmp.Or(o.MigrationLeaseNamespace, o.LeaderElectionNamespace)
+	o.QPS, o.Burst = cmp.Or(o.QPS, DefaultQPS), cmp.Or(o.Burst, DefaultBurst)
+	if o.MaxConcurrentMigrations <= 0 {
+		o.MaxConcurrentMigrations = 1
+	}
+	if o.MigrationLeaseDuration <= 0 {
+		o.MigrationLeaseDuration = 30 * time.Second
+	}
+	if o.SaveEvery <= 0 {
+		o.SaveEvery = 2 * time.Second
+	}
+}
+
 // NewManager builds the manager with the reconcilers registered. Webhooks are added by
 // the caller (internal/webhook) when EnableWebhook is set.
 //
@@ -139,30 +156,13 @@ func DefaultReplicaID() string {
 // (internal/shard): each target is run, with its StorageMigrations, by the replica that
 // holds its Lease. Every replica serves the webhooks.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
-	if o.LeaderElectionNamespace == "" {
-		o.LeaderElectionNamespace = DefaultNamespace()
-	}
-	if o.ReplicaID == "" {
-		o.ReplicaID = DefaultReplicaID()
-	}
+	o.defaults()
 	cfg = rest.CopyConfig(cfg)
 	if o.WrapTransport != nil {
 		cfg.Wrap(o.WrapTransport)
 	}
 	if cfg.QPS == 0 && cfg.RateLimiter == nil {
-		cfg.QPS, cfg.Burst = cmp.Or(o.QPS, DefaultQPS), cmp.Or(o.Burst, DefaultBurst)
-	}
-	if o.MigrationLeaseNamespace == "" {
-		o.MigrationLeaseNamespace = o.LeaderElectionNamespace
-	}
-	if o.MaxConcurrentMigrations <= 0 {
-		o.MaxConcurrentMigrations = 1
-	}
-	if o.MigrationLeaseDuration <= 0 {
-		o.MigrationLeaseDuration = 30 * time.Second
-	}
-	if o.SaveEvery <= 0 {
-		o.SaveEvery = 2 * time.Second
+		cfg.QPS, cfg.Burst = o.QPS, o.Burst
 	}
 	mo := ctrl.Options{
 		Scheme:                        NewScheme(),

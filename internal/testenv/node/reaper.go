@@ -110,8 +110,7 @@ func (r *reaper) release() error {
 		}
 	case <-time.After(30 * time.Second):
 		_ = r.cmd.Process.Kill()
-		<-done
-		err = errors.Join(err, errors.New("the node's reaper did not exit within 30s of Stop and was killed"))
+		err = errors.Join(err, fmt.Errorf("the node's reaper did not exit within 30s of Stop and was killed: %w", <-done))
 	}
 	return err
 }
