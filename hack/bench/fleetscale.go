@@ -94,14 +94,26 @@ func benchFleetScale(ctx context.Context, servers, targets, n int) error {
 	// done waits until every target's StorageMigration has succeeded after since.
 	done := func(since time.Time) (time.Duration, error) {
 		var took time.Duration
+		last := time.Now()
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Minute, true, func(context.Context) (bool, error) {
+			left := 0
 			for _, t := range all {
 				sm := &v1alpha1.StorageMigration{}
 				err := c.Get(ctx, client.ObjectKey{Name: controller.FleetName(t.secret, t.crd)}, sm)
+				if client.IgnoreNotFound(err) != nil {
+					return false, err
+				}
 				if err != nil || sm.Status.Phase != v1alpha1.PhaseSucceeded || sm.Status.CompletionTime == nil ||
 					sm.Status.CompletionTime.Time.Before(since.Truncate(time.Second)) {
-					return false, client.IgnoreNotFound(err)
+					left++
 				}
+			}
+			if left > 0 {
+				if time.Since(last) > 30*time.Second {
+					last = time.Now()
+					fmt.Printf("  %s: %d of %d targets not yet migrated\n", time.Since(since).Round(time.Second), left, len(all))
+				}
+				return false, nil
 			}
 			took = time.Since(since)
 			return true, nil

@@ -273,6 +273,7 @@ func (s *Shard) Start(ctx context.Context) error {
 				}
 			}
 		}
+		started := time.Now()
 		s.tick(ctx)
 		next := s.o.RenewEvery
 		s.mu.Lock()
@@ -282,7 +283,10 @@ func (s *Shard) Start(ctx context.Context) error {
 			next = min(next, firstTakeAfter)
 		}
 		s.mu.Unlock()
-		timer.Reset(next)
+		// A period from the tick's start, not its end: the Leases were written with the
+		// start's time, and a long tick (many targets, a slow API server) must not push
+		// their next renewal past the claims' grace.
+		timer.Reset(max(next-time.Since(started), 0))
 	}
 }
 
@@ -437,21 +441,34 @@ func (s *Shard) renewAll(ctx context.Context, keys []string, objs map[string]*co
 	return changed
 }
 
-// acquireAll takes free targets in the plan's order until it has taken plan.Room.
+// acquireAll takes free targets in the plan's order until it has taken plan.Room,
+// renewers at a time. It starts no more once half the claims' grace has passed since now,
+// the time the Leases are written with: a claim taken later would have little left before
+// its renewal is due, so the rest waits for the next tick.
 func (s *Shard) acquireAll(ctx context.Context, plan Plan, objs map[string]*coordinationv1.Lease, now time.Time) []string {
 	logger := log.FromContext(ctx).WithValues("replica", s.o.Replica)
+	budget := now.Add(s.grace() / 2)
 	var taken []string
-	for _, k := range plan.Acquire {
-		if len(taken) == plan.Room || ctx.Err() != nil {
-			break
+	for rest := plan.Acquire; len(rest) > 0 && len(taken) < plan.Room && ctx.Err() == nil && time.Now().Before(budget); {
+		batch := rest[:min(plan.Room-len(taken), renewers, len(rest))]
+		rest = rest[len(batch):]
+		ok := make([]bool, len(batch))
+		var wg sync.WaitGroup
+		for i, k := range batch {
+			wg.Go(func() {
+				var err error
+				ok[i], err = s.acquire(ctx, k, objs[k], now)
+				if err != nil && ctx.Err() == nil {
+					logger.Error(err, "taking a target Lease", "target", k)
+				}
+			})
 		}
-		ok, err := s.acquire(ctx, k, objs[k], now)
-		if err != nil && ctx.Err() == nil {
-			logger.Error(err, "taking a target Lease", "target", k)
-		}
-		if ok {
-			taken = append(taken, k)
-			logger.Info("took a fleet target", "target", k, "lease", TargetLeaseName(k), "share", plan.Share)
+		wg.Wait()
+		for i, k := range batch {
+			if ok[i] {
+				taken = append(taken, k)
+				logger.Info("took a fleet target", "target", k, "lease", TargetLeaseName(k), "share", plan.Share)
+			}
 		}
 	}
 	return taken
