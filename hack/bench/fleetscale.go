@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -96,22 +97,27 @@ func benchFleetScale(ctx context.Context, servers, targets, n int) error {
 		var took time.Duration
 		last := time.Now()
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Minute, true, func(context.Context) (bool, error) {
-			left := 0
+			left, why := 0, map[string]int{}
 			for _, t := range all {
 				sm := &v1alpha1.StorageMigration{}
 				err := c.Get(ctx, client.ObjectKey{Name: controller.FleetName(t.secret, t.crd)}, sm)
 				if client.IgnoreNotFound(err) != nil {
 					return false, err
 				}
-				if err != nil || sm.Status.Phase != v1alpha1.PhaseSucceeded || sm.Status.CompletionTime == nil ||
-					sm.Status.CompletionTime.Time.Before(since.Truncate(time.Second)) {
+				switch {
+				case err != nil:
 					left++
+					why["no StorageMigration"]++
+				case sm.Status.Phase != v1alpha1.PhaseSucceeded || sm.Status.CompletionTime == nil ||
+					sm.Status.CompletionTime.Time.Before(since.Truncate(time.Second)):
+					left++
+					why[fmt.Sprintf("%s on %s", cmp.Or(string(sm.Status.Phase), "no phase"), cmp.Or(sm.Status.Replica, "no replica"))]++
 				}
 			}
 			if left > 0 {
 				if time.Since(last) > 30*time.Second {
 					last = time.Now()
-					fmt.Printf("  %s: %d of %d targets not yet migrated\n", time.Since(since).Round(time.Second), left, len(all))
+					fmt.Printf("  %s: %d of %d targets not yet migrated %v\n", time.Since(since).Round(time.Second), left, len(all), why)
 				}
 				return false, nil
 			}

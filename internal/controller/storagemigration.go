@@ -97,9 +97,10 @@ func (r *StorageMigrationReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		// The attempt was cut short because its context ended: the controller is stopping,
 		// or a fleet target's Lease moved to another replica. That is no failure: the place
 		// was saved (every SaveEvery, and on the way out where the API server still
-		// answered), and the next owner resumes from it.
+		// answered), and the next owner resumes from it. Look again soon all the same, as
+		// the error's retry did: a replica that holds the target by then resumes it.
 		log.FromContext(ctx).V(1).Info("attempt stopped with its context", "cause", context.Cause(ctx).Error(), "error", err.Error())
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return res, err
 }
