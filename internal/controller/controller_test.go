@@ -208,13 +208,41 @@ func TestProactiveAfterStorageSwitch(t *testing.T) {
 	})
 
 	// The policy's status shows the CRD as eligible and nothing pending.
+	policy := &v1alpha1.StorageMigrationPolicy{}
 	waitFor(t, 10*time.Second, "policy status", func() (bool, error) {
-		p := &v1alpha1.StorageMigrationPolicy{}
-		if err := e.c.Get(e.ctx, client.ObjectKey{Name: "all"}, p); err != nil {
+		if err := e.c.Get(e.ctx, client.ObjectKey{Name: "all"}, policy); err != nil {
 			return false, err
 		}
-		return p.Status.EligibleCRDs > 0 && len(p.Status.PendingCRDs) == 0, nil
+		return policy.Status.EligibleCRDs > 0 && len(policy.Status.PendingCRDs) == 0, nil
 	})
+
+	// A view of the CRD from before the prune (a cache that has not caught up) does not
+	// replace the succeeded StorageMigration while the CRD on the API server needs none.
+	// With a live read that still needs one, it is replaced: the check above can fail.
+	live, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, helmrepos, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := live.DeepCopy()
+	stale.Status.StoredVersions = []string{"v1beta2", "v1"}
+	for _, c := range []struct {
+		live        *apiextv1.CustomResourceDefinition
+		wantCreated bool
+	}{{live, false}, {stale, true}} {
+		read := func(context.Context) (*apiextv1.CustomResourceDefinition, error) { return c.live, nil }
+		created, err := controller.EnsureProactive(e.ctx, e.c, stale, read, policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := &v1alpha1.StorageMigration{}
+		if err := e.c.Get(e.ctx, client.ObjectKey{Name: sm.Name}, now); err != nil {
+			t.Fatal(err)
+		}
+		if created != c.wantCreated || (now.UID == sm.UID) == c.wantCreated {
+			t.Errorf("live storedVersions %v: created %v (UID kept: %v), want created %v",
+				c.live.Status.StoredVersions, created, now.UID == sm.UID, c.wantCreated)
+		}
+	}
 }
 
 // TestProactiveRetriesAfterCRDChange: a proactive migration fails (an admission policy

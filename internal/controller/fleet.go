@@ -522,7 +522,7 @@ func (t *fleetTarget) syncOnce(ctx context.Context, key string, unwatch *func())
 		if !p.IsProactive() || !established(crd) {
 			continue
 		}
-		if err := t.ensure(ctx, p, crd); err != nil {
+		if err := t.ensure(ctx, p, crd, target.Cluster); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -530,9 +530,12 @@ func (t *fleetTarget) syncOnce(ctx context.Context, key string, unwatch *func())
 	return errors.Join(errs...)
 }
 
-func (t *fleetTarget) ensure(ctx context.Context, p *v1alpha1.StorageMigrationPolicy, crd *apiextv1.CustomResourceDefinition) error {
+func (t *fleetTarget) ensure(ctx context.Context, p *v1alpha1.StorageMigrationPolicy, crd *apiextv1.CustomResourceDefinition, cluster *livecluster.KubeCluster) error {
 	ref := &v1alpha1.KubeConfigReference{SecretRef: v1alpha1.SecretKeyReference{Namespace: t.namespace, Name: t.secret, Key: t.key}}
-	created, err := ensureMigration(ctx, t.r.Client, FleetName(t.cluster, crd.Name), crd, p, map[string]string{LabelCluster: t.cluster}, ref)
+	live := func(ctx context.Context) (*apiextv1.CustomResourceDefinition, error) {
+		return cluster.CRD(ctx, crd.Name)
+	}
+	created, err := ensureMigration(ctx, t.r.Client, FleetName(t.cluster, crd.Name), crd, live, p, map[string]string{LabelCluster: t.cluster}, ref)
 	if created {
 		log.FromContext(ctx).Info("proactive migration created", "cluster", t.cluster, "crd", crd.Name, "storedVersions", crd.Status.StoredVersions, "policy", p.Name)
 	}

@@ -224,7 +224,7 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		SetupWithManager(mgr, migrationOptions(false)); err != nil {
 		return nil, err
 	}
-	if err := (&ProactiveReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	if err := (&ProactiveReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	fleet := &FleetReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: o.Fleet, Shard: sh, WrapTarget: o.WrapTransport,

@@ -8,6 +8,7 @@ import (
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,6 +45,9 @@ const (
 // StorageMigration is migrating it. Migrating to the live storage version is always safe.
 type ProactiveReconciler struct {
 	Client client.Client
+	// Reader reads a CRD uncached, before a succeeded StorageMigration is replaced: the
+	// cache may not hold the prune that ended it yet. Unset, Client is used.
+	Reader client.Reader
 }
 
 // SetupWithManager registers the reconciler: keyed by CRD name, triggered by CRDs,
@@ -88,7 +92,15 @@ func (r *ProactiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if !migrate.NeedsMigration(crd) || !established(crd) {
 		return ctrl.Result{}, nil
 	}
-	created, err := ensureMigration(ctx, r.Client, ProactiveName(crd.Name), crd, policy, nil, nil)
+	live := func(ctx context.Context) (*apiextv1.CustomResourceDefinition, error) {
+		reader := r.Reader
+		if reader == nil {
+			reader = r.Client
+		}
+		now := &apiextv1.CustomResourceDefinition{}
+		return now, reader.Get(ctx, req.NamespacedName, now)
+	}
+	created, err := ensureMigration(ctx, r.Client, ProactiveName(crd.Name), crd, live, policy, nil, nil)
 	if err != nil || !created {
 		return ctrl.Result{}, err
 	}
@@ -102,8 +114,11 @@ func (r *ProactiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 // CRD last changed or under another allowFieldLoss than the policy's now (an operator who
 // accepts the loss a refusal named). A pending or running one, or one that failed
 // otherwise, is kept: a failed one waits for an operator or a change to the CRD
-// (docs/operator-guide.md). It reports whether it created one.
+// (docs/operator-guide.md). crd may come from a cache that has not seen the prune which
+// ended a succeeded one yet, so a succeeded one is replaced only when live, the CRD read
+// from its API server now, still needs a migration. It reports whether it created one.
 func ensureMigration(ctx context.Context, c client.Client, name string, crd *apiextv1.CustomResourceDefinition,
+	live func(context.Context) (*apiextv1.CustomResourceDefinition, error),
 	policy *v1alpha1.StorageMigrationPolicy, labels map[string]string, kubeConfig *v1alpha1.KubeConfigReference) (bool, error) {
 	generation := strconv.FormatInt(crd.Generation, 10)
 	l := map[string]string{LabelPolicy: policy.Name, LabelProactive: "true"}
@@ -125,6 +140,16 @@ func ensureMigration(ctx context.Context, c client.Client, name string, crd *api
 			// may have fixed the cause): try again.
 			return storagemigration.Failed(existing) && (existing.Annotations[AnnotationCRDGeneration] != generation ||
 				existing.Spec.AllowFieldLoss != policy.Spec.AllowFieldLoss)
+		},
+		ReplaceSucceeded: func(*v1alpha1.StorageMigration) (bool, error) {
+			now, err := live(ctx)
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return false, fmt.Errorf("read CustomResourceDefinition %s: %w", crd.Name, err)
+			}
+			return migrate.NeedsMigration(now), nil
 		},
 	})
 	if err != nil {

@@ -22,9 +22,9 @@ type Options struct {
 	// is replaced all the same (proactive mode: a failed one, once the CRD has changed).
 	Replace func(existing *v1alpha1.StorageMigration) bool
 	// ReplaceSucceeded, when set, says whether an existing StorageMigration that has
-	// succeeded is replaced (the caller needs another migration) or returned as it is.
-	// Unset, a succeeded one is always replaced.
-	ReplaceSucceeded func(existing *v1alpha1.StorageMigration) bool
+	// succeeded is replaced (the caller needs another migration) or returned as it is;
+	// an error ends Ensure with nothing deleted. Unset, a succeeded one is always replaced.
+	ReplaceSucceeded func(existing *v1alpha1.StorageMigration) (bool, error)
 	// DryRun deletes and creates nothing: Ensure reports what it would do.
 	DryRun bool
 }
@@ -44,8 +44,11 @@ func Ensure(ctx context.Context, r client.Reader, w client.Writer, want *v1alpha
 	if existing != nil && !Succeeded(existing) && (o.Replace == nil || !o.Replace(existing)) {
 		return existing, false, nil
 	}
-	if existing != nil && Succeeded(existing) && o.ReplaceSucceeded != nil && !o.ReplaceSucceeded(existing) {
-		return existing, false, nil
+	if existing != nil && Succeeded(existing) && o.ReplaceSucceeded != nil {
+		replace, err := o.ReplaceSucceeded(existing)
+		if err != nil || !replace {
+			return existing, false, err
+		}
 	}
 	if o.DryRun {
 		return nil, true, nil

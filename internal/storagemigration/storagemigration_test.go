@@ -1,6 +1,7 @@
 package storagemigration_test
 
 import (
+	"errors"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -12,6 +13,8 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
 )
+
+var errDecide = errors.New("the CRD could not be read")
 
 // TestEnsure: which existing StorageMigration Ensure keeps and which it replaces, and
 // that a dry run writes nothing. (The keep-or-replace rule is ours; the API server's
@@ -32,20 +35,23 @@ func TestEnsure(t *testing.T) {
 		existing    *v1alpha1.StorageMigration
 		o           storagemigration.Options
 		wantCreated bool
-		wantNew     bool // the StorageMigration standing afterwards is the wanted one
+		wantNew     bool  // the StorageMigration standing afterwards is the wanted one
+		wantErr     error // Ensure's error wraps it
 	}{
-		{"none", nil, storagemigration.Options{}, true, true},
-		{"running is kept", existing(v1alpha1.PhaseRunning, ""), storagemigration.Options{}, false, false},
-		{"failed is kept", existing(v1alpha1.PhaseFailed, ""), storagemigration.Options{}, false, false},
-		{"failed is replaced when Replace says so", existing(v1alpha1.PhaseFailed, ""), storagemigration.Options{Replace: failedAgain}, true, true},
-		{"succeeded is replaced", existing(v1alpha1.PhaseSucceeded, ""), storagemigration.Options{}, true, true},
-		{"succeeded by condition is replaced", existing("", v1alpha1.ConditionSucceeded), storagemigration.Options{}, true, true},
+		{"none", nil, storagemigration.Options{}, true, true, nil},
+		{"running is kept", existing(v1alpha1.PhaseRunning, ""), storagemigration.Options{}, false, false, nil},
+		{"failed is kept", existing(v1alpha1.PhaseFailed, ""), storagemigration.Options{}, false, false, nil},
+		{"failed is replaced when Replace says so", existing(v1alpha1.PhaseFailed, ""), storagemigration.Options{Replace: failedAgain}, true, true, nil},
+		{"succeeded is replaced", existing(v1alpha1.PhaseSucceeded, ""), storagemigration.Options{}, true, true, nil},
+		{"succeeded by condition is replaced", existing("", v1alpha1.ConditionSucceeded), storagemigration.Options{}, true, true, nil},
 		{"succeeded during the decision is kept", existing(v1alpha1.PhaseSucceeded, ""),
-			storagemigration.Options{ReplaceSucceeded: func(*v1alpha1.StorageMigration) bool { return false }}, false, false},
+			storagemigration.Options{ReplaceSucceeded: func(*v1alpha1.StorageMigration) (bool, error) { return false, nil }}, false, false, nil},
 		{"succeeded before the decision is replaced", existing(v1alpha1.PhaseSucceeded, ""),
-			storagemigration.Options{ReplaceSucceeded: func(*v1alpha1.StorageMigration) bool { return true }}, true, true},
-		{"dry run creates nothing", nil, storagemigration.Options{DryRun: true}, true, false},
-		{"dry run replaces nothing", existing(v1alpha1.PhaseSucceeded, ""), storagemigration.Options{DryRun: true}, true, false},
+			storagemigration.Options{ReplaceSucceeded: func(*v1alpha1.StorageMigration) (bool, error) { return true, nil }}, true, true, nil},
+		{"succeeded is kept when the decision fails", existing(v1alpha1.PhaseSucceeded, ""),
+			storagemigration.Options{ReplaceSucceeded: func(*v1alpha1.StorageMigration) (bool, error) { return true, errDecide }}, false, false, errDecide},
+		{"dry run creates nothing", nil, storagemigration.Options{DryRun: true}, true, false, nil},
+		{"dry run replaces nothing", existing(v1alpha1.PhaseSucceeded, ""), storagemigration.Options{DryRun: true}, true, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := runtime.NewScheme()
@@ -60,7 +66,11 @@ func TestEnsure(t *testing.T) {
 			want := &v1alpha1.StorageMigration{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"new": "true"}},
 				Spec: v1alpha1.StorageMigrationSpec{Resources: []string{"a.example.io"}}}
 			sm, created, err := storagemigration.Ensure(t.Context(), c, c, want, tc.o)
-			if err != nil {
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("Ensure returned %v, want %v", err, tc.wantErr)
+				}
+			} else if err != nil {
 				t.Fatal(err)
 			}
 			if created != tc.wantCreated {

@@ -378,8 +378,8 @@ func (g *Gate) ensureMigration(ctx context.Context, m *storageMigrations, crds [
 		want.Annotations = map[string]string{AnnotationHolds: truncate(m.holds, 4000)}
 	}
 	return storagemigration.Ensure(ctx, g.reader, g.writer, want, storagemigration.Options{DryRun: m.dryRun,
-		ReplaceSucceeded: func(existing *v1alpha1.StorageMigration) bool {
-			return m.succeededBefore != "" && existing.UID == m.succeededBefore
+		ReplaceSucceeded: func(existing *v1alpha1.StorageMigration) (bool, error) {
+			return m.succeededBefore != "" && existing.UID == m.succeededBefore, nil
 		}})
 }
 

@@ -159,6 +159,12 @@ func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomReso
 	}
 }
 
+// CRD reads one CRD from the API server, never from memory: what a caller checks a
+// view from memory against before it acts on it.
+func (k *KubeCluster) CRD(ctx context.Context, name string) (*apiextv1.CustomResourceDefinition, error) {
+	return k.crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+}
+
 // ListObjects lists one page of a custom resource's objects in every namespace; for a
 // target of Clusters, a small collection unchanged since its last LIST is answered from
 // memory. The objects returned must not be modified.
