@@ -46,7 +46,7 @@ type scaleTarget struct {
 // Then one of the 3 is killed (its connections cut first, as a crash) and the time until
 // every target's Lease is held by a live replica is measured. RSS per idle target and
 // API requests per target are read on the way.
-func benchFleetScale(ctx context.Context, servers, targets, n int) error {
+func benchFleetScale(ctx context.Context, servers, targets, n int, stall time.Duration) error {
 	quiet := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4})
 	ctrl.SetLogger(logr.FromSlogHandler(quiet))
 	slog.SetDefault(slog.New(quiet)) // a killed replica's errors are the point, not news
@@ -92,12 +92,21 @@ func benchFleetScale(ctx context.Context, servers, targets, n int) error {
 	}
 	fmt.Printf("  ready in %s\n", time.Since(started).Round(100*time.Millisecond))
 
-	// done waits until every target's StorageMigration has succeeded after since.
+	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
+		Spec: v1alpha1.StorageMigrationPolicySpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench.upgradeguard.io/tenant": "true"}},
+			Targets:  &v1alpha1.FleetTargets{Namespace: "fleet", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"bench": "scale"}}}}}
+
+	// done waits until every target's StorageMigration has succeeded after since. When
+	// the count left has not moved for stall, it gives up and says, for each target left
+	// without a StorageMigration, what the policy's status reports of it and what its
+	// CRD's storedVersions are on its API server, so a stall can be told from a lost record.
 	done := func(since time.Time) (time.Duration, error) {
 		var took time.Duration
-		last := time.Now()
+		last, moved, before := time.Now(), time.Now(), -1
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Minute, true, func(context.Context) (bool, error) {
 			left, why := 0, map[string]int{}
+			var missing []scaleTarget
 			for _, t := range all {
 				sm := &v1alpha1.StorageMigration{}
 				err := c.Get(ctx, client.ObjectKey{Name: controller.FleetName(t.secret, t.crd)}, sm)
@@ -108,11 +117,19 @@ func benchFleetScale(ctx context.Context, servers, targets, n int) error {
 				case err != nil:
 					left++
 					why["no StorageMigration"]++
+					missing = append(missing, t)
 				case sm.Status.Phase != v1alpha1.PhaseSucceeded || sm.Status.CompletionTime == nil ||
 					sm.Status.CompletionTime.Time.Before(since.Truncate(time.Second)):
 					left++
 					why[fmt.Sprintf("%s on %s", cmp.Or(string(sm.Status.Phase), "no phase"), cmp.Or(sm.Status.Replica, "no replica"))]++
 				}
+			}
+			if left != before {
+				before, moved = left, time.Now()
+			}
+			if left > 0 && time.Since(moved) > stall {
+				return false, fmt.Errorf("stalled: %d of %d targets not migrated for %s %v; those without a StorageMigration:\n%s",
+					left, len(all), stall, why, diagnose(ctx, c, policy.Name, missing))
 			}
 			if left > 0 {
 				if time.Since(last) > 30*time.Second {
@@ -143,11 +160,6 @@ func benchFleetScale(ctx context.Context, servers, targets, n int) error {
 		}
 		return g.Wait()
 	}
-	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
-		Spec: v1alpha1.StorageMigrationPolicySpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench.upgradeguard.io/tenant": "true"}},
-			Targets:  &v1alpha1.FleetTargets{Namespace: "fleet", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"bench": "scale"}}}}}
-
 	rssNone := rssAfterGC()
 	// 1. One replica: the first migration (every object rewritten), idle RSS, then a pass.
 	one, err := startScaleReplica(ctx, platform, "r0", targets)
@@ -368,4 +380,30 @@ func (r *scaleReplica) stop() {
 func (r *scaleReplica) kill() {
 	r.cut.Cut()
 	r.stop()
+}
+
+// diagnose says, for each target, what the policy's status reports of it (state, reason,
+// pending CRDs, owner) and its CRD's storedVersions read from its API server.
+func diagnose(ctx context.Context, c client.Client, policy string, targets []scaleTarget) string {
+	p := &v1alpha1.StorageMigrationPolicy{}
+	if err := c.Get(ctx, client.ObjectKey{Name: policy}, p); err != nil {
+		return "  policy: " + err.Error()
+	}
+	var b strings.Builder
+	for _, t := range targets {
+		state := "not in the policy's status"
+		for _, cs := range p.Status.Clusters {
+			if cs.Secret == t.secret {
+				state = fmt.Sprintf("%s (%.100s) pending %v on %s", cs.State, cs.Reason, cs.PendingCRDs, cmp.Or(cs.Replica, "no replica"))
+			}
+		}
+		stored := "?"
+		if crd, err := apiextclient.NewForConfigOrDie(t.server.Config).ApiextensionsV1().CustomResourceDefinitions().Get(ctx, t.crd, metav1.GetOptions{}); err != nil {
+			stored = err.Error()
+		} else {
+			stored = fmt.Sprint(crd.Status.StoredVersions)
+		}
+		fmt.Fprintf(&b, "  %s: %s; storedVersions %s\n", t.secret, state, stored)
+	}
+	return b.String()
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"time"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
@@ -43,6 +44,7 @@ func run() error {
 	targets := flag.Int("targets", 10, "fleet: target clusters; fleetscale: targets spread over -servers (each its own user and CRD group)")
 	fleetObjects := flag.Int("fleet-objects", 2000, "fleet and fleetscale: stale HelmRepositories per target")
 	servers := flag.Int("servers", 30, "fleetscale: kube-apiservers (on one etcd) that hold the -targets targets")
+	fleetStall := flag.Duration("fleet-stall", 5*time.Minute, "fleetscale: give up, saying why, when no target has finished for this long")
 	apfShares := flag.Int("apf-shares", 0, "migrate case (i): nominalConcurrencyShares of upgradeguard's priority level (default: the chart's)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process gate and clients; not the API server) to this file, and gate's fresh processes' to FILE.first-N")
 	flag.Parse()
@@ -90,7 +92,7 @@ func run() error {
 	case "fleet":
 		return benchFleet(ctx, *targets, *fleetObjects)
 	case "fleetscale":
-		return benchFleetScale(ctx, *servers, *targets, *fleetObjects)
+		return benchFleetScale(ctx, *servers, *targets, *fleetObjects, *fleetStall)
 	case "gate-serve":
 		return gateServe(ctx, flag.Args()[1:])
 	case "raw":

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -61,7 +62,10 @@ func StartFleet(k int) (*Fleet, error) {
 	}
 	f.Clusters = make([]*ControlPlane, k)
 	var mu sync.Mutex
+	// A few at a time: 30 kube-apiservers starting at once on two cores each take
+	// longer than their start timeout.
 	var g errgroup.Group
+	g.SetLimit(2 * runtime.NumCPU())
 	for i := range k {
 		g.Go(func() error {
 			cp, err := f.startAPIServer(bin, kubeBin, apiserver, minor, i)
