@@ -397,7 +397,7 @@ func diagnose(ctx context.Context, c client.Client, policy string, targets []sca
 				state = fmt.Sprintf("%s (%.100s) pending %v on %s", cs.State, cs.Reason, cs.PendingCRDs, cmp.Or(cs.Replica, "no replica"))
 			}
 		}
-		stored := "?"
+		var stored string
 		if crd, err := apiextclient.NewForConfigOrDie(t.server.Config).ApiextensionsV1().CustomResourceDefinitions().Get(ctx, t.crd, metav1.GetOptions{}); err != nil {
 			stored = err.Error()
 		} else {
