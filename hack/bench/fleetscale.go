@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,21 +36,33 @@ type scaleTarget struct {
 	secret string
 	server *testenv.ControlPlane
 	crd    string
+	policy string
 }
 
 // benchFleetScale: S kube-apiservers on one etcd (testenv.StartFleet) hold T targets,
 // T/S per server. Each target is a kubeconfig Secret with its own user and its own CRD
 // group (source-controller's HelmRepository CRD, regrouped), with n objects stored at
-// v1beta2 before the storage version moved to v1. One policy selects every target. It
-// is run by 1 replica, then by 3 (controller managers in this process, each with its own
-// replica id and user), on the same work: a pass after storedVersions is widened again.
-// Then one of the 3 is killed (its connections cut first, as a crash) and the time until
-// every target's Lease is held by a live replica is measured. RSS per idle target and
-// API requests per target are read on the way.
+// v1beta2 before the storage version moved to v1. The targets that share an API server
+// see each other's CRDs (CRDs are cluster-wide), so a policy per slot on a server selects
+// the targets of that slot and their CRDs only: each target migrates its own CRD, as a
+// tenant's own control plane would. The policies are run by 1 replica, then by 3
+// (controller managers in this process, each with its own replica id and user), on the
+// same work: a pass after storedVersions is widened again. Then one of the 3 is killed
+// (its connections cut first, as a crash) and the time until every target's Lease is
+// held by a live replica is measured. RSS per idle target and API requests per target
+// are read on the way.
 func benchFleetScale(ctx context.Context, servers, targets, n int, stall time.Duration) error {
-	quiet := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4})
+	// A killed replica's errors are the point, not news: quiet, unless BENCH_LOG_LEVEL
+	// (debug, info, warn, error) asks for the replicas' logs to look into a run.
+	level := slog.LevelError + 4
+	if v := os.Getenv("BENCH_LOG_LEVEL"); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return fmt.Errorf("BENCH_LOG_LEVEL: %w", err)
+		}
+	}
+	quiet := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})
 	ctrl.SetLogger(logr.FromSlogHandler(quiet))
-	slog.SetDefault(slog.New(quiet)) // a killed replica's errors are the point, not news
+	slog.SetDefault(slog.New(quiet))
 	targets = max(targets, servers)
 	platform, err := testenv.Start()
 	if err != nil {
@@ -82,7 +95,7 @@ func benchFleetScale(ctx context.Context, servers, targets, n int, stall time.Du
 	g.SetLimit(4)
 	for i := range targets {
 		g.Go(func() error {
-			t, err := prepareTarget(gctx, c, fleet.Clusters[i%servers], i, n)
+			t, err := prepareTarget(gctx, c, fleet.Clusters[i%servers], i, i/servers, n)
 			all[i] = t
 			return err
 		})
@@ -92,21 +105,25 @@ func benchFleetScale(ctx context.Context, servers, targets, n int, stall time.Du
 	}
 	fmt.Printf("  ready in %s\n", time.Since(started).Round(100*time.Millisecond))
 
-	policy := &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
-		Spec: v1alpha1.StorageMigrationPolicySpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench.upgradeguard.io/tenant": "true"}},
-			Targets:  &v1alpha1.FleetTargets{Namespace: "fleet", Selector: metav1.LabelSelector{MatchLabels: map[string]string{"bench": "scale"}}}}}
+	var policies []*v1alpha1.StorageMigrationPolicy
+	for slot := range (targets + servers - 1) / servers {
+		only := map[string]string{labelSlot: strconv.Itoa(slot)}
+		policies = append(policies, &v1alpha1.StorageMigrationPolicy{ObjectMeta: metav1.ObjectMeta{Name: slotPolicy(slot)},
+			Spec: v1alpha1.StorageMigrationPolicySpec{
+				Selector: &metav1.LabelSelector{MatchLabels: only},
+				Targets:  &v1alpha1.FleetTargets{Namespace: "fleet", Selector: metav1.LabelSelector{MatchLabels: only}}}})
+	}
 
 	// done waits until every target's StorageMigration has succeeded after since. When
-	// the count left has not moved for stall, it gives up and says, for each target left
-	// without a StorageMigration, what the policy's status reports of it and what its
-	// CRD's storedVersions are on its API server, so a stall can be told from a lost record.
+	// the count left has not moved for stall, it gives up and says, for each target left,
+	// what the policy's status reports of it, its StorageMigration and its CRD's
+	// storedVersions on its API server, so a stall can be told from a lost record.
 	done := func(since time.Time) (time.Duration, error) {
 		var took time.Duration
 		last, moved, before := time.Now(), time.Now(), -1
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Minute, true, func(context.Context) (bool, error) {
 			left, why := 0, map[string]int{}
-			var missing []scaleTarget
+			var behind []scaleTarget
 			for _, t := range all {
 				sm := &v1alpha1.StorageMigration{}
 				err := c.Get(ctx, client.ObjectKey{Name: controller.FleetName(t.secret, t.crd)}, sm)
@@ -117,19 +134,23 @@ func benchFleetScale(ctx context.Context, servers, targets, n int, stall time.Du
 				case err != nil:
 					left++
 					why["no StorageMigration"]++
-					missing = append(missing, t)
+					behind = append(behind, t)
 				case sm.Status.Phase != v1alpha1.PhaseSucceeded || sm.Status.CompletionTime == nil ||
 					sm.Status.CompletionTime.Time.Before(since.Truncate(time.Second)):
 					left++
 					why[fmt.Sprintf("%s on %s", cmp.Or(string(sm.Status.Phase), "no phase"), cmp.Or(sm.Status.Replica, "no replica"))]++
+					behind = append(behind, t)
 				}
 			}
 			if left != before {
 				before, moved = left, time.Now()
 			}
 			if left > 0 && time.Since(moved) > stall {
-				return false, fmt.Errorf("stalled: %d of %d targets not migrated for %s %v; those without a StorageMigration:\n%s",
-					left, len(all), stall, why, diagnose(ctx, c, policy.Name, missing))
+				err := fmt.Errorf("stalled: %d of %d targets not migrated for %s %v:\n%s",
+					left, len(all), stall, why, diagnose(ctx, c, behind))
+				// Printed now: stopping the fleet's API servers takes a while.
+				fmt.Println(err)
+				return false, err
 			}
 			if left > 0 {
 				if time.Since(last) > 30*time.Second {
@@ -168,8 +189,10 @@ func benchFleetScale(ctx context.Context, servers, targets, n int, stall time.Du
 	}
 	reqBefore := requestsNow()
 	t0 := time.Now()
-	if err := c.Create(ctx, policy.DeepCopy()); err != nil {
-		return err
+	for _, p := range policies {
+		if err := c.Create(ctx, p); err != nil {
+			return err
+		}
 	}
 	first, err := done(t0)
 	if err != nil {
@@ -178,10 +201,12 @@ func benchFleetScale(ctx context.Context, servers, targets, n int, stall time.Du
 	firstReqs := (requestsNow() - reqBefore) / float64(targets)
 	time.Sleep(5 * time.Second) // idle: informers synced, no migration running
 	rssIdle := rssAfterGC()
+	// The pass starts as the first CRD is widened: a target widened early may be migrated
+	// again before the last is.
+	t0 = time.Now()
 	if err := restale(); err != nil {
 		return err
 	}
-	t0 = time.Now()
 	passOne, err := done(t0)
 	if err != nil {
 		return fmt.Errorf("pass with one replica: %w", err)
@@ -238,10 +263,12 @@ func benchFleetScale(ctx context.Context, servers, targets, n int, stall time.Du
 	if _, _, err := spread(""); err != nil {
 		return fmt.Errorf("three replicas never held every target: %w", err)
 	}
+	// The pass starts as the first CRD is widened: a target widened early may be migrated
+	// again before the last is.
+	t0 = time.Now()
 	if err := restale(); err != nil {
 		return err
 	}
-	t0 = time.Now()
 	passThree, err := done(t0)
 	if err != nil {
 		return fmt.Errorf("pass with three replicas: %w", err)
@@ -282,10 +309,16 @@ func benchFleetScale(ctx context.Context, servers, targets, n int, stall time.Du
 	return nil
 }
 
-// prepareTarget puts target i on server: its CRD group (source-controller 1.2.0's
-// HelmRepository CRD, regrouped), n objects stored at v1beta2, then the 1.6.0 CRD (storage
-// v1), and a kubeconfig Secret for its own user.
-func prepareTarget(ctx context.Context, c client.Client, server *testenv.ControlPlane, i, n int) (scaleTarget, error) {
+// labelSlot, on a target's CRD and kubeconfig Secret, is the target's slot on its API
+// server; slotPolicy(slot) selects the slot's targets and CRDs.
+const labelSlot = "bench.upgradeguard.io/slot"
+
+func slotPolicy(slot int) string { return "fleet-" + strconv.Itoa(slot) }
+
+// prepareTarget puts target i, in slot on server, on server: its CRD group
+// (source-controller 1.2.0's HelmRepository CRD, regrouped), n objects stored at v1beta2,
+// then the 1.6.0 CRD (storage v1), and a kubeconfig Secret for its own user.
+func prepareTarget(ctx context.Context, c client.Client, server *testenv.ControlPlane, i, slot, n int) (scaleTarget, error) {
 	group := fmt.Sprintf("t%d.scale.upgradeguard.test", i)
 	fx, err := testenv.Fixtures()
 	if err != nil {
@@ -300,7 +333,7 @@ func prepareTarget(ctx context.Context, c client.Client, server *testenv.Control
 		if err != nil {
 			return nil, err
 		}
-		crds[0].Labels = map[string]string{"bench.upgradeguard.io/tenant": "true"}
+		crds[0].Labels = map[string]string{labelSlot: strconv.Itoa(slot)}
 		return crds[0], nil
 	}
 	cs := apiextclient.NewForConfigOrDie(server.Config)
@@ -333,12 +366,12 @@ func prepareTarget(ctx context.Context, c client.Client, server *testenv.Control
 		return scaleTarget{}, err
 	}
 	name := fmt.Sprintf("t%d", i)
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fleet", Labels: map[string]string{"bench": "scale"}},
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fleet", Labels: map[string]string{labelSlot: strconv.Itoa(slot)}},
 		Data: map[string][]byte{"value": data}}
 	if err := c.Create(ctx, s); err != nil {
 		return scaleTarget{}, err
 	}
-	return scaleTarget{secret: name, server: server, crd: next.Name}, nil
+	return scaleTarget{secret: name, server: server, crd: next.Name, policy: slotPolicy(slot)}, nil
 }
 
 // scaleReplica is one controller replica in this process, with its own user and a switch
@@ -382,15 +415,17 @@ func (r *scaleReplica) kill() {
 	r.stop()
 }
 
-// diagnose says, for each target, what the policy's status reports of it (state, reason,
-// pending CRDs, owner) and its CRD's storedVersions read from its API server.
-func diagnose(ctx context.Context, c client.Client, policy string, targets []scaleTarget) string {
-	p := &v1alpha1.StorageMigrationPolicy{}
-	if err := c.Get(ctx, client.ObjectKey{Name: policy}, p); err != nil {
-		return "  policy: " + err.Error()
-	}
+// diagnose says, for each target, what its policy's status reports of it (state, reason,
+// pending CRDs, owner), its StorageMigration and its CRD's storedVersions read from its
+// API server.
+func diagnose(ctx context.Context, c client.Client, targets []scaleTarget) string {
 	var b strings.Builder
 	for _, t := range targets {
+		p := &v1alpha1.StorageMigrationPolicy{}
+		if err := c.Get(ctx, client.ObjectKey{Name: t.policy}, p); err != nil {
+			fmt.Fprintf(&b, "  %s: policy %s: %s\n", t.secret, t.policy, err)
+			continue
+		}
 		state := "not in the policy's status"
 		for _, cs := range p.Status.Clusters {
 			if cs.Secret == t.secret {
@@ -403,7 +438,13 @@ func diagnose(ctx context.Context, c client.Client, policy string, targets []sca
 		} else {
 			stored = fmt.Sprint(crd.Status.StoredVersions)
 		}
-		fmt.Fprintf(&b, "  %s: %s; storedVersions %s\n", t.secret, state, stored)
+		record := "no StorageMigration"
+		sm := &v1alpha1.StorageMigration{}
+		if err := c.Get(ctx, client.ObjectKey{Name: controller.FleetName(t.secret, t.crd)}, sm); err == nil {
+			record = fmt.Sprintf("StorageMigration %s on %s, created %s, completed %v", cmp.Or(string(sm.Status.Phase), "no phase"),
+				cmp.Or(sm.Status.Replica, "no replica"), sm.CreationTimestamp.Format(time.TimeOnly), sm.Status.CompletionTime)
+		}
+		fmt.Fprintf(&b, "  %s: %s; %s; storedVersions %s\n", t.secret, state, record, stored)
 	}
 	return b.String()
 }

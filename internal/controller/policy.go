@@ -138,8 +138,13 @@ func ensureMigration(ctx context.Context, c client.Client, name string, crd *api
 		Replace: func(existing *v1alpha1.StorageMigration) bool {
 			// It failed, and the CRD or the allowance has changed since (an upgrade that
 			// may have fixed the cause): try again.
-			return storagemigration.Failed(existing) && (existing.Annotations[AnnotationCRDGeneration] != generation ||
+			replace := storagemigration.Failed(existing) && (existing.Annotations[AnnotationCRDGeneration] != generation ||
 				existing.Spec.AllowFieldLoss != policy.Spec.AllowFieldLoss)
+			if replace {
+				log.FromContext(ctx).Info("replacing a failed StorageMigration: the CRD or the policy's allowFieldLoss changed since",
+					"storageMigration", name, "crd", crd.Name)
+			}
+			return replace
 		},
 		ReplaceSucceeded: func(*v1alpha1.StorageMigration) (bool, error) {
 			now, err := live(ctx)
@@ -149,7 +154,12 @@ func ensureMigration(ctx context.Context, c client.Client, name string, crd *api
 			if err != nil {
 				return false, fmt.Errorf("read CustomResourceDefinition %s: %w", crd.Name, err)
 			}
-			return migrate.NeedsMigration(now), nil
+			if !migrate.NeedsMigration(now) {
+				return false, nil
+			}
+			log.FromContext(ctx).Info("replacing a succeeded StorageMigration: the CRD lists stale storedVersions again",
+				"storageMigration", name, "crd", crd.Name, "storedVersions", now.Status.StoredVersions)
+			return true, nil
 		},
 	})
 	if err != nil {
