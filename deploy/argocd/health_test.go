@@ -225,13 +225,13 @@ func TestCRDHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantHealth(t, "a CRD just created", judge(t, keyCRD, obj),
-		health{"Progressing", "no status conditions yet: the API server has not processed the CRD"})
+		health{Status: "Progressing", Message: "no status conditions yet: the API server has not processed the CRD"})
 
 	if err := testenv.WaitEstablished(e.ctx, e.crds, crd.Name); err != nil {
 		t.Fatal(err)
 	}
 	wantHealth(t, "established", judge(t, keyCRD, get(t, e, crdGVR, crd.Name)),
-		health{"Healthy", "CRD is healthy; status.storedVersions [v1alpha1]"})
+		health{Status: "Healthy", Message: "CRD is healthy; status.storedVersions [v1alpha1]"})
 
 	// A second CRD of the same group and kind: the API server refuses its names.
 	clash := testenv.TwoVersionCRD(group, "gizmoclashes", "Gizmo")
@@ -247,12 +247,12 @@ func TestCRDHealth(t *testing.T) {
 		t.Fatalf("NamesAccepted of %s never turned False: %v", clash.Name, err)
 	}
 	wantHealth(t, "names refused", judge(t, keyCRD, refused),
-		health{"Degraded", "CRD names have not been accepted: " + condition(refused, "NamesAccepted")["message"].(string)})
+		health{Status: "Degraded", Message: "CRD names have not been accepted: " + condition(refused, "NamesAccepted")["message"].(string)})
 
 	// A storage switch: objects stored at v1alpha1 under storage version v1.
 	switched := switchedCRD(t, e, "sprockets", "Sprocket", 3)
 	wantHealth(t, "after a storage switch", judge(t, keyCRD, get(t, e, crdGVR, switched.Name)),
-		health{"Healthy", "CRD is healthy; objects may still be stored at v1alpha1 (status.storedVersions [v1alpha1 v1], storage version v1): migrate them before a release removes v1alpha1"})
+		health{Status: "Healthy", Message: "CRD is healthy; objects may still be stored at v1alpha1 (status.storedVersions [v1alpha1 v1], storage version v1): migrate them before a release removes v1alpha1"})
 
 	// kube-controller-manager's answer when the CRD changed while its migration ran: the
 	// migration succeeded, storedVersions were not pruned. Written through the status
@@ -268,7 +268,7 @@ func TestCRDHealth(t *testing.T) {
 	}
 	switched = updated
 	wantHealth(t, "migrated but not pruned", judge(t, keyCRD, get(t, e, crdGVR, switched.Name)),
-		health{"Healthy", "CRD is healthy; the last storage migration succeeded; objects may still be stored at v1alpha1 (status.storedVersions [v1alpha1 v1], storage version v1): migrate them before a release removes v1alpha1"})
+		health{Status: "Healthy", Message: "CRD is healthy; the last storage migration succeeded; objects may still be stored at v1alpha1 (status.storedVersions [v1alpha1 v1], storage version v1): migrate them before a release removes v1alpha1"})
 
 	// The v1beta1 migrator (Kubernetes' source before 1.37's migration runner) ends a failed
 	// migration with StorageMigrating True and reason MigrationFailed. Written through the
@@ -281,10 +281,9 @@ func TestCRDHealth(t *testing.T) {
 	if switched, err = api.UpdateStatus(e.ctx, switched, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	wantHealth(t, "failed, as the v1beta1 migrator says it", judge(t, keyCRD, get(t, e, crdGVR, switched.Name)), health{"Degraded",
-		"the last storage migration failed: The migration has failed; status.storedVersions [v1alpha1 v1]" +
-			": objects may still be stored at older versions; fix the cause and migrate again (a new StorageVersionMigration," +
-			" or upgradeguard migrate --crd " + switched.Name + " --engine builtin), which also clears this condition"})
+	wantHealth(t, "failed, as the v1beta1 migrator says it", judge(t, keyCRD, get(t, e, crdGVR, switched.Name)), health{Status: "Degraded", Message: "the last storage migration failed: The migration has failed; status.storedVersions [v1alpha1 v1]" +
+		": objects may still be stored at older versions; fix the cause and migrate again (a new StorageVersionMigration," +
+		" or upgradeguard migrate --crd " + switched.Name + " --engine builtin), which also clears this condition"})
 
 	// Deleted while it has objects: the API server holds it terminating while it deletes them.
 	w := record(e, crdGVR, switched.Name, switched.ResourceVersion, time.Minute, func(obj map[string]any) bool {
@@ -295,7 +294,7 @@ func TestCRDHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	states := w.wait(t)
-	wantHealth(t, "being deleted", judge(t, keyCRD, states[len(states)-1]), health{"Progressing", "CRD is terminating"})
+	wantHealth(t, "being deleted", judge(t, keyCRD, states[len(states)-1]), health{Status: "Progressing", Message: "CRD is terminating"})
 }
 
 // startController runs upgradeguard's controller manager in process until the test ends
@@ -362,7 +361,7 @@ func TestStorageMigrationHealth(t *testing.T) {
 
 	created := createStorageMigration(t, e, "argocd-widgets", crd.Name)
 	wantHealth(t, "no controller has seen it", judge(t, keyStorageMigration, get(t, e, smGVR, "argocd-widgets")),
-		health{"Progressing", "waiting for the upgradeguard controller to start migrating " + crd.Name})
+		health{Status: "Progressing", Message: "waiting for the upgradeguard controller to start migrating " + crd.Name})
 
 	w := record(e, smGVR, "argocd-widgets", created["metadata"].(map[string]any)["resourceVersion"].(string), 2*time.Minute,
 		func(obj map[string]any) bool { p := phase(obj); return p == "Succeeded" || p == "Failed" })
@@ -378,7 +377,7 @@ func TestStorageMigrationHealth(t *testing.T) {
 		switch {
 		case sm.Status.Phase == v1alpha1.PhaseSucceeded:
 			r := sm.Status.Resources[0]
-			wantHealth(t, what, got, health{"Healthy", fmt.Sprintf("migrated %s: 60 objects, 60 rewritten, storedVersions [v1]", r.Name)})
+			wantHealth(t, what, got, health{Status: "Healthy", Message: fmt.Sprintf("migrated %s: 60 objects, 60 rewritten, storedVersions [v1]", r.Name)})
 			if i != len(states)-1 {
 				t.Errorf("state %d is Succeeded but not the last", i)
 			}
@@ -388,7 +387,7 @@ func TestStorageMigrationHealth(t *testing.T) {
 			t.Errorf("%s: unexpected status %+v", what, sm.Status)
 		case sm.Status.Resources[0].Phase == v1alpha1.PhasePending:
 			pending++
-			wantHealth(t, what, got, health{"Progressing", "waiting: " + crd.Name + " (0/1 CRDs done)"})
+			wantHealth(t, what, got, health{Status: "Progressing", Message: "waiting: " + crd.Name + " (0/1 CRDs done)"})
 		case sm.Status.Resources[0].Phase == v1alpha1.PhaseRunning:
 			r := sm.Status.Resources[0]
 			if r.Objects > 0 {
@@ -398,10 +397,10 @@ func TestStorageMigrationHealth(t *testing.T) {
 			if r.Message != "" {
 				msg = " (" + r.Message + ")"
 			}
-			wantHealth(t, what, got, health{"Progressing", fmt.Sprintf("migrating %s: %d objects so far, %d rewritten%s (0/1 CRDs done)", r.Name, r.Objects, r.Rewritten, msg)})
+			wantHealth(t, what, got, health{Status: "Progressing", Message: fmt.Sprintf("migrating %s: %d objects so far, %d rewritten%s (0/1 CRDs done)", r.Name, r.Objects, r.Rewritten, msg)})
 		case sm.Status.Resources[0].Phase == v1alpha1.PhaseSucceeded:
 			// The CRD is done; the next write marks the StorageMigration Succeeded.
-			wantHealth(t, what, got, health{"Progressing", "migrated " + crd.Name + "; the controller is recording the result (1/1 CRDs done)"})
+			wantHealth(t, what, got, health{Status: "Progressing", Message: "migrated " + crd.Name + "; the controller is recording the result (1/1 CRDs done)"})
 		default:
 			t.Errorf("%s: unexpected resource phase %+v", what, sm.Status.Resources[0])
 		}
@@ -422,8 +421,7 @@ func TestStorageMigrationHealth(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("StorageMigration argocd-missing never failed: %v", err)
 	}
-	wantHealth(t, "failed", judge(t, keyStorageMigration, failed), health{"Degraded",
-		"migration failed (MigrationFailed): " + missing + ": CRD " + missing + " not found on the target cluster: fix spec.resources"})
+	wantHealth(t, "failed", judge(t, keyStorageMigration, failed), health{Status: "Degraded", Message: "migration failed (MigrationFailed): " + missing + ": CRD " + missing + " not found on the target cluster: fix spec.resources"})
 
 	// A real refusal: migrating would drop spec.size, which v1 does not declare.
 	narrowed := narrowedCRD(t, e, "thingamajigs", "Thingamajig", 4)
@@ -439,8 +437,7 @@ func TestStorageMigrationHealth(t *testing.T) {
 		t.Fatalf("argocd-refused failed with %v, want reason FieldLossRefused", c)
 	}
 	t.Logf("what Argo CD shows for a refused migration: %s", judge(t, keyStorageMigration, refused).Message)
-	wantHealth(t, "refused for field loss", judge(t, keyStorageMigration, refused), health{"Degraded",
-		"migration failed (FieldLossRefused): " + message(refused, "Failed")})
+	wantHealth(t, "refused for field loss", judge(t, keyStorageMigration, refused), health{Status: "Degraded", Message: "migration failed (FieldLossRefused): " + message(refused, "Failed")})
 
 	// The spec fixed while the controller is down: the status is of the last generation.
 	stop()
@@ -448,8 +445,7 @@ func TestStorageMigrationHealth(t *testing.T) {
 	if _, err := e.dyn.Resource(smGVR).Patch(e.ctx, "argocd-missing", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	wantHealth(t, "a spec not yet observed", judge(t, keyStorageMigration, get(t, e, smGVR, "argocd-missing")), health{"Progressing",
-		"the spec changed: waiting for the upgradeguard controller to start migrating " + crd.Name + " over"})
+	wantHealth(t, "a spec not yet observed", judge(t, keyStorageMigration, get(t, e, smGVR, "argocd-missing")), health{Status: "Progressing", Message: "the spec changed: waiting for the upgradeguard controller to start migrating " + crd.Name + " over"})
 }
 
 // migratorGA says whether this minor serves storagemigration.k8s.io/v1 with the 1.37
@@ -542,9 +538,8 @@ func TestStorageVersionMigrationHealth(t *testing.T) {
 		return conditionIs(obj, "StorageMigrating", "False")
 	})
 	created := createSVM(t, e, name, group, "gadgets")
-	wantHealth(t, "StorageVersionMigration just created", judge(t, keySVM, created), health{"Progressing",
-		"waiting for kube-controller-manager's storage version migrator to start migrating " + crd.Name +
-			" (it runs one migration per resource at a time, and only where its storage-version-migrator-controller is enabled)"})
+	wantHealth(t, "StorageVersionMigration just created", judge(t, keySVM, created), health{Status: "Progressing", Message: "waiting for kube-controller-manager's storage version migrator to start migrating " + crd.Name +
+		" (it runs one migration per resource at a time, and only where its storage-version-migrator-controller is enabled)"})
 
 	for i, w := range svmWatch {
 		version := []string{"v1", "v1beta1"}[i]
@@ -558,18 +553,18 @@ func TestStorageVersionMigrationHealth(t *testing.T) {
 				t.Fatalf("%s: the migration failed: %v", what, obj["status"])
 			case conditionIs(obj, "Succeeded", "True") && conditionIs(obj, "Running", "True"):
 				recording++
-				wantHealth(t, what, got, health{"Progressing", "migrated " + crd.Name + ": " + message(obj, "Running") +
+				wantHealth(t, what, got, health{Status: "Progressing", Message: "migrated " + crd.Name + ": " + message(obj, "Running") +
 					"; waiting for kube-controller-manager to record it on the CRD and prune status.storedVersions"})
 			case conditionIs(obj, "Succeeded", "True"):
-				wantHealth(t, what, got, health{"Healthy", "migrated " + crd.Name + ": " + message(obj, "Succeeded")})
+				wantHealth(t, what, got, health{Status: "Healthy", Message: "migrated " + crd.Name + ": " + message(obj, "Succeeded")})
 			case conditionIs(obj, "Running", "True"):
 				running++
 				if !strings.HasPrefix(message(obj, "Running"), "The migration is running") {
 					t.Errorf("%s: Running says %q", what, message(obj, "Running"))
 				}
-				wantHealth(t, what, got, health{"Progressing", "migrating " + crd.Name + ": " + message(obj, "Running")})
+				wantHealth(t, what, got, health{Status: "Progressing", Message: "migrating " + crd.Name + ": " + message(obj, "Running")})
 			default:
-				wantHealth(t, what, got, health{"Progressing", "waiting for kube-controller-manager's storage version migrator to start migrating " +
+				wantHealth(t, what, got, health{Status: "Progressing", Message: "waiting for kube-controller-manager's storage version migrator to start migrating " +
 					crd.Name + " (it runs one migration per resource at a time, and only where its storage-version-migrator-controller is enabled)"})
 			}
 		}
@@ -581,7 +576,7 @@ func TestStorageVersionMigrationHealth(t *testing.T) {
 	// The same object at both versions is judged the same.
 	for _, gvr := range []schema.GroupVersionResource{svmV1, svmV1beta1} {
 		wantHealth(t, "finished, at "+gvr.Version, judge(t, keySVM, get(t, e, gvr, name)),
-			health{"Healthy", "migrated " + crd.Name + ": Migration completed"})
+			health{Status: "Healthy", Message: "migrated " + crd.Name + ": Migration completed"})
 	}
 
 	var marked int
@@ -591,9 +586,8 @@ func TestStorageVersionMigrationHealth(t *testing.T) {
 			continue
 		}
 		marked++
-		wantHealth(t, fmt.Sprintf("CRD state %d", j), judge(t, keyCRD, obj), health{"Progressing",
-			"storage migration running: Migration " + name + " is running; objects are being re-persisted at v1, status.storedVersions [v1alpha1 v1]" +
-				" (the StorageVersionMigration it names clears this when it ends; if it was deleted first, a new one does)"})
+		wantHealth(t, fmt.Sprintf("CRD state %d", j), judge(t, keyCRD, obj), health{Status: "Progressing", Message: "storage migration running: Migration " + name + " is running; objects are being re-persisted at v1, status.storedVersions [v1alpha1 v1]" +
+			" (the StorageVersionMigration it names clears this when it ends; if it was deleted first, a new one does)"})
 	}
 	if marked == 0 {
 		t.Errorf("the CRD was never seen with StorageMigrating True in %d states", len(crdStates))
@@ -603,7 +597,7 @@ func TestStorageVersionMigrationHealth(t *testing.T) {
 		t.Fatalf("StorageMigrating ended %v", c)
 	}
 	wantHealth(t, "CRD after the migration", judge(t, keyCRD, get(t, e, crdGVR, crd.Name)),
-		health{"Healthy", "CRD is healthy; the last storage migration succeeded; status.storedVersions [v1]"})
+		health{Status: "Healthy", Message: "CRD is healthy; the last storage migration succeeded; status.storedVersions [v1]"})
 
 	// A real failure: tokenreviews cannot be listed or patched, so the migrator fails it.
 	failed := "tokenreviews-to-v1"
@@ -615,10 +609,9 @@ func TestStorageVersionMigrationHealth(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("StorageVersionMigration %s never failed: %v", failed, err)
 	}
-	wantHealth(t, "failed", judge(t, keySVM, obj), health{"Degraded",
-		"migrating tokenreviews.authentication.k8s.io failed: " + message(obj, "Failed") +
-			"; objects may still be stored at older versions whatever the CRD's status.storedVersions says: fix the cause" +
-			" and migrate again (a StorageVersionMigration runs once: create one with a new name, or run upgradeguard migrate --crd tokenreviews.authentication.k8s.io)"})
+	wantHealth(t, "failed", judge(t, keySVM, obj), health{Status: "Degraded", Message: "migrating tokenreviews.authentication.k8s.io failed: " + message(obj, "Failed") +
+		"; objects may still be stored at older versions whatever the CRD's status.storedVersions says: fix the cause" +
+		" and migrate again (a StorageVersionMigration runs once: create one with a new name, or run upgradeguard migrate --crd tokenreviews.authentication.k8s.io)"})
 }
 
 // freeze denies every update of plural.group with a ValidatingAdmissionPolicy, so the
@@ -694,15 +687,13 @@ func TestStorageVersionMigrationFailsOnCRD(t *testing.T) {
 		t.Fatalf("StorageVersionMigration %s: %v, want Failed", name, obj["status"])
 	}
 	t.Logf("the migrator's failure: %s", message(obj, "Failed"))
-	wantHealth(t, "failed on the CRD's objects", judge(t, keySVM, obj), health{"Degraded",
-		"migrating " + crd.Name + " failed: " + message(obj, "Failed") +
-			"; objects may still be stored at older versions whatever the CRD's status.storedVersions says: fix the cause" +
-			" and migrate again (a StorageVersionMigration runs once: create one with a new name, or run upgradeguard migrate --crd " + crd.Name + ")"})
+	wantHealth(t, "failed on the CRD's objects", judge(t, keySVM, obj), health{Status: "Degraded", Message: "migrating " + crd.Name + " failed: " + message(obj, "Failed") +
+		"; objects may still be stored at older versions whatever the CRD's status.storedVersions says: fix the cause" +
+		" and migrate again (a StorageVersionMigration runs once: create one with a new name, or run upgradeguard migrate --crd " + crd.Name + ")"})
 
 	live := getCRD(t, e, crd.Name)
 	t.Logf("storedVersions after the failed migration: %v", live.Status.StoredVersions)
-	wantHealth(t, "CRD after a failed migration", judge(t, keyCRD, get(t, e, crdGVR, crd.Name)), health{"Degraded",
-		"the last storage migration failed: The migration has failed; status.storedVersions [" + strings.Join(live.Status.StoredVersions, " ") + "]" +
-			": objects may still be stored at older versions; fix the cause and migrate again (a new StorageVersionMigration," +
-			" or upgradeguard migrate --crd " + crd.Name + " --engine builtin), which also clears this condition"})
+	wantHealth(t, "CRD after a failed migration", judge(t, keyCRD, get(t, e, crdGVR, crd.Name)), health{Status: "Degraded", Message: "the last storage migration failed: The migration has failed; status.storedVersions [" + strings.Join(live.Status.StoredVersions, " ") + "]" +
+		": objects may still be stored at older versions; fix the cause and migrate again (a new StorageVersionMigration," +
+		" or upgradeguard migrate --crd " + crd.Name + " --engine builtin), which also clears this condition"})
 }

@@ -93,6 +93,9 @@ type ApplicationStatus struct {
 		// RequiresPruning is set on an object the sources no longer render that Argo
 		// CD tracks as the Application's: a sync with prune deletes it.
 		RequiresPruning bool `json:"requiresPruning"`
+		// Health is what Argo CD's health assessment says of the object; nil for a kind
+		// it has no check for.
+		Health *Health `json:"health"`
 	} `json:"resources"`
 }
 
@@ -157,6 +160,17 @@ func (app *Application) ResourceStatus(kind, name string) string {
 	for _, r := range app.Status.Resources {
 		if r.Kind == kind && r.Name == name {
 			return r.Status
+		}
+	}
+	return ""
+}
+
+// ResourceHealth is the health status Argo CD reports for the Application's resource of
+// kind and name, "" when it lists none or assesses none.
+func (app *Application) ResourceHealth(kind, name string) string {
+	for _, r := range app.Status.Resources {
+		if r.Kind == kind && r.Name == name && r.Health != nil {
+			return r.Health.Status
 		}
 	}
 	return ""

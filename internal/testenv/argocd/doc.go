@@ -2,7 +2,10 @@
 // of their own, as processes outside the cluster against a control plane of
 // internal/testenv (Start, StartControllers), and holds the one definition of Argo CD's
 // Application the tests share (application.go): ApplicationGVR, the Application a test
-// reads, and ApplicationCRD, a stand-in for Argo CD's CRD where no Argo CD runs.
+// reads, and ApplicationCRD, a stand-in for Argo CD's CRD where no Argo CD runs. RunHealth
+// (lua.go) runs an argocd-cm health script as Argo CD v3 does, for the fast unit tests of
+// deploy/argocd; test/argocd checks that it answers as the real Argo CD on the same
+// objects.
 //
 // Start installs Argo CD's CRDs, its base config objects (argocd-cm and friends) and the
 // `default` AppProject from bin/argocd (built by ./hack/testbin.sh --argocd), then starts
