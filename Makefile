@@ -102,13 +102,27 @@ e2e-ci: $(BIN)/noskip ## Run the e2e subset CI can afford: the chart's Pod and J
 	set -o pipefail; $(GOTEST) -tags e2e -run '$(E2E_CI_TESTS)' ./test/e2e/... | $(NOSKIP) -want '$(subst $(space),$(comma),$(E2E_CI_LIST))'
 	set -o pipefail; $(GOTEST) -tags e2e ./internal/testenv/node/... | $(NOSKIP)
 
+# The e2e tests e2e-ci leaves out, the long migrations: the chart's default policy on the
+# Flux incident, the two-replica hand-over and helm upgrade mid-migration (about 9 minutes).
+# .ci/run runs them when its first stage leaves the time.
+E2E_LONG_LIST  := TestPolicyMigratesFluxIncident TestTwoReplicasHandOver TestHelmUpgradeMidMigration
+E2E_LONG_TESTS := ^($(subst $(space),|,$(E2E_LONG_LIST)))$$
+
+.PHONY: e2e-long
+e2e-long: $(BIN)/noskip ## Run the e2e tests e2e-ci leaves out: the default policy on the Flux incident, the replica hand-over, helm upgrade mid-migration (needs root, as e2e)
+	./hack/node-deps.sh
+	./hack/testbin.sh --kube $(KUBE_DEFAULT) --node
+	set -o pipefail; $(GOTEST) -tags e2e -run '$(E2E_LONG_TESTS)' ./test/e2e/... | $(NOSKIP) -want '$(subst $(space),$(comma),$(E2E_LONG_LIST))'
+
 # Argo CD's binary (a 203 MiB cgo build of 25-40 minutes on two cores, through its own Go
 # 1.27 toolchain) is not part of testbin: this target builds it and what its tests run
 # on, installs Redis (hack/argocd-deps.sh, apt-get), and runs test/argocd (build tag argocd).
-.PHONY: test-argocd
-test-argocd: $(BIN)/noskip ## Run the real Argo CD (repo-server, application-controller, Redis) through the storage boundary, with and without the CRD gate (builds Argo CD first; installs redis-server with apt-get)
+.PHONY: argocd-bin test-argocd
+argocd-bin: ## Build Argo CD and what its tests run on into bin/ (installs redis-server with apt-get)
 	./hack/argocd-deps.sh
 	./hack/testbin.sh --kube $(KUBE_DEFAULT) --no-flux --argocd
+
+test-argocd: $(BIN)/noskip argocd-bin ## Run the real Argo CD (repo-server, application-controller, Redis) through the storage boundary, with and without the CRD gate, and a sync wave held on a StorageMigration (builds Argo CD first)
 	set -o pipefail; $(GOTEST) -tags argocd ./test/argocd/... | $(NOSKIP)
 
 .PHONY: test-matrix
