@@ -94,7 +94,7 @@ type ApplicationStatus struct {
 		// CD tracks as the Application's: a sync with prune deletes it.
 		RequiresPruning bool `json:"requiresPruning"`
 		// Health is what Argo CD's health assessment says of the object; nil for a kind
-		// it has no check for.
+		// it has no check for, and unless Options.PersistResourceHealth is set.
 		Health *Health `json:"health"`
 	} `json:"resources"`
 }

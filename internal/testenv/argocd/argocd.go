@@ -79,6 +79,10 @@ type Options struct {
 	// jitter): how often it compares an Application that nothing changed. 0 keeps an
 	// hour, as tests refresh an Application by changing it; when set, there is no jitter.
 	Resync time.Duration
+	// PersistResourceHealth stores each resource's health in the Application's
+	// status.resources (--persist-resource-health; Argo CD 2 did so by default, v3 keeps
+	// it in Redis only), for tests that read what Argo CD judged of one resource.
+	PersistResourceHealth bool
 }
 
 // TrackingMethodKey is the argocd-cm entry that chooses how Argo CD tells the objects of
@@ -165,12 +169,15 @@ func StartControllers(ctx context.Context, cp *testenv.ControlPlane, opts ...Opt
 	if o.Resync > 0 {
 		resync, jitter = "--app-resync="+strconv.Itoa(int(o.Resync.Seconds())), "--app-resync-jitter=0"
 	}
-	a.controller, err = a.start(ctx, "argocd-application-controller", a.ControllerLog, ports[3],
-		"--kubeconfig="+cp.Kubeconfig, "--namespace="+Namespace,
-		"--metrics-port="+strconv.Itoa(ports[3]),
-		"--redis="+redisAddr, "--repo-server="+repoAddr, "--repo-server-plaintext",
-		"--commit-server=127.0.0.1:"+strconv.Itoa(ports[4]),
-		resync, jitter, "--app-hard-resync=0")
+	args := []string{"--kubeconfig=" + cp.Kubeconfig, "--namespace=" + Namespace,
+		"--metrics-port=" + strconv.Itoa(ports[3]),
+		"--redis=" + redisAddr, "--repo-server=" + repoAddr, "--repo-server-plaintext",
+		"--commit-server=127.0.0.1:" + strconv.Itoa(ports[4]),
+		resync, jitter, "--app-hard-resync=0"}
+	if o.PersistResourceHealth {
+		args = append(args, "--persist-resource-health")
+	}
+	a.controller, err = a.start(ctx, "argocd-application-controller", a.ControllerLog, ports[3], args...)
 	if err != nil {
 		return nil, errors.Join(err, a.Stop())
 	}
