@@ -103,7 +103,7 @@ e2e-ci: $(BIN)/noskip ## Run the e2e subset CI can afford: the chart's Pod and J
 	set -o pipefail; $(GOTEST) -tags e2e ./internal/testenv/node/... | $(NOSKIP)
 
 # The e2e tests e2e-ci leaves out, the long migrations: the chart's default policy on the
-# Flux incident, the two-replica hand-over and helm upgrade mid-migration (about 9 minutes).
+# Flux incident, the two-replica hand-over and helm upgrade mid-migration (13 minutes here).
 # .ci/run runs them when its first stage leaves the time.
 E2E_LONG_LIST  := TestPolicyMigratesFluxIncident TestTwoReplicasHandOver TestHelmUpgradeMidMigration
 E2E_LONG_TESTS := ^($(subst $(space),|,$(E2E_LONG_LIST)))$$
