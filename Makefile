@@ -89,7 +89,7 @@ e2e: $(BIN)/noskip ## Run upgradeguard as users install it: the image and the ch
 # the node harness's own test (a node whose test binary is killed is cleaned up), after
 # test/e2e and not beside it: two nodes on one host share the iptables chains.
 # noskip -want fails the run when a name here matches no test (renamed or removed).
-E2E_CI_LIST  := TestChartPod TestHelmControllerHeldThroughService TestJobMode TestJobModeMissingRule TestJobModeFieldLoss
+E2E_CI_LIST  := TestChartPod TestHelmControllerHeldThroughService TestJobMode TestJobModeMissingRule TestJobModeFieldLoss TestJobModeNoResult
 empty :=
 space := $(empty) $(empty)
 comma := ,

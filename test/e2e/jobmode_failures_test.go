@@ -3,12 +3,16 @@
 package e2e_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	authzv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
@@ -86,4 +90,55 @@ func TestJobModeFieldLoss(t *testing.T) {
 		t.Errorf("%d of %d HelmRepositories (of %d) still hold spec.interval, want all", kept, len(list.Items), n)
 	}
 	t.Logf("TestJobModeFieldLoss took %v", time.Since(started).Round(time.Second))
+}
+
+// TestJobModeNoResult is TestJobMode with the generated Role lacking its one rule, `create`
+// on configmaps in the Job's namespace, removed on the target before the node runs the Job:
+// the Job migrates but cannot write its result, its Pods fail until the Job's retries are
+// spent, and the StorageMigration fails saying the Job failed without a result, with the
+// Job's reason and where its logs are. The Job is kept for them, and its log has the 403.
+func TestJobModeNoResult(t *testing.T) {
+	const n, ns = 20, "job-mode-noresult"
+	jt, crds, _ := startJobTarget(t, ns, n)
+	ctx := t.Context()
+	sm := jt.migrate(t, "job-mode-noresult")
+	job, sm := jt.waitJob(t, sm)
+	name := job.Name
+	jt.generatedRBAC(t, crds, sm)
+	role, err := jt.cs.RbacV1().Roles(jt.ns).Get(ctx, name, metav1.GetOptions{})
+	must(t, err, "read the migration's Role")
+	i := slices.IndexFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Equal(r.Resources, []string{"configmaps"}) })
+	if i < 0 {
+		t.Fatalf("the generated Role has no rule for configmaps: %v", role.Rules)
+	}
+	role.Rules = slices.Delete(role.Rules, i, i+1)
+	_, err = jt.cs.RbacV1().Roles(jt.ns).Update(ctx, role, metav1.UpdateOptions{})
+	must(t, err, "remove the result rule from Role %s/%s", jt.ns, name)
+	sa := "system:serviceaccount:" + jt.ns + ":" + name
+	review := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: sa, ResourceAttributes: &authzv1.ResourceAttributes{
+		Namespace: jt.ns, Resource: "configmaps", Verb: "create"}}}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := jt.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		return err == nil && !got.Status.Allowed, err
+	})
+	must(t, err, "waiting for the API server to deny %s the result ConfigMap", sa)
+	kubectl(t, "uncordon", jt.node.Name)
+
+	sm = waitMigrationIn(t, jt.platform, sm.Name, 5*time.Minute, "to finish", terminal)
+	failed := findCondition(sm.Status.Conditions, v1alpha1.ConditionFailed)
+	if sm.Status.Phase != v1alpha1.PhaseFailed || failed == nil || failed.Status != metav1.ConditionTrue {
+		t.Fatalf("StorageMigration %s: phase %s, Failed condition %+v; want Failed", sm.Name, sm.Status.Phase, failed)
+	}
+	t.Logf("the StorageMigration failed with: %s", failed.Message)
+	for _, want := range []string{"the migration Job " + jt.ns + "/" + name + " failed without a result", "BackoffLimitExceeded", "kubectl -n " + jt.ns + " logs job/" + name} {
+		if !strings.Contains(failed.Message, want) {
+			t.Errorf("the Failed condition's message lacks %q:\n%s", want, failed.Message)
+		}
+	}
+	if out := kubectlOut("get", "job/"+name, "-n", jt.ns, "-o", "name"); !strings.Contains(out, name) {
+		t.Errorf("after the failure, job/%s on the target: %s; want it kept", name, strings.TrimSpace(out))
+	}
+	if logs := kubectlOut("-n", jt.ns, "logs", "job/"+name); !strings.Contains(logs, "forbidden") || !strings.Contains(logs, "configmaps") {
+		t.Errorf("kubectl -n %s logs job/%s lacks the 403 on the result:\n%s", jt.ns, name, logs)
+	}
 }
