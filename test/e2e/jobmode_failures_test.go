@@ -3,7 +3,6 @@
 package e2e_test
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
@@ -57,12 +55,7 @@ func TestJobModeFieldLoss(t *testing.T) {
 	jt.generatedRBAC(t, crds, sm)
 	kubectl(t, "uncordon", jt.node.Name)
 
-	sm = waitMigrationIn(t, jt.platform, sm.Name, 5*time.Minute, "to finish", terminal)
-	failed := findCondition(sm.Status.Conditions, v1alpha1.ConditionFailed)
-	if sm.Status.Phase != v1alpha1.PhaseFailed || failed == nil || failed.Status != metav1.ConditionTrue || failed.Reason != controller.ReasonFieldLossRefused {
-		t.Fatalf("StorageMigration %s: phase %s, Failed condition %+v; want Failed with reason %s", sm.Name, sm.Status.Phase, failed, controller.ReasonFieldLossRefused)
-	}
-	t.Logf("the StorageMigration failed with: %s", failed.Message)
+	sm, failed := jt.waitFailed(t, sm.Name, controller.ReasonFieldLossRefused)
 	for _, want := range []string{"spec.interval", "spec.allowFieldLoss"} {
 		if !strings.Contains(failed.Message, want) {
 			t.Errorf("the Failed condition's message lacks %q:\n%s", want, failed.Message)
@@ -114,22 +107,10 @@ func TestJobModeNoResult(t *testing.T) {
 	role.Rules = slices.Delete(role.Rules, i, i+1)
 	_, err = jt.cs.RbacV1().Roles(jt.ns).Update(ctx, role, metav1.UpdateOptions{})
 	must(t, err, "remove the result rule from Role %s/%s", jt.ns, name)
-	sa := "system:serviceaccount:" + jt.ns + ":" + name
-	review := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: sa, ResourceAttributes: &authzv1.ResourceAttributes{
-		Namespace: jt.ns, Resource: "configmaps", Verb: "create"}}}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := jt.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-		return err == nil && !got.Status.Allowed, err
-	})
-	must(t, err, "waiting for the API server to deny %s the result ConfigMap", sa)
+	jt.waitDenied(t, "system:serviceaccount:"+jt.ns+":"+name, &authzv1.ResourceAttributes{Namespace: jt.ns, Resource: "configmaps", Verb: "create"})
 	kubectl(t, "uncordon", jt.node.Name)
 
-	sm = waitMigrationIn(t, jt.platform, sm.Name, 5*time.Minute, "to finish", terminal)
-	failed := findCondition(sm.Status.Conditions, v1alpha1.ConditionFailed)
-	if sm.Status.Phase != v1alpha1.PhaseFailed || failed == nil || failed.Status != metav1.ConditionTrue {
-		t.Fatalf("StorageMigration %s: phase %s, Failed condition %+v; want Failed", sm.Name, sm.Status.Phase, failed)
-	}
-	t.Logf("the StorageMigration failed with: %s", failed.Message)
+	_, failed := jt.waitFailed(t, sm.Name, "")
 	for _, want := range []string{"the migration Job " + jt.ns + "/" + name + " failed without a result", "BackoffLimitExceeded", "kubectl -n " + jt.ns + " logs job/" + name} {
 		if !strings.Contains(failed.Message, want) {
 			t.Errorf("the Failed condition's message lacks %q:\n%s", want, failed.Message)

@@ -359,17 +359,30 @@ func (jt *jobTarget) cleanedUp(t *testing.T, name string) {
 	t.Logf("left in %s after success: the namespace's defaults and %d migration Lease(s)", jt.ns, len(leases.Items))
 }
 
-// waitDenied waits until the API server's authorizer denies user the prune of crd (RBAC
-// is read from a cache that follows the roles).
-func (jt *jobTarget) waitDenied(t *testing.T, user, crd string) {
+// waitDenied waits until the API server's authorizer denies user what (RBAC is read
+// from a cache that follows the roles).
+func (jt *jobTarget) waitDenied(t *testing.T, user string, what *authzv1.ResourceAttributes) {
 	t.Helper()
-	review := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &authzv1.ResourceAttributes{
-		Group: apiextv1.GroupName, Resource: "customresourcedefinitions", Subresource: "status", Name: crd, Verb: "update"}}}
+	review := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: what}}
 	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := jt.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 		return err == nil && !got.Status.Allowed, err
 	})
-	must(t, err, "waiting for the API server to deny %s the prune", user)
+	must(t, err, "waiting for the API server to deny %s %s %s", user, what.Verb, what.Resource)
+}
+
+// waitFailed waits until StorageMigration name has finished and fails the test unless it
+// failed (phase Failed, condition Failed True) with reason, when reason is set. It returns
+// the migration and its Failed condition.
+func (jt *jobTarget) waitFailed(t *testing.T, name, reason string) (*v1alpha1.StorageMigration, *metav1.Condition) {
+	t.Helper()
+	sm := waitMigrationIn(t, jt.platform, name, 5*time.Minute, "to finish", terminal)
+	failed := findCondition(sm.Status.Conditions, v1alpha1.ConditionFailed)
+	if sm.Status.Phase != v1alpha1.PhaseFailed || failed == nil || failed.Status != metav1.ConditionTrue || reason != "" && failed.Reason != reason {
+		t.Fatalf("StorageMigration %s: phase %s, Failed condition %+v; want Failed (reason %q)", sm.Name, sm.Status.Phase, failed, reason)
+	}
+	t.Logf("the StorageMigration failed with: %s", failed.Message)
+	return sm, failed
 }
 
 // TestJobModeMissingRule is TestJobMode with the generated ClusterRole lacking one rule,
@@ -395,15 +408,11 @@ func TestJobModeMissingRule(t *testing.T) {
 	_, err := jt.cs.RbacV1().ClusterRoles().Update(t.Context(), cr, metav1.UpdateOptions{})
 	must(t, err, "remove the prune rule from ClusterRole %s", name)
 	sa := "system:serviceaccount:" + jt.ns + ":" + name
-	jt.waitDenied(t, sa, helmrepos)
+	jt.waitDenied(t, sa, &authzv1.ResourceAttributes{Group: apiextv1.GroupName, Resource: "customresourcedefinitions",
+		Subresource: "status", Name: helmrepos, Verb: "update"})
 	kubectl(t, "uncordon", jt.node.Name)
 
-	sm = waitMigrationIn(t, jt.platform, sm.Name, 5*time.Minute, "to finish", terminal)
-	failed := findCondition(sm.Status.Conditions, v1alpha1.ConditionFailed)
-	if sm.Status.Phase != v1alpha1.PhaseFailed || failed == nil || failed.Status != metav1.ConditionTrue {
-		t.Fatalf("StorageMigration %s: phase %s, Failed condition %+v; want Failed", sm.Name, sm.Status.Phase, failed)
-	}
-	t.Logf("the StorageMigration failed with: %s", failed.Message)
+	sm, failed := jt.waitFailed(t, sm.Name, "")
 	for _, want := range []string{"forbidden", sa, `"customresourcedefinitions/status"`, "kubectl -n " + jt.ns + " logs job/" + name} {
 		if !strings.Contains(failed.Message, want) {
 			t.Errorf("the Failed condition's message lacks %q:\n%s", want, failed.Message)
