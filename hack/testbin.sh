@@ -17,8 +17,13 @@
 #                  runs check, migrate and the gate on ($KUBE_CI), Helm 4 and 3, and Flux.
 #   --demo         only what `make demo` runs: kube-apiserver and etcd of the default minor, and
 #                  Helm 4. A newcomer's first demo waits for nothing else.
-#   --kube MINORS  the control planes of these minors (comma-separated, or "all") instead of
-#                  the default ones; `make test-matrix` uses --kube all.
+#   --kube MINORS  the control planes of these minors (comma-separated: 1.32, default,
+#                  oldest; or "all", or "none") instead of the default and the oldest;
+#                  `make test-matrix` uses --kube all.
+#   --no-flux, --no-helm
+#                  leave out Flux's controllers, or the Helm CLIs. With --kube none they make
+#                  a build of one part alone (.ci/run builds the later stages' parts so,
+#                  beside the tests, without two builds writing one file).
 #   --flux-only    only Flux's controllers (make demo-flux).
 #   --node         also what a real test node runs (make e2e): the default minor's kubelet,
 #                  kube-proxy and kube-scheduler.
@@ -63,8 +68,10 @@ while (($#)); do
     --demo) demo=true; flux=false; minors=$KUBE_DEFAULT ;;
     --kube)
       [[ $# -ge 2 ]] || { echo "testbin: --kube needs a list of minors, for example --kube 1.32,1.37" >&2; exit 2; }
-      minors=${2//,/ }; [[ $minors == all ]] && minors=$KUBE_ALL; shift ;;
+      minors=${2//,/ }; [[ $minors == all ]] && minors=$KUBE_ALL; [[ $minors == none ]] && minors=""
+      minors=${minors/default/$KUBE_DEFAULT} minors=${minors/oldest/$KUBE_CI}; shift ;;
     --no-flux) flux=false ;;
+    --no-helm) helm=false ;;
     --flux-only) minors="" helm=false ;;
     --node) node=true ;;
     --argocd) argocd=true ;;
