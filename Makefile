@@ -67,8 +67,8 @@ KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/... \
 # run first; for a failed package noskip prints the command that repeats its order.
 NOSKIP := $(BIN)/noskip
 # Test packages run TEST_P at a time (go test -p; its default is the number of cores). Our
-# packages mostly wait on API servers and controllers: at 2 on 2 cores the cores were
-# 40-80% busy, so a third package fills them.
+# packages mostly wait on API servers and controllers: two at a time kept 2 cores 15-60%
+# busy (40-85% beside the node tests), so a third uses what is left.
 TEST_P ?= 3
 GOTEST := go test -json -count=1 -shuffle=on -p $(TEST_P) -timeout $(TEST_TIMEOUT)
 

@@ -22,8 +22,8 @@
 #                  `make test-matrix` uses --kube all.
 #   --no-flux, --no-helm
 #                  leave out Flux's controllers, or the Helm CLIs. With --kube none they make
-#                  a build of one part alone (.ci/run builds the later stages' parts so,
-#                  beside the tests, without two builds writing one file).
+#                  a build of one part alone (.ci/run's builder builds each later part's
+#                  binaries so, beside the tests, and no two builds write one file).
 #   --flux-only    only Flux's controllers (make demo-flux).
 #   --node         also what a real test node runs (make e2e): the default minor's kubelet,
 #                  kube-proxy and kube-scheduler.
