@@ -117,7 +117,7 @@ e2e-ci: $(BIN)/noskip node-bin ## Run the e2e subset CI can afford: the chart's 
 
 # The e2e tests e2e-ci leaves out, the long migrations: the chart's default policy on the
 # Flux incident, the two-replica hand-over and helm upgrade mid-migration (13 minutes here).
-# .ci/run's node lane runs them after e2e-ci when its budget leaves the time.
+# .ci/run's second lane runs them after e2e-ci when its budget leaves the time.
 E2E_LONG_LIST  := TestPolicyMigratesFluxIncident TestTwoReplicasHandOver TestHelmUpgradeMidMigration
 E2E_LONG_TESTS := ^($(subst $(space),|,$(E2E_LONG_LIST)))$$
 
