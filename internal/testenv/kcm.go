@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -145,7 +146,12 @@ func (k *controllerManager) waitHealthy(port int, timeout time.Duration) error {
 		// A loopback test process with a self-signed certificate: nothing to verify against.
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 	}}
-	url := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	// /healthz answers before the controllers are built, and a controller being built
+	// can still exit the process: the namespace controller exits when it cannot list
+	// the API's resources, so a kube-apiserver stopped right after start-up took
+	// kube-controller-manager with it. The controllers' own checks join the verbose
+	// list (in place of the lone "ping") once every one of them is built; wait for them.
+	url := fmt.Sprintf("https://127.0.0.1:%d/healthz?verbose", port)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -159,12 +165,25 @@ func (k *controllerManager) waitHealthy(port int, timeout time.Duration) error {
 			if err != nil {
 				continue
 			}
+			body, err := io.ReadAll(resp.Body)
 			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if err == nil && resp.StatusCode == http.StatusOK && controllersBuilt(string(body)) {
 				return nil
 			}
 		}
 	}
+}
+
+// controllersBuilt reports whether a /healthz?verbose answer lists a controller's check
+// ("[+]namespace-controller ok"), not only the "ping" it serves before.
+func controllersBuilt(verbose string) bool {
+	for line := range strings.Lines(verbose) {
+		name, ok := strings.CutPrefix(strings.TrimSpace(line), "[+]")
+		if ok && !strings.HasPrefix(name, "ping ") {
+			return true
+		}
+	}
+	return false
 }
 
 // ControllerManagerForTest runs kube-controller-manager for the rest of the test and
