@@ -89,7 +89,7 @@ testbin-default: ## Build only what make test-default runs on: the default minor
 	./hack/testbin.sh --kube default
 
 test-default: $(BIN)/noskip testbin-default ## The whole suite on the default minor, but for the release builds (make test-dist)
-	set -o pipefail; pkgs=$$(go list ./... | grep -v '/hack/dist$$') && $(GOTEST) $$pkgs | $(NOSKIP)
+	set -o pipefail; pkgs=$$(go list ./... | grep -Ev '/hack/dist(/|$$)') && $(GOTEST) $$pkgs | $(NOSKIP)
 
 test-dist: $(BIN)/noskip testbin-default ## The release builds: archives, the krew manifest, the Helm plugins and the image, cross-compiled for every platform
 	set -o pipefail; $(GOTEST) $(DIST_PACKAGES) | $(NOSKIP)
