@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -40,6 +42,17 @@ func CreateObjects(ctx context.Context, cfg *rest.Config, o Objects) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	// A CRD created a moment ago (by Helm, which waits only for Established) may not be
+	// served yet: the API server's handler reads CRDs from its own informer, which can lag
+	// behind the condition. Wait until a LIST is answered.
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, last = dyn.Resource(o.GVR).List(ctx, metav1.ListOptions{Limit: 1})
+		return !apierrors.IsNotFound(last), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s is not served: %w (last answer: %w)", o.GVR, err, last)
 	}
 	namespaces := o.Namespaces
 	if len(namespaces) == 0 {
