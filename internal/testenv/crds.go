@@ -102,15 +102,10 @@ func SetStoredVersions(ctx context.Context, cs apiextclient.Interface, name stri
 	})
 }
 
-// WaitEstablished waits until the CRD's Established condition is true and each of its
-// served versions answers a LIST: the API server's handler for custom resources reads
-// CRDs from its own informer, which can lag behind the condition (a create right after
-// it then gets a 404).
+// WaitEstablished waits until the CRD's Established condition is true.
 func WaitEstablished(ctx context.Context, cs apiextclient.Interface, name string) error {
-	var crd *apiextv1.CustomResourceDefinition
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		crd, err = cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -121,24 +116,6 @@ func WaitEstablished(ctx context.Context, cs apiextclient.Interface, name string
 		}
 		return false, nil
 	})
-	if err != nil {
-		return err
-	}
-	for _, v := range crd.Spec.Versions {
-		if !v.Served {
-			continue
-		}
-		path := "/apis/" + crd.Spec.Group + "/" + v.Name + "/" + crd.Spec.Names.Plural
-		var last error
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			last = cs.ApiextensionsV1().RESTClient().Get().AbsPath(path).Param("limit", "1").Do(ctx).Error()
-			return !apierrors.IsNotFound(last), nil
-		})
-		if err != nil {
-			return fmt.Errorf("%s is Established but %s is not served: %w (last answer: %w)", name, path, err, last)
-		}
-	}
-	return nil
 }
 
 // AllowCRDDeletion annotates the CRDs match selects upgradeguard.io/allow-delete=true, so

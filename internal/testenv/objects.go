@@ -43,9 +43,9 @@ func CreateObjects(ctx context.Context, cfg *rest.Config, o Objects) error {
 	if err != nil {
 		return err
 	}
-	// A CRD created a moment ago (by Helm, which waits only for Established) may not be
-	// served yet: the API server's handler reads CRDs from its own informer, which can lag
-	// behind the condition. Wait until a LIST is answered.
+	// A CRD created a moment ago (by `helm install` from templates/, which Helm does not
+	// wait for) is served only once the API server has accepted its names; until then a
+	// create is a 404. Wait until a LIST is answered.
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, last = dyn.Resource(o.GVR).List(ctx, metav1.ListOptions{Limit: 1})
