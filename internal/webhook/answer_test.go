@@ -13,6 +13,7 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
@@ -85,21 +86,48 @@ func (f migratorFunc) Migrate(_ context.Context, crds []string) (*gate.Progress,
 	return f(crds), nil
 }
 
-// testDoor is one door of the gate, built as the gate builds it, with the event reasons
-// and wording its answers must carry.
+// testDoor is one door of the gate whose change a migration can fix, built as the gate
+// builds it, with the event reasons and wording its answers must carry, and the
+// decisions it can give.
 type testDoor struct {
 	name                             string
-	door                             door
+	door                             upgradeDoor
 	admitted, blocked, held, started string
 	// again and retry are how the deployer applies the change again, and retries it
 	// after the migration; target is where the next steps run.
 	again, retry, target string
 	// before is what the door says of its denials.
 	before string
+	// decisions are the names of the upgradeDecisions the door can give.
+	decisions []string
 }
 
+// Decisions of an upgrade door: everything but a CRD update's, which brings the one
+// CRD it updates (no deletion) and is judged by the API server itself in the same
+// request (no refusal).
+var (
+	everyUpgrade = []string{"admitted", "admitted after its migration", "bridge", "delete", "data loss", "refused", "no policy",
+		"migration failed", "held, created", "held, in progress", "held, dry run", "held, dry run, in progress"}
+	crdUpdate = slices.DeleteFunc(slices.Clone(everyUpgrade), func(n string) bool { return n == "delete" || n == "refused" })
+)
+
+const testCRD = "widgets.example.io"
+
+// testOwners are the owners a door words its advice for.
+var (
+	fluxOwned  = owner{hrNamespace: "apps", hrName: "web", namespace: "apps", release: "web"}
+	helmOwned  = owner{namespace: "apps", release: "web"}
+	argoSynced = owner{release: testCRD, appNamespace: "argocd", app: "widgets"}
+	unowned    = owner{release: testCRD}
+)
+
+const (
+	fluxAgain = "then let helm-controller retry (flux reconcile helmrelease web -n apps --reset)"
+	fluxRetry = "when it has succeeded, upgradeguard asks helm-controller to retry HelmRelease apps/web at once (reconcile.fluxcd.io/resetAt)"
+)
+
 func testDoors(dryRun bool) []testDoor {
-	const crd = "widgets.example.io"
+	const crd = testCRD
 	sms := func(name string) *storageMigrations { return &storageMigrations{name: name, dryRun: dryRun} }
 	hr := &helmv2.HelmRelease{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web", Generation: 3}}
 	res := &fluxrelease.Result{Report: &check.Report{ChartVersion: "2.0.0"}, Operation: predict.Upgrade, Release: "web", StorageNamespace: "apps",
@@ -111,21 +139,52 @@ func testDoors(dryRun bool) []testDoor {
 	record := "upgrade of release apps/web to revision 2 (chart web@2.0.0) from chart version 1.0.0"
 	update := "update of CustomResourceDefinition " + crd + ", which drops v1alpha1 from spec.versions while status.storedVersions still lists it (the API server rejects it)"
 	crdRep := &check.Report{Chart: crdGateChart}
-	flux := owner{hrNamespace: "apps", hrName: "web", namespace: "apps", release: "web"}
-	helm := owner{namespace: "apps", release: "web"}
-	argo := owner{release: crd, appNamespace: "argocd", app: "widgets"}
-	alone := owner{release: crd}
+	crdDoor := func(o owner, what string, sms *storageMigrations) upgradeDoor {
+		dr := o.door(what, "", crdRep, sms)
+		dr.crd = crd
+		return dr
+	}
 	const (
-		fluxAgain = "then let helm-controller retry (flux reconcile helmrelease web -n apps --reset)"
-		fluxRetry = "when it has succeeded, upgradeguard asks helm-controller to retry HelmRelease apps/web at once (reconcile.fluxcd.io/resetAt)"
 		helmAgain = "then run the helm command again"
 		helmRetry = "run the same helm command again when it has succeeded"
 		crdRetry  = "retry the update when it has succeeded"
 	)
 	hrReasons := []string{ReasonChartChangeAdmitted, ReasonChartChangeBlocked, ReasonChartChangeHeld, ReasonMigrationStarted}
 	recReasons := []string{ReasonReleaseAdmitted, ReasonReleaseBlocked, ReasonReleaseHeld, ReasonReleaseHeld}
-	delReasons := []string{ReasonCRDDeletionAdmitted, ReasonCRDDeletionBlocked, ReasonCRDDeletionBlocked, ReasonCRDDeletionBlocked}
-	uninstallReasons := []string{ReasonReleaseAdmitted, ReasonUninstallBlocked, ReasonReleaseHeld, ReasonReleaseHeld}
+	mk := func(name string, dr upgradeDoor, reasons []string, again, retry, target, before string, decisions []string) testDoor {
+		return testDoor{name: name, door: dr, admitted: reasons[0], blocked: reasons[1], held: reasons[2], started: reasons[3],
+			again: again, retry: retry, target: target, before: before, decisions: decisions}
+	}
+	const hrAgain, hrRetry = "then re-apply the change (Flux retries on its next reconcile)", "Flux's retries of this change will then succeed"
+	return []testDoor{
+		mk("HelmRelease", hrDoor(hr, res, false, sms("hr-apps-web")), hrReasons, hrAgain, hrRetry, "", beforeApplied, everyUpgrade),
+		mk("HelmRelease remote", hrDoor(remote, &remoteRes, false, sms("hr-apps-web")), hrReasons, hrAgain, hrRetry,
+			" (against the cluster of the kubeConfig Secret apps/shoot-kubeconfig)", beforeApplied, everyUpgrade),
+		mk("release record, Helm", helmOwned.door(record, beforeApplied, &check.Report{}, sms("release-apps-web")), recReasons, helmAgain, helmRetry, "", beforeApplied, everyUpgrade),
+		mk("release record, Flux", fluxOwned.door(record, beforeApplied, &check.Report{}, sms("hr-apps-web")), recReasons, fluxAgain, fluxRetry, "", beforeApplied, everyUpgrade),
+		mk("CRD update, no owner", crdDoor(unowned, update, sms("crd-"+crd)), recReasons, "then retry the update", crdRetry, "", "", crdUpdate),
+		mk("CRD update, Helm", crdDoor(helmOwned, update, sms("release-apps-web")), recReasons, helmAgain, helmRetry, "", "", crdUpdate),
+		mk("CRD update, Flux", crdDoor(fluxOwned, update+", applied for HelmRelease apps/web", sms("hr-apps-web")), recReasons, fluxAgain, fluxRetry, "", "", crdUpdate),
+		mk("CRD update, Argo CD", crdDoor(argoSynced, update+", applied for Argo CD Application argocd/widgets", sms("crd-"+crd)), recReasons,
+			"then sync Application argocd/widgets again (or roll it back again)", crdRetry, "", "", crdUpdate),
+	}
+}
+
+// testDeletionDoor is one door of the gate whose change deletes CRDs, with the wording its
+// answers must carry and the deletionDecisions it can give.
+type testDeletionDoor struct {
+	name              string
+	door              deletionDoor
+	admitted, blocked string
+	again             string
+	// warning is what the warning of a denial says after the denial's sentence; "" for
+	// the whole answer.
+	warning   string
+	decisions []string
+}
+
+func testDeletionDoors() []testDeletionDoor {
+	const crd = testCRD
 	deletion := "deletion of CustomResourceDefinition " + crd + " by user admin"
 	// The live CRD being deleted, which already lists a sync option: the Argo CD keep
 	// merges Prune=false into it.
@@ -133,183 +192,274 @@ func testDoors(dryRun bool) []testDoor {
 		Annotations: map[string]string{predict.ArgoSyncOptionsAnnotation: "ServerSideApply=true"}}}
 	uninstall := "uninstalling mark of release apps/web (revision 2, chart web@2.0.0), which helm uninstall writes before it deletes anything"
 	const (
-		delRetry = "delete the CRD again when it has succeeded"
-		keep     = ". To keep the CRD and its objects outside the release instead: kubectl annotate crd " + crd +
+		keep = ". To keep the CRD and its objects outside the release instead: kubectl annotate crd " + crd +
 			" helm.sh/resource-policy=keep makes Helm's next upgrade leave them (an uninstall reads that policy from the release's stored manifest only)"
 		goesOn = ". Helm only logs this refusal and goes on deleting the release's other objects; upgradeguard's CRD deletion guard, where it is on, " +
 			"refuses the DELETE of " + crd + ", so the uninstall fails and leaves the CRDs and their objects in place"
+		dryRun = "kubectl delete crd " + crd + " --dry-run=server shows the next steps"
 	)
-	mk := func(name string, dr door, reasons []string, again, retry, target, before string) testDoor {
-		return testDoor{name: name, door: dr, admitted: reasons[0], blocked: reasons[1], held: reasons[2], started: reasons[3],
-			again: again, retry: retry, target: target, before: before}
+	// The guard judges one CRD; an uninstall judges every CRD it deletes, and may
+	// delete none.
+	guard, uninstalls := []string{"holds none", "holds objects"}, []string{"deletes no CRD", "holds none", "holds objects"}
+	mk := func(name string, dr deletionDoor, reasons []string, again, warning string, decisions []string) testDeletionDoor {
+		return testDeletionDoor{name: name, door: dr, admitted: reasons[0], blocked: reasons[1], again: again, warning: warning, decisions: decisions}
 	}
-	const hrAgain, hrRetry = "then re-apply the change (Flux retries on its next reconcile)", "Flux's retries of this change will then succeed"
-	return []testDoor{
-		mk("HelmRelease", hrDoor(hr, res, false, sms("hr-apps-web")), hrReasons, hrAgain, hrRetry, "", beforeApplied),
-		mk("HelmRelease remote", hrDoor(remote, &remoteRes, false, sms("hr-apps-web")), hrReasons, hrAgain, hrRetry,
-			" (against the cluster of the kubeConfig Secret apps/shoot-kubeconfig)", beforeApplied),
-		mk("release record, Helm", helm.door(record, beforeApplied, &check.Report{}, sms("release-apps-web")), recReasons, helmAgain, helmRetry, "", beforeApplied),
-		mk("release record, Flux", flux.door(record, beforeApplied, &check.Report{}, sms("hr-apps-web")), recReasons, fluxAgain, fluxRetry, "", beforeApplied),
-		mk("CRD update, no owner", alone.door(update, "", crdRep, sms("crd-"+crd)), recReasons, "then retry the update", crdRetry, "", ""),
-		mk("CRD update, Helm", helm.door(update, "", crdRep, sms("release-apps-web")), recReasons, helmAgain, helmRetry, "", ""),
-		mk("CRD update, Flux", flux.door(update+", applied for HelmRelease apps/web", "", crdRep, sms("hr-apps-web")), recReasons, fluxAgain, fluxRetry, "", ""),
-		mk("CRD update, Argo CD", argo.door(update+", applied for Argo CD Application argocd/widgets", "", crdRep, sms("crd-"+crd)), recReasons,
-			"then sync Application argocd/widgets again (or roll it back again)", crdRetry, "", ""),
-		mk("CRD deletion, no owner", alone.deletionDoor(deletion, liveCRD, sms("crd-"+crd)), delReasons, "then delete the CRD again", delRetry, "", ""),
-		mk("CRD deletion, Helm", helm.deletionDoor(deletion+" (a CRD of Helm release apps/web)", liveCRD, sms("release-apps-web")), delReasons,
-			"then delete the CRD again (or run the helm command that deletes it again)"+keep, delRetry, "", ""),
-		mk("CRD deletion, Flux", flux.deletionDoor(deletion+" (a CRD that HelmRelease apps/web applies)", liveCRD, sms("hr-apps-web")), delReasons,
-			fluxAgain+keep, fluxRetry, "", ""),
-		mk("CRD deletion, Argo CD", argo.deletionDoor(deletion+" (a CRD that Argo CD Application argocd/widgets syncs)", liveCRD, sms("crd-"+crd)), delReasons,
+	delReasons := []string{ReasonCRDDeletionAdmitted, ReasonCRDDeletionBlocked}
+	uninstallReasons := []string{ReasonReleaseAdmitted, ReasonUninstallBlocked}
+	return []testDeletionDoor{
+		mk("CRD deletion, no owner", unowned.deletionDoor(deletion, liveCRD), delReasons, "then delete the CRD again", dryRun, guard),
+		mk("CRD deletion, Helm", helmOwned.deletionDoor(deletion+" (a CRD of Helm release apps/web)", liveCRD), delReasons,
+			"then delete the CRD again (or run the helm command that deletes it again)"+keep, dryRun, guard),
+		mk("CRD deletion, Flux", fluxOwned.deletionDoor(deletion+" (a CRD that HelmRelease apps/web applies)", liveCRD), delReasons, fluxAgain+keep, dryRun, guard),
+		mk("CRD deletion, Argo CD", argoSynced.deletionDoor(deletion+" (a CRD that Argo CD Application argocd/widgets syncs)", liveCRD), delReasons,
 			"then sync Application argocd/widgets again with prune. To keep the CRD and its objects instead: kubectl annotate --overwrite crd "+crd+
 				" argocd.argoproj.io/sync-options=ServerSideApply=true,Prune=false, then sync Application argocd/widgets again: Argo CD skips the CRD's prune, "+
-				"and the Application stays OutOfSync with the CRD requiring pruning", delRetry, "", ""),
-		mk("uninstall, Helm", helm.uninstallDoor(uninstall, []string{crd}, sms("release-apps-web")), uninstallReasons,
-			"then run helm uninstall again"+goesOn, "run helm uninstall again when it has succeeded", "", ""),
-		mk("uninstall, Flux", flux.uninstallDoor(uninstall, []string{crd}, sms("hr-apps-web")), uninstallReasons, fluxAgain+goesOn, fluxRetry, "", ""),
+				"and the Application stays OutOfSync with the CRD requiring pruning", dryRun, guard),
+		mk("uninstall, Helm", helmOwned.uninstallDoor(uninstall, []string{crd}), uninstallReasons, "then run helm uninstall again"+goesOn, "", uninstalls),
+		mk("uninstall, Flux", fluxOwned.uninstallDoor(uninstall, []string{crd}), uninstallReasons, fluxAgain+goesOn, "", uninstalls),
 	}
 }
 
-// TestAnswer words every verdict at every door. The decisions are the library's own
-// (gate.Judge on a report, with the progress the gate's Migrator reports), and every
-// answer must carry the library's sentence as it is: gate.Decision.Message, which holds
-// every condition's message, and the conditions unchanged. Around it a door adds only its
-// own: the change, when it denies, its next steps and how its deployer goes on.
-func TestAnswer(t *testing.T) {
+// upgradeCase is one decision an upgrade door can give.
+type upgradeCase struct {
+	report   *check.Report
+	progress func(m *storageMigrations, crds []string) *gate.Progress
+	dryRun   bool
+	migrated bool // an admitted change whose StorageMigration has succeeded
+	kind     kind
+	verb     string // what the answer says the gate did
+	want     []string
+}
+
+func verdicts(vs ...predict.Verdict) *check.Report {
 	const a, b = "a.example.io", "b.example.io"
-	verdicts := func(vs ...predict.Verdict) *check.Report {
-		rep := &check.Report{Safe: true, NextSteps: []string{"step one", "step two"}}
-		for i, v := range vs {
-			rep.CRDs = append(rep.CRDs, check.CRDReport{Finding: predict.Finding{Name: []string{a, b}[i], Verdict: v, Reason: "because " + string(v)}})
-			rep.Safe = rep.Safe && v == predict.OK
+	rep := &check.Report{Safe: true, NextSteps: []string{"step one", "step two"}}
+	for i, v := range vs {
+		rep.CRDs = append(rep.CRDs, check.CRDReport{Finding: predict.Finding{Name: []string{a, b}[i], Verdict: v, Reason: "because " + string(v)}})
+		rep.Safe = rep.Safe && v == predict.OK
+	}
+	return rep
+}
+
+// upgradeDecisions are every decision of gate.Judge, with the progress the gate's
+// Migrator reports.
+var upgradeDecisions = map[string]upgradeCase{
+	"admitted":                     {report: verdicts(predict.OK), kind: kindAdmitted, verb: "admitted"},
+	"admitted after its migration": {report: verdicts(predict.OK), migrated: true, kind: kindAdmitted, verb: "admitted"},
+	"bridge":                       {report: verdicts(predict.Bridge), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyBridge}},
+	"delete":                       {report: verdicts(predict.Delete, predict.Migrate), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyDelete}},
+	"data loss":                    {report: verdicts(predict.DataLoss), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyDataLoss}},
+	"refused":                      {report: verdicts(predict.Refused, predict.Migrate), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyRefused}},
+	"no policy": {report: verdicts(predict.Migrate, predict.Migrate), kind: kindNoPolicy, verb: "denied",
+		progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.notAllowed(crds) },
+		want:     []string{"no StorageMigrationPolicy with autoMigrate selects a.example.io, b.example.io", "Or create a StorageMigrationPolicy with autoMigrate: true that selects these CRDs"}},
+	"migration failed": {report: verdicts(predict.Migrate), kind: kindMigrationFailed, verb: "denied",
+		progress: func(m *storageMigrations, _ []string) *gate.Progress {
+			return m.failed(m.name, "a.example.io: 3 objects could not be migrated")
+		},
+		want: []string{"failed: a.example.io: 3 objects could not be migrated", "kubectl delete storagemigration "}},
+	"held, created": {report: verdicts(predict.Migrate, predict.Migrate), kind: kindHeld, verb: "is holding",
+		progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.running(crds, true) },
+		want:     []string{"was created to migrate 2 CRDs", "The change is held until StorageMigration "}},
+	"held, in progress": {report: verdicts(predict.Migrate), kind: kindHeld, verb: "is holding",
+		progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.running(crds, false) },
+		want:     []string{"is in progress, migrating 1 CRD", "kubectl get storagemigration "}},
+	"held, dry run": {report: verdicts(predict.Migrate), dryRun: true, kind: kindHeld, verb: "would hold",
+		progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.running(crds, true) },
+		want:     []string{"would be created to migrate 1 CRD", "This was a dry run, so no StorageMigration was created"}},
+	"held, dry run, in progress": {report: verdicts(predict.Migrate), dryRun: true, kind: kindHeld, verb: "would hold",
+		progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.running(crds, false) },
+		want:     []string{"is in progress, migrating 1 CRD", "The change is held until StorageMigration "}},
+}
+
+// deletionDecisions are every decision of gate.JudgeDeletion.
+var deletionDecisions = map[string]*check.Report{
+	"deletes no CRD": {Operation: predict.DeleteCRD, Safe: true},
+	"holds none": {Operation: predict.DeleteCRD, Safe: true, CRDs: []check.CRDReport{{Finding: predict.Finding{Name: testCRD, Verdict: predict.OK,
+		Reason: "it holds no Widget objects, so nothing is lost"}}}},
+	"holds objects": {Operation: predict.DeleteCRD, NextSteps: []string{"step one", "step two"}, CRDs: []check.CRDReport{{Finding: predict.Finding{Name: testCRD,
+		Verdict: predict.Delete, Reason: "the API server deletes all 3 Widget objects with it, for good"}}}},
+}
+
+// TestAnswer words every decision each door can give, and only those: an upgrade door's
+// are gate.Judge's, a deletion door's gate.JudgeDeletion's. The decisions are the
+// library's own (with the progress the gate's Migrator reports), and every answer must
+// carry the library's sentence as it is (its Message, which holds every condition's
+// message) and the conditions unchanged. Around it a door adds only its own: the change,
+// when it denies, its next steps and how its deployer goes on; a deletion door's denial
+// is also its warning.
+func TestAnswer(t *testing.T) {
+	for _, dryRun := range []bool{false, true} {
+		for _, td := range testDoors(dryRun) {
+			for _, name := range td.decisions {
+				tc := upgradeDecisions[name]
+				if tc.dryRun != dryRun {
+					continue
+				}
+				t.Run("upgrade/"+td.name+"/"+name, func(t *testing.T) { testUpgradeAnswer(t, td, name, tc) })
+			}
 		}
-		return rep
+	}
+	for _, td := range testDeletionDoors() {
+		for _, name := range td.decisions {
+			t.Run("deletion/"+td.name+"/"+name, func(t *testing.T) { testDeletionAnswer(t, td, name, deletionDecisions[name]) })
+		}
+	}
+}
+
+func testDeletionAnswer(t *testing.T, td testDeletionDoor, name string, rep *check.Report) {
+	gd := gate.JudgeDeletion(rep)
+	d := td.door.answer(gd)
+	want := decision{kind: kindAdmitted, reason: td.admitted, message: "upgradeguard admitted the " + td.door.change + ": " + gd.Message}
+	if name == "holds objects" {
+		denied := "upgradeguard denied the " + td.door.change + ": " + gd.Message
+		want = decision{kind: kindUnfixable, reason: td.blocked, message: denied + ". Next steps: step one; then step two; " + td.again}
+		want.warnings = []string{want.message}
+		if td.warning != "" {
+			want.warnings = []string{denied + "; " + td.warning}
+		}
+	}
+	if diff := cmp.Diff(want, d, cmp.AllowUnexported(decision{})); diff != "" {
+		t.Errorf("answer (-want +got):\n%s", diff)
+	}
+}
+
+func testUpgradeAnswer(t *testing.T, td testDoor, name string, tc upgradeCase) {
+	dr := td.door
+	o := dr.options
+	o.Migrator = migratorFunc(func(crds []string) *gate.Progress { return tc.progress(dr.migrations, crds) })
+	gd, err := gate.Judge(t.Context(), tc.report, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrated := ""
+	if tc.migrated {
+		migrated = dr.migrations.name
+	}
+	d := dr.answer(gd, migrated)
+	if d.kind != tc.kind {
+		t.Fatalf("kind %d, want %d: %s", d.kind, tc.kind, d.message)
+	}
+	msg := d.message
+	if len(d.warnings) > 0 {
+		t.Errorf("an upgrade's answer warns %q; its door adds the warnings of what it read", d.warnings)
+	}
+
+	// The library's sentence, as it is, in the answer and in the conditions.
+	wantConds := gd.Conditions
+	if tc.migrated {
+		wantConds = slices.Clone(gd.Conditions)
+		wantConds[0].Reason = gate.ReasonMigrated
+	}
+	if diff := cmp.Diff(wantConds, d.conditions); diff != "" {
+		t.Errorf("conditions differ from the library's (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(msg, gd.Message) {
+		t.Errorf("the answer lacks the library's message %q:\n%s", gd.Message, msg)
+	}
+	said := gd.Conditions[:1] // what is required
+	if gd.Migration != nil {
+		said = gd.Conditions // and where the migration stands
+	}
+	for _, c := range said {
+		if !strings.Contains(gd.Message, c.Message) {
+			t.Errorf("condition %s says %q, which the library's message %q does not", c.Type, c.Message, gd.Message)
+		}
+	}
+	if len(gd.ToMigrate) > 0 && tc.kind != kindUnfixable && !strings.Contains(msg, gd.Required()) {
+		t.Errorf("the answer lacks the library's %q:\n%s", gd.Required(), msg)
+	}
+
+	// What the door adds: a CRD update's dry run it would hold begins with the mark
+	// programs read, and no other answer carries one.
+	mark := ""
+	if dr.crd != "" && tc.dryRun && tc.kind == kindHeld {
+		mark = MarkDryRunHeld(testCRD) + " "
+	}
+	if got := dryRunHeldCRDs(msg); (mark != "") != slices.Equal(got, []string{testCRD}) || (mark == "" && len(got) > 0) {
+		t.Errorf("the answer marks %q as held by a dry run, want the mark %q:\n%s", got, mark, msg)
+	}
+	before := td.before
+	if tc.verb != "denied" && tc.verb != "is holding" {
+		before = ""
+	}
+	if want := mark + "upgradeguard " + tc.verb + " the " + dr.change + before + ": " + gd.Message; !strings.HasPrefix(msg, want) {
+		t.Errorf("the answer does not begin %q:\n%s", want, msg)
+	}
+	want := slices.Clone(tc.want)
+	if tc.kind != kindAdmitted && (tc.kind != kindHeld || strings.Contains(msg, "dry run")) {
+		want = append(want, "Next steps"+td.target+": step one; then step two; "+td.again)
+	}
+	if tc.kind == kindHeld && !strings.Contains(msg, "This was a dry run") {
+		want = append(want, "; "+td.retry)
+	}
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("the answer lacks %q:\n%s", w, msg)
+		}
+	}
+	// A bridge names the door's plan command, unless the door has none.
+	if name == "bridge" && !dr.options.NoPlan && (gd.Plan == "" || !strings.Contains(msg, "The whole safe path: "+gd.Plan)) {
+		t.Errorf("a bridge names no plan command: %s", msg)
+	}
+
+	wantReason, wantMigration := td.blocked, ""
+	switch tc.kind {
+	case kindAdmitted:
+		wantReason = td.admitted
+		if tc.migrated {
+			wantMigration = dr.migrations.name
+		}
+	case kindMigrationFailed:
+		wantReason, wantMigration = ReasonMigrationFailed, dr.migrations.name
+	case kindHeld:
+		wantReason, wantMigration = td.held, dr.migrations.name
+		if d.created && !tc.dryRun {
+			wantReason = td.started
+		}
+	}
+	if d.reason != wantReason || d.migration != wantMigration {
+		t.Errorf("event reason %q and StorageMigration %q, want %q and %q", d.reason, d.migration, wantReason, wantMigration)
+	}
+}
+
+// TestDryRunHeldMark: argoDiffs finds a held CRD by the mark alone. The sentence around
+// it may say anything (here, every word of the real answer reworded), and the old
+// sentence without the mark is no longer read.
+func TestDryRunHeldMark(t *testing.T) {
+	dr := unowned.door("update of CustomResourceDefinition "+testCRD, "", &check.Report{Chart: crdGateChart},
+		&storageMigrations{name: "crd-" + testCRD, dryRun: true})
+	dr.crd = testCRD
+	o := dr.options
+	o.Migrator = migratorFunc(func(crds []string) *gate.Progress { return dr.migrations.running(crds, true) })
+	gd, err := gate.Judge(t.Context(), verdicts(predict.Migrate), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := dr.answer(gd, "").message
+	mark := MarkDryRunHeld(testCRD)
+	reworded := mark + " " + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' {
+			return 'a' + ('z' - r) // every letter of the sentence changed
+		}
+		return r
+	}, strings.TrimPrefix(answer, mark+" "))
+	unmarked := strings.TrimPrefix(answer, mark+" ")
+	condition := func(msg string) *argoapp.Application {
+		app := &argoapp.Application{}
+		app.Status.Conditions = []argoapp.Condition{{Type: "ComparisonError", Message: "error running server side apply in dryrun mode: admission webhook \"crd.upgradeguard.io\" denied the request: " + msg}}
+		return app
 	}
 	for _, tc := range []struct {
-		name     string
-		report   *check.Report
-		progress func(m *storageMigrations, crds []string) *gate.Progress
-		dryRun   bool
-		migrated bool // an admitted change whose StorageMigration has succeeded
-		kind     kind
-		verb     string // what the answer says the gate did
-		want     []string
+		name, message string
+		want          []string
 	}{
-		{name: "admitted", report: verdicts(predict.OK), kind: kindAdmitted, verb: "admitted"},
-		{name: "admitted after its migration", report: verdicts(predict.OK), migrated: true, kind: kindAdmitted, verb: "admitted"},
-		{name: "bridge", report: verdicts(predict.Bridge), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyBridge}},
-		{name: "delete", report: verdicts(predict.Delete, predict.Migrate), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyDelete}},
-		{name: "data loss", report: verdicts(predict.DataLoss), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyDataLoss}},
-		{name: "refused", report: verdicts(predict.Refused, predict.Migrate), kind: kindUnfixable, verb: "denied", want: []string{gate.WhyRefused}},
-		{name: "no policy", report: verdicts(predict.Migrate, predict.Migrate), kind: kindNoPolicy, verb: "denied",
-			progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.notAllowed(crds) },
-			want:     []string{"no StorageMigrationPolicy with autoMigrate selects a.example.io, b.example.io", "Or create a StorageMigrationPolicy with autoMigrate: true that selects these CRDs"}},
-		{name: "migration failed", report: verdicts(predict.Migrate), kind: kindMigrationFailed, verb: "denied",
-			progress: func(m *storageMigrations, _ []string) *gate.Progress {
-				return m.failed(m.name, a+": 3 objects could not be migrated")
-			},
-			want: []string{"failed: a.example.io: 3 objects could not be migrated", "kubectl delete storagemigration "}},
-		{name: "held, created", report: verdicts(predict.Migrate, predict.Migrate), kind: kindHeld, verb: "is holding",
-			progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.running(crds, true) },
-			want:     []string{"was created to migrate 2 CRDs", "The change is held until StorageMigration "}},
-		{name: "held, in progress", report: verdicts(predict.Migrate), kind: kindHeld, verb: "is holding",
-			progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.running(crds, false) },
-			want:     []string{"is in progress, migrating 1 CRD", "kubectl get storagemigration "}},
-		{name: "held, dry run", report: verdicts(predict.Migrate), dryRun: true, kind: kindHeld, verb: "would hold",
-			progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.running(crds, true) },
-			want:     []string{"would be created to migrate 1 CRD", "This was a dry run, so no StorageMigration was created"}},
-		{name: "held, dry run, in progress", report: verdicts(predict.Migrate), dryRun: true, kind: kindHeld, verb: "would hold",
-			progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.running(crds, false) },
-			want:     []string{"is in progress, migrating 1 CRD", "The change is held until StorageMigration "}},
+		{"the answer", answer, []string{testCRD}},
+		{"the answer reworded", reworded, []string{testCRD}},
+		{"the sentence without its mark", unmarked, nil},
 	} {
-		for _, td := range testDoors(tc.dryRun) {
-			t.Run(tc.name+"/"+td.name, func(t *testing.T) {
-				dr := td.door
-				o := dr.options
-				o.Migrator = migratorFunc(func(crds []string) *gate.Progress { return tc.progress(dr.migrations, crds) })
-				gd, err := gate.Judge(t.Context(), tc.report, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				migrated := ""
-				if tc.migrated {
-					migrated = dr.migrations.name
-				}
-				d := dr.answer(gd, migrated)
-				if d.kind != tc.kind {
-					t.Fatalf("kind %d, want %d: %s", d.kind, tc.kind, d.message)
-				}
-				msg := d.message
-
-				// The library's sentence, as it is, in the answer and in the conditions.
-				wantConds := gd.Conditions
-				if tc.migrated {
-					wantConds = slices.Clone(gd.Conditions)
-					wantConds[0].Reason = gate.ReasonMigrated
-				}
-				if diff := cmp.Diff(wantConds, d.conditions); diff != "" {
-					t.Errorf("conditions differ from the library's (-want +got):\n%s", diff)
-				}
-				if !strings.Contains(msg, gd.Message) {
-					t.Errorf("the answer lacks the library's message %q:\n%s", gd.Message, msg)
-				}
-				said := gd.Conditions[:1] // what is required
-				if gd.Migration != nil {
-					said = gd.Conditions // and where the migration stands
-				}
-				for _, c := range said {
-					if !strings.Contains(gd.Message, c.Message) {
-						t.Errorf("condition %s says %q, which the library's message %q does not", c.Type, c.Message, gd.Message)
-					}
-				}
-				if len(gd.ToMigrate) > 0 && tc.kind != kindUnfixable && !strings.Contains(msg, gd.Required()) {
-					t.Errorf("the answer lacks the library's %q:\n%s", gd.Required(), msg)
-				}
-
-				// What the door adds.
-				before := td.before
-				if tc.verb != "denied" && tc.verb != "is holding" {
-					before = ""
-				}
-				if want := "upgradeguard " + tc.verb + " the " + dr.change + before + ": " + gd.Message; !strings.HasPrefix(msg, want) {
-					t.Errorf("the answer does not begin %q:\n%s", want, msg)
-				}
-				want := slices.Clone(tc.want)
-				if tc.kind != kindAdmitted && (tc.kind != kindHeld || strings.Contains(msg, "dry run")) {
-					want = append(want, "Next steps"+td.target+": step one; then step two; "+td.again)
-				}
-				if tc.kind == kindHeld && !strings.Contains(msg, "This was a dry run") {
-					want = append(want, "; "+td.retry)
-				}
-				for _, w := range want {
-					if !strings.Contains(msg, w) {
-						t.Errorf("the answer lacks %q:\n%s", w, msg)
-					}
-				}
-				// A bridge names the door's plan command, unless the door has none.
-				if tc.name == "bridge" && !dr.options.NoPlan && (gd.Plan == "" || !strings.Contains(msg, "The whole safe path: "+gd.Plan)) {
-					t.Errorf("a bridge names no plan command: %s", msg)
-				}
-
-				wantReason, wantMigration := td.blocked, ""
-				switch tc.kind {
-				case kindAdmitted:
-					wantReason = td.admitted
-					if tc.migrated {
-						wantMigration = dr.migrations.name
-					}
-				case kindMigrationFailed:
-					wantReason, wantMigration = ReasonMigrationFailed, dr.migrations.name
-				case kindHeld:
-					wantReason, wantMigration = td.held, dr.migrations.name
-					if d.created && !tc.dryRun {
-						wantReason = td.started
-					}
-				}
-				if d.reason != wantReason || d.migration != wantMigration {
-					t.Errorf("event reason %q and StorageMigration %q, want %q and %q", d.reason, d.migration, wantReason, wantMigration)
-				}
-			})
+		if got := heldCRDs(condition(tc.message)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: heldCRDs = %q, want %q:\n%s", tc.name, got, tc.want, tc.message)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"time"
 
@@ -49,18 +48,15 @@ type argoDiffs struct {
 	client client.Client
 }
 
-// heldDiff finds the CRDs in a CRD gate's answer to a dry run it would hold, as Argo CD
-// quotes it in a condition: "upgradeguard would hold the update of CustomResourceDefinition
-// NAME, ..." (see crdGate.decide and door.answer).
-var heldDiff = regexp.MustCompile(`upgradeguard would hold the update of CustomResourceDefinition ([a-z0-9][a-z0-9.-]*[a-z0-9])`)
-
-// heldCRDs are the CRDs the gate's dry-run answers quoted in app's conditions hold, in order.
+// heldCRDs are the CRDs that the CRD gate's dry-run answers quoted in app's conditions
+// would hold, in order: Argo CD quotes the answer whole, and the answer carries
+// MarkDryRunHeld, which the gate writes for programs to read, whatever the sentence says.
 func heldCRDs(app *argoapp.Application) []string {
 	var out []string
 	for _, c := range app.Status.Conditions {
-		for _, m := range heldDiff.FindAllStringSubmatch(c.Message, -1) {
-			if !slices.Contains(out, m[1]) {
-				out = append(out, m[1])
+		for _, name := range dryRunHeldCRDs(c.Message) {
+			if !slices.Contains(out, name) {
+				out = append(out, name)
 			}
 		}
 	}

@@ -56,21 +56,24 @@ func TestArgoServerSideDiffStartsMigration(t *testing.T) {
 		return testenv.DryRunApplyCRDServerSide(ctx, s.cp.Config, crd("v1"), "argocd-controller")
 	}
 	denied := diff()
-	if denied == nil || !strings.Contains(denied.Error(), "upgradeguard would hold the update of CustomResourceDefinition "+crdName) {
-		t.Fatalf("the server-side diff: %v; want the CRD gate's dry-run answer", denied)
+	if denied == nil || !strings.Contains(denied.Error(), webhook.MarkDryRunHeld(crdName)) {
+		t.Fatalf("the server-side diff: %v; want the CRD gate's dry-run answer, marked", denied)
 	}
 	if err := s.c.Get(ctx, client.ObjectKey{Name: sm}, &v1alpha1.StorageMigration{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("StorageMigration %s after a dry run: %v, want none", sm, err)
 	}
 
-	// Argo CD reports it as the Application's ComparisonError.
+	// Argo CD reports it as the Application's ComparisonError. The controller reads the
+	// mark, not the sentence: here every word after the mark is reworded, and the fix
+	// still starts.
+	reworded := reword(denied.Error(), webhook.MarkDryRunHeld(crdName))
 	dyn := dynamic.NewForConfigOrDie(s.cp.Config)
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
 		"metadata": map[string]any{"namespace": ns, "name": "boxes"},
 		"spec":     map[string]any{"project": "default"},
 		"status": map[string]any{"conditions": []any{map[string]any{"type": "ComparisonError",
-			"message": "Failed to compare desired state to live state: failed to calculate diff: error calculating server side diff: serverSideDiff error: error running server side apply in dryrun mode for resource CustomResourceDefinition/" + crdName + ": " + denied.Error()}}},
+			"message": "Failed to compare desired state to live state: failed to calculate diff: error calculating server side diff: serverSideDiff error: error running server side apply in dryrun mode for resource CustomResourceDefinition/" + crdName + ": " + reworded}}},
 	}}
 	if _, err := dyn.Resource(argocd.ApplicationGVR).Namespace(ns).Create(ctx, app, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -116,14 +119,39 @@ func TestArgoServerSideDiffStartsMigration(t *testing.T) {
 	if n := readable("v1"); n != 2 {
 		t.Errorf("%d objects readable at v1, want 2", n)
 	}
-	// The condition Argo CD has not refreshed yet starts nothing more: a touch of the
-	// Application is reconciled, and the succeeded migration is left as it is.
-	patch := []byte(`{"metadata":{"annotations":{"touched":"yes"}}}`)
+	// The condition Argo CD has not refreshed yet starts nothing more. Argo CD takes the
+	// refresh annotation away once it has compared; the controller's reconcile of that
+	// change asks again (the comparison it read is older than the migration), and leaves
+	// the succeeded migration as it is.
+	patch := []byte(`{"metadata":{"annotations":{"argocd.argoproj.io/refresh":null}}}`)
 	if _, err := dyn.Resource(argocd.ApplicationGVR).Namespace(ns).Patch(ctx, "boxes", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(argocd.ApplicationGVR).Namespace(ns).Get(ctx, "boxes", metav1.GetOptions{})
+		return err == nil && u.GetAnnotations()["argocd.argoproj.io/refresh"] == "normal", err
+	})
+	if err != nil {
+		t.Fatalf("Application %s/boxes was not reconciled after Argo CD took its refresh annotation away: %v", ns, err)
 	}
 	var after v1alpha1.StorageMigration
 	if err := s.c.Get(ctx, client.ObjectKey{Name: sm}, &after); err != nil || after.UID != done.UID {
 		t.Errorf("StorageMigration %s after the Application changed: %v, UID %s; want the succeeded one (UID %s)", sm, err, after.UID, done.UID)
 	}
+}
+
+// reword keeps mark and changes every letter of the rest of msg, as any rewording of
+// the gate's sentences could.
+func reword(msg, mark string) string {
+	before, after, ok := strings.Cut(msg, mark)
+	if !ok {
+		return msg
+	}
+	swap := func(r rune) rune {
+		if r >= 'a' && r <= 'z' {
+			return 'a' + ('z' - r)
+		}
+		return r
+	}
+	return strings.Map(swap, before) + mark + strings.Map(swap, after)
 }

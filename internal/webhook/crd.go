@@ -146,7 +146,9 @@ func (c *crdGate) decide(ctx context.Context, old, crd *apiextv1.CustomResourceD
 	sms.live = p.Live
 	// Only this CRD write is refused: the client may have applied other objects before it
 	// (Argo CD applies a sync wave's objects together).
-	d, err := g.judge(ctx, o.door(what, "", p.Report, sms), p.Report)
+	dr := o.door(what, "", p.Report, sms)
+	dr.crd = crd.Name
+	d, err := g.judge(ctx, dr, p.Report)
 	if err != nil {
 		return g.recordErrored(what, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -81,33 +82,26 @@ func (c *crdDeleteGuard) decide(ctx context.Context, crd *apiextv1.CustomResourc
 		return deletionErrored(crd.Name, err)
 	}
 	f := predict.DecideDeleted(crd, objs.n, objs.examples)
-	if f.Verdict == predict.OK {
-		return decision{kind: kindAdmitted, message: fmt.Sprintf("upgradeguard admitted the deletion of CustomResourceDefinition %s: %s", crd.Name, f.Reason)}
-	}
 	o := crdOwner(crd)
-	if !o.flux() && o.namespace == "" {
+	if f.Verdict != predict.OK && !o.flux() && o.namespace == "" {
 		// Argo CD leaves the CRDs it syncs untracked: its Application's resource tree
-		// names it.
+		// names it. Read only for a deletion that is not admitted outright, as the name
+		// only words the denial.
 		o.appNamespace, o.app = g.argoApplication(ctx, crd.Name)
 	}
-	what := describeDeletion(crd.Name, user, o)
-	steps := predict.DeletionSteps(crd.Name)
-	rep := &check.Report{Operation: predict.DeleteCRD, CRDs: []check.CRDReport{{Finding: f, Objects: &objs.n, Action: strings.Join(steps, "; then ")}},
-		NextSteps: steps}
-	d, err := g.judge(ctx, o.deletionDoor(what, crd, o.migrations(g, dryRun)), rep)
-	if err != nil {
-		return deletionErrored(crd.Name, err)
+	rep := &check.Report{Operation: predict.DeleteCRD, Safe: f.Verdict == predict.OK, CRDs: []check.CRDReport{{Finding: f, Objects: &objs.n}}}
+	if !rep.Safe {
+		rep.NextSteps = predict.DeletionSteps(crd.Name)
+		rep.CRDs[0].Action = strings.Join(rep.NextSteps, "; then ")
 	}
+	d := o.deletionDoor(describeDeletion(crd.Name, user, o), crd).answer(gate.JudgeDeletion(rep))
 	d.operation, d.chart = predict.DeleteCRD, crd.Name
-	// Helm prints the warnings of a refused request but not its refusal (Helm 3 and 4 log
-	// a failed delete only with --debug): the warning says why, and where the rest is.
-	d.warnings = append(d.warnings, fmt.Sprintf("upgradeguard denied the deletion of CustomResourceDefinition %s: %s; "+
-		"kubectl delete crd %s --dry-run=server shows the next steps", crd.Name, f.Reason, crd.Name))
-	if !dryRun {
-		g.recorder.Eventf(crd, nil, corev1.EventTypeWarning, d.reason, "Delete", "%s", truncate(d.message, 1000))
-		if o.flux() {
-			g.recordOnHelmRelease(ctx, o, d)
-		}
+	if d.kind.allowed() || dryRun {
+		return d
+	}
+	g.recorder.Eventf(crd, nil, corev1.EventTypeWarning, d.reason, "Delete", "%s", truncate(d.message, 1000))
+	if o.flux() {
+		g.recordOnHelmRelease(ctx, o, d)
 	}
 	return d
 }
@@ -146,19 +140,16 @@ func orUnknownUser(user string) string {
 // again once the next steps are done. For a CRD of a Helm release it also says how to keep
 // the CRD and its objects outside the release; for a CRD that an Argo CD Application syncs
 // (an Argo CD prune), how to make Argo CD leave it: Prune=false merged into the live CRD's
-// sync options.
-func (o owner) deletionDoor(what string, live *apiextv1.CustomResourceDefinition, sms *storageMigrations) door {
+// sync options. Helm shows the warning, which says where the next steps are.
+func (o owner) deletionDoor(what string, live *apiextv1.CustomResourceDefinition) deletionDoor {
 	crd := live.Name
-	// No migration fixes a deletion, so the engine never holds one: every denial is
-	// CRDDeletionBlocked.
-	dr := door{change: what, held: what, migrations: sms, again: "then delete the CRD again", retry: "delete the CRD again when it has succeeded",
-		reasons: reasons{admitted: ReasonCRDDeletionAdmitted, blocked: ReasonCRDDeletionBlocked, held: ReasonCRDDeletionBlocked, started: ReasonCRDDeletionBlocked}}
-	dr.options.NoPlan = true
+	dr := deletionDoor{door: door{change: what, again: "then delete the CRD again",
+		admittedReason: ReasonCRDDeletionAdmitted, blockedReason: ReasonCRDDeletionBlocked},
+		seeAlso: fmt.Sprintf("kubectl delete crd %s --dry-run=server shows the next steps", crd)}
 	switch {
 	case o.flux():
 		// helm-controller goes on as after any other denial.
-		rec := o.door(what, "", &check.Report{}, sms)
-		dr.again, dr.retry = rec.again, rec.retry
+		dr.again = o.again(dr.again)
 	case o.argo():
 		// A prune is a sync's: a rollback never prunes unless asked.
 		dr.again = fmt.Sprintf("then sync Application %s/%s again with prune", o.appNamespace, o.app)

@@ -328,7 +328,8 @@ func TestCRDDeletionGuardHelmUninstall(t *testing.T) {
 				}
 				t.Logf("helm uninstall (attempt %d): %v\n%s", attempt, err, out)
 				mustContain(t, out, "Error: failed to delete release: gadgets",
-					"upgradeguard denied the deletion of CustomResourceDefinition "+crdName+": the API server deletes all 3 "+kind+" objects with it",
+					"upgradeguard denied the deletion of CustomResourceDefinition "+crdName+" by user admin (a CRD of Helm release "+ns+"/gadgets): "+
+						"deleting a CRD deletes every object of its type: "+crdName+": the API server deletes all 3 "+kind+" objects with it",
 					"kubectl delete crd "+crdName+" --dry-run=server shows the next steps")
 				if !tc.gateOff {
 					mustContain(t, out, "upgradeguard denied the uninstalling mark of release "+ns+"/gadgets (revision 1, chart gadgets@1.0.0)",

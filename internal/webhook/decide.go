@@ -87,12 +87,13 @@ func (g *Gate) decide(ctx context.Context, hr *helmv2.HelmRelease, dryRun, value
 // hrDoor is the door of a HelmRelease's chart (or values) change, predicted as res. The
 // HelmRelease update is denied before anything was applied, Flux retries it on its own,
 // and a bridge names the HelmRelease's plan command.
-func hrDoor(hr *helmv2.HelmRelease, res *fluxrelease.Result, valuesOnly bool, sms *storageMigrations) door {
+func hrDoor(hr *helmv2.HelmRelease, res *fluxrelease.Result, valuesOnly bool, sms *storageMigrations) upgradeDoor {
 	what := describeChange(hr, res, valuesOnly)
-	dr := door{change: what, held: fmt.Sprintf("%s of HelmRelease %s/%s", what, hr.Namespace, hr.Name), before: beforeApplied,
-		again:      "then re-apply the change (Flux retries on its next reconcile)",
+	dr := upgradeDoor{door: door{change: what, before: beforeApplied, again: "then re-apply the change (Flux retries on its next reconcile)",
+		admittedReason: ReasonChartChangeAdmitted, blockedReason: ReasonChartChangeBlocked},
+		held:       fmt.Sprintf("%s of HelmRelease %s/%s", what, hr.Namespace, hr.Name),
 		retry:      "Flux's retries of this change will then succeed",
-		reasons:    reasons{admitted: ReasonChartChangeAdmitted, blocked: ReasonChartChangeBlocked, held: ReasonChartChangeHeld, started: ReasonMigrationStarted},
+		heldReason: ReasonChartChangeHeld, startedReason: ReasonMigrationStarted,
 		migrations: sms,
 		options: gate.Options{ObservedGeneration: hr.Generation,
 			PlanCommand: predict.Command{Kind: predict.CommandPlanHelmRelease, Release: hr.Name, Namespace: hr.Namespace, ChartVersion: res.Report.ChartVersion}.String()}}

@@ -192,16 +192,15 @@ func (r *releaseGate) decide(ctx context.Context, sec *corev1.Secret, dryRun boo
 // (before is "": the client may have applied other objects first) whose change, named by
 // what, o holds: how the deployer retries depends on who o is (helm-controller, Argo CD,
 // the Helm CLI, or nobody for a CRD no release applies).
-func (o owner) door(what, before string, rep *check.Report, sms *storageMigrations) door {
-	dr := door{change: what, held: what, before: before,
-		again:      "then run the helm command again",
-		retry:      "run the same helm command again when it has succeeded",
-		reasons:    reasons{admitted: ReasonReleaseAdmitted, blocked: ReasonReleaseBlocked, held: ReasonReleaseHeld, started: ReasonReleaseHeld},
+func (o owner) door(what, before string, rep *check.Report, sms *storageMigrations) upgradeDoor {
+	dr := upgradeDoor{door: door{change: what, before: before, again: "then run the helm command again",
+		admittedReason: ReasonReleaseAdmitted, blockedReason: ReasonReleaseBlocked},
+		held: what, retry: "run the same helm command again when it has succeeded", heldReason: ReasonReleaseHeld, startedReason: ReasonReleaseHeld,
 		migrations: sms}
 	dr.options.PlanCommand, dr.options.NoPlan = o.planCommand(rep)
+	dr.again = o.again(dr.again)
 	switch {
 	case o.flux():
-		dr.again = fmt.Sprintf("then let helm-controller retry (flux reconcile helmrelease %s -n %s --reset)", o.hrName, o.hrNamespace)
 		dr.retry = fmt.Sprintf("when it has succeeded, upgradeguard asks helm-controller to retry HelmRelease %s/%s at once (reconcile.fluxcd.io/resetAt)", o.hrNamespace, o.hrName)
 	case o.argo():
 		dr.again = fmt.Sprintf("then sync Application %s/%s again (or roll it back again)", o.appNamespace, o.app)
@@ -210,6 +209,15 @@ func (o owner) door(what, before string, rep *check.Report, sms *storageMigratio
 		dr.again, dr.retry = "then retry the update", "retry the update when it has succeeded"
 	}
 	return dr
+}
+
+// again is how o's deployer applies a change again once the next steps are done:
+// helm-controller's retry for a HelmRelease, else helm (the deployer's own way).
+func (o owner) again(helm string) string {
+	if o.flux() {
+		return fmt.Sprintf("then let helm-controller retry (flux reconcile helmrelease %s -n %s --reset)", o.hrName, o.hrNamespace)
+	}
+	return helm
 }
 
 // describeRecord names the change a release record starts.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -34,24 +35,15 @@ func (r *releaseGate) decideUninstall(ctx context.Context, sec *corev1.Secret, d
 	if err != nil {
 		return g.recordErrored(what, err)
 	}
-	if rep.Safe {
-		return decision{kind: kindAdmitted, message: fmt.Sprintf("upgradeguard admitted the uninstall of release %s/%s: it deletes no CRD that holds objects", sec.Namespace, rel.Name)}
-	}
 	o := owner{namespace: sec.Namespace, release: rel.Name}
 	o.hrNamespace, o.hrName = fluxOwner(rel.Manifest)
 	var deleted []string
 	for _, c := range rep.Findings() {
 		deleted = append(deleted, c.Name)
 	}
-	d, err := g.judge(ctx, o.uninstallDoor(what, deleted, o.migrations(g, dryRun)), rep)
-	if err != nil {
-		return g.recordErrored(what, err)
-	}
+	d := o.uninstallDoor(what, deleted).answer(gate.JudgeDeletion(rep))
 	d.operation, d.chart = predict.DeleteCRD, chartOf(rel)
-	// Helm prints the warnings of a refused request (client-go logs them), not the
-	// refusal of this write.
-	d.warnings = append(d.warnings, d.message)
-	if !dryRun && o.flux() {
+	if !d.kind.allowed() && !dryRun && o.flux() {
 		g.recordOnHelmRelease(ctx, o, d)
 	}
 	return d
@@ -108,15 +100,11 @@ func (g *Gate) uninstallReport(ctx context.Context, rel *release.Release) (*chec
 // deleted with their objects. Helm 3 and 4 only log a refused write of the uninstalling
 // mark and go on deleting the release's other objects; the CRD deletion guard then
 // refuses the CRDs' DELETE, so the uninstall fails with the CRDs and their objects in
-// place. again says so, after how to run the uninstall again.
-func (o owner) uninstallDoor(what string, deleted []string, sms *storageMigrations) door {
-	dr := door{change: what, held: what, migrations: sms, again: "then run helm uninstall again", retry: "run helm uninstall again when it has succeeded",
-		reasons: reasons{admitted: ReasonReleaseAdmitted, blocked: ReasonUninstallBlocked, held: ReasonReleaseHeld, started: ReasonReleaseHeld}}
-	dr.options.NoPlan = true
-	if o.flux() {
-		rec := o.door(what, "", &check.Report{}, sms)
-		dr.again, dr.retry = rec.again, rec.retry
-	}
+// place. again says so, after how to run the uninstall again; Helm prints the warnings
+// of the refused write (client-go logs them), so the warning is the whole answer.
+func (o owner) uninstallDoor(what string, deleted []string) deletionDoor {
+	dr := deletionDoor{door: door{change: what, again: o.again("then run helm uninstall again"),
+		admittedReason: ReasonReleaseAdmitted, blockedReason: ReasonUninstallBlocked}}
 	dr.again += fmt.Sprintf(". Helm only logs this refusal and goes on deleting the release's other objects; upgradeguard's CRD deletion guard, where it is on, "+
 		"refuses the DELETE of %s, so the uninstall fails and leaves the CRDs and their objects in place", strings.Join(deleted, ", "))
 	return dr

@@ -20,13 +20,14 @@
 // server would reject on status.storedVersions. Both decide with the same engine
 // (check.Predict, gate.Judge) and fail open. The CRD deletion guard (CRDDeletePath), a
 // validating webhook on CRD DELETEs from any client, denies the deletion of a CRD that
-// still holds objects (predict.DecideDeleted, worded by gate.Judge like every door); its
+// still holds objects (predict.DecideDeleted, decided and worded by gate.JudgeDeletion); its
 // webhook fails closed by default, and a CRD annotated upgradeguard.io/allow-delete=true
 // never reaches it.
 //
 // Every path is a door: a door value holds what it adds to an answer (the change it
-// names, how the deployer retries, its event reasons), and one function, door.answer,
-// words gate.Judge's decision for it. The library's sentence (gate.Decision.Message) and
+// names, how the deployer retries, its event reasons), and answer.go alone words the
+// library's decision for it: upgradeDoor.answer gate.Judge's, deletionDoor.answer
+// gate.JudgeDeletion's. The library's sentence (gate.Decision.Message) and
 // conditions are shown as they are, so a controller that calls pkg/gate and a user behind
 // the webhook read the same words (docs/design/2026-12-04-answers.md).
 package webhook

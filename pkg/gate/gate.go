@@ -1,6 +1,8 @@
 // Package gate owns the one call a controller makes before it applies a new chart
 // version: Decide says proceed, migrating or blocked, and returns standard conditions the
-// caller sets on its own resource. When automatic migration is allowed, Decide also moves
+// caller sets on its own resource. A deletion (of a CRD, or of the CRDs an uninstall
+// deletes) is a decision of its own, JudgeDeletion's: proceed or blocked, with nothing
+// to migrate. When automatic migration is allowed, Decide also moves
 // the migration forward within a time budget, so a reconcile loop that calls it again
 // converges: migrating, migrating, proceed. Judge writes the decision's sentences
 // (Decision.Message and the conditions' messages) for every front end: the admission
@@ -9,6 +11,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -142,10 +145,6 @@ const (
 	WhyRefused  = "the API server refuses the incoming CRD itself"
 )
 
-// WhyDeleteCRD is why the deletion of a CRD itself (predict.DeleteCRD, by any client)
-// is refused while it holds objects.
-const WhyDeleteCRD = "deleting a CRD deletes every object of its type"
-
 // Decide checks the incoming CRDs against the target cluster and, when allowed, moves the
 // needed migrations forward. An error means it could not decide (cluster unreachable,
 // RBAC); the caller should retry and not upgrade.
@@ -172,6 +171,9 @@ func Decide(ctx context.Context, target *rest.Config, incoming []chartcrds.CRD, 
 // Decision.Message and the conditions' messages (the admission gate shows them as they
 // are, and adds only what its door adds around Message).
 func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error) {
+	if rep.Operation == predict.DeleteCRD {
+		return nil, errors.New("gate: the deletion of a CRD is judged by JudgeDeletion, not as an upgrade")
+	}
 	d := &Decision{Report: rep, Reason: ReasonNotRequired}
 	if rep.Safe {
 		d.Outcome, d.Message = Proceed, "every CRD of the incoming chart is accepted by the API server"
@@ -190,9 +192,6 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 			d.Plan = planCommand(rep, o)
 		case fix == predict.FixKeep:
 			d.Reason, why = ReasonCRDDeletion, WhyDelete
-			if rep.Operation == predict.DeleteCRD {
-				why = WhyDeleteCRD
-			}
 		case fix == predict.FixSchema:
 			d.Reason, why = ReasonDataLoss, WhyDataLoss
 		case fix == predict.FixChart:

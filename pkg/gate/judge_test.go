@@ -106,17 +106,36 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-// TestJudgeCRDDeletion: a deletion of a CRD itself is blocked with its own why, not
-// Helm's, and with the report's next steps.
-func TestJudgeCRDDeletion(t *testing.T) {
-	rep := report(map[string]predict.Verdict{"a.example.io": predict.Delete})
-	rep.Operation = predict.DeleteCRD
-	d, err := gate.Judge(t.Context(), rep, gate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := gate.WhyDeleteCRD + ", and no automatic migration fixes it: a.example.io: because"
-	if d.Outcome != gate.Blocked || d.Reason != gate.ReasonCRDDeletion || d.Message != want {
-		t.Errorf("Judge() = %s %s %q, want %s %s %q", d.Outcome, d.Reason, d.Message, gate.Blocked, gate.ReasonCRDDeletion, want)
+// TestJudgeDeletion: a deletion is its own decision, proceed or blocked, with sentences
+// of a deletion and the report's next steps; Judge, the upgrade's decision, refuses it.
+func TestJudgeDeletion(t *testing.T) {
+	for name, tc := range map[string]struct {
+		verdicts map[string]predict.Verdict
+		outcome  gate.Outcome
+		message  string
+		held     []string
+	}{
+		"holds objects": {verdicts: map[string]predict.Verdict{"a.example.io": predict.Delete}, outcome: gate.Blocked,
+			message: gate.WhyDeleteCRD + ": a.example.io: because", held: []string{"a.example.io: because"}},
+		"holds none":     {verdicts: map[string]predict.Verdict{"a.example.io": predict.OK}, outcome: gate.Proceed, message: gate.WhyDeletionSafe + ": a.example.io: because"},
+		"deletes no CRD": {verdicts: map[string]predict.Verdict{}, outcome: gate.Proceed, message: gate.WhyNothingDeleted},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rep := report(tc.verdicts)
+			rep.Operation = predict.DeleteCRD
+			d := gate.JudgeDeletion(rep)
+			if d.Outcome != tc.outcome || d.Message != tc.message {
+				t.Errorf("JudgeDeletion() = %s %q, want %s %q", d.Outcome, d.Message, tc.outcome, tc.message)
+			}
+			if diff := cmp.Diff(tc.held, d.Held); diff != "" {
+				t.Errorf("held (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{"step one", "step two"}, d.NextSteps()); diff != "" {
+				t.Errorf("next steps (-want +got):\n%s", diff)
+			}
+			if _, err := gate.Judge(t.Context(), rep, gate.Options{}); err == nil {
+				t.Error("Judge decided a deletion as an upgrade")
+			}
+		})
 	}
 }

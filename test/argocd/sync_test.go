@@ -270,7 +270,7 @@ func gatedDiff(t *testing.T, s *scenario, ug client.Client, m compareMode) {
 	t.Logf("ComparisonErrors on the way:\n%s", all)
 	var quoted []string // the CRDs a ComparisonError quoted the gate's dry-run denial of
 	for _, n := range fluxtest.BreakingCRDs {
-		if strings.Contains(all, `admission webhook "crd.upgradeguard.io" denied the request: upgradeguard would hold the update of CustomResourceDefinition `+n) {
+		if strings.Contains(all, `admission webhook "crd.upgradeguard.io" denied the request: `+webhook.MarkDryRunHeld(n)) {
 			quoted = append(quoted, n)
 		}
 	}
@@ -319,11 +319,11 @@ func truncated(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// heldIn are the breaking CRDs whose update msg says the gate would hold.
+// heldIn are the breaking CRDs whose update msg marks as held by a dry run.
 func heldIn(msg string) []string {
 	var out []string
 	for _, n := range fluxtest.BreakingCRDs {
-		if strings.Contains(msg, "upgradeguard would hold the update of CustomResourceDefinition "+n) {
+		if strings.Contains(msg, webhook.MarkDryRunHeld(n)) {
 			out = append(out, n)
 		}
 	}
