@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -13,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -38,30 +36,28 @@ const CRDPath = "/mutate-apiextensions-crd-storedversions"
 // crdGate is the admission.Handler of CRDPath.
 type crdGate struct{ g *Gate }
 
-// Handle decides one CRD UPDATE. It never patches.
-func (c *crdGate) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Update || req.SubResource != "" {
-		return admission.Allowed("")
-	}
-	var old, crd apiextv1.CustomResourceDefinition
-	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the old CustomResourceDefinition: %w", err))
-	}
-	if err := json.Unmarshal(req.Object.Raw, &crd); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the CustomResourceDefinition: %w", err))
-	}
-	dropped := crdversions.DroppedStoredVersions(&old, &crd)
-	if len(dropped) == 0 && !crdschema.Changed(&old, &crd) {
-		return admission.Allowed("")
-	}
-	dryRun := req.DryRun != nil && *req.DryRun
-	ctx, cancel := context.WithTimeout(ctx, c.g.opts.RecordTimeout)
-	defer cancel()
-	d := c.decide(ctx, &old, &crd, dropped, dryRun)
-	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
-	log.FromContext(ctx).Info("CRD update decision", "crd", crd.Name, "dropped", dropped, "outcome", d.kind.outcome(), "storageMigration", d.migration)
-	// An admitted update is left to the API server's own validation.
-	return respond(d)
+// envelope is the CRD gate's envelope: an UPDATE that drops a stored version, or changes
+// the schema its stored objects are judged by, is decided; it never patches. An admitted
+// update is left to the API server's own validation.
+func (c *crdGate) envelope() *envelope {
+	return &envelope{operations: []admissionv1.Operation{admissionv1.Update}, timeout: c.g.opts.RecordTimeout, logged: "CRD update decision",
+		read: func(req admission.Request) (*call, string, error) {
+			var old, crd apiextv1.CustomResourceDefinition
+			if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+				return nil, "", fmt.Errorf("decode the old CustomResourceDefinition: %w", err)
+			}
+			if err := json.Unmarshal(req.Object.Raw, &crd); err != nil {
+				return nil, "", fmt.Errorf("decode the CustomResourceDefinition: %w", err)
+			}
+			dropped := crdversions.DroppedStoredVersions(&old, &crd)
+			if len(dropped) == 0 && !crdschema.Changed(&old, &crd) {
+				return nil, "", nil
+			}
+			return &call{
+				decide: func(ctx context.Context, dryRun bool) decision { return c.decide(ctx, &old, &crd, dropped, dryRun) },
+				log:    []any{"crd", crd.Name, "dropped", dropped},
+			}, "", nil
+		}}
 }
 
 // crdOwner is the HelmRelease (helm-controller's origin labels) or the Helm release

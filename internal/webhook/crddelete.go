@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
@@ -36,32 +34,33 @@ const maxExamples = 3
 // crdDeleteGuard is the admission.Handler of CRDDeletePath.
 type crdDeleteGuard struct{ g *Gate }
 
-// Handle decides one CRD DELETE. The request's old object is the CRD as the API server
-// holds it.
-func (c *crdDeleteGuard) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Delete || req.SubResource != "" {
-		return admission.Allowed("only the deletion of a CustomResourceDefinition is guarded")
-	}
-	var crd apiextv1.CustomResourceDefinition
-	if err := json.Unmarshal(req.OldObject.Raw, &crd); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the CustomResourceDefinition being deleted: %w", err))
-	}
-	if crd.DeletionTimestamp != nil {
-		// The API server is deleting it (and its objects) already: another DELETE
-		// changes nothing.
-		return admission.Allowed("the CustomResourceDefinition is being deleted already")
-	}
-	dryRun := req.DryRun != nil && *req.DryRun
-	ctx, cancel := context.WithTimeout(ctx, c.g.opts.RecordTimeout)
-	defer cancel()
-	d := c.decide(ctx, &crd, req.UserInfo.Username, dryRun)
-	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
-	if !d.kind.allowed() && !dryRun {
-		metrics.CRDDeletionsDenied.WithLabelValues(crd.Name).Inc()
-	}
-	log.FromContext(ctx).Info("CRD deletion decision", "crd", crd.Name, "user", req.UserInfo.Username, "dryRun", dryRun,
-		"outcome", d.kind.outcome(), "reason", d.reason)
-	return respond(d)
+// envelope is the CRD deletion guard's envelope: a DELETE of a CRD that is not being
+// deleted already is decided. The request's old object is the CRD as the API server
+// holds it. A denial that is not a dry run is counted per CRD.
+func (c *crdDeleteGuard) envelope() *envelope {
+	return &envelope{operations: []admissionv1.Operation{admissionv1.Delete}, skip: "only the deletion of a CustomResourceDefinition is guarded",
+		timeout: c.g.opts.RecordTimeout, logged: "CRD deletion decision",
+		read: func(req admission.Request) (*call, string, error) {
+			var crd apiextv1.CustomResourceDefinition
+			if err := json.Unmarshal(req.OldObject.Raw, &crd); err != nil {
+				return nil, "", fmt.Errorf("decode the CustomResourceDefinition being deleted: %w", err)
+			}
+			if crd.DeletionTimestamp != nil {
+				// The API server is deleting it (and its objects) already: another DELETE
+				// changes nothing.
+				return nil, "the CustomResourceDefinition is being deleted already", nil
+			}
+			user := req.UserInfo.Username
+			return &call{
+				decide: func(ctx context.Context, dryRun bool) decision { return c.decide(ctx, &crd, user, dryRun) },
+				log:    []any{"crd", crd.Name, "user", user},
+				recorded: func(d decision) {
+					if !d.kind.allowed() {
+						metrics.CRDDeletionsDenied.WithLabelValues(crd.Name).Inc()
+					}
+				},
+			}, "", nil
+		}}
 }
 
 func (c *crdDeleteGuard) decide(ctx context.Context, crd *apiextv1.CustomResourceDefinition, user string, dryRun bool) decision {

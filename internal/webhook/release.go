@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"helm.sh/helm/v4/pkg/release/common"
@@ -16,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
@@ -50,36 +48,35 @@ const (
 // releaseGate is the admission.Handler of ReleasePath.
 type releaseGate struct{ g *Gate }
 
-// Handle decides one release record CREATE, or the UPDATE that marks it uninstalling.
-func (r *releaseGate) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed("only the creation of a release record and its uninstalling mark are gated")
-	}
-	var sec corev1.Secret
-	if err := json.Unmarshal(req.Object.Raw, &sec); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the Secret: %w", err))
-	}
-	if sec.Namespace == "" {
-		sec.Namespace = req.Namespace
-	}
-	uninstall := req.Operation == admissionv1.Update && sec.Labels[helmrelease.LabelStatus] == string(common.StatusUninstalling)
-	pending := req.Operation == admissionv1.Create && helmrelease.Pending(sec.Labels[helmrelease.LabelStatus])
-	if sec.Labels[helmrelease.LabelOwner] != helmrelease.OwnerHelm || sec.Type != helmrelease.SecretType || (!pending && !uninstall) {
-		return admission.Allowed("not a pending Helm release record, nor one marked uninstalling")
-	}
-	dryRun := req.DryRun != nil && *req.DryRun
-	ctx, cancel := context.WithTimeout(ctx, r.g.opts.RecordTimeout)
-	defer cancel()
-	var d decision
-	if uninstall {
-		d = r.decideUninstall(ctx, &sec, dryRun)
-	} else {
-		d = r.decide(ctx, &sec, dryRun)
-	}
-	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
-	log.FromContext(ctx).Info("release record decision", "release", sec.Namespace+"/"+sec.Labels[helmrelease.LabelName],
-		"revision", sec.Labels[helmrelease.LabelVersion], "status", sec.Labels[helmrelease.LabelStatus], "outcome", d.kind.outcome(), "storageMigration", d.migration)
-	return respond(d)
+// envelope is the release-record door's envelope: the CREATE of a pending release record
+// is decided (decide), and so is the UPDATE that marks one uninstalling
+// (decideUninstall).
+func (r *releaseGate) envelope() *envelope {
+	return &envelope{operations: []admissionv1.Operation{admissionv1.Create, admissionv1.Update},
+		skip: "only the creation of a release record and its uninstalling mark are gated", timeout: r.g.opts.RecordTimeout, logged: "release record decision",
+		read: func(req admission.Request) (*call, string, error) {
+			var sec corev1.Secret
+			if err := json.Unmarshal(req.Object.Raw, &sec); err != nil {
+				return nil, "", fmt.Errorf("decode the Secret: %w", err)
+			}
+			if sec.Namespace == "" {
+				sec.Namespace = req.Namespace
+			}
+			uninstall := req.Operation == admissionv1.Update && sec.Labels[helmrelease.LabelStatus] == string(common.StatusUninstalling)
+			pending := req.Operation == admissionv1.Create && helmrelease.Pending(sec.Labels[helmrelease.LabelStatus])
+			if sec.Labels[helmrelease.LabelOwner] != helmrelease.OwnerHelm || sec.Type != helmrelease.SecretType || (!pending && !uninstall) {
+				return nil, "not a pending Helm release record, nor one marked uninstalling", nil
+			}
+			decide := r.decide
+			if uninstall {
+				decide = r.decideUninstall
+			}
+			return &call{
+				decide: func(ctx context.Context, dryRun bool) decision { return decide(ctx, &sec, dryRun) },
+				log: []any{"release", sec.Namespace + "/" + sec.Labels[helmrelease.LabelName],
+					"revision", sec.Labels[helmrelease.LabelVersion], "status", sec.Labels[helmrelease.LabelStatus]},
+			}, "", nil
+		}}
 }
 
 // owner is what a held release or CRD belongs to: a Flux HelmRelease, or a Helm release

@@ -36,7 +36,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -52,13 +51,11 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
-	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
@@ -150,10 +147,10 @@ func Setup(mgr manager.Manager, o Options) error {
 			return err
 		}
 	}
-	mgr.GetWebhookServer().Register(Path, &ctrlwebhook.Admission{Handler: g})
-	mgr.GetWebhookServer().Register(ReleasePath, &ctrlwebhook.Admission{Handler: &releaseGate{g: g}})
-	mgr.GetWebhookServer().Register(CRDPath, &ctrlwebhook.Admission{Handler: &crdGate{g: g}})
-	mgr.GetWebhookServer().Register(CRDDeletePath, &ctrlwebhook.Admission{Handler: &crdDeleteGuard{g: g}})
+	mgr.GetWebhookServer().Register(Path, &ctrlwebhook.Admission{Handler: g.helmReleaseEnvelope()})
+	mgr.GetWebhookServer().Register(ReleasePath, &ctrlwebhook.Admission{Handler: (&releaseGate{g: g}).envelope()})
+	mgr.GetWebhookServer().Register(CRDPath, &ctrlwebhook.Admission{Handler: (&crdGate{g: g}).envelope()})
+	mgr.GetWebhookServer().Register(CRDDeletePath, &ctrlwebhook.Admission{Handler: (&crdDeleteGuard{g: g}).envelope()})
 	return setupArgoDiffs(mgr, g)
 }
 
@@ -200,37 +197,37 @@ func New(reader client.Reader, writer client.Client, local *rest.Config, recorde
 	return g, nil
 }
 
-// Handle decides one HelmRelease UPDATE.
+// Handle decides one HelmRelease UPDATE (the envelope of Path).
 func (g *Gate) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Update {
-		return admission.Allowed("only updates are gated")
-	}
-	var old, hr helmv2.HelmRelease
-	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the old HelmRelease: %w", err))
-	}
-	if err := json.Unmarshal(req.Object.Raw, &hr); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode the HelmRelease: %w", err))
-	}
-	valuesOnly := false
-	if !fluxrelease.ChartChanged(&old, &hr) {
-		if !g.opts.GateValuesChanges || !fluxrelease.ValuesChanged(&old, &hr) {
-			return admission.Allowed("the chart does not change")
-		}
-		valuesOnly = true
-	}
-	dryRun := req.DryRun != nil && *req.DryRun
-	logger := log.FromContext(ctx).WithValues("helmRelease", client.ObjectKeyFromObject(&hr).String())
+	return g.helmReleaseEnvelope().Handle(ctx, req)
+}
 
-	ctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
-	defer cancel()
-	d := g.decide(ctx, &hr, dryRun, valuesOnly)
-	metrics.GateDecisions.WithLabelValues(d.kind.outcome()).Inc()
-	logger.Info("gate decision", "outcome", d.kind.outcome(), "chart", fluxrelease.Describe(&hr), "storageMigration", d.migration)
-	if !dryRun {
-		g.record(&old, d)
-	}
-	return respond(d)
+// helmReleaseHandler is the HelmRelease door's envelope: an update that changes the chart
+// (or, with GateValuesChanges, only the values) is decided; its decision is recorded on
+// the HelmRelease as it was.
+func (g *Gate) helmReleaseEnvelope() *envelope {
+	return &envelope{operations: []admissionv1.Operation{admissionv1.Update}, skip: "only updates are gated", timeout: g.opts.Timeout, logged: "gate decision",
+		read: func(req admission.Request) (*call, string, error) {
+			var old, hr helmv2.HelmRelease
+			if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+				return nil, "", fmt.Errorf("decode the old HelmRelease: %w", err)
+			}
+			if err := json.Unmarshal(req.Object.Raw, &hr); err != nil {
+				return nil, "", fmt.Errorf("decode the HelmRelease: %w", err)
+			}
+			valuesOnly := false
+			if !fluxrelease.ChartChanged(&old, &hr) {
+				if !g.opts.GateValuesChanges || !fluxrelease.ValuesChanged(&old, &hr) {
+					return nil, "the chart does not change", nil
+				}
+				valuesOnly = true
+			}
+			return &call{
+				decide:   func(ctx context.Context, dryRun bool) decision { return g.decide(ctx, &hr, dryRun, valuesOnly) },
+				log:      []any{"helmRelease", client.ObjectKeyFromObject(&hr).String(), "chart", fluxrelease.Describe(&hr)},
+				recorded: func(d decision) { g.record(&old, d) },
+			}, "", nil
+		}}
 }
 
 // runWithin runs f and gives up when ctx ends first. Helm's chart download does not take
