@@ -7,13 +7,29 @@ import (
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
+
+// decision is one answer with what the event, annotation and metric need.
+type decision struct {
+	kind       kind
+	message    string
+	warnings   []string
+	reason     string // event reason
+	migration  string
+	created    bool
+	operation  predict.Operation
+	chart      string
+	conditions []metav1.Condition
+	noState    bool // leave the conditions as they are (the gate could not decide)
+}
 
 // kind is the gate's answer to one change, typed: the five answers the one engine's
 // decision maps to (kindOf; a deletion's two, admitted and unfixable, in
