@@ -452,7 +452,8 @@ func TestCRDDeletionGuardHelmUpgrade(t *testing.T) {
 
 			out, err := helm("upgrade", "gadgets", v2, "-n", ns)
 			t.Logf("helm upgrade to 2.0.0: %v\n%s", err, out)
-			mustContain(t, out, "upgradeguard denied the deletion of CustomResourceDefinition "+crdName+": the API server deletes all 3 "+kind+" objects with it")
+			mustContain(t, out, "upgradeguard denied the deletion of CustomResourceDefinition "+crdName+" by user admin (a CRD of Helm release "+ns+"/gadgets): "+
+				"deleting a CRD deletes every object of its type: "+crdName+": the API server deletes all 3 "+kind+" objects with it")
 			intact()
 			if tc.helm3 {
 				if err != nil {

@@ -3,9 +3,11 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,16 +18,20 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 const narrowGroup = "narrow.upgradeguard.io"
 
-// narrowCRD is Gauge with the one version v1 (so no update of it drops a stored
-// version): spec.size, spec.mode limited to modes when any are given, and spec.legacy
-// when legacy is set. No field preserves unknown fields.
-func narrowCRD(legacy bool, modes ...string) string {
+// narrowCRD is Gauge of narrowGroup with the one version v1 (so no update of it drops a
+// stored version): spec.size, spec.mode limited to modes when any are given, and
+// spec.legacy when legacy is set. No field preserves unknown fields.
+func narrowCRD(legacy bool, modes ...string) string { return gaugeCRD(narrowGroup, legacy, modes...) }
+
+// gaugeCRD is narrowCRD in group.
+func gaugeCRD(group string, legacy bool, modes ...string) string {
 	props := "size: {type: integer}, mode: {type: string"
 	if len(modes) > 0 {
 		props += ", enum: [" + strings.Join(modes, ", ") + "]"
@@ -51,7 +57,7 @@ spec:
         type: object
         properties:
           spec: {type: object, properties: {%s}}
-`, narrowGroup, narrowGroup, props)
+`, group, group, props)
 }
 
 // TestCRDGateSchemaNarrowing: CRD updates that drop no stored version but change the
@@ -139,4 +145,65 @@ func TestCRDGateSchemaNarrowing(t *testing.T) {
 	if err := apply(false, "slow"); err != nil {
 		t.Errorf("the narrowing with the loss accepted: %v", err)
 	}
+}
+
+// TestHelmReleaseGateSchemaWarning: a HelmRelease moves to a chart version whose CRD
+// adds a rule (spec.mode limited to slow) that objects stored under the old one break.
+// Nothing is lost, so the HelmRelease gate admits the change, and warns, in the client
+// that made it, which objects the API server would refuse their next update.
+func TestHelmReleaseGateSchemaWarning(t *testing.T) {
+	skipShort(t)
+	ctx := t.Context()
+	const ns, release, group = "hr-narrow", "gauges", "hrnarrow.upgradeguard.io"
+	crdName := "gauges." + group
+	namespace(t, s.c, ns)
+	dir := t.TempDir()
+	for v, crd := range map[string]string{"1.0.0": gaugeCRD(group, true), "2.0.0": gaugeCRD(group, true, "slow")} {
+		src, err := testenv.WriteChart(filepath.Join(dir, "src", v), release, v, map[string]string{"templates/crd.yaml": crd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := testenv.Package(src, filepath.Join(dir, "repo")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url, stop, err := servers.ServeRepo(filepath.Join(dir, "repo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	mustHelm(t, "install", release, release, "--repo", url, "--version", "1.0.0", "-n", ns)
+	t.Cleanup(func() {
+		if err := s.cp.DeleteCRDs(context.WithoutCancel(ctx), func(c *apiextv1.CustomResourceDefinition) bool { return c.Name != crdName }); err != nil {
+			t.Errorf("delete CRD %s: %v", crdName, err)
+		}
+	})
+	if err := testenv.WaitEstablished(ctx, apiextclient.NewForConfigOrDie(s.cp.Config), crdName); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "Gauge",
+			"metadata": map[string]any{"name": fmt.Sprintf("gauge-%d", i), "namespace": ns},
+			"spec":     map[string]any{"size": int64(i), "mode": "fast"}}}
+		if err := s.c.Create(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	helmRepo(t, ns, "charts", sourcev1.HelmRepositorySpec{URL: url})
+	helmRelease(t, ns, release, release, "1.0.0", "charts")
+
+	seen := &warnings{}
+	cfg := rest.CopyConfig(s.cp.Config)
+	cfg.WarningHandler = seen
+	wc, err := client.New(cfg, client.Options{Scheme: s.scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setVersion(ctx, wc, ns, release, "2.0.0"); err != nil {
+		t.Fatalf("the chart change to 2.0.0: %v; want it admitted", err)
+	}
+	seen.mu.Lock()
+	got := strings.Join(seen.list, "\n")
+	seen.mu.Unlock()
+	mustContain(t, got, crdName+": 2 objects would be refused their next update of spec.mode", "for example "+ns+"/gauge-0")
 }
