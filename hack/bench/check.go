@@ -17,6 +17,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -125,17 +126,12 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	}
 	dyn := dynamic.NewForConfigOrDie(cp.Config)
 	listAll, err := measure(fmt.Sprintf("one LIST of the %d objects (pages of 500)", objects), rounds, func() error {
-		opts := metav1.ListOptions{Limit: 500}
-		for {
-			l, err := dyn.Resource(benchGVR).List(ctx, opts)
+		for _, err := range kubeclient.Pages(ctx, dyn.Resource(benchGVR).List, metav1.ListOptions{}) {
 			if err != nil {
 				return err
 			}
-			if l.GetContinue() == "" {
-				return nil
-			}
-			opts.Continue = l.GetContinue()
 		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -155,17 +151,12 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 		return err
 	}
 	naive, err := measure(fmt.Sprintf("count %d objects by paging metadata (naive)", objects), rounds, func() error {
-		opts := metav1.ListOptions{Limit: 500}
-		for {
-			l, err := md.Resource(benchGVR).List(ctx, opts)
+		for _, err := range kubeclient.Pages(ctx, md.Resource(benchGVR).List, metav1.ListOptions{}) {
 			if err != nil {
 				return err
 			}
-			if l.Continue == "" {
-				return nil
-			}
-			opts.Continue = l.Continue
 		}
+		return nil
 	})
 	if err != nil {
 		return err

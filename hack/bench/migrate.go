@@ -32,6 +32,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/apf"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -623,10 +624,8 @@ func rawLoop(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := metav1.ListOptions{Limit: 500}
 	count := 0
-	for {
-		list, err := md.Resource(benchGVR).List(ctx, opts)
+	for list, err := range kubeclient.Pages(ctx, md.Resource(benchGVR).List, metav1.ListOptions{}) {
 		if err != nil {
 			return err
 		}
@@ -643,10 +642,6 @@ func rawLoop(ctx context.Context, args []string) error {
 			return err
 		}
 		count += len(list.Items)
-		if list.Continue == "" {
-			break
-		}
-		opts.Continue = list.Continue
 	}
 	_ = json.NewEncoder(os.Stdout).Encode(map[string]int{"patched": count})
 	return nil

@@ -214,14 +214,14 @@ func backupObjects(ctx context.Context, c *Clients, w *backup.Writer, crd CRD, o
 	}
 	start := time.Now()
 	var total int64
-	opts := metav1.ListOptions{Limit: o.PageSize}
-	for {
-		list, err := c.Dynamic.Resource(crd.gvr()).List(ctx, opts)
+	first := true
+	for list, err := range kubeclient.Pages(ctx, c.Dynamic.Resource(crd.gvr()).List, metav1.ListOptions{Limit: o.PageSize}) {
 		if err != nil {
 			f.Abort()
 			return out, fmt.Errorf("%s: list the objects at %s to back them up: %w", crd.Name, crd.Version, err)
 		}
-		if opts.Continue == "" {
+		if first {
+			first = false
 			total = int64(len(list.Items))
 			if n := list.GetRemainingItemCount(); n != nil {
 				total += *n
@@ -242,10 +242,6 @@ func backupObjects(ctx context.Context, c *Clients, w *backup.Writer, crd CRD, o
 		if o.Progress != nil {
 			o.Progress(Progress{CRD: crd.Name, Done: f.Objects(), Total: max(total, f.Objects()), Elapsed: time.Since(start)})
 		}
-		if list.GetContinue() == "" {
-			break
-		}
-		opts.Continue = list.GetContinue()
 	}
 	if err := f.Close(); err != nil {
 		return out, fmt.Errorf("%s: %w", crd.Name, err)

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
 // MaxExamples bounds the object names a Report keeps for each path or rule.
@@ -153,21 +155,18 @@ func (j *Judge) each(ctx context.Context, l Lister, pageSize int64, why string, 
 	}
 	for _, r := range j.reads {
 		gvr := schema.GroupVersionResource{Group: j.live.Spec.Group, Version: r.ReadAt, Resource: j.live.Spec.Names.Plural}
-		opts := metav1.ListOptions{Limit: pageSize}
-		for {
-			list, err := l.List(ctx, gvr, opts)
+		list := func(ctx context.Context, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+			return l.List(ctx, gvr, opts)
+		}
+		for page, err := range kubeclient.Pages(ctx, list, metav1.ListOptions{Limit: pageSize}) {
 			if err != nil {
 				return fmt.Errorf("list %s at %s to %s: %w", gvr.GroupResource(), r.ReadAt, why, err)
 			}
-			for i := range list.Items {
-				if err := fn(r, &list.Items[i]); err != nil {
+			for i := range page.Items {
+				if err := fn(r, &page.Items[i]); err != nil {
 					return err
 				}
 			}
-			if list.GetContinue() == "" {
-				break
-			}
-			opts.Continue = list.GetContinue()
 		}
 	}
 	return nil

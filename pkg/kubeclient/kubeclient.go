@@ -1,7 +1,7 @@
 // Package kubeclient owns building the set of API clients upgradeguard's operations share
 // from one REST config: core, CRDs, object metadata, discovery, a REST mapper and Leases.
 // Operations take the narrow interfaces they need from it. It also owns the one paged
-// LIST of a whole collection (ListAll).
+// LIST (Pages, and ListAll over it).
 package kubeclient
 
 import (

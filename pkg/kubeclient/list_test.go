@@ -75,3 +75,55 @@ func TestListAll(t *testing.T) {
 		t.Errorf("error %v, want the LIST's own error", err)
 	}
 }
+
+func TestPages(t *testing.T) {
+	names := []string{"a", "b", "c", "d", "e"}
+	for _, tc := range []struct {
+		name      string
+		opts      metav1.ListOptions
+		stopAfter int // pages read before the loop breaks; 0 reads them all
+		want      []string
+		wantAsked []metav1.ListOptions
+	}{
+		{name: "every page", opts: metav1.ListOptions{Limit: 2}, want: names, wantAsked: []metav1.ListOptions{
+			{Limit: 2}, {Limit: 2, Continue: "2"}, {Limit: 2, Continue: "4"}}},
+		{name: "resumes from the caller's token", opts: metav1.ListOptions{Limit: 2, Continue: "3"}, want: []string{"d", "e"},
+			wantAsked: []metav1.ListOptions{{Limit: 2, Continue: "3"}}},
+		{name: "a break asks for no further page", opts: metav1.ListOptions{Limit: 2}, stopAfter: 1, want: []string{"a", "b"},
+			wantAsked: []metav1.ListOptions{{Limit: 2}}},
+	} {
+		p := &pager{names: names}
+		var got []string
+		pages := 0
+		for page, err := range Pages(t.Context(), p.List, tc.opts) {
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			for _, u := range page.Items {
+				got = append(got, u.GetName())
+			}
+			if pages++; pages == tc.stopAfter {
+				break
+			}
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: items (-want +got):\n%s", tc.name, diff)
+		}
+		if diff := cmp.Diff(tc.wantAsked, p.asked); diff != "" {
+			t.Errorf("%s: requests (-want +got):\n%s", tc.name, diff)
+		}
+	}
+
+	// A LIST's error is yielded once, as it is, and ends the paging.
+	refused := errors.New("refused")
+	var errs []error
+	for page, err := range Pages(t.Context(), (&pager{err: refused}).List, metav1.ListOptions{}) {
+		if page != nil {
+			t.Errorf("a page %v with the error", page)
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) != 1 || errs[0] != refused { //nolint:errorlint // the very error, unwrapped
+		t.Errorf("errors %v, want the LIST's own error once", errs)
+	}
+}

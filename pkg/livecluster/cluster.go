@@ -143,20 +143,15 @@ func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomReso
 		return m, nil
 	}
 	out := map[string]*apiextv1.CustomResourceDefinition{}
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		list, err := k.crds.ApiextensionsV1().CustomResourceDefinitions().List(ctx, opts)
+	for list, err := range kubeclient.Pages(ctx, k.crds.ApiextensionsV1().CustomResourceDefinitions().List, metav1.ListOptions{}) {
 		if err != nil {
 			return nil, fmt.Errorf("list CustomResourceDefinitions: %w", err)
 		}
 		for i := range list.Items {
 			out[list.Items[i].Name] = &list.Items[i]
 		}
-		if list.Continue == "" {
-			return out, nil
-		}
-		opts.Continue = list.Continue
 	}
+	return out, nil
 }
 
 // CRD reads one CRD from the API server, never from memory: what a caller checks a
@@ -198,30 +193,31 @@ func (k *KubeCluster) SampleObjects(ctx context.Context, crd *apiextv1.CustomRes
 	if err != nil {
 		return 0, nil, err
 	}
-	opts := metav1.ListOptions{Limit: max(limit, 1)}
+	list := func(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+		if opts.Continue != "" {
+			// No count offered with the first page (for example a list served from a watch
+			// cache that does not know it): page through the rest, metadata only.
+			opts.Limit = kubeclient.PageSize
+		}
+		return k.metadata.Resource(gvr).List(ctx, opts)
+	}
 	var n int64
 	var names []string
-	for {
-		list, err := k.metadata.Resource(gvr).List(ctx, opts)
+	for page, err := range kubeclient.Pages(ctx, list, metav1.ListOptions{Limit: max(limit, 1)}) {
 		if err != nil {
 			return 0, nil, fmt.Errorf("list %s: %w", gvr.GroupResource(), err)
 		}
-		for _, item := range list.Items {
+		for _, item := range page.Items {
 			if int64(len(names)) < limit {
 				names = append(names, objectName(item.Namespace, item.Name))
 			}
 		}
-		n += int64(len(list.Items))
-		if list.Continue == "" {
-			return n, names, nil
+		n += int64(len(page.Items))
+		if page.Continue != "" && page.RemainingItemCount != nil {
+			return n + *page.RemainingItemCount, names, nil
 		}
-		if list.RemainingItemCount != nil {
-			return n + *list.RemainingItemCount, names, nil
-		}
-		// No count offered (for example a list served from a watch cache that does not
-		// know it): page through, metadata only.
-		opts = metav1.ListOptions{Limit: 500, Continue: list.Continue}
 	}
+	return n, names, nil
 }
 
 // objectsOf is the resource of a CRD's objects at a version it serves.
@@ -248,10 +244,8 @@ var crdResource = schema.GroupVersionResource{Group: apiextv1.GroupName, Version
 // the full objects). A decision is about status.storedVersions, so an informer that lags
 // a migration or a chart applied a moment ago must not answer it.
 func (k *KubeCluster) fresh(ctx context.Context, m map[string]*apiextv1.CustomResourceDefinition) (bool, error) {
-	opts := metav1.ListOptions{Limit: 500}
 	n := 0
-	for {
-		list, err := k.metadata.Resource(crdResource).List(ctx, opts)
+	for list, err := range kubeclient.Pages(ctx, k.metadata.Resource(crdResource).List, metav1.ListOptions{}) {
 		if err != nil {
 			return false, fmt.Errorf("list CustomResourceDefinitions: %w", err)
 		}
@@ -262,9 +256,6 @@ func (k *KubeCluster) fresh(ctx context.Context, m map[string]*apiextv1.CustomRe
 			}
 			n++
 		}
-		if list.Continue == "" {
-			return n == len(m), nil
-		}
-		opts.Continue = list.Continue
 	}
+	return n == len(m), nil
 }

@@ -625,29 +625,13 @@ type worker struct {
 // processed.
 func (w *worker) run(ctx context.Context) bool {
 	defer w.collect()
-	opts := metav1.ListOptions{Limit: w.o.PageSize, Continue: w.o.Continue}
 	var total int64
 	served := map[string]bool{}
 	for _, v := range w.crd.Spec.Versions {
 		served[schema.GroupVersion{Group: w.crd.Spec.Group, Version: v.Name}.String()] = v.Served
 	}
-	for {
-		var list *metav1.PartialObjectMetadataList
-		err := retry(ctx, func() error {
-			var err error
-			list, err = w.m.metadata.Resource(w.gvr).List(ctx, opts)
-			return err
-		})
-		if apierrors.IsResourceExpired(err) {
-			// The continue token expired; the server hands out one that continues from the
-			// next key without a consistent snapshot, which is all a migration needs.
-			if next := continueFrom(err); next != "" {
-				opts.Continue = next
-				continue
-			}
-			opts.Continue = ""
-			continue
-		}
+	opts := metav1.ListOptions{Limit: w.o.PageSize, Continue: w.o.Continue}
+	for list, err := range kubeclient.Pages(ctx, w.list, opts) {
 		if err != nil {
 			w.stop(fmt.Errorf("list %s: %w", w.gvr.GroupResource(), err))
 			return false
@@ -679,10 +663,26 @@ func (w *worker) run(ctx context.Context) bool {
 				Continue: list.Continue, Rewritten: w.rewritten.Load(), AlreadyCurrent: w.current.Load(),
 				Deleted: w.deleted.Load(), Failed: w.failedCount.Load()})
 		}
-		if list.Continue == "" {
-			return true
+	}
+	return true
+}
+
+// list reads one page of the objects' metadata, retrying what is worth retrying. When the
+// continue token has expired, the server hands out one that continues from the next key
+// without a consistent snapshot, which is all a migration needs; without one, it starts
+// over.
+func (w *worker) list(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
+	for {
+		var list *metav1.PartialObjectMetadataList
+		err := retry(ctx, func() error {
+			var err error
+			list, err = w.m.metadata.Resource(w.gvr).List(ctx, opts)
+			return err
+		})
+		if !apierrors.IsResourceExpired(err) {
+			return list, err
 		}
-		opts.Continue = list.Continue
+		opts.Continue = continueFrom(err)
 	}
 }
 

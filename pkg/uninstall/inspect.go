@@ -18,12 +18,10 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
-
-// listPage bounds every LIST: big namespaces are read in pages.
-const listPage = 500
 
 type inspector struct {
 	c   *Clients
@@ -132,9 +130,7 @@ func (in *inspector) pvc(ctx context.Context, o *Object, deletedClasses map[stri
 func (in *inspector) foreignUsers(ctx context.Context, ns, claim string) ([]string, error) {
 	var out []string
 	jobs := map[string]bool{}
-	cont := ""
-	for {
-		list, err := in.c.Kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{Limit: listPage, Continue: cont})
+	for list, err := range kubeclient.Pages(ctx, in.c.Kube.BatchV1().Jobs(ns).List, metav1.ListOptions{}) {
 		if err != nil {
 			return nil, fmt.Errorf("list Jobs in %s: %w", ns, err)
 		}
@@ -152,9 +148,6 @@ func (in *inspector) foreignUsers(ctx context.Context, ns, claim string) ([]stri
 				out = append(out, subject)
 				jobs[j.Name] = true
 			}
-		}
-		if cont = list.Continue; cont == "" {
-			break
 		}
 	}
 	pods, err := in.podsIn(ctx, ns)
@@ -194,9 +187,7 @@ func (in *inspector) podsIn(ctx context.Context, ns string) ([]podRef, error) {
 		return p, nil
 	}
 	var out []podRef
-	cont := ""
-	for {
-		pods, err := in.c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: listPage, Continue: cont})
+	for pods, err := range kubeclient.Pages(ctx, in.c.Kube.CoreV1().Pods(ns).List, metav1.ListOptions{}) {
 		if err != nil {
 			return nil, fmt.Errorf("list pods in %s: %w", ns, err)
 		}
@@ -214,9 +205,6 @@ func (in *inspector) podsIn(ctx context.Context, ns string) ([]podRef, error) {
 			if len(ref.claims) > 0 {
 				out = append(out, ref)
 			}
-		}
-		if cont = pods.Continue; cont == "" {
-			break
 		}
 	}
 	in.pods[ns] = out
@@ -381,9 +369,7 @@ func (in *inspector) crdCascade(ctx context.Context, o *Object) error {
 
 func (in *inspector) storageClass(ctx context.Context, o *Object) error {
 	var users []string
-	cont := ""
-	for {
-		pvs, err := in.c.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{Limit: listPage, Continue: cont})
+	for pvs, err := range kubeclient.Pages(ctx, in.c.Kube.CoreV1().PersistentVolumes().List, metav1.ListOptions{}) {
 		if err != nil {
 			return fmt.Errorf("list PersistentVolumes: %w", err)
 		}
@@ -391,9 +377,6 @@ func (in *inspector) storageClass(ctx context.Context, o *Object) error {
 			if pv.Spec.StorageClassName == o.Name {
 				users = append(users, pv.Name)
 			}
-		}
-		if cont = pvs.Continue; cont == "" {
-			break
 		}
 	}
 	sort.Strings(users)
@@ -413,9 +396,8 @@ func (in *inspector) count(ctx context.Context, gvr schema.GroupVersionResource,
 	if ns != "" {
 		ri = in.c.Metadata.Resource(gvr).Namespace(ns)
 	}
-	n, cont := 0, ""
-	for {
-		list, err := ri.List(ctx, metav1.ListOptions{Limit: listPage, Continue: cont})
+	n := 0
+	for list, err := range kubeclient.Pages(ctx, ri.List, metav1.ListOptions{}) {
 		if err != nil {
 			var status apierrors.APIStatus
 			if errors.As(err, &status) {
@@ -428,10 +410,8 @@ func (in *inspector) count(ctx context.Context, gvr schema.GroupVersionResource,
 				n++
 			}
 		}
-		if cont = list.Continue; cont == "" {
-			return n, nil
-		}
 	}
+	return n, nil
 }
 
 func resourceKey(gvr schema.GroupVersionResource) string {
