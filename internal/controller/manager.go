@@ -157,6 +157,30 @@ func (o *Options) defaults() {
 // holds its Lease. Every replica serves the webhooks.
 func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	o.defaults()
+	mgr, err := newControllerManager(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := addShard(mgr, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := addMigrationControllers(mgr, o, sh); err != nil {
+		return nil, err
+	}
+	if err := addClusterControllers(mgr, o, sh); err != nil {
+		return nil, err
+	}
+	if err := addChecks(mgr, o); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// newControllerManager is controller-runtime's manager on cfg, with o's transport and
+// client-side limit, leader election, metrics, probes and (when enabled) the webhook
+// server.
+func newControllerManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	cfg = rest.CopyConfig(cfg)
 	if o.WrapTransport != nil {
 		cfg.Wrap(o.WrapTransport)
@@ -181,6 +205,12 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
 	}
+	return mgr, nil
+}
+
+// addShard runs, with the manager, the share of the fleet's targets between replicas.
+// Its Leases have a client with no client-side limit (see Options.QPS).
+func addShard(mgr ctrl.Manager, o Options) (*shard.Shard, error) {
 	leases, err := kubernetes.NewForConfig(kubeclient.NoRateLimit(mgr.GetConfig()))
 	if err != nil {
 		return nil, err
@@ -193,39 +223,55 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 	if err := mgr.Add(sh); err != nil {
 		return nil, err
 	}
-	newMigrations := func() *StorageMigrationReconciler {
-		r := &StorageMigrationReconciler{
-			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Recorder: mgr.GetEventRecorder("upgradeguard"),
-			// Unique per process: a restarted replica waits for the Leases of the run it
-			// replaces to expire rather than taking them over as its own.
-			LeaseNamespace: o.MigrationLeaseNamespace, Holder: fmt.Sprintf("upgradeguard-controller/%s/%d", o.ReplicaID, time.Now().UnixNano()),
-			LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery, JobImage: o.JobImage, JobNamespace: o.JobNamespace,
-			Replica: o.ReplicaID, WrapTarget: o.WrapTransport, progressHook: o.progressHook,
-		}
-		if r.JobNamespace == "" {
-			r.JobNamespace = DefaultJobNamespace
-		}
-		return r
-	}
-	migrationOptions := func(leader bool) ctrlcontroller.Options {
-		return ctrlcontroller.Options{MaxConcurrentReconciles: o.MaxConcurrentMigrations, NeedLeaderElection: &leader,
-			// A migration whose target cluster is away retries within a minute of its return.
-			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, time.Minute)}
-	}
+	return sh, nil
+}
+
+// addMigrationControllers registers the two StorageMigration controllers: this
+// cluster's, run by the leader, and the fleet targets', each run by the replica that
+// owns its target.
+func addMigrationControllers(mgr ctrl.Manager, o Options, sh *shard.Shard) error {
 	// This cluster's StorageMigrations (and any a person points at another cluster): the
 	// leader's.
 	if err := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.StorageMigration{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return !IsFleetMigration(o) }))).
-		Named("storagemigration").WithOptions(migrationOptions(true)).Complete(newMigrations()); err != nil {
-		return nil, err
+		Named("storagemigration").WithOptions(migrationOptions(o, true)).Complete(newMigrationReconciler(mgr, o)); err != nil {
+		return err
 	}
 	// The fleet targets' StorageMigrations: each on the replica that owns its target.
-	if err := (&FleetMigrationReconciler{StorageMigrationReconciler: newMigrations(), Shard: sh, Elected: mgr.Elected()}).
-		SetupWithManager(mgr, migrationOptions(false)); err != nil {
-		return nil, err
+	return (&FleetMigrationReconciler{StorageMigrationReconciler: newMigrationReconciler(mgr, o), Shard: sh, Elected: mgr.Elected()}).
+		SetupWithManager(mgr, migrationOptions(o, false))
+}
+
+// newMigrationReconciler is a StorageMigration reconciler with the manager's clients and
+// o's Leases, Jobs and replica.
+func newMigrationReconciler(mgr ctrl.Manager, o Options) *StorageMigrationReconciler {
+	r := &StorageMigrationReconciler{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Config: mgr.GetConfig(), Recorder: mgr.GetEventRecorder("upgradeguard"),
+		// Unique per process: a restarted replica waits for the Leases of the run it
+		// replaces to expire rather than taking them over as its own.
+		LeaseNamespace: o.MigrationLeaseNamespace, Holder: fmt.Sprintf("upgradeguard-controller/%s/%d", o.ReplicaID, time.Now().UnixNano()),
+		LeaseDuration: o.MigrationLeaseDuration, SaveEvery: o.SaveEvery, JobImage: o.JobImage, JobNamespace: o.JobNamespace,
+		Replica: o.ReplicaID, WrapTarget: o.WrapTransport, progressHook: o.progressHook,
 	}
+	if r.JobNamespace == "" {
+		r.JobNamespace = DefaultJobNamespace
+	}
+	return r
+}
+
+// migrationOptions are a StorageMigration controller's options; leader says whether only
+// the leader runs it.
+func migrationOptions(o Options, leader bool) ctrlcontroller.Options {
+	return ctrlcontroller.Options{MaxConcurrentReconciles: o.MaxConcurrentMigrations, NeedLeaderElection: &leader,
+		// A migration whose target cluster is away retries within a minute of its return.
+		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, time.Minute)}
+}
+
+// addClusterControllers registers proactive mode over this cluster's CRDs, the probes of
+// the fleet's targets and the policies' status.
+func addClusterControllers(mgr ctrl.Manager, o Options, sh *shard.Shard) error {
 	if err := (&ProactiveReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
-		return nil, err
+		return err
 	}
 	fleet := &FleetReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: o.Fleet, Shard: sh, WrapTarget: o.WrapTransport,
 		// Its own Clusters, large enough never to evict a target a policy selects.
@@ -234,22 +280,22 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 			// target that stopped answering is reported Unreachable, not read from memory.
 			VerifyCRDs: true})}
 	if err := fleet.SetupWithManager(mgr); err != nil {
-		return nil, err
+		return err
 	}
-	if err := (&PolicyStatusReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
-		return nil, err
-	}
+	return (&PolicyStatusReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr)
+}
+
+// addChecks serves /healthz, and /readyz once the webhook server (when enabled) has
+// started.
+func addChecks(mgr ctrl.Manager, o Options) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
+		return err
 	}
 	readyz := healthz.Ping
 	if o.EnableWebhook {
 		readyz = mgr.GetWebhookServer().StartedChecker()
 	}
-	if err := mgr.AddReadyzCheck("ready", readyz); err != nil {
-		return nil, err
-	}
-	return mgr, nil
+	return mgr.AddReadyzCheck("ready", readyz)
 }
 
 // Preflight checks that the cluster serves the upgradeguard.io API, so that a controller

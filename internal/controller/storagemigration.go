@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -280,8 +281,6 @@ func (r *StorageMigrationReconciler) startAttempt(ctx context.Context, sm *v1alp
 // when the attempt could not start yet (a Lease held by another run).
 func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha1.StorageMigration, rp *v1alpha1.ResourceProgress,
 	m *migrate.Migrator, c *kubeclient.Clients) (*migrate.Result, time.Duration, error) {
-	logger := log.FromContext(ctx).WithValues("crd", rp.Name)
-	cluster := metrics.ClusterLabel(ClusterOf(sm))
 	live, err := c.CRDs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, rp.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -290,65 +289,103 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 	case err != nil:
 		return nil, 0, fmt.Errorf("read CRD %s: %w", rp.Name, err)
 	}
-	storage := crdversions.StorageVersion(live)
+	a := &attempt{r: r, sm: sm, rp: rp, storage: crdversions.StorageVersion(live),
+		cluster: metrics.ClusterLabel(ClusterOf(sm)), logger: log.FromContext(ctx).WithValues("crd", rp.Name)}
 	o, base := r.startAttempt(ctx, sm, rp, live)
-	// atToken are this attempt's counts at the last page boundary, where rp.Continue
-	// points: an attempt that stops part-way saves these, so that the objects after the
-	// token, which the next attempt lists again, are not counted twice.
-	var atToken migrate.Progress
-	count := func(p migrate.Progress) {
-		rp.Objects, rp.Rewritten = base.Objects+p.Done, base.Rewritten+p.Rewritten
-		rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = base.AlreadyCurrent+p.AlreadyCurrent, base.Deleted+p.Deleted, base.FailedCount+p.Failed
-	}
-	lastSave := time.Now()
-	o.Progress = func(p migrate.Progress) {
-		count(p)
-		if p.Failed == 0 && base.FailedCount == 0 {
-			// Only a clean prefix may be skipped on resume.
-			rp.Continue, atToken = p.Continue, p
-		}
-		if time.Since(lastSave) >= r.SaveEvery {
-			lastSave = time.Now()
-			if err := r.saveStatus(ctx, sm); err != nil {
-				if ctx.Err() == nil { // else the attempt is ending: its last place is saved on the way out
-					logger.Error(err, "saving progress")
-				}
-			} else if r.progressHook != nil {
-				r.progressHook(ctx, sm)
-			}
-		}
-	}
+	a.base, a.lastSave = base, time.Now()
+	o.Progress = func(p migrate.Progress) { a.progress(ctx, p) }
 	started := time.Now()
 	res, err := m.Migrate(ctx, migrate.Target{Name: rp.Name}, o)
 	metrics.MigrationDuration.Observe(time.Since(started).Seconds())
+	if err != nil {
+		return a.failed(ctx, err)
+	}
+	return a.finish(ctx, c, res)
+}
+
+// attempt is one run at one CRD as it is recorded in its ResourceProgress.
+type attempt struct {
+	r       *StorageMigrationReconciler
+	sm      *v1alpha1.StorageMigration
+	rp      *v1alpha1.ResourceProgress
+	storage string // the live CRD's storage version when the attempt started
+	cluster string // the metrics' cluster label
+	logger  logr.Logger
+	// base are the counts the attempt starts from (startAttempt).
+	base     v1alpha1.ResourceProgress
+	lastSave time.Time
+	// atToken are this attempt's counts at the last page boundary, where rp.Continue
+	// points: an attempt that stops part-way saves these, so that the objects after the
+	// token, which the next attempt lists again, are not counted twice.
+	atToken migrate.Progress
+}
+
+// count sets rp's counts to the attempt's base plus p.
+func (a *attempt) count(p migrate.Progress) {
+	rp, base := a.rp, a.base
+	rp.Objects, rp.Rewritten = base.Objects+p.Done, base.Rewritten+p.Rewritten
+	rp.AlreadyCurrent, rp.Deleted, rp.FailedCount = base.AlreadyCurrent+p.AlreadyCurrent, base.Deleted+p.Deleted, base.FailedCount+p.Failed
+}
+
+// progress records a page done, keeps the place to resume from while no object has
+// failed, and saves the status at most every SaveEvery.
+func (a *attempt) progress(ctx context.Context, p migrate.Progress) {
+	a.count(p)
+	if p.Failed == 0 && a.base.FailedCount == 0 {
+		// Only a clean prefix may be skipped on resume.
+		a.rp.Continue, a.atToken = p.Continue, p
+	}
+	if time.Since(a.lastSave) < a.r.SaveEvery {
+		return
+	}
+	a.lastSave = time.Now()
+	if err := a.r.saveStatus(ctx, a.sm); err != nil {
+		if ctx.Err() == nil { // else the attempt is ending: its last place is saved on the way out
+			a.logger.Error(err, "saving progress")
+		}
+	} else if a.r.progressHook != nil {
+		a.r.progressHook(ctx, a.sm)
+	}
+}
+
+// failed records an attempt that did not run to a result: another run holds the Lease,
+// the controller is stopping, the target went away, or the run failed.
+func (a *attempt) failed(ctx context.Context, err error) (*migrate.Result, time.Duration, error) {
+	r, sm, rp := a.r, a.sm, a.rp
 	switch {
 	case migrate.IsMigratingElsewhere(err):
 		rp.Message = err.Error()
 		return nil, r.LeaseDuration, r.saveStatus(ctx, sm)
-	case err != nil && ctx.Err() != nil:
+	case ctx.Err() != nil:
 		return nil, 0, r.saveStatus(context.WithoutCancel(ctx), sm)
-	case err != nil && Unreachable(err):
+	case Unreachable(err):
 		// The target went away mid-run (down, restarting, a network cut): keep the place
 		// and try again with this StorageMigration's own backoff; other targets go on.
 		rp.Phase, rp.Message = v1alpha1.PhaseRunning, "target cluster unreachable, retrying: "+err.Error()
 		if serr := r.saveStatus(ctx, sm); serr != nil {
-			logger.Error(serr, "saving progress")
+			a.logger.Error(serr, "saving progress")
 		}
 		return nil, 0, fmt.Errorf("migrate %s: %w", rp.Name, err)
-	case err != nil:
+	default:
 		rp.Phase, rp.Message = v1alpha1.PhaseFailed, err.Error()
-		metrics.Migrations.WithLabelValues(cluster, metrics.ResultFailed).Inc()
+		metrics.Migrations.WithLabelValues(a.cluster, metrics.ResultFailed).Inc()
 		return &migrate.Result{}, 0, nil
 	}
-	count(migrate.Progress{Done: res.Objects, Rewritten: res.Rewritten, AlreadyCurrent: res.AlreadyCurrent, Deleted: res.Deleted, Failed: res.FailedCount})
+}
+
+// finish records the result of an attempt that ran, and its outcome: restarted, refused,
+// migrated, failed, or paused to resume.
+func (a *attempt) finish(ctx context.Context, c *kubeclient.Clients, res *migrate.Result) (*migrate.Result, time.Duration, error) {
+	r, sm, rp, cluster := a.r, a.sm, a.rp, a.cluster
+	a.count(migrate.Progress{Done: res.Objects, Rewritten: res.Rewritten, AlreadyCurrent: res.AlreadyCurrent, Deleted: res.Deleted, Failed: res.FailedCount})
 	rp.StoredVersionsAfter = res.StoredVersionsAfter
 	rp.Message, rp.FieldLoss = res.Message, DroppedFields(res.FieldLoss)
 	rp.Engine, rp.EngineReason = v1alpha1.MigrationEngine(res.Engine), res.EngineReason
 	partial := res.Status == migrate.Incomplete && res.Interrupted && rp.FailedCount == 0
 	if partial {
-		count(atToken)
+		a.count(a.atToken)
 	}
-	metrics.ObjectsRewritten.WithLabelValues(cluster, rp.Name).Add(float64(max(rp.Rewritten-base.Rewritten, 0)))
+	metrics.ObjectsRewritten.WithLabelValues(cluster, rp.Name).Add(float64(max(rp.Rewritten-a.base.Rewritten, 0)))
 	r.reruns(sm, res)
 	switch {
 	case res.Restart && ctx.Err() == nil:
@@ -366,14 +403,14 @@ func (r *StorageMigrationReconciler) migrateOne(ctx context.Context, sm *v1alpha
 		rp.Phase, rp.Continue, rp.CompletionTime = v1alpha1.PhaseSucceeded, "", ptrTime(metav1.Now())
 		metrics.Migrations.WithLabelValues(cluster, metrics.ResultSucceeded).Inc()
 		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventMigrated, action(rp.Name),
-			"%s: %d objects, %d rewritten at %s; storedVersions %v -> %v", rp.Name, rp.Objects, rp.Rewritten, storage, rp.StoredVersionsBefore, rp.StoredVersionsAfter)
+			"%s: %d objects, %d rewritten at %s; storedVersions %v -> %v", rp.Name, rp.Objects, rp.Rewritten, a.storage, rp.StoredVersionsBefore, rp.StoredVersionsAfter)
 	case !partial && unreachableNow(ctx, c, rp.Name):
 		// The target stopped answering during the attempt: what failed is the cluster,
 		// not the objects. Keep the clean place and retry with backoff.
-		count(atToken)
+		a.count(a.atToken)
 		rp.Message = "target cluster unreachable, retrying: " + res.Message
 		if serr := r.saveStatus(ctx, sm); serr != nil {
-			logger.Error(serr, "saving progress")
+			a.logger.Error(serr, "saving progress")
 		}
 		return nil, 0, fmt.Errorf("migrate %s: the target cluster stopped answering: %s", rp.Name, res.Message)
 	case !partial:
