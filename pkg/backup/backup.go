@@ -1,6 +1,7 @@
 // Package backup owns the one on-disk format of every upgradeguard backup, and its writer
 // and reader. The release backup of `release uninstall-check --backup` (package
-// uninstall), the field-loss backup of `migrate --backup-fields` (package crdschema) and
+// uninstall, and with it the StatefulSet claims of `release migrate`, package
+// chartmigrate), the field-loss backup of `migrate --backup-fields` (package crdschema) and
 // the CRD backup of `crd backup` (package crdbackup) are all written here.
 //
 // A backup is a directory, mode 0700, of files, mode 0600, since objects may hold

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/pkg/backup"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
@@ -191,13 +192,11 @@ func (x *executor) progress(step, msg string) {
 	}
 }
 
-// backup: pkg/uninstall's Backup. A backup already in the directory for the same release
-// (a crash after it was written) counts as done; one for another release is refused.
+// backup: pkg/uninstall's release backup, with the old StatefulSet claims written by the
+// same writer, so that they are on disk before its index. A backup already in the
+// directory for the same release (a crash after it was written) counts as done; one for
+// another release is refused.
 func (x *executor) backup(ctx context.Context) (string, error) {
-	stsFiles, err := x.backupSTSClaims(ctx)
-	if err != nil {
-		return "", err
-	}
 	var idx uninstall.BackupResult
 	if data, err := os.ReadFile(filepath.Join(x.o.Dir, uninstall.IndexFile)); err == nil {
 		if err := json.Unmarshal(data, &idx); err != nil || idx.Release != x.p.Release || idx.Namespace != x.p.Namespace {
@@ -205,7 +204,15 @@ func (x *executor) backup(ctx context.Context) (string, error) {
 		}
 		return fmt.Sprintf("backup of %d object(s) already in %s", len(idx.Files), x.o.Dir), nil
 	}
-	b, err := uninstall.Backup(ctx, x.env.Uninstall, x.env.UninstallOptions, x.o.Dir)
+	w, err := backup.Create(x.o.Dir, backup.KindRelease)
+	if err != nil {
+		return "", err
+	}
+	stsFiles, err := x.backupSTSClaims(ctx, w)
+	if err != nil {
+		return "", err
+	}
+	b, err := uninstall.WriteBackup(ctx, x.env.Uninstall, x.env.UninstallOptions, w)
 	if err != nil {
 		return "", err
 	}
@@ -222,9 +229,9 @@ func (x *executor) backup(ctx context.Context) (string, error) {
 const STSBackupDir = "statefulset-claims"
 
 // backupSTSClaims writes each old StatefulSet claim the plan moves, and its PV, sanitised
-// as the uninstall backup writes objects, into DIR/statefulset-claims. It runs before the
-// uninstall, while they are all still there.
-func (x *executor) backupSTSClaims(ctx context.Context) (int, error) {
+// as the uninstall backup writes objects, into DIR/statefulset-claims with w. It runs
+// before the uninstall, while they are all still there.
+func (x *executor) backupSTSClaims(ctx context.Context, w *backup.Writer) (int, error) {
 	n := 0
 	for _, v := range x.p.Volumes {
 		if v.OldStatefulSet == nil || v.PV == "" {
@@ -245,15 +252,8 @@ func (x *executor) backupSTSClaims(ctx context.Context) (int, error) {
 				return 0, err
 			}
 			uninstall.Sanitize(u)
-			data, err := yaml.Marshal(u)
-			if err != nil {
+			if err := w.WriteYAML(filepath.Join(STSBackupDir, file), u); err != nil {
 				return 0, err
-			}
-			if err := os.MkdirAll(filepath.Join(x.o.Dir, STSBackupDir), 0o700); err != nil {
-				return 0, fmt.Errorf("back up %s: %w", file, err)
-			}
-			if err := os.WriteFile(filepath.Join(x.o.Dir, STSBackupDir, file), data, 0o600); err != nil {
-				return 0, fmt.Errorf("back up %s: %w", file, err)
 			}
 			n++
 		}

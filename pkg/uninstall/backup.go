@@ -67,6 +67,14 @@ func Backup(ctx context.Context, c *Clients, o Options, dir string) (*BackupResu
 	if err != nil {
 		return nil, err
 	}
+	return WriteBackup(ctx, c, o, w)
+}
+
+// WriteBackup is Backup with a writer of kind backup.KindRelease that the caller created,
+// and may have written other files of the same backup with (the StatefulSet claims of a
+// chart migration): they are synced with the objects, before the index is committed.
+func WriteBackup(ctx context.Context, c *Clients, o Options, w *backup.Writer) (*BackupResult, error) {
+	dir := w.Dir()
 	l, err := load(ctx, c, o)
 	if err != nil {
 		return nil, err
