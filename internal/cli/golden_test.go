@@ -174,10 +174,10 @@ func slotsGolden() []goldenCase {
 		{Ref: "release-1.5", Commit: "0123456789abcdef0123456789abcdef01234567", TargetVersion: 46, Slots: map[int]string{44: "aa", 45: "bb"}},
 		{Ref: "release-1.6", Commit: "fedcba9876543210fedcba9876543210fedcba98", TargetVersion: 54, Slots: map[int]string{44: "aa", 45: "cc", 46: "dd"}},
 	}
-	claimed := &slots.Report{Refs: refs, LowestTarget: 46, Findings: []slots.Finding{{Finding: finding.Finding{Check: string(slots.Claimed), Subject: "slot 45", Severity: finding.Danger,
+	claimed := &slots.Report{Refs: refs, LowestTarget: 46, Findings: []slots.Misalignment{{Finding: finding.Finding{Check: string(slots.Claimed), Subject: "slot 45", Severity: finding.Danger,
 		Message: "release-1.5 raised targetVersion to 46, claiming slot 45, which release-1.6 uses for a different migration"}, Slot: 45,
 		Hashes: map[string]string{"release-1.5": "bb00000000000000000000", "release-1.6": "cc00000000000000000000"}}}}
-	aligned := &slots.Report{Refs: refs, LowestTarget: 45, Findings: []slots.Finding{}}
+	aligned := &slots.Report{Refs: refs, LowestTarget: 45, Findings: []slots.Misalignment{}}
 	return []goldenCase{
 		{"slots-claimed", claimed, func(w io.Writer) error { return renderSlots(w, claimed) }},
 		{"slots-aligned", aligned, func(w io.Writer) error { return renderSlots(w, aligned) }},

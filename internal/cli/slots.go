@@ -97,7 +97,7 @@ func renderSlots(w io.Writer, rep *slots.Report) error {
 	return nil
 }
 
-func slotFinding(w io.Writer, refs []slots.Ref, f slots.Finding) {
+func slotFinding(w io.Writer, refs []slots.Ref, f slots.Misalignment) {
 	fmt.Fprintf(w, "\nslot %d (%s)\n  %s\n", f.Slot, f.Check, withFlag(f.Message, f.Input))
 	for _, r := range refs {
 		h := f.Hashes[r.Ref]

@@ -65,8 +65,8 @@ const (
 	Claimed Kind = "claimed"
 )
 
-// Finding is one misaligned slot.
-type Finding struct {
+// Misalignment is one misaligned slot, reported as a finding.
+type Misalignment struct {
 	// Finding is the shared shape: Check is the Kind, Subject "slot N", Severity danger
 	// (a cluster on the upgrade path skips or repeats a migration).
 	finding.Finding
@@ -75,10 +75,10 @@ type Finding struct {
 }
 
 // Kind is the finding's kind (its Check).
-func (f Finding) Kind() Kind { return Kind(f.Check) }
+func (f Misalignment) Kind() Kind { return Kind(f.Check) }
 
-func newFinding(kind Kind, slot int, hashes map[string]string, msg string) Finding {
-	return Finding{Finding: finding.Finding{Check: string(kind), Subject: "slot " + strconv.Itoa(slot), Severity: finding.Danger, Message: msg},
+func newMisalignment(kind Kind, slot int, hashes map[string]string, msg string) Misalignment {
+	return Misalignment{Finding: finding.Finding{Check: string(kind), Subject: "slot " + strconv.Itoa(slot), Severity: finding.Danger, Message: msg},
 		Slot: slot, Hashes: hashes}
 }
 
@@ -86,7 +86,7 @@ func newFinding(kind Kind, slot int, hashes map[string]string, msg string) Findi
 type Report struct {
 	Refs         []Ref     `json:"refs"`
 	LowestTarget int       `json:"lowestTargetVersion"`
-	Findings     []Finding `json:"findings"`
+	Findings     []Misalignment `json:"findings"`
 }
 
 // ErrTooFewRefs says a check was asked for fewer than two refs: there is nothing to
@@ -102,7 +102,7 @@ func Check(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Findings: []Finding{}}
+	rep := &Report{Findings: []Misalignment{}}
 	for _, ref := range o.Refs {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -143,7 +143,7 @@ func OpenRepository(path string) (*git.Repository, error) {
 	return repo, nil
 }
 
-func compare(refs []Ref, slot int, equivalent map[int][]string) (Finding, bool) {
+func compare(refs []Ref, slot int, equivalent map[int][]string) (Misalignment, bool) {
 	hashes := map[string]string{}
 	distinct := map[string]bool{}
 	missing := false
@@ -158,14 +158,14 @@ func compare(refs []Ref, slot int, equivalent map[int][]string) (Finding, bool) 
 	}
 	if missing {
 		if len(distinct) == 0 {
-			return Finding{}, false // a slot no ref has (numbering starts later): fine
+			return Misalignment{}, false // a slot no ref has (numbering starts later): fine
 		}
-		return newFinding(Missing, slot, hashes, fmt.Sprintf("slot %d exists on %s only; every ref runs it (below targetVersion %d on all): add the same migration to the others", slot, present(refs, slot), lowest(refs))), true
+		return newMisalignment(Missing, slot, hashes, fmt.Sprintf("slot %d exists on %s only; every ref runs it (below targetVersion %d on all): add the same migration to the others", slot, present(refs, slot), lowest(refs))), true
 	}
 	if len(distinct) == 1 || allEquivalent(distinct, equivalent[slot]) {
-		return Finding{}, false
+		return Misalignment{}, false
 	}
-	f := newFinding(Diverged, slot, hashes, "")
+	f := newMisalignment(Diverged, slot, hashes, "")
 	older := refs[0]
 	for _, r := range refs[1:] {
 		if r.Slots[slot] != older.Slots[slot] && older.TargetVersion == slot+1 && r.TargetVersion > older.TargetVersion {
