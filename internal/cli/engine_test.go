@@ -159,10 +159,13 @@ func TestMigrateEngines(t *testing.T) {
 		t.Fatalf("auto as the builtin-role user: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	sourceStoredAt(t, "auto as the builtin-role user", "v1", all...)
-	for _, res := range results {
-		if res.Engine != migrate.EngineBuiltin || res.Status != migrate.Migrated || !slices.Equal(res.StoredVersionsAfter, []string{"v1"}) || res.Objects != 3 {
-			t.Errorf("builtin: %+v, want migrated by the builtin engine, 3 objects, storedVersions [v1]", res)
-		}
+	// The one result asked for: a loop over no result would assert nothing.
+	if len(results) != 1 {
+		t.Fatalf("builtin: %d results, want 1 for %s", len(results), helmrepos)
+	}
+	if res := results[0]; res.Name != helmrepos || res.Engine != migrate.EngineBuiltin || res.Status != migrate.Migrated ||
+		!slices.Equal(res.StoredVersionsAfter, []string{"v1"}) || res.Objects != 3 {
+		t.Errorf("builtin: %+v, want %s migrated by the builtin engine, 3 objects, storedVersions [v1]", res, helmrepos)
 	}
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
 	for _, name := range all {

@@ -2,6 +2,7 @@ package livecluster_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -115,13 +116,30 @@ func TestClustersFromMemory(t *testing.T) {
 	})
 
 	// With VerifyCRDs, one metadata LIST per call proves the informer fresh, so a change
-	// made a moment ago is seen at once, caught up or not.
-	verified, _ := testenv.CountedTarget(t, cp.Config, livecluster.ClustersOptions{VerifyCRDs: true}, false)
-	if _, err := verified.Cluster.CRDs(ctx); err != nil { // waits for the first sync
-		t.Fatal(err)
+	// made a moment ago is seen at once, caught up or not. The CRD watches are held while
+	// the change is made, so that no informer has caught up: a target without VerifyCRDs,
+	// the control, still answers the old storedVersions from memory.
+	held := &heldWatches{}
+	gated := rest.CopyConfig(cp.Config)
+	gated.Wrap(held.wrap)
+	verified, _ := testenv.CountedTarget(t, gated, livecluster.ClustersOptions{VerifyCRDs: true}, false)
+	control, _ := testenv.CountedTarget(t, gated, livecluster.ClustersOptions{}, false)
+	for _, target := range []*livecluster.Target{verified, control} {
+		if _, err := target.Cluster.CRDs(ctx); err != nil { // waits for the first sync
+			t.Fatal(err)
+		}
 	}
+	held.hold()
+	t.Cleanup(held.release) // the informers' readers end once they can read again
 	if err := testenv.SetStoredVersions(ctx, cs, name, "v1"); err != nil {
 		t.Fatal(err)
+	}
+	stale, err := control.Cluster.CRDs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stale[name].Status.StoredVersions; len(got) != 2 {
+		t.Fatalf("the control without VerifyCRDs saw storedVersions %v at once: its watch was not held, and the check below would prove nothing", got)
 	}
 	crds, err = verified.Cluster.CRDs(ctx)
 	if err != nil {
@@ -130,4 +148,55 @@ func TestClustersFromMemory(t *testing.T) {
 	if got := crds[name].Status.StoredVersions; len(got) != 1 {
 		t.Errorf("VerifyCRDs: storedVersions right after the change = %v, want [v1]", got)
 	}
+}
+
+// heldWatches holds the CRD watch streams of the clients it wraps while hold is in
+// effect: what a stream reads from the API server then reaches the informer only after
+// release.
+type heldWatches struct {
+	// gate, while held, is a channel that release closes.
+	gate atomic.Pointer[chan struct{}]
+}
+
+func (h *heldWatches) hold() {
+	gate := make(chan struct{})
+	h.gate.Store(&gate)
+}
+
+func (h *heldWatches) release() {
+	if gate := h.gate.Swap(nil); gate != nil {
+		close(*gate)
+	}
+}
+
+func (h *heldWatches) wrap(rt http.RoundTripper) http.RoundTripper {
+	return heldTransport{rt: rt, h: h}
+}
+
+type heldTransport struct {
+	rt http.RoundTripper
+	h  *heldWatches
+}
+
+func (t heldTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(r)
+	if err == nil && strings.HasSuffix(r.URL.Path, "/customresourcedefinitions") && r.URL.Query().Get("watch") == "true" {
+		resp.Body = heldBody{ReadCloser: resp.Body, h: t.h}
+	}
+	return resp, err
+}
+
+// heldBody waits for the hold to end after each read, so that bytes that arrive during
+// the hold (the reader was already waiting for them) are not handed on either.
+type heldBody struct {
+	io.ReadCloser
+	h *heldWatches
+}
+
+func (b heldBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if gate := b.h.gate.Load(); gate != nil {
+		<-*gate
+	}
+	return n, err
 }

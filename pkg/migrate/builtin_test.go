@@ -16,9 +16,11 @@ import (
 	svmv1 "k8s.io/api/storagemigration/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -316,14 +318,25 @@ func TestBuiltinConversionWebhookFails(t *testing.T) {
 	}
 	withControllerManager(t, svmControllers...)
 
+	// The test watches the StorageVersionMigrations itself, to know the Failed condition the
+	// server wrote, independently of what the run reports.
+	watched := watchSVMs(t)
 	res, err := newMigrator(t, cp.Config).Migrate(e.ctx, migrate.Target{Name: crd.Name}, builtinOpts(migrate.EngineBuiltin))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", res)
-	if res.Status != migrate.Incomplete || !strings.HasPrefix(res.BuiltinFailure, "Failed=True, reason StorageVersionMigrationFailed: ") ||
-		!strings.Contains(res.Message, "condition "+res.BuiltinFailure) || !strings.Contains(res.Message, "storedVersions left as they were") {
-		t.Errorf("status %s, failure %q, message %q; want incomplete quoting the server's Failed condition", res.Status, res.BuiltinFailure, res.Message)
+	failed := watched.failedUntilDeleted(t, res.StorageVersionMigration)
+	if failed == nil || failed.Reason != "StorageVersionMigrationFailed" {
+		t.Fatalf("StorageVersionMigration %q: Failed condition %+v, want the server's StorageVersionMigrationFailed", res.StorageVersionMigration, failed)
+	}
+	if want := fmt.Sprintf("Failed=True, reason %s: %s", failed.Reason, failed.Message); res.Status != migrate.Incomplete ||
+		res.BuiltinFailure != want || !strings.Contains(res.Message, failed.Message) {
+		t.Errorf("status %s, failure %q, message %q; want incomplete, the failure %q as the server wrote it, quoted in the message",
+			res.Status, res.BuiltinFailure, res.Message, want)
+	}
+	if !slices.Equal(res.StoredVersionsAfter, []string{"v1alpha1", "v1"}) {
+		t.Errorf("the run reports storedVersions %v after it, want [v1alpha1 v1] as they were", res.StoredVersionsAfter)
 	}
 	// The CRD's spec names a conversion webhook whatever happens: only a LIST made after
 	// the failure meets the webhook down, at its address, and says so.
@@ -336,6 +349,50 @@ func TestBuiltinConversionWebhookFails(t *testing.T) {
 		t.Errorf("storedVersions %v, want untouched", got)
 	}
 	svmGone(t, res.StorageVersionMigration)
+}
+
+// svmWatch is a watch of StorageVersionMigrations opened before a run.
+type svmWatch struct{ w watch.Interface }
+
+func watchSVMs(t *testing.T) svmWatch {
+	t.Helper()
+	api := kubernetes.NewForConfigOrDie(cp.Config).StoragemigrationV1().StorageVersionMigrations()
+	list, err := api.List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := api.Watch(t.Context(), metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return svmWatch{w: w}
+}
+
+// failedUntilDeleted reads the watch until name is deleted and returns the last Failed=True
+// condition the server wrote on it (nil if none). The run deletes it before it returns, so
+// the watch holds the deletion once a read finds it gone.
+func (s svmWatch) failedUntilDeleted(t *testing.T, name string) *metav1.Condition {
+	t.Helper()
+	_, err := kubernetes.NewForConfigOrDie(cp.Config).StoragemigrationV1().StorageVersionMigrations().Get(t.Context(), name, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("StorageVersionMigration %q: %v, want deleted by the run", name, err)
+	}
+	var failed *metav1.Condition
+	for ev := range s.w.ResultChan() {
+		m, ok := ev.Object.(*svmv1.StorageVersionMigration)
+		if !ok || m.Name != name {
+			continue
+		}
+		if c := meta.FindStatusCondition(m.Status.Conditions, string(svmv1.MigrationFailed)); c != nil && c.Status == metav1.ConditionTrue {
+			failed = c
+		}
+		if ev.Type == watch.Deleted {
+			return failed
+		}
+	}
+	t.Fatalf("the watch of StorageVersionMigrations ended before %s was deleted", name)
+	return nil
 }
 
 // closedPort is a loopback address nothing listens on.
