@@ -18,8 +18,9 @@
 #   --demo         only what `make demo` runs: kube-apiserver and etcd of the default minor, and
 #                  Helm 4. A newcomer's first demo waits for nothing else.
 #   --kube MINORS  the control planes of these minors (comma-separated: 1.32, default,
-#                  oldest; or "all", or "none") instead of the default and the oldest;
-#                  `make test-matrix` uses --kube all.
+#                  oldest, newest; or "all", or "none") instead of the default and the
+#                  oldest; `make test-matrix` uses --kube all, `make test-newest` --kube
+#                  newest (the last minor in the file, a pre-release before its GA).
 #   --no-flux, --no-helm
 #                  leave out Flux's controllers, or the Helm CLIs. With --kube none they make
 #                  a build of one part alone (.ci/run's builder builds each later part's
@@ -45,7 +46,7 @@ mkdir -p "$bin" "$stamps"
 
 # The Kubernetes minors we test, each at the newest patch (or pre-release, before a minor's
 # GA) the module proxy serves, and the Go toolchain a minor needs beyond the machine's:
-# KUBE_DEFAULT is the newest at a GA version, KUBE_CI the oldest.
+# KUBE_DEFAULT is the newest at a GA version, KUBE_CI the oldest, KUBE_NEWEST the newest.
 declare -A KUBE=() KUBE_GOTOOLCHAIN=()
 KUBE_ALL="" KUBE_DEFAULT=""
 while read -r m v toolchain; do
@@ -54,7 +55,7 @@ while read -r m v toolchain; do
   [[ -z $toolchain ]] || KUBE_GOTOOLCHAIN[$m]=$toolchain
   [[ $v == *-* ]] || KUBE_DEFAULT=$m
 done <"$root/internal/testenv/kube-versions"
-KUBE_CI=${KUBE_ALL%% *}
+KUBE_CI=${KUBE_ALL%% *} KUBE_NEWEST=${KUBE_ALL##* }
 HELM_VERSION=v4.3.1
 HELM3_VERSION=v3.22.0
 HELM_CONTROLLER_VERSION=v1.6.2
@@ -69,7 +70,7 @@ while (($#)); do
     --kube)
       [[ $# -ge 2 ]] || { echo "testbin: --kube needs a list of minors, for example --kube 1.32,1.37" >&2; exit 2; }
       minors=${2//,/ }; [[ $minors == all ]] && minors=$KUBE_ALL; [[ $minors == none ]] && minors=""
-      minors=${minors/default/$KUBE_DEFAULT} minors=${minors/oldest/$KUBE_CI}; shift ;;
+      minors=${minors/default/$KUBE_DEFAULT} minors=${minors/oldest/$KUBE_CI} minors=${minors/newest/$KUBE_NEWEST}; shift ;;
     --no-flux) flux=false ;;
     --no-helm) helm=false ;;
     --flux-only) minors="" helm=false ;;
