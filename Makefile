@@ -55,8 +55,8 @@ testbin: ## Build the real control planes, the Helm CLIs and Flux's controllers 
 # version: check, migrate and the gate, the CRD schema judges (crdschema: what the API
 # server's own validation refuses changes between minors), and every package that asserts
 # the API server's own storedVersions rejection in the running minor's wording
-# (crdversions.WordingFor): the webhook, the CLI, applycheck and the Flux incident and gate
-# tests.
+# (crdversions.WordingFor): the webhook, the CLI, applycheck and the Flux incident tests;
+# and the same Flux scenarios through upgradeguard's gates (fluxgate).
 KUBE_VERSIONS := internal/testenv/kube-versions
 KUBE_DEFAULT := $(shell awk '!/^\#/ && NF && $$2 !~ /-/ { m = $$1 } END { print m }' $(KUBE_VERSIONS))
 KUBE_CI := $(shell awk '!/^\#/ && NF { print $$1; exit }' $(KUBE_VERSIONS))
