@@ -41,13 +41,16 @@ func newAuditCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Co
 func (o *auditOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "audit every namespace (default: the namespace of -n or the kubeconfig)")
 	f.StringVar(&o.registry, "registry", "", "chart registry file that extends the built-in one; an entry replaces the built-in entry of the same name")
-	output.AddFlag(f, &o.output)
+	output.AddReportFlag(f, &o.output)
 	f.StringVar(&o.fleet, "fleet", "", "audit the target clusters whose kubeconfig Secrets (in the -n namespace) match this label selector")
 	f.StringVar(&o.fleetKey, "fleet-key", "", "Secret key holding the kubeconfig (default: value, value.yaml, then kubeconfig)")
 	f.DurationVar(&o.fleetTimeout, "fleet-timeout", time.Minute, "time allowed to audit one target cluster")
 }
 
 func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	if o.fleet != "" && output.Validate(o.output) != nil {
+		return couldNot("-o %s renders findings, and audit --fleet reports clusters: use -o text or -o json", o.output)
+	}
 	reg, err := registry.Load(o.registry)
 	if err != nil {
 		return couldNot("%w", err)
@@ -71,7 +74,7 @@ func (o *auditOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	if err != nil {
 		return classifyAs(cmdAudit, err, conn)
 	}
-	return finish(streams, o.output, rep, func(w io.Writer) error { return renderAudit(w, rep) }, rep.Unprotected())
+	return finishReport(streams, o.output, rep, func(w io.Writer) error { return renderAudit(w, rep) }, rep.FindingReport, rep.Unprotected())
 }
 
 func (o *auditOptions) runFleet(ctx context.Context, streams Streams, conn *connection, reg *registry.Registry) error {

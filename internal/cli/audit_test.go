@@ -56,6 +56,11 @@ func TestAuditCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
+	// The CI formats: a case per audited release, the same exit code.
+	junit := ugOwn("audit", "-A", "-o", "junit")
+	if junit.code != cli.ExitFindings || strings.Count(junit.stdout, "<testcase ") != len(rep.Releases) || !strings.Contains(junit.stdout, `name="Release/flux-b/flux2-migrate"`) {
+		t.Errorf("audit -A -o junit: exit %d, want 1 and a case for each of %d releases\n%s%s", junit.code, len(rep.Releases), junit.stdout, junit.stderr)
+	}
 	if rep.Summary.Coverage != "0/6" {
 		t.Errorf("coverage %s", rep.Summary.Coverage)
 	}
@@ -139,6 +144,7 @@ func TestAuditFlagErrorsExit2(t *testing.T) {
 		{[]string{"audit", "--registry", bad}, "is not a semver constraint"},
 		{[]string{"audit", "--registry", filepath.Join(t.TempDir(), "none.yaml")}, "read registry"},
 		{[]string{"audit", "extra"}, "unknown command"},
+		{[]string{"audit", "--fleet", "fleet=prod", "-o", "sarif"}, "audit --fleet reports clusters: use -o text or -o json"},
 	} {
 		r := run(t, tc.args...)
 		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, tc.mention) {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 )
 
 // Exit codes shared by every command.
@@ -55,6 +56,18 @@ func command(use, short, long, example string, args cobra.PositionalArgs, run fu
 // findings is true, nil otherwise.
 func finish(streams Streams, format string, v any, text func(io.Writer) error, findings bool) error {
 	if err := output.Write(streams.Out, format, v, text); err != nil {
+		return couldNot("write output: %w", err)
+	}
+	if findings {
+		return &ExitError{Code: ExitFindings}
+	}
+	return nil
+}
+
+// finishReport is finish for a command whose result is a finding.Report too, and so
+// takes the CI formats (output.AddReportFlag).
+func finishReport(streams Streams, format string, v any, text func(io.Writer) error, report func() finding.Report, findings bool) error {
+	if err := output.WriteReport(streams.Out, format, v, text, report); err != nil {
 		return couldNot("write output: %w", err)
 	}
 	if findings {

@@ -34,7 +34,7 @@ func (s *slotsOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&s.o.Dir, "dir", "", "migrations folder in the tree")
 	f.StringVar(&s.target, "target", "", "where targetVersion lives: FILE:KEY, a YAML file and a dotted key")
 	f.StringVar(&s.equivalent, "equivalent", "", "YAML file declaring equivalent slot contents by sha256")
-	output.AddFlag(f, &s.output)
+	output.AddReportFlag(f, &s.output)
 }
 
 // options completes slots.Options from --target and --equivalent.
@@ -75,7 +75,7 @@ func (s *slotsOptions) run(ctx context.Context, streams Streams) error {
 	if err != nil {
 		return couldNot("%w%s", err, advice("slots", err))
 	}
-	return finish(streams, s.output, rep, func(w io.Writer) error { return renderSlots(w, rep) }, len(rep.Findings) > 0)
+	return finishReport(streams, s.output, rep, func(w io.Writer) error { return renderSlots(w, rep) }, rep.FindingReport, len(rep.Findings) > 0)
 }
 
 func renderSlots(w io.Writer, rep *slots.Report) error {

@@ -30,6 +30,23 @@ func TestSlotsCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || len(rep.Findings) != 1 || rep.Findings[0].Slot != 3 {
 		t.Errorf("JSON %s (%v)", r.stdout, err)
 	}
+	// The CI formats: the same findings, the same exit code.
+	misaligned := append(args, "--ref", "release-1.0", "--ref", "release-1.1")
+	for format, want := range map[string]string{
+		"sarif":    `"ruleId": "claimed"`,
+		"junit":    `<testcase name="slot 3" classname="slots">`,
+		"markdown": "| ❌ danger | slot 3 | `claimed` |",
+		"github":   "::error title=claimed%3A slot 3::",
+	} {
+		r = run(t, append(misaligned, "-o", format)...)
+		if r.code != cli.ExitFindings || !strings.Contains(r.stdout, want) {
+			t.Errorf("-o %s: exit %d, want %q in\n%s%s", format, r.code, want, r.stdout, r.stderr)
+		}
+	}
+	r = run(t, append(args, "--ref", "master", "--ref", "release-1.1", "-o", "junit")...)
+	if r.code != cli.ExitSafe || !strings.Contains(r.stdout, `failures="0"`) || strings.Contains(r.stdout, "<failure") {
+		t.Errorf("aligned, -o junit: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	r = run(t, append(args, "--ref", "master", "--ref", "release-1.1")...)
 	if r.code != cli.ExitSafe || !strings.Contains(r.stdout, "ALIGNED") {
 		t.Errorf("aligned: exit %d\n%s%s", r.code, r.stdout, r.stderr)

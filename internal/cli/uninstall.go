@@ -37,7 +37,7 @@ func newUninstallCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) 
 
 func (o *uninstallCheckOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.helmVersion, "helm-version", uninstall.DefaultHelmVersion, "version of the Helm that will run the uninstall (4.3 and newer skip objects whose live ownership does not name the release)")
-	output.AddFlag(f, &o.output)
+	output.AddReportFlag(f, &o.output)
 	f.StringVar(&o.backup, "backup", "", "write the release's Secrets, PVCs and PVs (sanitised for re-apply) to this new directory")
 }
 
@@ -62,7 +62,7 @@ func (o *uninstallCheckOptions) run(ctx context.Context, streams Streams, kube *
 	}
 	out := &uninstallCheckOutput{Report: rep}
 	backupErr := o.takeBackup(ctx, c, opts, out)
-	if err := finish(streams, o.output, out, out.text, !rep.Safe); backupErr == nil {
+	if err := finishReport(streams, o.output, out, out.text, rep.FindingReport, !rep.Safe); backupErr == nil {
 		return err
 	}
 	return backupErr

@@ -96,6 +96,9 @@ func TestReleaseUninstallCheckNoLeaks(t *testing.T) {
 				"text":   ug(t, "release", "uninstall-check", "app", "-n", ns, "--helm-driver", driver),
 				"json":   ug(t, "release", "uninstall-check", "app", "-n", ns, "--helm-driver", driver, "-o", "json"),
 				"backup": ug(t, "release", "uninstall-check", "app", "-n", ns, "--helm-driver", driver, "--backup", dir, "-o", "json"),
+				// The CI formats carry the same findings, and no more of the release.
+				"sarif":    ug(t, "release", "uninstall-check", "app", "-n", ns, "--helm-driver", driver, "-o", "sarif"),
+				"markdown": ug(t, "release", "uninstall-check", "app", "-n", ns, "--helm-driver", driver, "-o", "markdown"),
 			}
 			index, err := os.ReadFile(filepath.Join(dir, uninstall.IndexFile))
 			if err != nil {
@@ -116,6 +119,12 @@ func TestReleaseUninstallCheckNoLeaks(t *testing.T) {
 				if strings.Contains(string(index), f) {
 					t.Error("the backup index holds a planted secret value")
 				}
+			}
+			if want := `"ruleId": "` + uninstall.CheckSecret + `"`; !strings.Contains(outputs["sarif"].stdout, want) {
+				t.Errorf("-o sarif: no %s in\n%s", want, outputs["sarif"].stdout)
+			}
+			if want := "Release/" + ns + "/app"; !strings.Contains(outputs["markdown"].stdout, want) {
+				t.Errorf("-o markdown: no %s in\n%s", want, outputs["markdown"].stdout)
 			}
 			rep := uninstallReport(t, outputs["json"])
 			if string(rep.Driver) != driver || len(rep.Findings) != 1 || rep.Findings[0].Check != uninstall.CheckSecret ||

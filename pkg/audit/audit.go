@@ -182,3 +182,12 @@ const ControllerLeaseName = "upgradeguard-controller"
 // defaultLeaseDuration is client-go's and controller-runtime's default, used when a
 // Lease does not say.
 const defaultLeaseDuration = 15 * time.Second
+
+// FindingReport is the audit as CI reads it: a case per audited release, with its findings.
+func (r *Report) FindingReport() finding.Report {
+	rep := finding.Report{Tool: "audit", Cases: []finding.Case{}}
+	for _, rel := range r.Releases {
+		rep.Cases = append(rep.Cases, finding.Case{Name: rel.Subject, Findings: rel.Findings})
+	}
+	return rep
+}

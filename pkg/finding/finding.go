@@ -35,6 +35,17 @@ type Finding struct {
 	// Input is the operation's input that the Message or Remediation advises, when there
 	// is one.
 	Input *Input `json:"input,omitempty"`
+	// Location is where the finding points in a repository, when it points at a file:
+	// what a pull request's annotations and SARIF show it on.
+	Location *Location `json:"location,omitempty"`
+}
+
+// Location is a place in a repository's files.
+type Location struct {
+	// File is the path from the repository's root, with forward slashes.
+	File string `json:"file"`
+	// Line is the 1-based line the finding is about; 0 means the file as a whole.
+	Line int `json:"line,omitempty"`
 }
 
 // Input is an input of the operation that reported a finding, in the library's terms:

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -323,4 +324,31 @@ func LoadEquivalent(path string) (map[int][]string, error) {
 		out[n] = v
 	}
 	return out, nil
+}
+
+// FindingReport is the check as CI reads it: a case per slot below the lowest
+// targetVersion that some ref holds, with the findings about it.
+func (r *Report) FindingReport() finding.Report {
+	held := map[int]bool{}
+	for _, ref := range r.Refs {
+		for s := range ref.Slots {
+			if s < r.LowestTarget {
+				held[s] = true
+			}
+		}
+	}
+	for _, f := range r.Findings {
+		held[f.Slot] = true
+	}
+	rep := finding.Report{Tool: "slots", Cases: []finding.Case{}}
+	for _, s := range slices.Sorted(maps.Keys(held)) {
+		c := finding.Case{Name: "slot " + strconv.Itoa(s)}
+		for _, f := range r.Findings {
+			if f.Slot == s {
+				c.Findings = append(c.Findings, f.Finding)
+			}
+		}
+		rep.Cases = append(rep.Cases, c)
+	}
+	return rep
 }

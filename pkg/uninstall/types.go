@@ -160,3 +160,10 @@ var Checks = []CheckInfo{
 	{CheckCRDCascade, "deleting a CustomResourceDefinition deletes every object of that type in the cluster"},
 	{CheckSecret, "a deleted Secret holding credentials cannot be recovered: a re-install mints new ones (or refuses) while the data on kept volumes still expects the old ones"},
 }
+
+// FindingReport is the pre-flight as CI reads it: one case, the release, with its findings.
+func (r *Report) FindingReport() finding.Report {
+	return finding.Report{Tool: "uninstall-check", Cases: []finding.Case{{
+		Name: "Release/" + r.Namespace + "/" + r.Release, Findings: r.Findings,
+	}}}
+}
