@@ -85,8 +85,8 @@ func newMisalignment(kind Kind, slot int, hashes map[string]string, msg string) 
 
 // Report is the result of a check.
 type Report struct {
-	Refs         []Ref     `json:"refs"`
-	LowestTarget int       `json:"lowestTargetVersion"`
+	Refs         []Ref          `json:"refs"`
+	LowestTarget int            `json:"lowestTargetVersion"`
 	Findings     []Misalignment `json:"findings"`
 }
 
