@@ -125,7 +125,7 @@ check only reads from the cluster. Exit codes: 0 safe, 1 findings, 2 could not r
 	o.addManifestsFlag(cmd, streams)
 	o.argo.addFlags(cmd)
 	f := cmd.Flags()
-	output.AddFlag(f, &o.output)
+	output.AddReportFlag(f, &o.output)
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "show every CRD, not only those that change")
 	f.BoolVar(&o.noHistory, "no-stepping-stone", false, "do not search the chart's repository for a stepping-stone version")
 	return cmd
@@ -214,7 +214,7 @@ func (o *checkOptions) run(ctx context.Context, streams Streams, kube *genericcl
 	if err != nil {
 		return err
 	}
-	return finish(streams, o.output, rep, func(w io.Writer) error { return renderText(w, o.verbose, rep) }, !rep.Safe)
+	return finishReport(streams, o.output, rep, func(w io.Writer) error { return renderText(w, o.verbose, rep) }, rep.FindingReport, !rep.Safe)
 }
 
 // predict runs the upgrade or rollback prediction the flags describe: one check.Predict.

@@ -209,6 +209,21 @@ func TestFluxIncident(t *testing.T) {
 			t.Errorf("text output lacks %q:\n%s", want, text.stdout)
 		}
 	}
+	// The same verdicts as CI reads them: a JUnit case per CRD, the three to migrate
+	// failing, and an error annotation for each of them.
+	junit := ug(t, "check", "--chart", target, "--release", "flux", "-n", "flux-system", "-o", "junit")
+	if junit.code != cli.ExitFindings || !strings.Contains(junit.stdout, `<testsuites name="upgradeguard check" tests="14" failures="3">`) {
+		t.Errorf("-o junit: exit %d, want 1 and 3 of 14 cases failing\n%s%s", junit.code, junit.stdout, junit.stderr)
+	}
+	gh := ug(t, "check", "--chart", target, "--release", "flux", "-n", "flux-system", "-o", "github")
+	for _, crd := range migrate {
+		if want := "::error title=migrate%3A " + crd + "::"; !strings.Contains(gh.stdout, want) {
+			t.Errorf("-o github lacks %q:\n%s", want, gh.stdout)
+		}
+	}
+	if n := strings.Count(gh.stdout, "\n"); gh.code != cli.ExitFindings || n != len(migrate) {
+		t.Errorf("-o github: exit %d and %d annotations, want 1 and %d\n%s", gh.code, n, len(migrate), gh.stdout)
+	}
 
 	// The real upgrade fails on those CRDs and no other.
 	out, err := helm(t, nil, "upgrade", "flux", target, "-n", "flux-system")

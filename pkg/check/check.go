@@ -16,6 +16,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/svm"
 )
@@ -564,4 +565,24 @@ func versionList(vs []crdversions.Version) string {
 		names = append(names, v.Name)
 	}
 	return "[" + strings.Join(names, " ") + "]"
+}
+
+// FindingReport is the report as CI reads it: a case per CRD the operation brings or
+// drops, named by the CRD. A verdict other than ok is a finding whose check is the verdict
+// (migrate, bridge, delete, data-loss, refused: blocking; prune: a warning, as it loses
+// nothing now), its message the reason and its remediation the action.
+func (r *Report) FindingReport() finding.Report {
+	rep := finding.Report{Tool: "check", Cases: []finding.Case{}}
+	for _, c := range r.CRDs {
+		fc := finding.Case{Name: c.Name}
+		if c.Verdict != predict.OK {
+			sev := finding.Warning
+			if c.Verdict.Blocks() {
+				sev = finding.Blocking
+			}
+			fc.Findings = []finding.Finding{{Check: string(c.Verdict), Subject: c.Name, Severity: sev, Message: c.Reason, Remediation: c.Action}}
+		}
+		rep.Cases = append(rep.Cases, fc)
+	}
+	return rep
 }
