@@ -37,8 +37,18 @@ func (r *Refusal) Message() string {
 // server-side dry-run update (or create) that persists nothing. It returns the refusal,
 // nil when the server accepts the CRD or refuses it only for stored versions it drops,
 // and an error when it could not ask (RBAC: the dry run needs update and create on
-// customresourcedefinitions; a webhook that refused; the server unreachable).
+// customresourcedefinitions; a webhook that refused; the server unreachable). A CRD whose
+// spec does not change (Unchanged) is not asked about: it is accepted as it is.
+// Admissions keeps the answers for a process that asks again.
 func Admit(ctx context.Context, crds apiextv1client.CustomResourceDefinitionInterface, live, next *apiextv1.CustomResourceDefinition) (*Refusal, error) {
+	if Unchanged(live, next) {
+		return nil, nil
+	}
+	return ask(ctx, crds, live, next)
+}
+
+// ask is Admit's dry-run write.
+func ask(ctx context.Context, crds apiextv1client.CustomResourceDefinitionInterface, live, next *apiextv1.CustomResourceDefinition) (*Refusal, error) {
 	dryRun := []string{metav1.DryRunAll}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		c := next.DeepCopy()

@@ -48,10 +48,15 @@ type KubeCluster struct {
 	// version is the API server's version once read, for a kept target: its decisions
 	// are made with no API request.
 	version atomic.Pointer[string]
+	// admissions keeps the API server's answers to AdmitCRD's dry runs, for a process
+	// that asks again about the same CRDs (a second check, a review of releases that
+	// share a chart).
+	admissions *crdschema.Admissions
 }
 
 // NewKubeCluster builds a KubeCluster from a REST config, kept nowhere: every read asks
-// the API server.
+// the API server (only the answers to AdmitCRD's dry runs are kept, by the live CRD's
+// resourceVersion, for as long as the KubeCluster lives).
 func NewKubeCluster(cfg *rest.Config) (*KubeCluster, error) {
 	c, err := kubeclient.New(cfg)
 	if err != nil {
@@ -70,7 +75,7 @@ func newKubeCluster(c *kubeclient.Clients, cfg *rest.Config) (*KubeCluster, erro
 	if err != nil {
 		return nil, err
 	}
-	return &KubeCluster{crds: c.CRDs, metadata: c.Metadata, disco: c.Discovery, dynamic: dyn}, nil
+	return &KubeCluster{crds: c.CRDs, metadata: c.Metadata, disco: c.Discovery, dynamic: dyn, admissions: crdschema.NewAdmissions(0)}, nil
 }
 
 // A KubeCluster answers every question a prediction asks.
@@ -121,14 +126,15 @@ func (k *KubeCluster) ServerVersion(_ context.Context) (string, error) {
 }
 
 // AdmitCRD asks the API server whether it accepts next over live (nil: a new CRD), with a
-// dry-run write (crdschema.Admit). A target kept by Clusters does not ask: the gates it
+// dry-run write (crdschema.Admit), unless next does not change the live spec or the same
+// question was answered before (crdschema.Admissions). A target kept by Clusters does not ask: the gates it
 // serves decide from memory, with no API request per decision, and the API server still
 // refuses such a CRD when it is applied (nothing is lost; the operation fails there).
 func (k *KubeCluster) AdmitCRD(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) (*crdschema.Refusal, error) {
 	if k.kept != nil {
 		return nil, nil
 	}
-	return crdschema.Admit(ctx, k.crds.ApiextensionsV1().CustomResourceDefinitions(), live, next)
+	return k.admissions.Admit(ctx, k.crds.ApiextensionsV1().CustomResourceDefinitions(), live, next)
 }
 
 // CRDs lists every CRD in pages, or reads them from memory for a cluster of Clusters
