@@ -242,16 +242,7 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	}
 	slices.SortFunc(rep.CRDs, func(a, b CRDReport) int { return strings.Compare(a.Name, b.Name) })
 
-	if err := judgeSchemas(ctx, cluster, judged, rep.CRDs); err != nil {
-		return nil, err
-	}
-	if err := admit(ctx, cluster, admitted, rep.CRDs); err != nil {
-		return nil, err
-	}
-	if err := countObjects(ctx, cluster, live, rep.CRDs, func(name string) bool {
-		r, ok := removed[name]
-		return !req.NoObjectCounts || ok && r.Deletes()
-	}); err != nil {
+	if err := askCluster(ctx, cluster, req, live, removed, judged, admitted, rep.CRDs); err != nil {
 		return nil, err
 	}
 	for i := range rep.CRDs {
@@ -260,9 +251,6 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		}
 	}
 	if err := findSteppingStones(ctx, live, req, rep.CRDs); err != nil {
-		return nil, err
-	}
-	if err := migrating(ctx, cluster, rep.CRDs); err != nil {
 		return nil, err
 	}
 	rep.Safe = true
@@ -379,14 +367,84 @@ func nextSteps(req Request, live map[string]*apiextv1.CustomResourceDefinition, 
 // migrating fills MigratingBy from the StorageVersionMigrations in progress, when the
 // cluster can tell. Only findings carry it, so a report with none (an admitted upgrade,
 // the gate's hot path) asks the API server nothing.
-func migrating(ctx context.Context, cluster Cluster, crds []CRDReport) error {
-	ml, ok := cluster.(MigrationLister)
-	if !ok || !slices.ContainsFunc(crds, func(c CRDReport) bool { return c.Verdict != predict.OK }) {
+// askCluster asks the cluster what the verdicts need beyond the CRDs: the stored objects
+// the new schemas meet (judgeSchemas), whether the API server accepts each CRD (admit),
+// how many objects each CRD holds (countObjects) and which StorageVersionMigrations are
+// in progress (migrating). The questions do not depend on each other, so they are asked
+// at once: a check waits for the slowest, not for their sum. Their answers are joined as
+// if asked in that order (a schema finding before a refusal), and so are their errors.
+func askCluster(ctx context.Context, cluster Cluster, req Request, live map[string]*apiextv1.CustomResourceDefinition,
+	removed map[string]predict.Removal, judged, admitted []judgement, crds []CRDReport) error {
+	var (
+		g                                        errgroup.Group
+		schemaErr, admitErr, countErr, activeErr error
+		refusals                                 []admission
+		active                                   map[string][]svm.Migration
+	)
+	g.Go(func() error { schemaErr = judgeSchemas(ctx, cluster, judged, crds); return nil })
+	g.Go(func() error { refusals, admitErr = admit(ctx, cluster, admitted); return nil })
+	g.Go(func() error {
+		countErr = countObjects(ctx, cluster, live, crds, func(name string) bool {
+			r, ok := removed[name]
+			return !req.NoObjectCounts || ok && r.Deletes()
+		})
 		return nil
+	})
+	// Migrations in progress matter only to a CRD that is not OK. One that is not yet is
+	// asked about at once; one that a schema finding or a refusal makes so, after them.
+	asked := needsMigrations(crds)
+	if asked {
+		g.Go(func() error { active, activeErr = migrationsInProgress(ctx, cluster); return nil })
+	}
+	_ = g.Wait()
+	if err := firstOf(schemaErr, admitErr, countErr); err != nil {
+		return err
+	}
+	joinRefusals(refusals, crds)
+	if !asked && needsMigrations(crds) {
+		active, activeErr = migrationsInProgress(ctx, cluster)
+	}
+	if activeErr != nil {
+		return activeErr
+	}
+	migrating(active, crds)
+	return nil
+}
+
+// firstOf is the first non-nil error.
+func firstOf(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// needsMigrations says whether a CRD is not OK, so that the migrations in progress are
+// read.
+func needsMigrations(crds []CRDReport) bool {
+	return slices.ContainsFunc(crds, func(c CRDReport) bool { return c.Verdict != predict.OK })
+}
+
+// migrationsInProgress are the StorageVersionMigrations in progress, by CRD, when the
+// cluster can tell (none otherwise).
+func migrationsInProgress(ctx context.Context, cluster Cluster) (map[string][]svm.Migration, error) {
+	ml, ok := cluster.(MigrationLister)
+	if !ok {
+		return nil, nil
 	}
 	active, err := ml.MigrationsInProgress(ctx)
 	if err != nil {
-		return fmt.Errorf("read StorageVersionMigrations in progress: %w", err)
+		return nil, fmt.Errorf("read StorageVersionMigrations in progress: %w", err)
+	}
+	return active, nil
+}
+
+// migrating names the migrations in progress on every CRD that is not OK.
+func migrating(active map[string][]svm.Migration, crds []CRDReport) {
+	if active == nil {
+		return
 	}
 	for i := range crds {
 		if crds[i].Verdict != predict.OK {
@@ -396,7 +454,6 @@ func migrating(ctx context.Context, cluster Cluster, crds []CRDReport) error {
 			}
 		}
 	}
-	return nil
 }
 
 // countObjects fills Objects for every CRD that exists live and that want names. A CRD

@@ -117,35 +117,53 @@ func serverMinor(ctx context.Context, cluster Cluster) int {
 	return int(parsed.Minor())
 }
 
-// admit asks the API server whether it accepts every applied incoming CRD, and makes a
-// refused one the Refused verdict. A server that cannot be asked (no RBAC for the dry
-// run) leaves the verdicts as they are and says why; the run goes on.
-func admit(ctx context.Context, cluster Cluster, admitted []judgement, crds []CRDReport) error {
+// admission is the API server's answer about one incoming CRD: a refusal, or why it
+// could not be asked.
+type admission struct {
+	name    string
+	refusal *crdschema.Refusal
+	err     error
+}
+
+// admit asks the API server whether it accepts every applied incoming CRD, bounded, and
+// returns its answers in the order asked (joinRefusals makes them verdicts). A server
+// that cannot be asked (no RBAC for the dry run) is an answer too: the run goes on.
+func admit(ctx context.Context, cluster Cluster, admitted []judgement) ([]admission, error) {
 	s, ok := cluster.(Server)
 	if !ok || len(admitted) == 0 {
-		return nil
+		return nil, nil
 	}
+	out := make([]admission, len(admitted))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for i, j := range admitted {
+		g.Go(func() error {
+			r, err := s.AdmitCRD(gctx, j.live, j.next)
+			if err != nil && gctx.Err() != nil {
+				return gctx.Err()
+			}
+			out[i] = admission{name: j.next.Name, refusal: r, err: err}
+			return nil
+		})
+	}
+	return out, g.Wait()
+}
+
+// joinRefusals makes a refused CRD the Refused verdict. A server that could not be asked
+// leaves the verdict as it is and says why.
+func joinRefusals(answers []admission, crds []CRDReport) {
 	byName := map[string]int{}
 	for i := range crds {
 		byName[crds[i].Name] = i
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(4)
-	for _, j := range admitted {
-		c := &crds[byName[j.next.Name]]
-		g.Go(func() error {
-			r, err := s.AdmitCRD(gctx, j.live, j.next)
-			switch {
-			case err != nil && gctx.Err() != nil:
-				return gctx.Err()
-			case err != nil:
-				c.AdmissionError = err.Error()
-			case r != nil:
-				c.Refusal = r
-				c.Finding = predict.WithRefusal(c.Finding, r.Message())
-			}
-			return nil
-		})
+	for _, a := range answers {
+		c := &crds[byName[a.name]]
+		switch {
+		case a.err != nil:
+			c.AdmissionError = a.err.Error()
+		case a.refusal != nil:
+			c.Refusal = a.refusal
+			c.Finding = predict.WithRefusal(c.Finding, a.refusal.Message())
+		}
 	}
-	return g.Wait()
 }
