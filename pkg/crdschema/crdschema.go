@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -66,11 +67,14 @@ type Judge struct {
 	conversion *ConversionRemoval
 }
 
-// rules are the API server's machinery for one version of one CRD.
+// rules are the API server's machinery for one version of one CRD. The CEL programs are
+// compiled at the first object validated: they are most of a compile's cost, and a read
+// often finds no objects at all (cel.NewValidator reports no errors of its own; a rule
+// that does not compile fails at validation, as in the API server).
 type rules struct {
 	structural *structuralschema.Structural
 	validator  apiservervalidation.SchemaValidator
-	cel        *cel.Validator
+	cel        func() *cel.Validator
 }
 
 // validate is the custom resource strategy's create validation (k8s.io/apiextensions-
@@ -84,10 +88,14 @@ func (r *rules) validate(ctx context.Context, obj map[string]any) field.ErrorLis
 	errs := apiservervalidation.ValidateCustomResource(nil, obj, r.validator)
 	errs = append(errs, schemaobjectmeta.Validate(ctx, nil, obj, r.structural, false)...)
 	errs = append(errs, structurallisttype.ValidateListSetsAndMaps(nil, r.structural, obj)...)
-	if r.cel == nil || blocking(errs) {
+	if blocking(errs) {
 		return errs
 	}
-	celErrs, _ := r.cel.Validate(ctx, nil, r.structural, obj, nil, celconfig.RuntimeCELCostBudget)
+	validator := r.cel()
+	if validator == nil {
+		return errs
+	}
+	celErrs, _ := validator.Validate(ctx, nil, r.structural, obj, nil, celconfig.RuntimeCELCostBudget)
 	return append(errs, celErrs...)
 }
 
@@ -278,7 +286,8 @@ func compile(crd *apiextv1.CustomResourceDefinition, versions map[string]bool) (
 			return nil, fmt.Errorf("version %s: %w", v.Name, err)
 		}
 		// CEL programs are compiled here, with the API server's per-call cost limit.
-		out[v.Name] = &rules{structural: s, validator: validator, cel: cel.NewValidator(s, true, celconfig.PerCallLimit)}
+		out[v.Name] = &rules{structural: s, validator: validator,
+			cel: sync.OnceValue(func() *cel.Validator { return cel.NewValidator(s, true, celconfig.PerCallLimit) })}
 	}
 	return out, nil
 }
