@@ -46,6 +46,7 @@ func run() error {
 	servers := flag.Int("servers", 30, "fleetscale: kube-apiservers (on one etcd) that hold the -targets targets")
 	fleetStall := flag.Duration("fleet-stall", 5*time.Minute, "fleetscale: give up, saying why, when no target has finished for this long")
 	apfShares := flag.Int("apf-shares", 0, "migrate case (i): nominalConcurrencyShares of upgradeguard's priority level (default: the chart's)")
+	pin := flag.String("pin", "", "migrate: SERVER,CLIENT processors (as 0,1): kube-apiserver, etcd and kube-controller-manager on the first, the bench, its probe and the migrating clients on the second (taskset), so that no client waits for the server's CPU")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the in-process gate and clients; not the API server) to this file, and gate's fresh processes' to FILE.first-N")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -63,7 +64,7 @@ func run() error {
 		}
 		*ug = filepath.Join(root, "bin", "upgradeguard")
 	}
-	ugBinary, cpuProfilePath, apfSharesFlag = *ug, *cpuProfile, int32(*apfShares)
+	ugBinary, cpuProfilePath, apfSharesFlag, pinCPUs = *ug, *cpuProfile, int32(*apfShares), *pin
 	switch mode := flag.Arg(0); mode {
 	case "", "all":
 		if err := benchCheck(ctx, *rounds, *objects); err != nil {

@@ -74,6 +74,14 @@ func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string)
 		return err
 	}
 	defer func() { _ = cp.Stop() }()
+	var pins *pinner
+	if pinCPUs != "" {
+		pctx, stopPinning := context.WithCancel(ctx)
+		defer stopPinning()
+		if pins, err = startPinning(pctx, pinCPUs); err != nil {
+			return err
+		}
+	}
 	cs := apiextclient.NewForConfigOrDie(cp.Config)
 	if _, err := incidentState(ctx, cp, n); err != nil {
 		return err
@@ -262,6 +270,9 @@ func benchMigrate(ctx context.Context, n, concurrency, rounds int, cases string)
 	measureIdle()
 	idle, idleN := probe.p99Over(idleWindows)
 	fmt.Printf("\nN=%d objects, concurrency %d, Kubernetes 1.%d (%s)\n", n, concurrency, cp.Minor, machine())
+	if pins != nil {
+		fmt.Printf("pinned: %s\n", pins.describe())
+	}
 	fmt.Printf("probe: GET of a ConfigMap 20 times a second as another user; idle p99 %s (%d GETs, before the first case and after the last)\n", idle.Round(10*time.Microsecond), idleN)
 	printCases(n, results, idle)
 	if rounds > 1 {
