@@ -105,10 +105,13 @@ type testDoor struct {
 // Decisions of an upgrade door: everything but a CRD update's, which brings the one
 // CRD it updates (no deletion) and is judged by the API server itself in the same
 // request (no refusal).
+// A remote target's field loss is refused by its StorageMigration, not before one is
+// created (refusedForFieldLoss reads only the local cluster's objects).
 var (
 	everyUpgrade = []string{"admitted", "admitted after its migration", "bridge", "delete", "data loss", "refused", "no policy",
-		"migration failed", "held, created", "held, in progress", "held, dry run", "held, dry run, in progress"}
-	crdUpdate = slices.DeleteFunc(slices.Clone(everyUpgrade), func(n string) bool { return n == "delete" || n == "refused" })
+		"migration failed", "migration refused", "held, created", "held, in progress", "held, dry run", "held, dry run, in progress"}
+	remoteUpgrade = slices.DeleteFunc(slices.Clone(everyUpgrade), func(n string) bool { return n == "migration refused" })
+	crdUpdate     = slices.DeleteFunc(slices.Clone(everyUpgrade), func(n string) bool { return n == "delete" || n == "refused" })
 )
 
 const testCRD = "widgets.example.io"
@@ -159,7 +162,7 @@ func testDoors(dryRun bool) []testDoor {
 	return []testDoor{
 		mk("HelmRelease", hrDoor(hr, res, false, sms("hr-apps-web")), hrReasons, hrAgain, hrRetry, "", beforeApplied, everyUpgrade),
 		mk("HelmRelease remote", hrDoor(remote, &remoteRes, false, sms("hr-apps-web")), hrReasons, hrAgain, hrRetry,
-			" (against the cluster of the kubeConfig Secret apps/shoot-kubeconfig)", beforeApplied, everyUpgrade),
+			" (against the cluster of the kubeConfig Secret apps/shoot-kubeconfig)", beforeApplied, remoteUpgrade),
 		mk("release record, Helm", helmOwned.door(record, beforeApplied, &check.Report{}, sms("release-apps-web")), recReasons, helmAgain, helmRetry, "", beforeApplied, everyUpgrade),
 		mk("release record, Flux", fluxOwned.door(record, beforeApplied, &check.Report{}, sms("hr-apps-web")), recReasons, fluxAgain, fluxRetry, "", beforeApplied, everyUpgrade),
 		mk("CRD update, no owner", crdDoor(unowned, update, sms("crd-"+crd)), recReasons, "then retry the update", crdRetry, "", "", crdUpdate),
@@ -229,6 +232,10 @@ type upgradeCase struct {
 	kind     kind
 	verb     string // what the answer says the gate did
 	want     []string
+	// never is what the answer must not say.
+	never []string
+	// noMigration: the answer names no StorageMigration (none was created).
+	noMigration bool
 }
 
 func verdicts(vs ...predict.Verdict) *check.Report {
@@ -258,6 +265,12 @@ var upgradeDecisions = map[string]upgradeCase{
 			return m.failed(m.name, "a.example.io: 3 objects could not be migrated")
 		},
 		want: []string{"failed: a.example.io: 3 objects could not be migrated", "kubectl delete storagemigration "}},
+	"migration refused": {report: verdicts(predict.Migrate), kind: kindMigrationFailed, verb: "denied", noMigration: true,
+		progress: func(m *storageMigrations, _ []string) *gate.Progress {
+			return m.failed("", "a.example.io: a migration would be refused for field loss")
+		},
+		want:  []string{"a.example.io: a migration would be refused for field loss"},
+		never: []string{"StorageMigration ", "kubectl delete storagemigration"}},
 	"held, created": {report: verdicts(predict.Migrate, predict.Migrate), kind: kindHeld, verb: "is holding",
 		progress: func(m *storageMigrations, crds []string) *gate.Progress { return m.running(crds, true) },
 		want:     []string{"was created to migrate 2 CRDs", "The change is held until StorageMigration "}},
@@ -398,6 +411,11 @@ func testUpgradeAnswer(t *testing.T, td testDoor, name string, tc upgradeCase) {
 			t.Errorf("the answer lacks %q:\n%s", w, msg)
 		}
 	}
+	for _, n := range tc.never {
+		if strings.Contains(msg, n) {
+			t.Errorf("the answer says %q:\n%s", n, msg)
+		}
+	}
 	// A bridge names the door's plan command, unless the door has none.
 	if name == "bridge" && !dr.options.NoPlan && (gd.Plan == "" || !strings.Contains(msg, "The whole safe path: "+gd.Plan)) {
 		t.Errorf("a bridge names no plan command: %s", msg)
@@ -412,6 +430,9 @@ func testUpgradeAnswer(t *testing.T, td testDoor, name string, tc upgradeCase) {
 		}
 	case kindMigrationFailed:
 		wantReason, wantMigration = ReasonMigrationFailed, dr.migrations.name
+		if tc.noMigration {
+			wantMigration = ""
+		}
 	case kindHeld:
 		wantReason, wantMigration = td.held, dr.migrations.name
 		if d.created && !tc.dryRun {
