@@ -1,0 +1,177 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/review"
+)
+
+type reviewOptions struct {
+	o        review.Options
+	clusters []string
+	output   string
+}
+
+func newReviewCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
+	o := &reviewOptions{}
+	cmd := command("review [--base REF] [--head REF] [--cluster PATH=CONTEXT ...]", "Judge a Git change's HelmRelease upgrades before it is merged, against the clusters they land on",
+		reviewLong, reviewExample, cobra.NoArgs,
+		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
+	f := cmd.Flags()
+	f.StringVar(&o.o.Repo, "repo", ".", "path in the git repository: its work tree, or a bare clone with --head")
+	f.StringVar(&o.o.Base, "base", "", "revision the change starts from (default: the merge base with origin/HEAD, main or master)")
+	f.StringVar(&o.o.Head, "head", "", "revision the change ends at (default: the work tree, uncommitted changes included)")
+	f.StringArrayVar(&o.clusters, "cluster", nil, "PATH=CONTEXT: the HelmReleases under the repository folder PATH land on the kubeconfig context CONTEXT (repeatable; default: every HelmRelease on the current context)")
+	output.AddReportFlag(f, &o.output)
+	return cmd
+}
+
+func (o *reviewOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	clusters, err := o.targets(kube)
+	if err != nil {
+		return err
+	}
+	d, err := review.Changes(ctx, o.o)
+	if err != nil {
+		return couldNot("%w", err)
+	}
+	rep, err := review.Judge(ctx, d, clusters, nil)
+	if err != nil {
+		return couldNot("%w (check --kubeconfig, --cluster and that the cluster is up)", err)
+	}
+	return finishReport(streams, o.output, rep, func(w io.Writer) error { return renderReview(w, rep) }, rep.FindingReport, !rep.Safe())
+}
+
+// targets are the clusters of --cluster, or the current context for every HelmRelease.
+func (o *reviewOptions) targets(kube *genericclioptions.ConfigFlags) ([]review.Cluster, error) {
+	raw, err := kube.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return nil, couldNot("load kubeconfig: %w (set --kubeconfig or KUBECONFIG)", err)
+	}
+	if len(o.clusters) == 0 {
+		cfg, err := kube.ToRESTConfig()
+		if err != nil {
+			return nil, couldNot("load kubeconfig: %w (set --kubeconfig or KUBECONFIG, and --context)", err)
+		}
+		name := raw.CurrentContext
+		if kube.Context != nil && *kube.Context != "" {
+			name = *kube.Context
+		}
+		return []review.Cluster{{Name: name, Config: cfg}}, nil
+	}
+	var out []review.Cluster
+	for _, c := range o.clusters {
+		path, name, ok := strings.Cut(c, "=")
+		if !ok || path == "" || name == "" {
+			return nil, couldNot("--cluster %q: want PATH=CONTEXT, for example --cluster clusters/prod-eu/=prod-eu", c)
+		}
+		i := slices.IndexFunc(out, func(cl review.Cluster) bool { return cl.Name == name })
+		if i >= 0 {
+			out[i].Paths = append(out[i].Paths, path)
+			continue
+		}
+		if _, ok := raw.Contexts[name]; !ok {
+			return nil, couldNot("--cluster %s: the kubeconfig has no context %q (kubectl config get-contexts lists them)", c, name)
+		}
+		cfg, err := clientcmd.NewNonInteractiveClientConfig(raw, name, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+		if err != nil {
+			return nil, couldNot("--cluster %s: %w", c, err)
+		}
+		out = append(out, review.Cluster{Name: name, Config: cfg, Paths: []string{path}})
+	}
+	return out, nil
+}
+
+func renderReview(w io.Writer, rep *review.Report) error {
+	fmt.Fprintf(w, "Review of %.12s..%.12s\n", rep.Base, rep.Head)
+	if len(rep.Rows) == 0 && len(rep.Unplaced) == 0 {
+		fmt.Fprintln(w, "\nSAFE: the change touches no HelmRelease's chart or values: nothing to judge.")
+		return nil
+	}
+	t := output.NewTable(w, "CLUSTER", "HELMRELEASE", "CHANGE", "VERDICT", "FILE")
+	for _, r := range rep.Rows {
+		t.Row(r.Cluster, r.Subject, reviewChange(r.Change), reviewVerdict(r), fmt.Sprintf("%s:%d", r.File, r.Line))
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	for _, c := range rep.Unplaced {
+		fmt.Fprintf(w, "\nnot judged: %s (%s) lands on no cluster given (--cluster PATH=CONTEXT)\n", c.Subject, c.File)
+	}
+	for _, r := range rep.Rows {
+		switch {
+		case r.NotJudged != "":
+			fmt.Fprintf(w, "\n%s on %s: not judged: %s\n", r.Subject, r.Cluster, r.NotJudged)
+		case r.Report != nil && !r.Report.Safe:
+			fmt.Fprintf(w, "\n%s on %s:\n", r.Subject, r.Cluster)
+			for _, c := range r.Report.Findings() {
+				fmt.Fprintf(w, "  %s %s: %s\n", c.Verdict, c.Name, c.Reason)
+			}
+			for _, s := range r.Report.NextSteps {
+				fmt.Fprintf(w, "  next: %s\n", s)
+			}
+		}
+	}
+	if rep.Safe() {
+		fmt.Fprintln(w, "\nSAFE: every touched HelmRelease upgrades on every cluster it lands on.")
+	} else {
+		fmt.Fprintln(w, "\nBLOCKED: merging this change fails an upgrade or loses data; the fix is above.")
+	}
+	return nil
+}
+
+func reviewChange(c review.Change) string {
+	switch c.What {
+	case "new":
+		return "new " + c.To
+	case "values":
+		return "values"
+	}
+	return c.From + " -> " + c.To
+}
+
+func reviewVerdict(r review.Row) string {
+	switch {
+	case r.NotJudged != "":
+		return "not judged"
+	case r.Report.Safe:
+		return "safe"
+	}
+	return fmt.Sprintf("BLOCKED (%d CRDs)", len(r.Report.Findings()))
+}
+
+const reviewLong = `review reads a Git change the way a pull request shows it (the files at --base and
+at --head, the work tree by default) and finds every Flux HelmRelease (helm.toolkit.fluxcd.io/v2)
+whose chart, version or values the change touches. Each one is judged as the HelmRelease
+gate judges it once Flux applies the change: its chart is resolved from the
+HelmRepository or OCIRepository the head revision holds (the one nearest to the
+HelmRelease's file), rendered with the values helm-controller composes (spec.values, and
+spec.valuesFrom from ConfigMaps and Secrets in the repository), and predicted against the
+live CRDs, storedVersions and objects of each cluster it lands on.
+
+Only the touched HelmReleases are rendered and judged. A HelmRelease whose source or
+values are not in the repository is reported "not judged" with why.
+
+Where each HelmRelease lands: --cluster PATH=CONTEXT maps a repository folder to a
+kubeconfig context (Flux's layout, clusters/NAME/, is the usual one); without it every
+touched HelmRelease is judged on the current context.
+
+Exit codes: 0 every touched HelmRelease upgrades safely; 1 at least one would fail or lose
+data (the output names the CRDs and the fix); 2 could not run. -o markdown, sarif, junit
+and github render the same verdicts for CI.`
+
+const reviewExample = `  # What the branch changes, judged on the current context
+  upgradeguard review
+
+  # A pull request in CI: the base branch, two clusters, a comment body
+  upgradeguard review --base origin/main --head HEAD \
+    --cluster clusters/prod-eu/=prod-eu --cluster clusters/staging/=staging -o markdown`

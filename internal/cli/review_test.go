@@ -1,0 +1,228 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
+	"github.com/upgradeguard/upgradeguard/pkg/review"
+)
+
+// TestReviewFluxBump: a pull request that bumps the flux2 HelmRelease from 2.17.2 to
+// 2.18.2 in two clusters' folders, reviewed against two real API servers. On prod-eu the
+// HelmRepositories, Buckets and HelmCharts were stored at v1beta2 before 2.17.2, and
+// storedVersions still holds it, so the bump fails there; staging was installed at 2.17.2
+// and holds v1 only. One report gives the two rows, names the CRDs and upgradeguard
+// migrate; after prod-eu is migrated, the same pull request passes. The chart comes from
+// a real Helm repository on loopback that the HelmRepository in the repository names.
+func TestReviewFluxBump(t *testing.T) {
+	needCluster(t)
+	prod, staging := testenv.ForTest(t), testenv.ForTest(t)
+	fx := fixturesDir(t)
+	src := func(kind string) string {
+		return "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_" + kind + ".yaml"
+	}
+	old := fixtureChart(t, "flux2", "1.0.0", src("buckets"), src("helmcharts"), src("helmrepositories"))
+	installed := fixtureChart(t, "flux2", "2.17.2", "charts/flux2-2.17.2/rendered/crds.yaml")
+
+	// prod-eu: objects stored at v1beta2 by an older flux2, then 2.17.2.
+	helmOn(t, prod, "install", "flux2", old, "-n", "flux-system", "--create-namespace")
+	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(prod.Config), helmrepos); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.CreateObjects(t.Context(), prod.Config, testenv.Objects{
+		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
+		Kind: "HelmRepository", Namespaces: []string{"flux-system"}, PerNS: 2,
+		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	helmOn(t, prod, "upgrade", "flux2", installed, "-n", "flux-system")
+	// staging: 2.17.2 from the start.
+	helmOn(t, staging, "install", "flux2", installed, "-n", "flux-system", "--create-namespace")
+
+	repo, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "charts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(repo.Close)
+	for _, v := range []string{"2.17.2", "2.18.2"} {
+		if err := repo.Add(filepath.Join(fx, "charts", "flux2-"+v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := servers.NewGitRepo(t)
+	files := func(version string) map[string]string {
+		m := map[string]string{"README.md": "fleet\n"}
+		for _, c := range []string{"prod-eu", "staging"} {
+			m["clusters/"+c+"/flux.yaml"] = fluxManifests(repo.URL, version)
+		}
+		return m
+	}
+	base := g.Commit("flux2 2.17.2", files("2.17.2"))
+	head := g.Commit("Update Helm release flux2 to v2.18.2", files("2.18.2"))
+	docs := g.Commit("docs only", map[string]string{"README.md": "fleet of two\n"})
+
+	kubeconfig := mergedKubeconfig(t, map[string]*testenv.ControlPlane{"prod-eu": prod, "staging": staging})
+	reviewArgs := func(base, head string, more ...string) []string {
+		return append([]string{"--kubeconfig", kubeconfig, "review", "--repo", g.Dir, "--base", base, "--head", head,
+			"--cluster", "clusters/prod-eu/=prod-eu", "--cluster", "clusters/staging/=staging"}, more...)
+	}
+
+	r := run(t, reviewArgs(base.String(), head.String(), "-o", "json")...)
+	if r.code != cli.ExitFindings {
+		t.Fatalf("review: exit %d, want 1\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	rows := reviewRows(t, r)
+	if got := rowsBy(rows); !slices.Equal(got, []string{"prod-eu blocked", "staging safe"}) {
+		t.Fatalf("rows %v, want prod-eu blocked and staging safe\n%s", got, r.stdout)
+	}
+	p := rows[0]
+	var migrate []string
+	for _, c := range p.Report.Findings() {
+		migrate = append(migrate, string(c.Verdict)+" "+c.Name)
+	}
+	if want := []string{"migrate " + buckets, "migrate " + charts, "migrate " + helmrepos}; !slices.Equal(migrate, want) {
+		t.Errorf("prod-eu findings %v, want %v", migrate, want)
+	}
+	if p.From != "2.17.2" || p.To != "2.18.2" || p.File != "clusters/prod-eu/flux.yaml" || p.Line != 20 {
+		t.Errorf("prod-eu change %s -> %s at %s:%d, want 2.17.2 -> 2.18.2 at clusters/prod-eu/flux.yaml:20", p.From, p.To, p.File, p.Line)
+	}
+	text := run(t, reviewArgs(base.String(), head.String())...)
+	for _, want := range []string{"BLOCKED", "upgradeguard migrate", helmrepos, "staging"} {
+		if !strings.Contains(text.stdout, want) {
+			t.Errorf("text output lacks %q:\n%s", want, text.stdout)
+		}
+	}
+	// The annotation points at the line the pull request changed.
+	gh := run(t, reviewArgs(base.String(), head.String(), "-o", "github")...)
+	if want := "::error file=clusters/prod-eu/flux.yaml,line=20,title=migrate%3A " + helmrepos + "::"; !strings.Contains(gh.stdout, want) || strings.Contains(gh.stdout, "clusters/staging") {
+		t.Errorf("-o github: want %q and nothing on staging:\n%s", want, gh.stdout)
+	}
+
+	// A change that touches no HelmRelease passes and says so.
+	r = run(t, reviewArgs(head.String(), docs.String())...)
+	if r.code != cli.ExitSafe || !strings.Contains(r.stdout, "touches no HelmRelease") {
+		t.Errorf("docs-only change: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// After prod-eu is migrated, the same pull request passes.
+	m := run(t, "--kubeconfig", prod.Kubeconfig, "migrate", "--chart", filepath.Join(fx, "charts", "flux2-2.18.2"), "--release", "flux2", "-n", "flux-system", "--lease-namespace", "flux-system")
+	if m.code != cli.ExitSafe {
+		t.Fatalf("migrate prod-eu: exit %d\n%s%s", m.code, m.stdout, m.stderr)
+	}
+	r = run(t, reviewArgs(base.String(), head.String(), "-o", "json")...)
+	if got := rowsBy(reviewRows(t, r)); r.code != cli.ExitSafe || !slices.Equal(got, []string{"prod-eu safe", "staging safe"}) {
+		t.Errorf("after the migration: exit %d, rows %v, want 0 and both safe\n%s", r.code, got, r.stderr)
+	}
+}
+
+// TestReviewFlagErrors: what review cannot run with exits 2 and says what to give.
+func TestReviewFlagErrors(t *testing.T) {
+	g := servers.NewGitRepo(t)
+	c := g.Commit("one", map[string]string{"a.yaml": "a: 1\n"})
+	for _, tc := range []struct {
+		args    []string
+		mention string
+	}{
+		{[]string{"review", "--repo", g.Dir, "--base", c.String(), "--head", c.String(), "--cluster", "clusters/prod"}, "want PATH=CONTEXT"},
+		{[]string{"review", "--repo", g.Dir, "--base", "no-such-ref", "--head", c.String()}, "resolve no-such-ref"},
+		{[]string{"review", "--repo", t.TempDir()}, "open git repository"},
+	} {
+		r := run(t, append([]string{"--kubeconfig", cp.Kubeconfig}, tc.args...)...)
+		if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, tc.mention) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, r.code, r.stderr, tc.mention)
+		}
+	}
+}
+
+func fluxManifests(url, version string) string {
+	return `apiVersion: source.toolkit.fluxcd.io/v1
+kind: HelmRepository
+metadata:
+  name: fluxcd
+  namespace: flux-system
+spec:
+  interval: 1h
+  url: ` + url + `
+---
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: flux2
+  namespace: flux-system
+spec:
+  interval: 1h
+  chart:
+    spec:
+      chart: flux2
+      version: "` + version + `"
+      sourceRef:
+        kind: HelmRepository
+        name: fluxcd
+`
+}
+
+func helmOn(t *testing.T, cp *testenv.ControlPlane, args ...string) {
+	t.Helper()
+	if out, err := cp.Helm(args...).CombinedOutput(); err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// mergedKubeconfig writes one kubeconfig with a context per control plane, by name.
+func mergedKubeconfig(t *testing.T, cps map[string]*testenv.ControlPlane) string {
+	t.Helper()
+	out := clientcmdapi.NewConfig()
+	for name, cp := range cps {
+		c, err := clientcmd.LoadFromFile(cp.Kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := c.Contexts[c.CurrentContext]
+		out.Clusters[name] = c.Clusters[ctx.Cluster]
+		out.AuthInfos[name] = c.AuthInfos[ctx.AuthInfo]
+		out.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+		out.CurrentContext = name
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*out, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func reviewRows(t *testing.T, r result) []review.Row {
+	t.Helper()
+	var rep struct {
+		Rows []review.Row `json:"rows"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("JSON output: %v\nstdout: %s\nstderr: %s", err, r.stdout, r.stderr)
+	}
+	slices.SortFunc(rep.Rows, func(a, b review.Row) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return rep.Rows
+}
+
+// rowsBy says each row's cluster and verdict: "prod-eu blocked".
+func rowsBy(rows []review.Row) []string {
+	var out []string
+	for _, r := range rows {
+		v := "not judged"
+		if r.Report != nil {
+			v = map[bool]string{true: "safe", false: "blocked"}[r.Report.Safe]
+		}
+		out = append(out, r.Cluster+" "+v)
+	}
+	return out
+}

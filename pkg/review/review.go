@@ -1,0 +1,339 @@
+// Package review judges a Git change before it is merged: it reads the repository at the
+// change's base and head, finds the Flux HelmReleases whose chart or values the change
+// touches, and predicts each one's upgrade against the clusters it lands on, with the
+// sources and values the head revision gives it, exactly as the HelmRelease gate would
+// once Flux applies the change. Only the touched deployments are rendered and judged.
+package review
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"helm.sh/helm/v4/pkg/cli"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+
+	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
+	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/slots"
+)
+
+// Options say which change to review.
+type Options struct {
+	// Repo is a path in the repository: a work tree, or a bare clone when Head is set.
+	Repo string
+	// Base is the revision the change starts from; "" is the merge base of Head with the
+	// default branch (origin/HEAD, else main, else master).
+	Base string
+	// Head is the revision the change ends at; "" is the work tree, uncommitted changes
+	// included.
+	Head string
+}
+
+// Change is one HelmRelease the change touches.
+type Change struct {
+	// Subject is HelmRelease/NAMESPACE/NAME.
+	Subject string `json:"subject"`
+	// File and Line are where the head revision holds it: the line of its chart version
+	// (or chartRef), what a pull request's reviewer sees changed.
+	File string `json:"file"`
+	Line int    `json:"line"`
+	// From and To are spec.chart.spec.version at the base and the head ("" for a
+	// HelmRelease the change adds, or one with a chartRef).
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// What says what changed: "chart", "values" or "new".
+	What        string              `json:"what"`
+	HelmRelease *helmv2.HelmRelease `json:"-"`
+}
+
+// Diff is the change: its two revisions and the HelmReleases it touches.
+type Diff struct {
+	Base, Head string
+	Changes    []Change
+	head       *Tree
+}
+
+var helmReleaseKind = schema.GroupKind{Group: helmv2.GroupVersion.Group, Kind: helmv2.HelmReleaseKind}
+
+// Changes reads the repository at both revisions and finds the HelmReleases whose chart
+// or values differ (fluxrelease.ChartChanged, ValuesChanged), or that the change adds.
+func Changes(ctx context.Context, o Options) (*Diff, error) {
+	repo, err := slots.OpenRepository(o.Repo)
+	if err != nil {
+		return nil, err
+	}
+	head, headTree, err := readHead(repo, o.Head)
+	if err != nil {
+		return nil, err
+	}
+	base, err := baseCommit(repo, head, o.Base)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	baseTree, err := readCommit(base)
+	if err != nil {
+		return nil, err
+	}
+	d := &Diff{Base: base.Hash.String(), Head: headTree.Revision, head: headTree}
+	for _, obj := range headTree.Objects {
+		if obj.GroupVersionKind().GroupKind() != helmReleaseKind {
+			continue
+		}
+		c, ok, err := touched(obj, baseTree)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			d.Changes = append(d.Changes, c)
+		}
+	}
+	return d, nil
+}
+
+// touched compares a head HelmRelease with its base: the same object in the same file,
+// else the nearest one.
+func touched(obj Object, base *Tree) (Change, bool, error) {
+	hr, err := toHelmRelease(obj)
+	if err != nil {
+		return Change{}, false, err
+	}
+	c := Change{Subject: "HelmRelease/" + hr.Namespace + "/" + hr.Name, File: obj.File, HelmRelease: hr, To: version(hr)}
+	c.Line = obj.Line("spec", "chart", "spec", "version")
+	if hr.Spec.ChartRef != nil {
+		c.Line = obj.Line("spec", "chartRef")
+	}
+	before, ok := base.Find(keyOf(obj.Unstructured), obj.File)
+	if !ok {
+		c.What = "new"
+		return c, true, nil
+	}
+	old, err := toHelmRelease(before)
+	if err != nil {
+		return Change{}, false, err
+	}
+	c.From = version(old)
+	switch {
+	case fluxrelease.ChartChanged(old, hr):
+		c.What = "chart"
+	case fluxrelease.ValuesChanged(old, hr):
+		c.What = "values"
+		c.Line = obj.Line("spec", "values")
+	default:
+		return c, false, nil
+	}
+	return c, true, nil
+}
+
+func version(hr *helmv2.HelmRelease) string {
+	if hr.Spec.Chart == nil {
+		return ""
+	}
+	return hr.Spec.Chart.Spec.Version
+}
+
+func toHelmRelease(o Object) (*helmv2.HelmRelease, error) {
+	if v := o.GroupVersionKind().Version; v != helmv2.GroupVersion.Version {
+		return nil, fmt.Errorf("%s: HelmRelease %s is %s: review reads %s (helm-controller converts older versions on the cluster; update the file to %s)",
+			o.File, o.GetName(), o.GetAPIVersion(), helmv2.GroupVersion, helmv2.GroupVersion)
+	}
+	hr := &helmv2.HelmRelease{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, hr); err != nil {
+		return nil, fmt.Errorf("%s: HelmRelease %s: %w", o.File, o.GetName(), err)
+	}
+	if hr.Namespace == "" {
+		hr.Namespace = "default"
+	}
+	return hr, nil
+}
+
+func readHead(repo *git.Repository, rev string) (*object.Commit, *Tree, error) {
+	name := rev
+	if name == "" {
+		name = "HEAD"
+	}
+	c, err := commit(repo, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rev != "" {
+		t, err := readCommit(c)
+		return c, t, err
+	}
+	t, err := readWorkTree(repo, c)
+	return c, t, err
+}
+
+// baseCommit is rev, or the merge base of head with the default branch.
+func baseCommit(repo *git.Repository, head *object.Commit, rev string) (*object.Commit, error) {
+	if rev != "" {
+		return commit(repo, rev)
+	}
+	for _, name := range []string{"refs/remotes/origin/HEAD", "main", "master", "origin/main", "origin/master"} {
+		def, err := commit(repo, name)
+		if err != nil {
+			continue
+		}
+		bases, err := head.MergeBase(def)
+		if err != nil || len(bases) == 0 {
+			return nil, fmt.Errorf("%s and HEAD share no history: give --base REF", name)
+		}
+		return bases[0], nil
+	}
+	return nil, errors.New("no default branch (origin/HEAD, main or master) to take the merge base with: give --base REF")
+}
+
+func commit(repo *git.Repository, rev string) (*object.Commit, error) {
+	h, err := repo.ResolveRevision(plumbing.Revision(rev))
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", rev, err)
+	}
+	c, err := repo.CommitObject(*h)
+	if err != nil {
+		return nil, fmt.Errorf("read commit %s: %w", rev, err)
+	}
+	return c, nil
+}
+
+// Cluster is a cluster the change may land on.
+type Cluster struct {
+	// Name names it in the report: a kubeconfig context, say.
+	Name   string
+	Config *rest.Config
+	// Paths are the repository folders whose HelmReleases land on it (the Flux layout's
+	// clusters/NAME/); none means every HelmRelease.
+	Paths []string
+}
+
+// lands says whether a HelmRelease in file lands on the cluster.
+func (c Cluster) lands(file string) bool {
+	if len(c.Paths) == 0 {
+		return true
+	}
+	for _, p := range c.Paths {
+		if strings.HasPrefix(file, strings.TrimSuffix(p, "/")+"/") || file == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Row is one touched HelmRelease judged against one cluster.
+type Row struct {
+	Cluster string `json:"cluster"`
+	Change
+	// Report is the prediction of the upgrade on the cluster, as check reports it; nil
+	// when it could not be made (NotJudged says why).
+	Report *check.Report `json:"report,omitempty"`
+	// NotJudged says why the HelmRelease was not judged: a source review does not resolve,
+	// or values from a ConfigMap or Secret that is not in the repository.
+	NotJudged string `json:"notJudged,omitempty"`
+}
+
+// Report is the review: every touched HelmRelease on every cluster it lands on.
+type Report struct {
+	Base string `json:"base"`
+	Head string `json:"head"`
+	Rows []Row  `json:"rows"`
+	// Unplaced are the touched HelmReleases that land on none of the clusters given.
+	Unplaced []Change `json:"unplaced,omitempty"`
+}
+
+// Safe says whether every judged HelmRelease is safe to merge.
+func (r *Report) Safe() bool {
+	for _, row := range r.Rows {
+		if row.Report != nil && !row.Report.Safe {
+			return false
+		}
+	}
+	return true
+}
+
+// Judge predicts each change on each cluster it lands on, with what the head revision
+// holds for its sources and values. A cluster that cannot be read is an error.
+func Judge(ctx context.Context, d *Diff, clusters []Cluster, settings *cli.EnvSettings) (*Report, error) {
+	rep := &Report{Base: d.Base, Head: d.Head, Rows: []Row{}}
+	for _, c := range d.Changes {
+		placed := false
+		for _, cl := range clusters {
+			if !cl.lands(c.File) {
+				continue
+			}
+			placed = true
+			row := Row{Cluster: cl.Name, Change: c}
+			res, err := fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: c.HelmRelease, Reader: treeReader{tree: d.head, near: c.File}, Local: cl.Config, Settings: settings})
+			var unsupported *fluxrelease.UnsupportedError
+			var values *fluxrelease.ValuesError
+			switch {
+			case errors.As(err, &unsupported) || errors.As(err, &values):
+				row.NotJudged = err.Error()
+			case err != nil:
+				return nil, fmt.Errorf("%s on %s: %w", c.Subject, cl.Name, err)
+			}
+			if res != nil {
+				row.Report = res.Report
+			}
+			rep.Rows = append(rep.Rows, row)
+		}
+		if !placed {
+			rep.Unplaced = append(rep.Unplaced, c)
+		}
+	}
+	return rep, nil
+}
+
+// CheckNotJudged is the check ID of a touched HelmRelease that could not be judged.
+const CheckNotJudged = "not-judged"
+
+// FindingReport is the review as CI reads it: a group per cluster, a case per touched
+// HelmRelease, and each CRD verdict other than ok as a finding at the line the change
+// touched.
+func (r *Report) FindingReport() finding.Report {
+	rep := finding.Report{Tool: "review", Cases: []finding.Case{}}
+	for _, row := range r.Rows {
+		c := finding.Case{Group: row.Cluster, Name: row.Subject + " " + row.fromTo()}
+		loc := &finding.Location{File: row.File, Line: row.Line}
+		if row.NotJudged != "" {
+			c.Findings = append(c.Findings, finding.Finding{Check: CheckNotJudged, Subject: row.Subject, Severity: finding.Warning, Message: row.NotJudged, Location: loc})
+		}
+		if row.Report != nil {
+			for _, cc := range row.Report.FindingReport().Cases {
+				for _, f := range cc.Findings {
+					f.Location = loc
+					c.Findings = append(c.Findings, f)
+				}
+			}
+		}
+		rep.Cases = append(rep.Cases, c)
+	}
+	return rep
+}
+
+// fromTo says the version change: "2.17.2 → 2.18.2", "new at 2.18.2", "values".
+func (c Change) fromTo() string {
+	switch {
+	case c.What == "new":
+		return "(new, " + or(c.To, "chartRef") + ")"
+	case c.What == "values":
+		return "(values, " + or(c.To, "chartRef") + ")"
+	}
+	return "(" + or(c.From, "chartRef") + " → " + or(c.To, "chartRef") + ")"
+}
+
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
