@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -31,7 +32,7 @@ func TestSlotsCommand(t *testing.T) {
 		t.Errorf("JSON %s (%v)", r.stdout, err)
 	}
 	// The CI formats: the same findings, the same exit code.
-	misaligned := append(args, "--ref", "release-1.0", "--ref", "release-1.1")
+	misaligned := append(slices.Clone(args), "--ref", "release-1.0", "--ref", "release-1.1")
 	for format, want := range map[string]string{
 		"sarif":    `"ruleId": "claimed"`,
 		"junit":    `<testcase name="slot 3" classname="slots">`,

@@ -320,20 +320,19 @@ func (r *Report) FindingReport() finding.Report {
 	return rep
 }
 
-// fromTo says the version change: "2.17.2 → 2.18.2", "new at 2.18.2", "values".
+// fromTo says the version change: "(2.17.2 → 2.18.2)", "(new, 2.18.2)", "(values, 2.18.2)".
 func (c Change) fromTo() string {
-	switch {
-	case c.What == "new":
-		return "(new, " + or(c.To, "chartRef") + ")"
-	case c.What == "values":
-		return "(values, " + or(c.To, "chartRef") + ")"
+	switch c.What {
+	case "new", "values":
+		return "(" + c.What + ", " + orChartRef(c.To) + ")"
 	}
-	return "(" + or(c.From, "chartRef") + " → " + or(c.To, "chartRef") + ")"
+	return "(" + orChartRef(c.From) + " → " + orChartRef(c.To) + ")"
 }
 
-func or(v, def string) string {
+// orChartRef is a HelmRelease's version, or "chartRef" for one whose chart is a chartRef.
+func orChartRef(v string) string {
 	if v == "" {
-		return def
+		return "chartRef"
 	}
 	return v
 }
