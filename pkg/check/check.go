@@ -381,18 +381,23 @@ func askCluster(ctx context.Context, cluster Cluster, req Request, live map[stri
 		refusals                                 []admission
 		active                                   map[string][]svm.Migration
 	)
+	// Migrations in progress matter only to a CRD that is not OK. One that is not yet is
+	// asked about at once; one that a schema finding or a refusal makes so, after them.
+	// (Read before the schema judges start: they write the verdicts, names included.)
+	asked := needsMigrations(crds)
+	names := make([]string, len(crds))
+	for i := range crds {
+		names[i] = crds[i].Name
+	}
 	g.Go(func() error { schemaErr = judgeSchemas(ctx, cluster, judged, crds); return nil })
 	g.Go(func() error { refusals, admitErr = admit(ctx, cluster, admitted); return nil })
 	g.Go(func() error {
-		countErr = countObjects(ctx, cluster, live, crds, func(name string) bool {
+		countErr = countObjects(ctx, cluster, live, names, crds, func(name string) bool {
 			r, ok := removed[name]
 			return !req.NoObjectCounts || ok && r.Deletes()
 		})
 		return nil
 	})
-	// Migrations in progress matter only to a CRD that is not OK. One that is not yet is
-	// asked about at once; one that a schema finding or a refusal makes so, after them.
-	asked := needsMigrations(crds)
 	if asked {
 		g.Go(func() error { active, activeErr = migrationsInProgress(ctx, cluster); return nil })
 	}
@@ -456,15 +461,16 @@ func migrating(active map[string][]svm.Migration, crds []CRDReport) {
 	}
 }
 
-// countObjects fills Objects for every CRD that exists live and that want names. A CRD
-// whose objects cannot be listed (a conversion webhook that is down, say) keeps its
+// countObjects fills Objects for every CRD that exists live and that want names (names[i]
+// is crds[i]'s, read before the schema judges, which run beside it, write the findings).
+// A CRD whose objects cannot be listed (a conversion webhook that is down, say) keeps its
 // verdict and says why the count is missing; a forbidden list stops the run, since the
 // caller lacks RBAC.
-func countObjects(ctx context.Context, cluster Cluster, live map[string]*apiextv1.CustomResourceDefinition, crds []CRDReport, want func(name string) bool) error {
+func countObjects(ctx context.Context, cluster Cluster, live map[string]*apiextv1.CustomResourceDefinition, names []string, crds []CRDReport, want func(name string) bool) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for i := range crds {
-		l := live[crds[i].Name]
+		l := live[names[i]]
 		if l == nil || !want(l.Name) {
 			continue
 		}
