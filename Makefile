@@ -92,7 +92,12 @@ test: test-default test-dist test-oldest test-newest ## Run unit and integration
 testbin-default: ## Build only what make test-default runs on: the default minor, Helm 4 and 3, Flux
 	./hack/testbin.sh --kube default
 
-test-default: $(BIN)/noskip testbin-default ## The whole suite on the default minor, but for the release builds (make test-dist)
+# The system packages the suite runs besides bin/ (curl and jq for deploy/ci's script).
+.PHONY: test-deps
+test-deps: ## Install the system packages make test-default needs: curl and jq (apt-get; needs root unless already installed)
+	./hack/test-deps.sh
+
+test-default: $(BIN)/noskip testbin-default test-deps ## The whole suite on the default minor, but for the release builds (make test-dist)
 	set -o pipefail; pkgs=$$(go list ./... | grep -Ev '/hack/dist(/|$$)') && $(GOTEST) $$pkgs | $(NOSKIP)
 
 test-dist: $(BIN)/noskip testbin-default ## The release builds: archives, the krew manifest, the Helm plugins and the image, cross-compiled for every platform
