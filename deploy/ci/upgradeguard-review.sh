@@ -32,6 +32,7 @@
 # The token is sent in a curl config read from a pipe, never on a command line, and never
 # printed.
 set -uo pipefail
+set -f # the mappings and extra arguments are split on whitespace, never globbed
 
 readonly marker='<!-- upgradeguard:review -->'
 mode=${1:-}
