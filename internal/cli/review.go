@@ -12,13 +12,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/review"
 )
 
 type reviewOptions struct {
-	o        review.Options
-	clusters []string
-	output   string
+	o           review.Options
+	clusters    []string
+	acknowledge []string
+	output      string
 }
 
 func newReviewCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -31,11 +33,17 @@ func newReviewCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.C
 	f.StringVar(&o.o.Base, "base", "", "revision the change starts from (default: the merge base with origin/HEAD, main or master)")
 	f.StringVar(&o.o.Head, "head", "", "revision the change ends at (default: the work tree, uncommitted changes included)")
 	f.StringArrayVar(&o.clusters, "cluster", nil, "PATH=CONTEXT: the HelmReleases under the repository folder PATH land on the kubeconfig context CONTEXT (repeatable; default: every HelmRelease on the current context)")
+	f.StringArrayVar(&o.acknowledge, "acknowledge", nil, "CHECK/SUBJECT: accept this finding on purpose, for example delete/leaderworkersets.leaderworkerset.x-k8s.io (repeatable; as a CI maps a pull-request label; a HelmRelease's upgradeguard.io/acknowledge annotation does the same for its own)")
 	output.AddReportFlag(f, &o.output)
 	return cmd
 }
 
 func (o *reviewOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
+	for _, a := range o.acknowledge {
+		if check, subject, ok := strings.Cut(a, "/"); !ok || check == "" || subject == "" {
+			return couldNot("--acknowledge %q: want CHECK/SUBJECT, for example delete/leaderworkersets.leaderworkerset.x-k8s.io", a)
+		}
+	}
 	clusters, err := o.targets(kube)
 	if err != nil {
 		return err
@@ -48,6 +56,7 @@ func (o *reviewOptions) run(ctx context.Context, streams Streams, kube *genericc
 	if err != nil {
 		return couldNot("%w (check --kubeconfig, --cluster and that the cluster is up)", err)
 	}
+	rep.Acknowledge = o.acknowledge
 	return finishReport(streams, o.output, rep, func(w io.Writer) error { return renderReview(w, rep) }, rep.FindingReport, !rep.Safe())
 }
 
@@ -97,9 +106,10 @@ func renderReview(w io.Writer, rep *review.Report) error {
 		fmt.Fprintln(w, "\nSAFE: the change touches no HelmRelease's chart or values: nothing to judge.")
 		return nil
 	}
+	cases := rep.FindingReport().Cases // one per row, in order
 	t := output.NewTable(w, "CLUSTER", "HELMRELEASE", "CHANGE", "VERDICT", "FILE")
-	for _, r := range rep.Rows {
-		t.Row(r.Cluster, r.Subject, reviewChange(r.Change), reviewVerdict(r), fmt.Sprintf("%s:%d", r.File, r.Line))
+	for i, r := range rep.Rows {
+		t.Row(r.Cluster, r.Subject, reviewChange(r.Change), reviewVerdict(r, cases[i]), fmt.Sprintf("%s:%d", r.File, r.Line))
 	}
 	if err := t.Flush(); err != nil {
 		return err
@@ -107,24 +117,28 @@ func renderReview(w io.Writer, rep *review.Report) error {
 	for _, c := range rep.Unplaced {
 		fmt.Fprintf(w, "\nnot judged: %s (%s) lands on no cluster given (--cluster PATH=CONTEXT)\n", c.Subject, c.File)
 	}
-	for _, r := range rep.Rows {
-		switch {
-		case r.NotJudged != "":
-			fmt.Fprintf(w, "\n%s on %s: not judged: %s\n", r.Subject, r.Cluster, r.NotJudged)
-		case r.Report != nil && !r.Report.Safe:
-			fmt.Fprintf(w, "\n%s on %s:\n", r.Subject, r.Cluster)
-			for _, c := range r.Report.Findings() {
-				fmt.Fprintf(w, "  %s %s: %s\n", c.Verdict, c.Name, c.Reason)
+	for i, r := range rep.Rows {
+		if len(cases[i].Findings) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s on %s:\n", r.Subject, r.Cluster)
+		for _, f := range cases[i].Findings {
+			ack := ""
+			if f.Acknowledged {
+				ack = " (acknowledged)"
 			}
+			fmt.Fprintf(w, "  %s %s%s: %s\n", f.Check, f.Subject, ack, f.Message)
+		}
+		if r.Report != nil && cases[i].Failed() {
 			for _, s := range r.Report.NextSteps {
 				fmt.Fprintf(w, "  next: %s\n", s)
 			}
 		}
 	}
 	if rep.Safe() {
-		fmt.Fprintln(w, "\nSAFE: every touched HelmRelease upgrades on every cluster it lands on.")
+		fmt.Fprintln(w, "\nSAFE: every touched HelmRelease upgrades on every cluster it lands on, acknowledged findings aside.")
 	} else {
-		fmt.Fprintln(w, "\nBLOCKED: merging this change fails an upgrade or loses data; the fix is above.")
+		fmt.Fprintln(w, "\nBLOCKED: merging this change fails an upgrade or loses data; the fix is above (or acknowledge it: --acknowledge CHECK/SUBJECT, or the HelmRelease's upgradeguard.io/acknowledge annotation).")
 	}
 	return nil
 }
@@ -139,14 +153,16 @@ func reviewChange(c review.Change) string {
 	return c.From + " -> " + c.To
 }
 
-func reviewVerdict(r review.Row) string {
+func reviewVerdict(r review.Row, c finding.Case) string {
 	switch {
 	case r.NotJudged != "":
 		return "not judged"
-	case r.Report.Safe:
-		return "safe"
+	case c.Failed():
+		return fmt.Sprintf("BLOCKED (%d CRDs)", len(r.Report.Findings()))
+	case len(c.Findings) > 0 && !r.Report.Safe:
+		return "acknowledged"
 	}
-	return fmt.Sprintf("BLOCKED (%d CRDs)", len(r.Report.Findings()))
+	return "safe"
 }
 
 const reviewLong = `review reads a Git change the way a pull request shows it (the files at --base and

@@ -226,3 +226,92 @@ func rowsBy(rows []review.Row) []string {
 	}
 	return out
 }
+
+// TestReviewLWSDeletion: the real lws chart moved its CRD from templates/ to crds/ in
+// 0.8.0 (kubernetes-sigs/lws#880), so the upgrade deletes every LeaderWorkerSet. A bump
+// of the HelmRelease from 0.7.0 to 0.8.0 fails the review with the deletion and its object
+// count; acknowledged, by the HelmRelease's annotation or by --acknowledge, it passes and
+// is still shown.
+func TestReviewLWSDeletion(t *testing.T) {
+	needCluster(t)
+	own := testenv.ForTest(t)
+	fx := fixturesDir(t)
+	charts := filepath.Join(t.TempDir(), "charts")
+	for _, v := range []string{"0.7.0", "0.8.0"} {
+		// Both upstream Chart.yamls say 0.1.0: the release's version is given at packaging.
+		helmOn(t, own, "package", filepath.Join(fx, "charts", "lws-"+v), "--version", v, "-d", charts)
+	}
+	repo, err := servers.NewChartRepo(charts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(repo.Close)
+	helmOn(t, own, "install", "lws", filepath.Join(charts, "lws-0.7.0.tgz"), "-n", "lws-system", "--create-namespace")
+	if err := testenv.CreateLeaderWorkerSets(t.Context(), own.Config, testenv.LWSGroup, "lws-system", 3); err != nil {
+		t.Fatal(err)
+	}
+
+	g := servers.NewGitRepo(t)
+	hr := func(version, annotation string) map[string]string {
+		return map[string]string{"clusters/prod/lws.yaml": lwsManifests(repo.URL, version, annotation)}
+	}
+	base := g.Commit("lws 0.7.0", hr("0.7.0", ""))
+	head := g.Commit("Update Helm release lws to v0.8.0", hr("0.8.0", ""))
+	acked := g.Commit("lws 0.8.0, deleting the CRD on purpose", hr("0.8.0", "delete/"+testenv.LWSCRD))
+	args := func(head string, more ...string) []string {
+		return append([]string{"--kubeconfig", own.Kubeconfig, "review", "--repo", g.Dir, "--base", base.String(), "--head", head}, more...)
+	}
+
+	r := run(t, args(head.String())...)
+	if r.code != cli.ExitFindings || !strings.Contains(r.stdout, "delete "+testenv.LWSCRD) || !strings.Contains(r.stdout, "3 LeaderWorkerSet objects") {
+		t.Errorf("bump to 0.8.0: exit %d, want 1 naming the deletion of %s and its 3 objects\n%s%s", r.code, testenv.LWSCRD, r.stdout, r.stderr)
+	}
+	for name, a := range map[string][]string{
+		"annotation":    args(acked.String()),
+		"--acknowledge": args(head.String(), "--acknowledge", "delete/"+testenv.LWSCRD),
+	} {
+		r := run(t, a...)
+		if r.code != cli.ExitSafe || !strings.Contains(r.stdout, "delete "+testenv.LWSCRD+" (acknowledged)") {
+			t.Errorf("acknowledged by %s: exit %d, want 0 and the deletion shown as acknowledged\n%s%s", name, r.code, r.stdout, r.stderr)
+		}
+		md := run(t, append(a, "-o", "markdown")...)
+		if md.code != cli.ExitSafe || !strings.Contains(md.stdout, "☑️ acknowledged blocking") {
+			t.Errorf("acknowledged by %s, -o markdown: exit %d\n%s", name, md.code, md.stdout)
+		}
+	}
+	r = run(t, args(head.String(), "--acknowledge", "delete")...)
+	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "want CHECK/SUBJECT") {
+		t.Errorf("--acknowledge delete: exit %d %s", r.code, r.stderr)
+	}
+}
+
+func lwsManifests(url, version, acknowledge string) string {
+	annotations := ""
+	if acknowledge != "" {
+		annotations = "\n  annotations:\n    upgradeguard.io/acknowledge: " + acknowledge
+	}
+	return `apiVersion: source.toolkit.fluxcd.io/v1
+kind: HelmRepository
+metadata:
+  name: lws
+  namespace: lws-system
+spec:
+  interval: 1h
+  url: ` + url + `
+---
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: lws
+  namespace: lws-system` + annotations + `
+spec:
+  interval: 1h
+  chart:
+    spec:
+      chart: lws
+      version: ` + version + `
+      sourceRef:
+        kind: HelmRepository
+        name: lws
+`
+}

@@ -35,7 +35,7 @@ func WriteMarkdown(w io.Writer, rep finding.Report) error {
 				fmt.Fprintf(&b, "| ✅ | %s | | no finding | |\n", cell(c.Name))
 			}
 			for _, f := range c.Findings {
-				fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s |\n", mark(f.Severity), cell(c.Name), f.Check, cell(f.Message), cell(f.Remediation))
+				fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s |\n", mark(f), cell(c.Name), f.Check, cell(f.Message), cell(f.Remediation))
 			}
 		}
 	}
@@ -74,14 +74,11 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-func mark(s finding.Severity) string {
-	switch {
-	case s.Fails():
-		return "❌ " + string(s)
-	case s == finding.Warning:
-		return "⚠️ " + string(s)
+func mark(f finding.Finding) string {
+	if f.Acknowledged {
+		return "☑️ acknowledged " + string(f.Severity)
 	}
-	return "ℹ️ " + string(s)
+	return map[string]string{"error": "❌ ", "warning": "⚠️ ", "note": "ℹ️ "}[sarifLevel(f.Severity)] + string(f.Severity)
 }
 
 // cell keeps text inside one markdown table cell.
@@ -104,20 +101,14 @@ func WriteGitHub(w io.Writer, rep finding.Report) error {
 			}
 		}
 		props = append(props, "title="+ghProperty(f.Check+": "+f.Subject))
-		fmt.Fprintf(&b, "::%s %s::%s\n", ghLevel(f.Severity), strings.Join(props, ","), ghData(text(f)))
+		level, msg := map[string]string{"error": "error", "warning": "warning", "note": "notice"}[sarifLevel(f.Severity)], text(f)
+		if f.Acknowledged {
+			level, msg = "notice", "(acknowledged) "+msg
+		}
+		fmt.Fprintf(&b, "::%s %s::%s\n", level, strings.Join(props, ","), ghData(msg))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-func ghLevel(s finding.Severity) string {
-	switch {
-	case s.Fails():
-		return "error"
-	case s == finding.Warning:
-		return "warning"
-	}
-	return "notice"
 }
 
 // ghData escapes a workflow command's message as the runner reads it back.
@@ -208,7 +199,10 @@ func junitCaseOf(suite string, c finding.Case) junitCase {
 	var failing, other, checks []string
 	for _, f := range c.Findings {
 		line := fmt.Sprintf("%s %s: %s", f.Severity, f.Check, text(f))
-		if !f.Severity.Fails() {
+		if f.Acknowledged {
+			line = "acknowledged " + line
+		}
+		if !f.Fails() {
 			other = append(other, line)
 			continue
 		}
@@ -264,12 +258,19 @@ type sarifMessage struct {
 }
 
 type sarifResult struct {
-	RuleID     string          `json:"ruleId"`
-	RuleIndex  int             `json:"ruleIndex"`
-	Level      string          `json:"level"`
-	Message    sarifMessage    `json:"message"`
-	Locations  []sarifLocation `json:"locations,omitempty"`
-	Properties map[string]any  `json:"properties,omitempty"`
+	RuleID    string          `json:"ruleId"`
+	RuleIndex int             `json:"ruleIndex"`
+	Level     string          `json:"level"`
+	Message   sarifMessage    `json:"message"`
+	Locations []sarifLocation `json:"locations,omitempty"`
+	// Suppressions mark an acknowledged finding: reported, and not a failure.
+	Suppressions []sarifSuppression `json:"suppressions,omitempty"`
+	Properties   map[string]any     `json:"properties,omitempty"`
+}
+
+type sarifSuppression struct {
+	Kind          string `json:"kind"`
+	Justification string `json:"justification"`
 }
 
 type sarifLocation struct {
@@ -310,6 +311,9 @@ func WriteSARIF(w io.Writer, rep finding.Report) error {
 			if c.Group != "" {
 				r.Properties["group"] = c.Group
 			}
+			if f.Acknowledged {
+				r.Suppressions = []sarifSuppression{{Kind: "external", Justification: "acknowledged as " + f.AckKey()}}
+			}
 			if f.Location != nil {
 				loc := sarifLocation{PhysicalLocation: sarifPhysical{ArtifactLocation: sarifArtifact{URI: f.Location.File}}}
 				if f.Location.Line > 0 {
@@ -325,6 +329,8 @@ func WriteSARIF(w io.Writer, rep finding.Report) error {
 	return enc.Encode(sarifLog{Schema: SARIFSchema, Version: "2.1.0", Runs: []sarifRun{run}})
 }
 
+// sarifLevel is a severity as SARIF's level, the one mapping every CI format starts from:
+// error for what fails a job, warning, and note for information.
 func sarifLevel(s finding.Severity) string {
 	switch {
 	case s.Fails():

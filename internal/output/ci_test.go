@@ -38,6 +38,8 @@ func report() finding.Report {
 		{Group: "staging", Name: "HelmRelease/flux-system/flux2", Findings: []finding.Finding{
 			{Check: "schema-warning", Subject: "CustomResourceDefinition/buckets.source.toolkit.fluxcd.io", Severity: finding.Warning,
 				Message: "a new rule may refuse 2 objects at their next write"},
+			{Check: "delete", Subject: "leaderworkersets.leaderworkerset.x-k8s.io", Severity: finding.Blocking,
+				Message: "the upgrade deletes the CRD and 3 objects", Acknowledged: true},
 		}},
 	}}
 }
@@ -86,9 +88,12 @@ func TestSARIF(t *testing.T) {
 				} `json:"driver"`
 			} `json:"tool"`
 			Results []struct {
-				RuleID    string `json:"ruleId"`
-				RuleIndex int    `json:"ruleIndex"`
-				Level     string `json:"level"`
+				RuleID       string `json:"ruleId"`
+				RuleIndex    int    `json:"ruleIndex"`
+				Level        string `json:"level"`
+				Suppressions []struct {
+					Kind string `json:"kind"`
+				} `json:"suppressions"`
 				Locations []struct {
 					PhysicalLocation struct {
 						ArtifactLocation struct{ URI string }     `json:"artifactLocation"`
@@ -112,12 +117,17 @@ func TestSARIF(t *testing.T) {
 				place += ":" + strconv.Itoa(l.Region.StartLine)
 			}
 		}
-		got = append(got, fmt.Sprintf("%s %s %s rule=%s", r.RuleID, r.Level, place, run.Tool.Driver.Rules[r.RuleIndex].ID))
+		line := fmt.Sprintf("%s %s %s rule=%s", r.RuleID, r.Level, place, run.Tool.Driver.Rules[r.RuleIndex].ID)
+		if len(r.Suppressions) == 1 && r.Suppressions[0].Kind == "external" {
+			line += " suppressed"
+		}
+		got = append(got, line)
 	}
 	want := []string{
 		"stored-version-dropped error clusters/prod-eu/flux.yaml:12 rule=stored-version-dropped",
 		"crd-deleted error clusters/prod-eu/lws.yaml rule=crd-deleted",
 		"schema-warning warning - rule=schema-warning",
+		"delete error - rule=delete suppressed",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("results (-want +got):\n%s", diff)
@@ -201,7 +211,8 @@ func TestGitHub(t *testing.T) {
 		"v2beta1 is dropped, and storedVersions still holds it | 120 objects Fix: upgradeguard migrate --chart flux2\n" +
 		"::error file=clusters/prod-eu/lws.yaml,title=crd-deleted%3A CustomResourceDefinition/leaderworkersets.leaderworkerset.x-k8s.io::" +
 		"the upgrade deletes the CRD,%0Aand 3 objects with it: 100%25 lost\n" +
-		"::warning title=schema-warning%3A CustomResourceDefinition/buckets.source.toolkit.fluxcd.io::a new rule may refuse 2 objects at their next write\n"
+		"::warning title=schema-warning%3A CustomResourceDefinition/buckets.source.toolkit.fluxcd.io::a new rule may refuse 2 objects at their next write\n" +
+		"::notice title=delete%3A leaderworkersets.leaderworkerset.x-k8s.io::(acknowledged) the upgrade deletes the CRD and 3 objects\n"
 	if diff := cmp.Diff(want, render(t, output.GitHub, report())); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}

@@ -38,7 +38,18 @@ type Finding struct {
 	// Location is where the finding points in a repository, when it points at a file:
 	// what a pull request's annotations and SARIF show it on.
 	Location *Location `json:"location,omitempty"`
+	// Acknowledged says that someone accepted it on purpose (AckKey names it): it is still
+	// shown, marked, and no longer fails a run.
+	Acknowledged bool `json:"acknowledged,omitempty"`
 }
+
+// Fails says whether the finding fails a CI job: it loses data or stops the operation,
+// and nobody acknowledged it.
+func (f Finding) Fails() bool { return !f.Acknowledged && f.Severity.Fails() }
+
+// AckKey is how an acknowledgement names the finding: CHECK/SUBJECT, for example
+// delete/leaderworkersets.leaderworkerset.x-k8s.io.
+func (f Finding) AckKey() string { return f.Check + "/" + f.Subject }
 
 // Location is a place in a repository's files.
 type Location struct {

@@ -21,11 +21,12 @@ type Case struct {
 	Findings []Finding `json:"findings,omitempty"`
 }
 
-// Worst is the most severe of the case's findings, "" when it has none.
+// Worst is the most severe of the case's findings that are not acknowledged, "" when it
+// has none.
 func (c Case) Worst() Severity {
 	var w Severity
 	for _, f := range c.Findings {
-		if rank(f.Severity) > rank(w) {
+		if !f.Acknowledged && rank(f.Severity) > rank(w) {
 			w = f.Severity
 		}
 	}
@@ -34,6 +35,16 @@ func (c Case) Worst() Severity {
 
 // Failed says whether the case holds a finding that fails a CI job.
 func (c Case) Failed() bool { return c.Worst().Fails() }
+
+// Failed says whether any case failed: what fails a CI job.
+func (r Report) Failed() bool {
+	for _, c := range r.Cases {
+		if c.Failed() {
+			return true
+		}
+	}
+	return false
+}
 
 // Fails says whether a finding of this severity fails a CI job: it loses data or stops the
 // operation.

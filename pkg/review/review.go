@@ -9,7 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"unicode"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	"github.com/go-git/go-git/v5"
@@ -51,7 +53,9 @@ type Change struct {
 	From string `json:"from,omitempty"`
 	To   string `json:"to,omitempty"`
 	// What says what changed: "chart", "values" or "new".
-	What        string              `json:"what"`
+	What string `json:"what"`
+	// Acknowledge are the findings the HelmRelease acknowledges (AcknowledgeAnnotation).
+	Acknowledge []string            `json:"acknowledge,omitempty"`
 	HelmRelease *helmv2.HelmRelease `json:"-"`
 }
 
@@ -61,6 +65,12 @@ type Diff struct {
 	Changes    []Change
 	head       *Tree
 }
+
+// AcknowledgeAnnotation on a HelmRelease accepts findings of its upgrade on purpose: a
+// list of CHECK/SUBJECT (finding.AckKey), separated by commas or spaces, for example
+// "delete/leaderworkersets.leaderworkerset.x-k8s.io". An acknowledged finding is still
+// reported, marked, and does not fail the review.
+const AcknowledgeAnnotation = "upgradeguard.io/acknowledge"
 
 var helmReleaseKind = schema.GroupKind{Group: helmv2.GroupVersion.Group, Kind: helmv2.HelmReleaseKind}
 
@@ -109,7 +119,8 @@ func touched(obj Object, base *Tree) (Change, bool, error) {
 	if err != nil {
 		return Change{}, false, err
 	}
-	c := Change{Subject: "HelmRelease/" + hr.Namespace + "/" + hr.Name, File: obj.File, HelmRelease: hr, To: version(hr)}
+	c := Change{Subject: "HelmRelease/" + hr.Namespace + "/" + hr.Name, File: obj.File, HelmRelease: hr, To: version(hr),
+		Acknowledge: strings.FieldsFunc(hr.Annotations[AcknowledgeAnnotation], func(r rune) bool { return r == ',' || unicode.IsSpace(r) })}
 	c.Line = obj.Line("spec", "chart", "spec", "version")
 	if hr.Spec.ChartRef != nil {
 		c.Line = obj.Line("spec", "chartRef")
@@ -246,19 +257,16 @@ type Report struct {
 	Base string `json:"base"`
 	Head string `json:"head"`
 	Rows []Row  `json:"rows"`
+	// Acknowledge are the findings acknowledged for every HelmRelease (CHECK/SUBJECT), as a
+	// CI maps a pull request's label to; each HelmRelease's own are in its Change.
+	Acknowledge []string `json:"acknowledge,omitempty"`
 	// Unplaced are the touched HelmReleases that land on none of the clusters given.
 	Unplaced []Change `json:"unplaced,omitempty"`
 }
 
-// Safe says whether every judged HelmRelease is safe to merge.
-func (r *Report) Safe() bool {
-	for _, row := range r.Rows {
-		if row.Report != nil && !row.Report.Safe {
-			return false
-		}
-	}
-	return true
-}
+// Safe says whether every judged HelmRelease is safe to merge, acknowledged findings
+// aside.
+func (r *Report) Safe() bool { return !r.FindingReport().Failed() }
 
 // Judge predicts each change on each cluster it lands on, with what the head revision
 // holds for its sources and values. A cluster that cannot be read is an error.
@@ -311,6 +319,7 @@ func (r *Report) FindingReport() finding.Report {
 			for _, cc := range row.Report.FindingReport().Cases {
 				for _, f := range cc.Findings {
 					f.Location = loc
+					f.Acknowledged = slices.Contains(r.Acknowledge, f.AckKey()) || slices.Contains(row.Acknowledge, f.AckKey())
 					c.Findings = append(c.Findings, f)
 				}
 			}
