@@ -72,6 +72,7 @@ func TestReviewFluxBump(t *testing.T) {
 	base := g.Commit("flux2 2.17.2", files("2.17.2"))
 	head := g.Commit("Update Helm release flux2 to v2.18.2", files("2.18.2"))
 	docs := g.Commit("docs only", map[string]string{"README.md": "fleet of two\n"})
+	widened := g.Commit("flux2 >=2.17.0 <3.0.0", files(">=2.17.0 <3.0.0"))
 
 	kubeconfig := mergedKubeconfig(t, map[string]*testenv.ControlPlane{"prod-eu": prod, "staging": staging})
 	reviewArgs := func(base, head string, more ...string) []string {
@@ -114,6 +115,16 @@ func TestReviewFluxBump(t *testing.T) {
 	r = run(t, reviewArgs(head.String(), docs.String())...)
 	if r.code != cli.ExitSafe || !strings.Contains(r.stdout, "touches no HelmRelease") {
 		t.Errorf("docs-only change: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// A widened semver range is a possible jump: it resolves to 2.18.2 from the repository,
+	// as source-controller would, and fails on prod-eu the same way.
+	r = run(t, reviewArgs(base.String(), widened.String(), "-o", "json")...)
+	if got := rowsBy(reviewRows(t, r)); r.code != cli.ExitFindings || !slices.Equal(got, []string{"prod-eu blocked", "staging safe"}) {
+		t.Errorf("widened range: exit %d, rows %v, want 1, prod-eu blocked and staging safe\n%s", r.code, got, r.stderr)
+	}
+	if rows := reviewRows(t, r); len(rows) > 0 && (rows[0].Report == nil || rows[0].Report.ChartVersion != "2.18.2" || rows[0].To != ">=2.17.0 <3.0.0") {
+		t.Errorf("widened range: %+v, want the range resolved to 2.18.2", rows[0])
 	}
 
 	// After prod-eu is migrated, the same pull request passes.
