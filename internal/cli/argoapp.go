@@ -14,7 +14,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 // argoAppFlag is --argocd-app NAMESPACE/NAME: check and plan read the chart source from
@@ -32,8 +32,7 @@ type argoAppOptions struct {
 func (a *argoAppOptions) upgradeCommand(c *argoapp.Chart) func(chartVersion string) string {
 	ns, name, _ := strings.Cut(a.ref, "/")
 	return func(v string) string {
-		return predict.Command{Kind: predict.CommandApplicationRevision, Release: name, Namespace: ns, ChartVersion: v,
-			SourcePosition: c.SourcePosition}.String()
+		return cmdline.ApplicationRevision{Name: name, Namespace: ns, Version: v, SourcePosition: c.SourcePosition}.String()
 	}
 }
 

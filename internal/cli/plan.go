@@ -19,10 +19,10 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 type planOptions struct {
@@ -109,8 +109,8 @@ func (o *planOptions) validate() error {
 		return o.argo.validate(o.flags, []string{"version"}, "release", "helmrelease", "to-revision", "rollback", "upgrade-keeps-rollback")
 	case o.manifests != "":
 		return couldNot("plan searches the chart versions a repository or local charts offer, and rendered manifests are one fixed version: "+
-			"run `upgradeguard check --%s %s` to judge them (and `upgradeguard migrate --%s %s` for what it finds to migrate)",
-			cliflag.ManifestsFlag, o.manifests, cliflag.ManifestsFlag, o.manifests)
+			"run `%s` to judge them (and `%s` for what it finds to migrate)",
+			cmdline.Check{Manifests: o.manifests}, cmdline.Migrate{Manifests: o.manifests})
 	case o.helmRelease != "" && (o.release != "" || o.chart.Ref != "" || len(o.local) > 0):
 		return couldNot("--helmrelease reads the release and the chart source from the HelmRelease: drop --release, --chart and local charts")
 	case o.helmRelease != "" && strings.Count(o.helmRelease, "/") != 1:
@@ -153,7 +153,7 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 		if werr := finish(streams, o.output, p, planText(p, hr), false); werr != nil {
 			return werr
 		}
-		return couldNot("%w; run `upgradeguard check` on the blocked version for the details", err)
+		return couldNot("%w; run `%s` on the blocked version for the details", err, cmdline.Check{})
 	case err != nil:
 		var load *chartsource.LoadError
 		var pl *plan.LoadError
@@ -245,10 +245,10 @@ func (o *planOptions) argoRequest(ctx context.Context, conn *connection, req *pl
 // upgradeCommand is the helm upgrade of one step. Values files are named by path;
 // --set values are never printed (the header says to add them).
 func (o *planOptions) upgradeCommand(ref, version, ns string) string {
-	c := predict.Command{Kind: predict.CommandHelmUpgrade, Release: o.release, Namespace: ns, Chart: ref,
+	c := cmdline.HelmUpgrade{Release: o.release, Namespace: ns, Chart: ref,
 		Repo: o.chart.RepoURL, PlainHTTP: o.chart.PlainHTTP, ValuesFiles: o.chart.Values.ValueFiles}
 	if len(o.local) == 0 {
-		c.ChartVersion = version
+		c.Version = version
 	}
 	return c.String()
 }

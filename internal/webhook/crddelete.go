@@ -157,7 +157,7 @@ func (o owner) deletionDoor(what string, live *apiextv1.CustomResourceDefinition
 	}
 	if o.namespace != "" {
 		dr.again += fmt.Sprintf(". To keep the CRD and its objects outside the release instead: %s makes Helm's next upgrade leave them "+
-			"(an uninstall reads that policy from the release's stored manifest only)", predict.Command{Kind: predict.CommandKeep, CRDs: []string{crd}})
+			"(an uninstall reads that policy from the release's stored manifest only)", predict.Keep([]string{crd}))
 	}
 	if o.argo() {
 		var keep []string
@@ -174,7 +174,7 @@ func (o owner) deletionDoor(what string, live *apiextv1.CustomResourceDefinition
 // until it can (a deletion cannot be undone), with the annotation that deletes the CRD
 // anyway, which the webhook's matchConditions skip.
 func deletionErrored(crd string, err error) decision {
-	allow := predict.Command{Kind: predict.CommandAllowDelete, CRDs: []string{crd}}
+	allow := predict.AllowDelete([]string{crd})
 	msg := fmt.Sprintf("upgradeguard could not count the objects of CustomResourceDefinition %s: %v. Its deletion is denied until they can be counted; "+
 		"to delete it with whatever it holds: %s, then delete it again", crd, err, allow)
 	return decision{kind: kindErrorDenied, message: msg, reason: ReasonGateError, noState: true}

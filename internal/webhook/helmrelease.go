@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
@@ -74,7 +75,7 @@ func hrDoor(hr *helmv2.HelmRelease, res *fluxrelease.Result, valuesOnly bool, sm
 		heldReason: ReasonChartChangeHeld, startedReason: ReasonMigrationStarted,
 		migrations: sms,
 		options: gate.Options{ObservedGeneration: hr.Generation,
-			PlanCommand: predict.Command{Kind: predict.CommandPlanHelmRelease, Release: hr.Name, Namespace: hr.Namespace, ChartVersion: res.Report.ChartVersion}.String()}}
+			PlanCommand: cmdline.PlanHelmRelease{Name: hr.Name, Namespace: hr.Namespace, Version: res.Report.ChartVersion}.String()}}
 	if res.Remote {
 		dr.target = fmt.Sprintf(" (against the cluster of the kubeConfig Secret %s/%s)", hr.Namespace, hr.Spec.KubeConfig.SecretRef.Name)
 	}
@@ -126,7 +127,7 @@ func remediationWarnings(res *fluxrelease.Result) []string {
 	var warnings []string
 	if len(res.RemediationRisk) > 0 {
 		warnings = append(warnings, fmt.Sprintf("if this upgrade fails after applying its CRDs, helm-controller's rollback remediation would be rejected on %s (the older chart lacks the new storage version); consider spec.upgrade.remediation.retries: 0 for this upgrade, and a reverse migration (%s) before any rollback",
-			strings.Join(res.RemediationRisk, ", "), predict.Command{Kind: predict.CommandReverseMigration, Release: res.Release, Namespace: res.StorageNamespace}))
+			strings.Join(res.RemediationRisk, ", "), cmdline.ReverseMigration{Release: res.Release, Namespace: res.StorageNamespace}))
 	}
 	if len(res.UninstallRisk) > 0 {
 		warnings = append(warnings, fmt.Sprintf("if this upgrade fails, helm-controller's uninstall remediation (spec.upgrade.remediation.strategy: uninstall) deletes %s and every object of their types; annotate them helm.sh/resource-policy=keep in the chart, or use the rollback strategy",

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
@@ -101,13 +102,13 @@ func (o owner) argo() bool { return o.app != "" }
 func (o owner) planCommand(rep *check.Report) (cmd string, noPlan bool) {
 	switch {
 	case o.flux():
-		return predict.Command{Kind: predict.CommandPlanHelmRelease, Release: o.hrName, Namespace: o.hrNamespace, ChartVersion: rep.ChartVersion}.String(), false
+		return cmdline.PlanHelmRelease{Name: o.hrName, Namespace: o.hrNamespace, Version: rep.ChartVersion}.String(), false
 	case o.argo():
-		return predict.Command{Kind: predict.CommandPlanApplication, Release: o.app, Namespace: o.appNamespace}.String(), false
+		return cmdline.PlanApplication{Name: o.app, Namespace: o.appNamespace}.String(), false
 	case rep.Chart != crdGateChart:
 		return "", false
 	case o.namespace != "":
-		return predict.Command{Kind: predict.CommandPlan, Release: o.release, Namespace: o.namespace, Chart: "CHART"}.String(), false
+		return cmdline.Plan{Release: o.release, Namespace: o.namespace, Chart: "CHART"}.String(), false
 	}
 	return "", true
 }

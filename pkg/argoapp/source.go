@@ -17,6 +17,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -114,7 +115,7 @@ func (e *UnsupportedError) Error() string {
 // checked as rendered manifests (the namespace is named only when it is not Argo CD's
 // default).
 func ManifestsCommand(app *Application) string {
-	c := predict.Command{Kind: predict.CommandCheckApplicationManifests, Release: app.Name}
+	c := cmdline.CheckApplicationManifests{Name: app.Name}
 	if app.Namespace != DefaultNamespace {
 		c.Namespace = app.Namespace
 	}

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/registry"
 )
 
@@ -232,7 +232,7 @@ func appValues(h *argoapp.Helm) (map[string]any, error) {
 
 // checkCommand is the check of the Application's Helm source that the findings name.
 func checkCommand(app *argoapp.Application) string {
-	return predict.Command{Kind: predict.CommandCheckApplication, Namespace: app.Namespace, Release: app.Name}.String()
+	return cmdline.CheckApplication{Namespace: app.Namespace, Name: app.Name}.String()
 }
 
 // appFindings are what weakens the Application's protection; check is its checkCommand.

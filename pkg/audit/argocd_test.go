@@ -20,8 +20,8 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
 	"github.com/upgradeguard/upgradeguard/pkg/audit"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 const argoNS = "argo-audit"
@@ -166,7 +166,7 @@ func TestAuditArgoCDApplications(t *testing.T) {
 	}
 	// Each finding names the check of that very Application.
 	for _, name := range []string{"bundled", "plain"} {
-		check := predict.Command{Kind: predict.CommandCheckApplication, Namespace: argoNS, Release: name}.String()
+		check := cmdline.CheckApplication{Namespace: argoNS, Name: name}.String()
 		for _, f := range apps["Application/"+argoNS+"/"+name].Findings {
 			if !strings.Contains(f.Message, "`"+check+"`") {
 				t.Errorf("%s: finding %s does not name `%s`: %s", name, f.Check, check, f.Message)

@@ -22,6 +22,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -192,14 +193,14 @@ func TestBundledStorageVersionMigrations(t *testing.T) {
 	}{
 		{"bundled-run-2.0.0", crdName("run"), predict.BundledWillRun,
 			[]string{"re-writes the objects stored at v1beta2 to v1", "nothing waits for it"},
-			[]string{predict.Command{Kind: predict.CommandMigrate, CRDs: []string{crdName("run")}, Wait: true}.String()}},
+			[]string{cmdline.Migrate{CRDs: []string{crdName("run")}, Wait: true}.String()}},
 		{usedName, crdName("again"), againVerdict,
 			map[bool][]string{true: {"already exists (succeeded", "migrates nothing"}, false: {"nothing waits for it"}}[served],
-			map[bool][]string{true: {"stored v1beta2 remain", predict.Command{Kind: predict.CommandMigrate, CRDs: []string{crdName("again")}}.String()},
+			map[bool][]string{true: {"stored v1beta2 remain", cmdline.Migrate{CRDs: []string{crdName("again")}}.String()},
 				false: {"--wait"}}[served]},
 		{"bundled-late-2.0.0", crdName("late"), predict.BundledTooLate,
 			[]string{"drops stored v1beta2", "rejects that CRD write", "the upgrade fails"},
-			[]string{"before the upgrade", predict.Command{Kind: predict.CommandMigrate, CRDs: []string{crdName("late")}}.String()}},
+			[]string{"before the upgrade", cmdline.Migrate{CRDs: []string{crdName("late")}}.String()}},
 		{"bundled-nocrd", "helmrepositories." + group("nothing"), predict.BundledNoCRD,
 			[]string{"names no CRD in the chart or on the cluster"}, []string{"spec.resource"}},
 	} {

@@ -14,6 +14,7 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
@@ -359,7 +360,7 @@ func nextSteps(req Request, live map[string]*apiextv1.CustomResourceDefinition, 
 		}
 	}
 	if len(migrate) > 0 {
-		steps = append(steps, predict.Command{Kind: predict.CommandMigrate, CRDs: migrate}.String())
+		steps = append(steps, cmdline.Migrate{CRDs: migrate}.String())
 	}
 	return append(steps, others...)
 }
@@ -572,9 +573,9 @@ func action(req Request, live map[string]*apiextv1.CustomResourceDefinition, c C
 	case predict.FixMigrate:
 		if len(c.MigratingBy) > 0 {
 			return fmt.Sprintf("wait: StorageVersionMigration %s is migrating it now; then check again (or: %s)",
-				strings.Join(c.MigratingBy, ", "), predict.Command{Kind: predict.CommandMigrate, CRDs: crd, Wait: true})
+				strings.Join(c.MigratingBy, ", "), cmdline.Migrate{CRDs: crd, Wait: true})
 		}
-		return predict.Command{Kind: predict.CommandMigrate, CRDs: crd}.String()
+		return cmdline.Migrate{CRDs: crd}.String()
 	case predict.FixKeep:
 		return req.Deployer.KeepAdvice(req.Operation, []*apiextv1.CustomResourceDefinition{liveOrNamed(live, c.Name)}, req.Release, req.Namespace)
 	case predict.FixChart:
@@ -583,16 +584,16 @@ func action(req Request, live map[string]*apiextv1.CustomResourceDefinition, c C
 	case predict.FixSchema:
 		return fmt.Sprintf("keep the data: declare %s in the incoming CRD's schema (or mark them x-kubernetes-preserve-unknown-fields) and check again; "+
 			"or, if the loss is intended, accept it: %s",
-			strings.Join(c.Schema.PrunedPaths(), ", "), predict.Command{Kind: predict.CommandAllowFieldLoss, CRDs: crd})
+			strings.Join(c.Schema.PrunedPaths(), ", "), predict.AllowFieldLoss(crd))
 	case predict.FixStorageSwitch:
 		if req.Operation == predict.Rollback {
-			return fmt.Sprintf("%s (reverse migration: storage %s -> %s)", predict.Command{Kind: predict.CommandReverseMigration,
+			return fmt.Sprintf("%s (reverse migration: storage %s -> %s)", cmdline.ReverseMigration{
 				Release: req.Release, Namespace: req.Namespace, Revision: req.ToRevision}, c.LiveStorageVersion, c.StorageSwitchTo)
 		}
-		return predict.Command{Kind: predict.CommandStorageSwitch, CRDs: crd, StorageVersion: c.StorageSwitchTo}.String()
+		return cmdline.StorageSwitch{CRDs: crd, StorageVersion: c.StorageSwitchTo}.String()
 	case predict.FixSteppingStone:
 		if c.SteppingStone != "" {
-			migrate := predict.Command{Kind: predict.CommandMigrate, CRDs: crd}
+			migrate := cmdline.Migrate{CRDs: crd}
 			stone, target := "upgrade to chart version "+c.SteppingStone, "upgrade to "+orUnknown(req.ChartVersion)
 			if req.Upgrade != nil {
 				stone, target = req.Upgrade(c.SteppingStone), req.Upgrade(orUnknown(req.ChartVersion))

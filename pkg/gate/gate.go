@@ -23,6 +23,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -228,7 +229,7 @@ func planCommand(rep *check.Report, o Options) string {
 	if o.PlanCommand != "" || o.NoPlan {
 		return o.PlanCommand
 	}
-	return predict.Command{Kind: predict.CommandPlan, Release: rep.Release, Namespace: rep.Namespace, Chart: rep.Chart, ChartVersion: rep.ChartVersion}.String()
+	return cmdline.Plan{Release: rep.Release, Namespace: rep.Namespace, Chart: rep.Chart, Version: rep.ChartVersion}.String()
 }
 
 // Required is the StorageMigrationRequired message of a decision that migrates: the one
@@ -249,7 +250,7 @@ func (d *Decision) migrating(stands string) {
 func (d *Decision) migrate(ctx context.Context, o Options) (*Decision, error) {
 	required := d.Required()
 	if o.Migrator == nil {
-		off := "automatic migration is off: run " + predict.Command{Kind: predict.CommandMigrate, CRDs: d.ToMigrate}.String()
+		off := "automatic migration is off: run " + cmdline.Migrate{CRDs: d.ToMigrate}.String()
 		d.Outcome = Blocked
 		d.migrating(off)
 		d.conditions(o, metav1.ConditionTrue, ReasonAutoMigrationOff, metav1.ConditionFalse, ReasonIdle, metav1.ConditionFalse)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -98,7 +99,7 @@ func TestDecideConverges(t *testing.T) {
 		t.Errorf("in-progress condition %+v", c)
 	}
 	// The message names the command that migrates exactly the CRDs to migrate.
-	if want := (predict.Command{Kind: predict.CommandMigrate, CRDs: d.ToMigrate}).String(); len(d.ToMigrate) == 0 || !strings.Contains(d.Message, want) {
+	if want := (cmdline.Migrate{CRDs: d.ToMigrate}).String(); len(d.ToMigrate) == 0 || !strings.Contains(d.Message, want) {
 		t.Errorf("message %q does not name %q", d.Message, want)
 	}
 

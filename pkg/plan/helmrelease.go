@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -32,7 +33,7 @@ func ReadHelmRelease(ctx context.Context, r fluxrelease.Reader, namespace, name 
 		return nil, fmt.Errorf("HelmRelease %s/%s: %w", namespace, name, err)
 	}
 	if hr.Spec.KubeConfig != nil {
-		plan := predict.Command{Kind: predict.CommandPlan, Release: fluxrelease.ReleaseName(&hr), Namespace: fluxrelease.StorageNamespace(&hr)}
+		plan := cmdline.Plan{Release: fluxrelease.ReleaseName(&hr), Namespace: fluxrelease.StorageNamespace(&hr)}
 		return nil, &fluxrelease.UnsupportedError{Reason: fmt.Sprintf("HelmRelease %s/%s installs to a remote cluster (spec.kubeConfig): plan its Helm release against that cluster (%s, with that cluster's kubeconfig)", namespace, name, plan)}
 	}
 	if hr.Spec.Chart == nil {
@@ -49,5 +50,5 @@ func ReadHelmRelease(ctx context.Context, r fluxrelease.Reader, namespace, name 
 // VersionCommand is the step that moves a HelmRelease to a chart version: the value to
 // commit, and the kubectl patch that does the same on the cluster.
 func (h *HelmRelease) VersionCommand(version string) string {
-	return predict.Command{Kind: predict.CommandHelmReleaseVersion, Release: h.Name, Namespace: h.Namespace, ChartVersion: version}.String()
+	return cmdline.HelmReleaseVersion{Name: h.Name, Namespace: h.Namespace, Version: version}.String()
 }

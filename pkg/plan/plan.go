@@ -21,6 +21,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -291,12 +292,12 @@ func newRunner(ctx context.Context, req Request) (*runner, error) {
 	}
 	if req.Commands.Upgrade == nil {
 		req.Commands.Upgrade = func(v string) string {
-			return predict.Command{Kind: predict.CommandHelmUpgrade, Release: req.Release, Namespace: req.Namespace, ChartVersion: v}.String()
+			return cmdline.HelmUpgrade{Release: req.Release, Namespace: req.Namespace, Version: v}.String()
 		}
 	}
 	if req.Commands.Rollback == nil {
 		req.Commands.Rollback = func(rev int) string {
-			return predict.Command{Kind: predict.CommandHelmRollback, Release: req.Release, Namespace: req.Namespace, Revision: rev}.String()
+			return cmdline.HelmRollback{Release: req.Release, Namespace: req.Namespace, Revision: rev}.String()
 		}
 	}
 	live, err := req.Cluster.CRDs(ctx)
@@ -421,7 +422,7 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 		case fix == predict.FixStorageSwitch && r.req.AllowStorageSwitch:
 			cur = cur.switched(c.Name, c.StorageSwitchTo)
 			st := Step{Kind: StorageSwitch, CRDs: []string{c.Name}, After: states(cur, c.Name),
-				Commands: []string{predict.Command{Kind: predict.CommandStorageSwitch, CRDs: []string{c.Name}, StorageVersion: c.StorageSwitchTo}.String()}}
+				Commands: []string{cmdline.StorageSwitch{CRDs: []string{c.Name}, StorageVersion: c.StorageSwitchTo}.String()}}
 			if c.Objects != nil {
 				st.Objects = *c.Objects
 			}
@@ -444,7 +445,7 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 	if len(migrate) > 0 {
 		cur = cur.migrated(migrate)
 		steps = append(steps, Step{Kind: Migrate, CRDs: migrate, Objects: objects, After: states(cur, migrate...),
-			Commands: []string{predict.Command{Kind: predict.CommandMigrate, CRDs: migrate}.String()}})
+			Commands: []string{cmdline.Migrate{CRDs: migrate}.String()}})
 	}
 	if len(steps) > 0 {
 		// The upgrade is judged again on the state the steps before it leave.

@@ -7,6 +7,7 @@ import (
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
@@ -327,8 +328,8 @@ func decideArgoRemoved(op Operation, d Deployer, r Removal, objects *int64) Find
 		switch {
 		case atStake:
 			f.Verdict = Prune
-			f.Reason = fmt.Sprintf("%s, but %s; a sync that prunes (argocd app sync --prune, or automated prune) would delete the CRD and %s%s%s",
-				leaves, waits, what, again, orphan)
+			f.Reason = fmt.Sprintf("%s, but %s; a sync that prunes (%s, or automated prune) would delete the CRD and %s%s%s",
+				leaves, waits, cmdline.Sync{Prune: true}, what, again, orphan)
 		default:
 			f.Reason = fmt.Sprintf("%s, but %s; a sync that prunes would delete the CRD, which holds no %s, so nothing would be lost", leaves, waits, what)
 		}

@@ -301,7 +301,7 @@ func TestArgoKeep(t *testing.T) {
 	if got := argoAuto.KeepCommands(Uninstall, []*apiextv1.CustomResourceDefinition{bare})[0].String(); got != "kubectl annotate crd a.x argocd.argoproj.io/sync-options=Delete=false" {
 		t.Errorf("KeepCommands(Uninstall) = %q", got)
 	}
-	if got := (Command{Kind: CommandArgoSyncOption, CRDs: []string{"a.x"}, SyncOption: ArgoPruneFalse, ExistingSyncOptions: "Replace=true,x=a b"}).String(); got != "kubectl annotate --overwrite crd a.x 'argocd.argoproj.io/sync-options=Replace=true,x=a b,Prune=false'" {
+	if got := ArgoSyncOption([]string{"a.x"}, ArgoPruneFalse, "Replace=true,x=a b").String(); got != "kubectl annotate --overwrite crd a.x 'argocd.argoproj.io/sync-options=Replace=true,x=a b,Prune=false'" {
 		t.Errorf("a value with a space is not quoted: %q", got)
 	}
 	if got := Helm4.KeepCommands(Upgrade, []*apiextv1.CustomResourceDefinition{bare, other})[0].String(); got != "kubectl annotate crd a.x b.x helm.sh/resource-policy=keep" {

@@ -8,6 +8,7 @@ import (
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
@@ -101,7 +102,7 @@ type BundledFacts struct {
 // the whole release before any name matters.
 func DecideBundled(m ChartMigration, f BundledFacts) BundledMigration {
 	b := BundledMigration{Name: m.Name, APIVersion: m.APIVersion, File: m.File, CRD: m.CRD()}
-	migrate := Command{Kind: CommandMigrate, CRDs: []string{b.CRD}}
+	migrate := cmdline.Migrate{CRDs: []string{b.CRD}}
 	switch {
 	case f.Live == nil && f.Incoming == nil:
 		b.Verdict = BundledNoCRD
@@ -146,7 +147,7 @@ func DecideBundled(m ChartMigration, f BundledFacts) BundledMigration {
 	}
 	b.Reason += "; nothing waits for it (kstatus calls it Current at once, Argo CD gives it no health), so a later release may come before it finished"
 	b.Action = fmt.Sprintf("before the release that drops a version: %s (waits for it, and prunes storedVersions where the server did not)",
-		Command{Kind: CommandMigrate, CRDs: []string{b.CRD}, Wait: true})
+		cmdline.Migrate{CRDs: []string{b.CRD}, Wait: true})
 	return b
 }
 

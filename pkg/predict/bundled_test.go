@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 func TestDecideBundled(t *testing.T) {
@@ -14,7 +16,7 @@ func TestDecideBundled(t *testing.T) {
 		Reason  []string
 		Action  []string
 	}
-	migrate := Command{Kind: CommandMigrate, CRDs: []string{"widgets.example.com"}}.String()
+	migrate := cmdline.Migrate{CRDs: []string{"widgets.example.com"}}.String()
 	cases := []struct {
 		name  string
 		m     ChartMigration

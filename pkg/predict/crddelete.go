@@ -6,6 +6,7 @@ import (
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
@@ -55,7 +56,7 @@ func countObjects(n int64, kind string) string {
 
 // DeletionSteps are the next steps after the deletion of CRDs refused because they hold
 // objects (DecideDeleted): back up the CRDs and their objects, then delete the objects
-// first, or accept their loss with AllowDeleteAnnotation. The commands come from Command.
+// first, or accept their loss with AllowDeleteAnnotation. The commands come from package cmdline.
 func DeletionSteps(crds ...string) []string {
 	dir, what, its, it := "./crds-backup", "the CRDs and their objects", "their", "the CRDs"
 	if len(crds) == 1 {
@@ -63,8 +64,8 @@ func DeletionSteps(crds ...string) []string {
 	}
 	return []string{
 		fmt.Sprintf("back up %s: %s (%s brings them back)",
-			what, Command{Kind: CommandCRDBackup, CRDs: crds, Dir: dir}, Command{Kind: CommandCRDRestore, Dir: dir}),
+			what, cmdline.CRDBackup{CRDs: crds, Dir: dir}, cmdline.CRDRestore{Dir: dir}),
 		fmt.Sprintf("delete %s objects first (%s), or let them go with %s (%s)",
-			its, Command{Kind: CommandDeleteObjects, CRDs: crds}, it, Command{Kind: CommandAllowDelete, CRDs: crds}),
+			its, cmdline.DeleteObjects{CRDs: crds}, it, AllowDelete(crds)),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/Masterminds/semver/v3"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
@@ -106,10 +107,10 @@ func Helm(version string) (Deployer, error) {
 	}
 	v, err := semver.NewVersion(version)
 	if err != nil {
-		return Deployer{}, fmt.Errorf("helm version %q: want a version such as 4.3, 4.2.4 or 3.18 (the Helm that will run it: `helm version --short`)", version)
+		return Deployer{}, fmt.Errorf("Helm version %q: want a version such as 4.3, 4.2.4 or 3.18 (the Helm that will run it: `%s`)", version, cmdline.HelmVersion{})
 	}
 	if v.Major() < 3 {
-		return Deployer{}, fmt.Errorf("helm version %q: Helm 2 is not supported (its release storage differs); want 3.x or 4.x", version)
+		return Deployer{}, fmt.Errorf("Helm version %q: Helm 2 is not supported (its release storage differs); want 3.x or 4.x", version)
 	}
 	return Deployer{Kind: KindHelm, Version: strings.TrimPrefix(version, "v")}, nil
 }
@@ -382,37 +383,44 @@ func (d Deployer) KeepAdvice(op Operation, live []*apiextv1.CustomResourceDefini
 	crds := names(live)
 	if op == Uninstall {
 		return fmt.Sprintf("keep it: helm uninstall reads %s from the release's stored manifest, not from the live CRD (annotating the live CRD does not help): "+
-			"first run an upgrade whose chart renders the CRD with %s: %s (a chart value or a post-renderer), confirm with `helm get manifest %s%s | grep resource-policy`, then uninstall",
-			KeepAnnotation, KeepAnnotation, KeepValue, release, nsFlag(namespace))
+			"first %s, then uninstall", KeepAnnotation, KeepInManifest(release, namespace))
 	}
 	return fmt.Sprintf("keep it: %s before the %s (%s reads %s from the live CRD when the %s drops it, and leaves the CRD and its objects in place, outside the release)",
-		Command{Kind: CommandKeep, CRDs: crds}, op, d.who(op), KeepAnnotation, op)
+		Keep(crds), op, d.who(op), KeepAnnotation, op)
+}
+
+// KeepInManifest words how to keep an object through helm uninstall, which reads
+// helm.sh/resource-policy from the release's stored manifest only: an upgrade that
+// renders keep on it, and the command that confirms it is in the manifest.
+func KeepInManifest(release, namespace string) string {
+	return fmt.Sprintf("run an upgrade that renders %s: %s on it (a chart value or a post-renderer), then confirm with `%s`",
+		KeepAnnotation, KeepValue, cmdline.HelmGetManifest{Release: release, Namespace: namespace, Grep: "resource-policy"})
 }
 
 // KeepCommands are the commands that keep live CRDs from op before it runs: for Helm,
-// one CommandKeep; for Argo CD, CommandArgoSyncOption adding Prune=false (Delete=false
+// one Keep; for Argo CD, ArgoSyncOption adding Prune=false (Delete=false
 // for an Application's deletion) to the CRDs' sync-options annotation, one command for
 // those without it and one for each whose list it extends.
-func (d Deployer) KeepCommands(op Operation, live []*apiextv1.CustomResourceDefinition) []Command {
+func (d Deployer) KeepCommands(op Operation, live []*apiextv1.CustomResourceDefinition) []cmdline.Annotate {
 	d = d.orDefault()
 	if d.Kind != KindArgoCD {
-		return []Command{{Kind: CommandKeep, CRDs: names(live)}}
+		return []cmdline.Annotate{Keep(names(live))}
 	}
 	option := ArgoPruneFalse
 	if op == Uninstall {
 		option = ArgoDeleteFalse
 	}
 	var bare []string
-	var out []Command
+	var out []cmdline.Annotate
 	for _, c := range live {
 		if existing := c.Annotations[ArgoSyncOptionsAnnotation]; strings.TrimSpace(existing) != "" {
-			out = append(out, Command{Kind: CommandArgoSyncOption, CRDs: []string{c.Name}, SyncOption: option, ExistingSyncOptions: existing})
+			out = append(out, ArgoSyncOption([]string{c.Name}, option, existing))
 		} else {
 			bare = append(bare, c.Name)
 		}
 	}
 	if len(bare) > 0 {
-		out = append([]Command{{Kind: CommandArgoSyncOption, CRDs: bare, SyncOption: option}}, out...)
+		out = append([]cmdline.Annotate{ArgoSyncOption(bare, option, "")}, out...)
 	}
 	return out
 }

@@ -4,7 +4,7 @@
 // the one model of what an operation deletes, for the deployer that runs it (Deployer,
 // Fate, Removals: which objects and CRDs leave a release and which are deleted, with
 // Helm 3's and Helm 4's rules); what fixes each verdict (FixFor); and the wording of
-// every command a report, a plan or a denial names (Command). It is pure: no I/O, no
+// the commands that set the annotations it reads (Keep, AllowFieldLoss...). It is pure: no I/O, no
 // clocks, so every rule is covered by table tests and the same answer is given by the
 // CLI, the controller and the admission gate.
 //

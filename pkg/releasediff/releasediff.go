@@ -30,9 +30,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
-	"github.com/upgradeguard/upgradeguard/pkg/predict"
 	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
 
@@ -148,7 +148,7 @@ type NextStep struct {
 func (r *Report) NextSteps() []NextStep {
 	var next []NextStep
 	if len(r.StoredVersionsRejected) > 0 {
-		check := predict.Command{Kind: predict.CommandCheck, Release: r.Release, Namespace: r.Namespace,
+		check := cmdline.Check{Release: r.Release, Namespace: r.Namespace,
 			Chart: fmt.Sprintf("<the chart of revision %d>", r.FailedRevision)}
 		next = append(next, NextStep{Action: MigrateStoredVersions, Command: check.String(), Runbook: StoredVersionsRunbook})
 		if r.onlyRejected() {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
@@ -106,7 +107,7 @@ func (in *inspector) pvc(ctx context.Context, o *Object, deletedClasses map[stri
 	case string(corev1.PersistentVolumeReclaimDelete), string(corev1.PersistentVolumeReclaimRecycle):
 		in.find(CheckPVDelete, o.Subject,
 			fmt.Sprintf("deleting the claim makes PersistentVolume %s (reclaimPolicy %s) erase its data: DATA LOSS", info.Volume, info.ReclaimPolicy),
-			fmt.Sprintf("first make the volume outlive the claim: `kubectl patch pv %s -p '{\"spec\":{\"persistentVolumeReclaimPolicy\":\"Retain\"}}'`; then keep the claim with %s; or Option C: take a backup (`%s`) and bind a new claim to PV %s after the uninstall", info.Volume, optionA(in.release, in.namespace), backupCommand(in.release, in.namespace), info.Volume))
+			fmt.Sprintf("first make the volume outlive the claim: `%s`; then keep the claim with %s; or Option C: take a backup (`%s`) and bind a new claim to PV %s after the uninstall", cmdline.RetainVolume{PersistentVolume: info.Volume}, optionA(in.release, in.namespace), backupCommand(in.release, in.namespace), info.Volume))
 	case string(corev1.PersistentVolumeReclaimRetain):
 		in.find(CheckPVCDeleted, o.Subject,
 			fmt.Sprintf("the claim is deleted; PersistentVolume %s (Retain) keeps the data but goes Released, and only a claim bound to it by hand gets it back", info.Volume),
@@ -438,7 +439,7 @@ func countsText(counts map[string]int) string {
 func stopCommand(subject string) string {
 	parts := strings.SplitN(subject, "/", 3)
 	if len(parts) != 3 {
-		return "kubectl delete " + subject
+		return cmdline.Delete{Resource: subject}.String()
 	}
-	return "kubectl delete " + strings.ToLower(parts[0]) + " " + parts[2] + " -n " + parts[1]
+	return cmdline.Delete{Resource: strings.ToLower(parts[0]), Name: parts[2], Namespace: parts[1]}.String()
 }

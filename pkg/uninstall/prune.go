@@ -88,7 +88,7 @@ func (in *inspector) decidePrune(ctx context.Context, mo manifestObject, op stri
 	obj.Action, obj.Reason = Delete, "the new manifest no longer renders it and the live object does not carry helm.sh/resource-policy: keep"
 	if manifestKeep {
 		in.find(CheckManifestOnlyKeep, obj.Subject, "helm.sh/resource-policy: keep is in the old manifest only: an "+op+" reads the LIVE object's annotation, so it deletes the object (an uninstall would have kept it)",
-			"put the annotation on the live object before the "+op+" (`kubectl annotate "+kubectlRef(obj)+" helm.sh/resource-policy=keep`), or keep rendering the object")
+			"put the annotation on the live object before the "+op+" (`"+keepCommand(obj)+"`), or keep rendering the object")
 	}
 	if !owned {
 		other := live.Annotations[releaseNameAnno]
@@ -96,7 +96,7 @@ func (in *inspector) decidePrune(ctx context.Context, mo manifestObject, op stri
 			in.find(CheckTakenOver, obj.Subject,
 				fmt.Sprintf("release %s/%s has taken it over (its live metadata names that release), but the %s of %s deletes it anyway: no Helm version checks ownership before an %s deletes a dropped object (helm/helm#32218)",
 					live.Annotations[releaseNamespaceAnn], other, op, in.release, op),
-				"before the "+op+", annotate the live object with helm.sh/resource-policy=keep (`kubectl annotate "+kubectlRef(obj)+" helm.sh/resource-policy=keep`) so the "+op+" leaves it to "+other)
+				"before the "+op+", annotate the live object with helm.sh/resource-policy=keep (`"+keepCommand(obj)+"`) so the "+op+" leaves it to "+other)
 		} else {
 			in.find(CheckOwnershipStripped, obj.Subject,
 				fmt.Sprintf("its live Helm ownership metadata no longer names the release (%s), but the %s deletes it anyway", ownershipProblem(live, in.release, in.namespace), op),
@@ -106,10 +106,4 @@ func (in *inspector) decidePrune(ctx context.Context, mo manifestObject, op stri
 	return obj, nil
 }
 
-func kubectlRef(o Object) string {
-	ref := o.Kind + "/" + o.Name
-	if o.Namespace != "" {
-		ref += " -n " + o.Namespace
-	}
-	return ref
-}
+func keepCommand(o Object) string { return predict.KeepObject(o.Kind, o.Name, o.Namespace).String() }

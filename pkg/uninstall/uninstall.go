@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
@@ -284,7 +285,7 @@ func notDeployed(rep *Report, l *loaded, objs []manifestObject, mapper meta.REST
 	}
 	rep.Findings = append(rep.Findings, Finding{
 		Check: CheckNotDeployed, Subject: fmt.Sprintf("release/%s/%s", rep.Namespace, rep.Release), Severity: finding.Danger, Message: msg,
-		Remediation: "review the delete list below (it is the failed revision's); to uninstall from a known state, first roll back (`helm rollback " + rep.Release + " -n " + rep.Namespace + "`) or repair the upgrade, then re-run this check",
+		Remediation: "review the delete list below (it is the failed revision's); to uninstall from a known state, first roll back (`" + cmdline.HelmRollback{Release: rep.Release, Namespace: rep.Namespace}.String() + "`) or repair the upgrade, then re-run this check",
 	})
 	return nil
 }
@@ -350,8 +351,8 @@ func (in *inspector) decide(ctx context.Context, mo manifestObject) (Object, err
 		obj.Action, obj.Reason = Absent, "not on the cluster: nothing to delete"
 		return obj, nil
 	case fate == predict.FateNotOwned:
-		obj.Action, obj.Reason = SkipNotOwned, fmt.Sprintf("its live ownership metadata does not name release %s/%s (%s): Helm %s skips it; Helm before 4.3 would delete it; a new release that renders it must adopt it (helm install --take-ownership)",
-			in.namespace, in.release, ownershipProblem(live, in.release, in.namespace), in.rep.HelmVersion)
+		obj.Action, obj.Reason = SkipNotOwned, fmt.Sprintf("its live ownership metadata does not name release %s/%s (%s): Helm %s skips it; Helm before 4.3 would delete it; a new release that renders it must adopt it (%s)",
+			in.namespace, in.release, ownershipProblem(live, in.release, in.namespace), in.rep.HelmVersion, cmdline.HelmInstall{TakeOwnership: true})
 		return obj, nil
 	case !*obj.Owned:
 		problem := ownershipProblem(live, in.release, in.namespace)
@@ -376,11 +377,11 @@ func remedy(rel, ns, kind string) string { return optionA(rel, ns) + "; or " + o
 
 // backupCommand is the command that takes Option C's backup of the release.
 func backupCommand(rel, ns string) string {
-	return predict.Command{Kind: predict.CommandUninstallBackup, Release: rel, Namespace: ns}.String()
+	return cmdline.UninstallBackup{Release: rel, Namespace: ns}.String()
 }
 
 func optionA(rel, ns string) string {
-	return "Option A: run an upgrade that renders helm.sh/resource-policy: keep on it (a chart value or a post-renderer), then confirm with `helm get manifest " + rel + " -n " + ns + " | grep resource-policy`"
+	return "Option A: " + predict.KeepInManifest(rel, ns)
 }
 
 func optionC(rel, ns, kind string) string {
@@ -390,7 +391,7 @@ func optionC(rel, ns, kind string) string {
 	case "Secret":
 		return "Option C: take a backup (`" + backupCommand(rel, ns) + "`) and restore it, under the name the new release renders, before the re-install"
 	default:
-		return "Option C: save it (`kubectl get -o yaml`) and re-create it after the uninstall"
+		return "Option C: save it (`" + cmdline.Get{Output: "yaml"}.String() + "`) and re-create it after the uninstall"
 	}
 }
 
