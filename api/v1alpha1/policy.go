@@ -8,6 +8,8 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 // Selects reports whether the policy covers crd: its labels match Selector and its group
@@ -22,8 +24,8 @@ func (p *StorageMigrationPolicy) Selects(crd *apiextv1.CustomResourceDefinition)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
 	if err != nil {
-		return false, fmt.Errorf("StorageMigrationPolicy %s: spec.selector is not a valid label selector: %w; correct it (kubectl edit storagemigrationpolicy %s): "+
-			"label keys and values must be valid label names, In and NotIn need values, Exists and DoesNotExist take none", p.Name, err, p.Name)
+		return false, fmt.Errorf("StorageMigrationPolicy %s: spec.selector is not a valid label selector: %w; correct it (%s): "+
+			"label keys and values must be valid label names, In and NotIn need values, Exists and DoesNotExist take none", p.Name, err, p.edit())
 	}
 	return sel.Matches(labels.Set(crd.Labels)), nil
 }
@@ -37,8 +39,8 @@ func (p *StorageMigrationPolicy) TargetSelector() (labels.Selector, error) {
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&p.Spec.Targets.Selector)
 	if err != nil {
-		return nil, fmt.Errorf("StorageMigrationPolicy %s: spec.targets.selector is not a valid label selector: %w; correct it (kubectl edit storagemigrationpolicy %s): "+
-			"label keys and values must be valid label names, In and NotIn need values, Exists and DoesNotExist take none", p.Name, err, p.Name)
+		return nil, fmt.Errorf("StorageMigrationPolicy %s: spec.targets.selector is not a valid label selector: %w; correct it (%s): "+
+			"label keys and values must be valid label names, In and NotIn need values, Exists and DoesNotExist take none", p.Name, err, p.edit())
 	}
 	return sel, nil
 }
@@ -104,3 +106,8 @@ const (
 	LabelHelmReleaseNamespace = "upgradeguard.io/helmrelease-namespace"
 	LabelHelmReleaseName      = "upgradeguard.io/helmrelease-name"
 )
+
+// edit is the command that corrects the policy.
+func (p *StorageMigrationPolicy) edit() cmdline.Edit {
+	return cmdline.Edit{Resource: "storagemigrationpolicy", Name: p.Name}
+}

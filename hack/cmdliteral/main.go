@@ -9,9 +9,10 @@
 // the subcommand follows a backquote or "run ", or an argument follows it (a flag, a
 // format verb, a placeholder in capitals, a path), or nothing does (the literal, a quote or
 // a parenthesis ends there). Prose that names a tool's operation ("helm uninstall reads the
-// stored manifest") passes. Test files, hack/, test/ and pkg/cmdline are not read, nor
-// the help text of the CLI's commands (constants named ...Long or ...Example, and the
-// Short, Long and Example fields of a cobra.Command), which documents usage.
+// stored manifest") passes. Test files, hack/, test/, examples/ and pkg/cmdline are not
+// read, nor the help text of the CLI's commands and flags (constants named ...Long or
+// ...Example, the Short, Long and Example fields of a cobra.Command, and the usage of a
+// flag: the last argument of pflag's StringVar, BoolVarP...), which documents usage.
 //
 //	go run ./hack/cmdliteral .
 package main
@@ -109,6 +110,11 @@ func file(path, rel string) ([]string, error) {
 					markLits(n.Values[i], help)
 				}
 			}
+		case *ast.CallExpr:
+			// A flag's usage, the last argument of pflag's StringVar, BoolVarP...
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && len(n.Args) > 0 && (strings.HasSuffix(sel.Sel.Name, "Var") || strings.HasSuffix(sel.Sel.Name, "VarP")) {
+				markLits(n.Args[len(n.Args)-1], help)
+			}
 		case *ast.KeyValueExpr:
 			if k, ok := n.Key.(*ast.Ident); ok && (k.Name == "Short" || k.Name == "Long" || k.Name == "Example") {
 				markLits(n.Value, help)
@@ -172,8 +178,11 @@ func command(s string) string {
 // argument reports whether what follows a subcommand is an argument or the end of the
 // command.
 func argument(after string) bool {
-	if after == "" {
-		return true
+	if strings.TrimSpace(after) == "" {
+		return true // the literal ends with the command: its arguments follow
+	}
+	if strings.HasPrefix(after, "'s ") {
+		return false // a possessive: "upgradeguard migrate's writes"
 	}
 	if strings.ContainsRune(")`'\"|;,", rune(after[0])) {
 		return true

@@ -13,6 +13,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/apf"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 type apfOptions struct {
@@ -101,14 +102,14 @@ func (o *apfOptions) run(ctx context.Context, streams Streams, kube *genericclio
 
 func (out *apfOutput) text(w io.Writer) error {
 	if out.Exempt {
-		fmt.Fprintf(w, "# You are in system:masters: the API server's mandatory \"exempt\" FlowSchema takes your\n# requests before any other, so these objects cannot hold your migrations. Migrate as a\n# user outside system:masters (bound to the role `upgradeguard rbac` prints) to use them.\n")
+		fmt.Fprintf(w, "# You are in system:masters: the API server's mandatory \"exempt\" FlowSchema takes your\n# requests before any other, so these objects cannot hold your migrations. Migrate as a\n# user outside system:masters (bound to the role `%s` prints) to use them.\n", cmdline.RBAC{})
 	}
 	if out.Applied {
 		fmt.Fprintf(w, "Applied PriorityLevelConfiguration %s and FlowSchema %s (field manager %s).\n", out.PriorityLevelConfiguration.Name, out.FlowSchema.Name, apf.FieldManager)
-		fmt.Fprintf(w, "`upgradeguard migrate` now says \"Writes ran at API priority level %s\" after a run.\n", out.PriorityLevelConfiguration.Name)
+		fmt.Fprintf(w, "`%s` now says \"Writes ran at API priority level %s\" after a run.\n", cmdline.Migrate{}, out.PriorityLevelConfiguration.Name)
 		return nil
 	}
-	fmt.Fprintf(w, "# A priority level of its own for upgradeguard migrate's writes (PATCH) by the subjects\n# below: kubectl apply -f this, or run upgradeguard apf --apply.\n")
+	fmt.Fprintf(w, "# A priority level of its own for upgradeguard migrate's writes (PATCH) by the subjects\n# below: %s, or run %s.\n", cmdline.Apply{File: "this"}, cmdline.APF{Apply: true})
 	for _, obj := range []any{out.PriorityLevelConfiguration, out.FlowSchema} {
 		data, err := yaml.Marshal(obj)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/backup"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdbackup"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
@@ -91,7 +92,7 @@ func crdBackupText(w io.Writer, res *crdbackup.BackupResult) error {
 		return err
 	}
 	fmt.Fprintln(w, "\nThe files hold the objects' full content: keep the directory private.")
-	fmt.Fprintf(w, "Restore with: upgradeguard crd restore --dir %s\n", res.Dir)
+	fmt.Fprintf(w, "Restore with: %s\n", cmdline.CRDRestore{Dir: res.Dir})
 	return nil
 }
 

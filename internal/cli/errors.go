@@ -10,6 +10,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/backup"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdbackup"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
@@ -40,24 +41,25 @@ var rbacNeeds = map[string]string{
 	cmdCheck: "upgradeguard check needs get/list on customresourcedefinitions.apiextensions.k8s.io, list on the custom resources it counts, " +
 		"and get/list on the release's Secrets (or ConfigMaps); with --argocd-app, get on applications.argoproj.io and list on Secrets in --argocd-namespace; " +
 		"see docs/operator-guide.md#rbac",
-	cmdPlan: "upgradeguard plan needs what `upgradeguard check` needs (get/list on customresourcedefinitions, list on the custom resources " +
+	cmdPlan: "upgradeguard plan needs what `" + cmdline.Check{}.String() + "` needs (get/list on customresourcedefinitions, list on the custom resources " +
 		"it counts, get/list on the release's Secrets or ConfigMaps), get on the HelmRelease and its source with --helmrelease, and with " +
 		"--argocd-app get on applications.argoproj.io and list on Secrets in --argocd-namespace",
 	cmdApplyCheck: "apply-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of the release and the chart, " +
-		"patch on them (its server-side dry runs are authorized as writes; nothing is written), and what `upgradeguard check` needs",
+		"patch on them (its server-side dry runs are authorized as writes; nothing is written), and what `" + cmdline.Check{}.String() + "` needs",
 	cmdRollbackCheck: "rollback-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of both revisions, " +
-		"patch on them (its server-side dry runs are authorized as writes; nothing is written), and what `upgradeguard check` needs",
+		"patch on them (its server-side dry runs are authorized as writes; nothing is written), and what `" + cmdline.Check{}.String() + "` needs",
 	cmdMigrate: "upgradeguard migrate needs get/list on customresourcedefinitions.apiextensions.k8s.io, update on customresourcedefinitions/status " +
 		"(and update on the CRDs themselves for a storage switch), list and patch on the custom resources it migrates, and create/get/update on " +
-		"Leases in --lease-namespace; `upgradeguard rbac --crd NAME` prints exactly that role (with --engine builtin: create/get/list/watch/delete on " +
-		"storageversionmigrations instead of patch on the custom resources, which it only lists to judge field loss; `upgradeguard rbac --crd NAME --engine builtin`)",
+		"Leases in --lease-namespace; `" + cmdline.RBAC{CRDs: []string{"NAME"}}.String() + "` prints exactly that role (with --engine builtin: create/get/list/watch/delete on " +
+		"storageversionmigrations instead of patch on the custom resources, which it only lists to judge field loss; `" +
+		cmdline.RBAC{CRDs: []string{"NAME"}, Engine: string(migrate.EngineBuiltin)}.String() + "`)",
 	cmdRBAC: "upgradeguard rbac needs get on customresourcedefinitions.apiextensions.k8s.io (with --chart or --rollback also what " +
-		"`upgradeguard check` needs: get/list on the release's Secrets or ConfigMaps)",
+		"`" + cmdline.Check{}.String() + "` needs: get/list on the release's Secrets or ConfigMaps)",
 	cmdAudit: "upgradeguard audit needs list on helmreleases.helm.toolkit.fluxcd.io, on the Helm release Secrets (or ConfigMaps), " +
 		"on storagemigrationpolicies.upgradeguard.io, customresourcedefinitions and leases, and on applications.argoproj.io and " +
 		"mutatingwebhookconfigurations for Argo CD; see docs/cli.md#audit",
-	cmdAuditFleet: "upgradeguard audit --fleet needs list on Secrets in the -n namespace of the platform cluster, and on leases, " +
-		"storagemigrationpolicies.upgradeguard.io and storagemigrations.upgradeguard.io; on each target what `upgradeguard audit` needs",
+	cmdAuditFleet: cmdline.Audit{Fleet: true}.String() + " needs list on Secrets in the -n namespace of the platform cluster, and on leases, " +
+		"storagemigrationpolicies.upgradeguard.io and storagemigrations.upgradeguard.io; on each target what `" + cmdline.Audit{}.String() + "` needs",
 	cmdUninstallCheck: "uninstall-check needs get/list on the release's Secrets (or ConfigMaps), get on every object of the release, and list " +
 		"on pods, Jobs, PersistentVolumes and, for a Namespace or CRD the release deletes, on what they hold",
 	cmdDiffFailed: "diff-failed needs get/list on the release's Secrets (or ConfigMaps), get on every object of both revisions, and patch " +
@@ -133,18 +135,18 @@ func advice(command string, err error) string {
 	case errors.As(err, new(*helmrelease.NotFailedError)):
 		return ": pass --revision N to compare a given revision with the one before it"
 	case errors.As(err, new(*helmrelease.RevisionError)):
-		return " (--revision and --to-revision take a revision from `helm history`)"
+		return " (--revision and --to-revision take a revision from `" + cmdline.HelmHistory{}.String() + "`)"
 	case errors.Is(err, slots.ErrTooFewRefs):
 		return ": pass --ref at least twice, oldest release line first"
 	case migrate.IsMigratingElsewhere(err) && command == cmdMigrate:
 		return ": wait for it with --wait"
 	case errors.As(err, new(*migrate.BuiltinNotServedError)):
-		return ", use --engine client (it needs patch on the custom resources: `upgradeguard rbac --crd NAME`)"
+		return ", use --engine client (it needs patch on the custom resources: `" + cmdline.RBAC{CRDs: []string{"NAME"}}.String() + "`)"
 	case errors.As(err, new(*migrate.BuiltinNotRunningError)):
 		return ": add storage-version-migrator-controller (and garbage-collector-controller) to kube-controller-manager's --controllers " +
 			"(on 1.35 and 1.36 also --feature-gates=StorageVersionMigrator=true), or use --engine client"
 	case errors.As(err, new(*migrate.CRDNotFoundError)):
-		return ": check the name with `kubectl get crd`"
+		return ": check the name with `" + cmdline.Get{Resource: "crd"}.String() + "`"
 	case errors.As(err, &sw):
 		return ": confirm with --allow-storage-switch"
 	case errors.As(err, &confirm):
@@ -152,11 +154,11 @@ func advice(command string, err error) string {
 	case errors.As(err, &mismatch):
 		return ": use another --backup-dir"
 	case errors.As(err, new(*backup.IncompleteError)) && command == cmdCRDRestore:
-		return ": take one with `upgradeguard crd backup CRD... --dir DIR` while the CRD is still there"
+		return ": take one with `" + cmdline.CRDBackup{CRDs: []string{"CRD..."}, Dir: "DIR"}.String() + "` while the CRD is still there"
 	case errors.As(err, new(*backup.IncompleteError)):
-		return ": take one with `upgradeguard release uninstall-check NAME -n NS --backup DIR`"
+		return ": take one with `" + cmdline.UninstallBackup{Release: "NAME", Namespace: "NS"}.String() + "`"
 	case errors.As(err, new(*crdbackup.NotFoundError)):
-		return ": check the name with `kubectl get crd`"
+		return ": check the name with `" + cmdline.Get{Resource: "crd"}.String() + "`"
 	case errors.As(err, &secret):
 		return ": pass --map-secret OLD=NEW with another name, or restore it first"
 	case errors.Is(err, chartmigrate.ErrBlocked):

@@ -20,6 +20,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/apf"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -239,9 +240,9 @@ func apfNote(w io.Writer, p *apf.Placement) {
 	case p.Ours:
 		fmt.Fprintf(w, "\nWrites ran at API priority level %s (FlowSchema %s): the API server made them wait rather than other clients.\n", p.PriorityLevel, p.FlowSchema)
 	case p.FlowSchema == "":
-		fmt.Fprintf(w, "\nWrites ran under FlowSchema UID %s, not upgradeguard's (%s): `upgradeguard apf` shows how to give migrations a priority level of their own.\n", p.FlowSchemaUID, apf.Name)
+		fmt.Fprintf(w, "\nWrites ran under FlowSchema UID %s, not upgradeguard's (%s): `%s` shows how to give migrations a priority level of their own.\n", p.FlowSchemaUID, apf.Name, cmdline.APF{})
 	default:
-		fmt.Fprintf(w, "\nWrites ran at API priority level %s (FlowSchema %s), shared with other clients: `upgradeguard apf --apply` gives migrations a level of their own, so that the API server makes them wait rather than others.\n", p.PriorityLevel, p.FlowSchema)
+		fmt.Fprintf(w, "\nWrites ran at API priority level %s (FlowSchema %s), shared with other clients: `%s` gives migrations a level of their own, so that the API server makes them wait rather than others.\n", p.PriorityLevel, p.FlowSchema, cmdline.APF{Apply: true})
 	}
 }
 
@@ -272,7 +273,7 @@ func migrateNotes(w io.Writer, r *migrate.Result) {
 		fmt.Fprintf(w, "\n%s: %s\n", r.Name, r.Message)
 	}
 	if r.Forbidden {
-		fmt.Fprintf(w, "  the least-privilege role for it: `upgradeguard rbac --crd %s`\n", r.Name)
+		fmt.Fprintf(w, "  the least-privilege role for it: `%s`\n", cmdline.RBAC{CRDs: []string{r.Name}})
 	}
 	migrateFailures(w, r)
 }

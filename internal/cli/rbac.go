@@ -12,6 +12,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
 )
 
@@ -109,9 +110,9 @@ type rbacOutput struct {
 
 // text is the ClusterRole and the Role as YAML documents, ready for kubectl apply.
 func (r *rbacOutput) text(w io.Writer) error {
-	command := "upgradeguard migrate"
+	command := cmdline.Migrate{}
 	if r.engine == migrate.EngineBuiltin {
-		command += " --engine builtin"
+		command.Engine = string(migrate.EngineBuiltin)
 	}
 	fmt.Fprintf(w, "# Least privilege for `%s` of %d CRD(s). Bind the ClusterRole with a\n# ClusterRoleBinding and the Role with a RoleBinding in %s.\n", command, r.crds, r.leaseNamespace)
 	for _, obj := range []any{r.policy.ClusterRole, r.policy.Role} {

@@ -19,6 +19,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
@@ -293,7 +294,7 @@ func renderResult(w io.Writer, a *applycheck.Report, flagError bool) {
 		fmt.Fprintf(w, "  does not land: %s\n", listOrNone(a.NotLanded))
 		if slices.ContainsFunc(a.Objects, func(o applycheck.Object) bool { return len(o.StoredVersionsRejected) > 0 }) {
 			fmt.Fprintln(w, "Fix: a CRD rejected on status.storedVersions needs its objects migrated off the dropped versions first: "+
-				"`upgradeguard check` with the same chart names the migrate commands (runbook: storedversions-rejected).")
+				"`"+cmdline.Check{}.String()+"` with the same chart names the migrate commands (runbook: storedversions-rejected).")
 		}
 		fmt.Fprintln(w, "Fix: a rejected object needs a chart change (an immutable field changes only by deleting and re-creating the object); "+
 			"a conflicting field needs its owner settled (take it back with a one-off apply using --force-conflicts, after reading the whole list above, "+

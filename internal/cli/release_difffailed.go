@@ -11,6 +11,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
 )
@@ -106,8 +107,8 @@ func diffFailedSummary(w io.Writer, rep *releasediff.Report) {
 		case releasediff.MigrateStoredVersions:
 			fmt.Fprintf(w, "Next: migrate those objects off the dropped versions, then retry: `%s` names the migrate commands (runbook: %s).\n", n.Command, n.Runbook)
 		case releasediff.SettleFieldOwners:
-			fmt.Fprintln(w, "Next: find who owns the fields that did not land (`upgradeguard release apply-check`), then re-run the upgrade or roll back; "+
-				"both finish the half-applied objects.")
+			fmt.Fprintf(w, "Next: find who owns the fields that did not land (`%s`), then re-run the upgrade or roll back; "+
+				"both finish the half-applied objects.\n", cmdline.ApplyCheck{})
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 func newRollbackCheckCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -38,7 +39,7 @@ Secret data never appear in the output. Exit codes: 0 safe, 1 findings, 2 could 
 			if len(args) == 2 {
 				n, err := strconv.Atoi(args[1])
 				if err != nil || n < 1 {
-					return couldNot("REVISION must be a revision number (see `helm history %s`), got %q", args[0], args[1])
+					return couldNot("REVISION must be a revision number (see `%s`), got %q", cmdline.HelmHistory{Release: args[0]}, args[1])
 				}
 				o.toRevision = n
 			}

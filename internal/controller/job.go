@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/kubename"
 	"github.com/upgradeguard/upgradeguard/pkg/migrate"
@@ -80,8 +81,8 @@ func (r *StorageMigrationReconciler) runJob(ctx context.Context, sm *v1alpha1.St
 	if job, err := cs.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
 		for _, c := range job.Status.Conditions {
 			if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-				return r.fail(ctx, sm, "", fmt.Sprintf("the migration Job %s/%s failed without a result (%s: %s)%s: see kubectl -n %s logs job/%s on the target",
-					ns, name, c.Reason, c.Message, lastExit(ctx, cs, ns, name), ns, name))
+				return r.fail(ctx, sm, "", fmt.Sprintf("the migration Job %s/%s failed without a result (%s: %s)%s: see %s on the target",
+					ns, name, c.Reason, c.Message, lastExit(ctx, cs, ns, name), cmdline.JobLogs{Namespace: ns, Job: name}))
 			}
 		}
 	}
@@ -285,8 +286,8 @@ func (r *StorageMigrationReconciler) jobDone(ctx context.Context, sm *v1alpha1.S
 		// Keep the Job and its objects for the operator to look at. The message says why
 		// (a 403 names the missing permission), so the platform shows it without a visit
 		// to the target.
-		return r.fail(ctx, sm, "", fmt.Sprintf("the migration Job %s did not migrate every CRD: %s (its result is in ConfigMap %s; see kubectl -n %s logs job/%s on the target)",
-			sm.Status.Job, failedMessages(sm), sm.Status.Job, cm.Namespace, cm.Name))
+		return r.fail(ctx, sm, "", fmt.Sprintf("the migration Job %s did not migrate every CRD: %s (its result is in ConfigMap %s; see %s on the target)",
+			sm.Status.Job, failedMessages(sm), sm.Status.Job, cmdline.JobLogs{Namespace: cm.Namespace, Job: cm.Name}))
 	}
 	if err := cleanup(ctx, cs, cm.Namespace, cm.Name); err != nil {
 		return ctrl.Result{}, err

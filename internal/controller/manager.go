@@ -31,6 +31,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	_ "github.com/upgradeguard/upgradeguard/internal/metrics" // registers the metrics
 	"github.com/upgradeguard/upgradeguard/internal/shard"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
@@ -308,7 +309,7 @@ func Preflight(cfg *rest.Config) error {
 	res, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("the cluster does not serve %s: install the CRDs first (kubectl apply --server-side -f charts/upgradeguard/crds/)", v1alpha1.GroupVersion)
+			return fmt.Errorf("the cluster does not serve %s: install the CRDs first (%s)", v1alpha1.GroupVersion, installCRDs)
 		}
 		return fmt.Errorf("discover %s: %w", v1alpha1.GroupVersion, err)
 	}
@@ -318,8 +319,11 @@ func Preflight(cfg *rest.Config) error {
 	}
 	for _, want := range []string{"storagemigrations", "storagemigrationpolicies"} {
 		if !have[want] {
-			return fmt.Errorf("the cluster does not serve %s %s: install the CRDs (kubectl apply --server-side -f charts/upgradeguard/crds/)", v1alpha1.GroupVersion, want)
+			return fmt.Errorf("the cluster does not serve %s %s: install the CRDs (%s)", v1alpha1.GroupVersion, want, installCRDs)
 		}
 	}
 	return nil
 }
+
+// installCRDs is the command that installs upgradeguard's CRDs from the chart.
+var installCRDs = cmdline.Apply{File: "charts/upgradeguard/crds/", ServerSide: true}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 // Options say how Ensure treats a StorageMigration of the same name that exists.
@@ -105,7 +106,7 @@ func FailureMessage(sm *v1alpha1.StorageMigration) string {
 		}
 	}
 	if len(msgs) == 0 {
-		return "no message (kubectl describe storagemigration " + sm.Name + ")"
+		return "no message (" + cmdline.Describe{Resource: "storagemigration", Name: sm.Name}.String() + ")"
 	}
 	return strings.Join(msgs, "; ")
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -317,8 +318,8 @@ func (dr upgradeDoor) answer(gd *gate.Decision, migrated string) decision {
 			d.message = denied + ". " + steps
 			break
 		}
-		d.message = fmt.Sprintf("%s. Fix the cause, then delete StorageMigration %s (kubectl delete storagemigration %s) so that the next attempt starts a new one; or migrate by hand. %s",
-			denied, name, name, steps)
+		d.message = fmt.Sprintf("%s. Fix the cause, then delete StorageMigration %s (%s) so that the next attempt starts a new one; or migrate by hand. %s",
+			denied, name, cmdline.Delete{Resource: "storagemigration", Name: name}, steps)
 	default:
 		name := gd.Migration.Name
 		d.migration, d.created, d.reason = name, gd.Migration.Created, dr.heldReason
@@ -340,8 +341,8 @@ func (dr upgradeDoor) answer(gd *gate.Decision, migrated string) decision {
 		if dr.migrations.dryRun {
 			verb, before = "would hold", ""
 		}
-		d.message = fmt.Sprintf("%supgradeguard %s the %s%s: %s. The change is held until StorageMigration %s completes (follow it with kubectl get storagemigration %s); %s",
-			mark, verb, dr.change, before, gd.Message, name, name, dr.retry)
+		d.message = fmt.Sprintf("%supgradeguard %s the %s%s: %s. The change is held until StorageMigration %s completes (follow it with %s); %s",
+			mark, verb, dr.change, before, gd.Message, name, cmdline.Get{Resource: "storagemigration", Name: name}, dr.retry)
 	}
 	return d
 }

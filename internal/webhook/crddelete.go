@@ -13,6 +13,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -144,7 +145,7 @@ func (o owner) deletionDoor(what string, live *apiextv1.CustomResourceDefinition
 	crd := live.Name
 	dr := deletionDoor{door: door{change: what, again: "then delete the CRD again",
 		admittedReason: ReasonCRDDeletionAdmitted, blockedReason: ReasonCRDDeletionBlocked},
-		seeAlso: fmt.Sprintf("kubectl delete crd %s --dry-run=server shows the next steps", crd)}
+		seeAlso: fmt.Sprintf("%s shows the next steps", cmdline.Delete{Resource: "crd", Name: crd, DryRunServer: true})}
 	switch {
 	case o.flux():
 		// helm-controller goes on as after any other denial.

@@ -213,7 +213,7 @@ func (o owner) door(what, before string, rep *check.Report, sms *storageMigratio
 // helm-controller's retry for a HelmRelease, else helm (the deployer's own way).
 func (o owner) again(helm string) string {
 	if o.flux() {
-		return fmt.Sprintf("then let helm-controller retry (flux reconcile helmrelease %s -n %s --reset)", o.hrName, o.hrNamespace)
+		return fmt.Sprintf("then let helm-controller retry (%s)", cmdline.Reconcile{Name: o.hrName, Namespace: o.hrNamespace, Reset: true})
 	}
 	return helm
 }

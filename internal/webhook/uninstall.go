@@ -10,6 +10,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/gate"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -103,7 +104,7 @@ func (g *Gate) uninstallReport(ctx context.Context, rel *release.Release) (*chec
 // place. again says so, after how to run the uninstall again; Helm prints the warnings
 // of the refused write (client-go logs them), so the warning is the whole answer.
 func (o owner) uninstallDoor(what string, deleted []string) deletionDoor {
-	dr := deletionDoor{door: door{change: what, again: o.again("then run helm uninstall again"),
+	dr := deletionDoor{door: door{change: what, again: o.again("then run " + cmdline.HelmUninstall{}.String() + " again"),
 		admittedReason: ReasonReleaseAdmitted, blockedReason: ReasonUninstallBlocked}}
 	dr.again += fmt.Sprintf(". Helm only logs this refusal and goes on deleting the release's other objects; upgradeguard's CRD deletion guard, where it is on, "+
 		"refuses the DELETE of %s, so the uninstall fails and leaves the CRDs and their objects in place", strings.Join(deleted, ", "))

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
@@ -250,7 +251,7 @@ func (e *NotFoundError) Error() string {
 		return fmt.Sprintf("Application %s/%s: the cluster serves no %s (Argo CD's Application CRD is not installed): "+
 			"read it from the cluster that runs Argo CD", e.Namespace, e.Name, GVR.GroupResource())
 	}
-	return fmt.Sprintf("Application %s/%s not found: check the namespace and name (kubectl get applications.argoproj.io -A)", e.Namespace, e.Name)
+	return fmt.Sprintf("Application %s/%s not found: check the namespace and name (%s)", e.Namespace, e.Name, cmdline.Get{Resource: GVR.GroupResource().String(), AllNamespaces: true})
 }
 
 // Get reads the Application namespace/name.

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 // SecretTypeLabel is the label of Argo CD's repository Secrets: "repository" for one
@@ -168,11 +169,11 @@ func (e *RepositoryError) needs() string {
 func (e *RepositoryError) addCommand() string {
 	switch {
 	case e.Kind != OCI:
-		return "argocd repo add " + e.RepoURL + " --type helm --username USER --password PASSWORD"
+		return cmdline.RepoAdd{URL: e.RepoURL, Type: "helm", Credentials: true}.String()
 	case strings.HasPrefix(e.RepoURL, "oci://"):
-		return "argocd repo add " + e.RepoURL + " --type oci --insecure-oci-force-http"
+		return cmdline.RepoAdd{URL: e.RepoURL, Type: "oci", PlainHTTP: true}.String()
 	}
-	return "argocd repo add " + e.RepoURL + " --type helm --enable-oci --insecure-oci-force-http"
+	return cmdline.RepoAdd{URL: e.RepoURL, Type: "helm", EnableOCI: true, PlainHTTP: true}.String()
 }
 
 // Explain turns a failure to read the chart's repository or registry (a remote

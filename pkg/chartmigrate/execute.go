@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/pkg/backup"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
@@ -359,7 +360,7 @@ func (x *executor) uninstall(ctx context.Context) (string, error) {
 		u.Timeout = x.o.Timeout
 		u.Description = "chart migration to " + x.p.NewRelease
 		if _, err := u.Run(x.p.Release); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
-			return "", fmt.Errorf("helm uninstall %s: %w", x.p.Release, err)
+			return "", fmt.Errorf("%s: %w", cmdline.HelmUninstall{Release: x.p.Release}, err)
 		}
 	}
 	stsDeleted, err := x.deleteSTSClaims(ctx)
@@ -631,7 +632,7 @@ func (x *executor) install(ctx context.Context) (string, error) {
 	in.Timeout = x.o.Timeout
 	in.Description = "chart migration from " + x.p.Release
 	if _, err := in.RunWithContext(ctx, x.o.Chart, x.o.Values); err != nil {
-		return "", fmt.Errorf("helm install %s: %w", x.p.NewRelease, err)
+		return "", fmt.Errorf("%s: %w", cmdline.HelmInstall{Release: x.p.NewRelease}, err)
 	}
 	return fmt.Sprintf("release %s installed from %s-%s", x.p.NewRelease, x.p.NewChart, x.p.NewChartVersion), nil
 }

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
@@ -332,7 +333,7 @@ func (pl *planner) oldSTSClaim(v *Volume, c stsClaim, live *appsv1.StatefulSet, 
 	case pl.kept("StatefulSet", c.sts):
 		return []Finding{{Check: CheckSTSKept, Subject: pl.subject("StatefulSet", c.sts), Severity: finding.Blocking,
 			Message:     "the uninstall keeps this StatefulSet, whose pods hold " + v.OldPVC + " and whose controller would make it again: the volume cannot move to " + v.NewPVC,
-			Remediation: "delete the StatefulSet yourself (kubectl delete statefulset " + c.sts + " -n " + pl.in.Namespace + ") and plan again"}}
+			Remediation: "delete the StatefulSet yourself (" + cmdline.Delete{Resource: "statefulset", Name: c.sts, Namespace: pl.in.Namespace}.String() + ") and plan again"}}
 	default:
 		v.DeleteOld = true
 		pl.p.ClaimDeletes = append(pl.p.ClaimDeletes, pl.subject("PersistentVolumeClaim", v.OldPVC))
@@ -641,12 +642,12 @@ func steps(p *Plan) []string {
 	return []string{
 		"1. " + StepBackup + ": write the Secrets and the PVC and PV definitions (StatefulSet claims included) to the backup directory",
 		"2. " + StepRetain + ": " + retainStep,
-		fmt.Sprintf("3. %s: helm uninstall %s (deletes %d object(s), keeps %d; listed above)%s", StepUninstall, p.Release, len(p.Deletes), len(p.Kept), claimDeletes),
+		fmt.Sprintf("3. %s: %s (deletes %d object(s), keeps %d; listed above)%s", StepUninstall, cmdline.HelmUninstall{Release: p.Release}, len(p.Deletes), len(p.Kept), claimDeletes),
 		"4. " + StepClaimRefs + ": free each retained PV of its old claim and reserve it for the new one",
 		"5. " + StepPVCs + ": pre-create the new claims bound to the retained PVs (the chart's claims owned by release " + p.NewRelease +
 			", StatefulSet claims left to their StatefulSet, which takes them by name): " + orNone(claims),
 		"6. " + StepSecrets + ": restore the Secrets under the names the new chart renders: " + orNone(secrets),
-		fmt.Sprintf("7. %s: helm install %s %s-%s", StepInstall, p.NewRelease, p.NewChart, p.NewChartVersion),
+		fmt.Sprintf("7. %s: %s", StepInstall, cmdline.HelmInstall{Release: p.NewRelease, Chart: p.NewChart + "-" + p.NewChartVersion}),
 		"8. " + StepVerify + ": every new claim is Bound to its old PV (same name, uid and volume source) and every restored Secret holds the same data",
 	}
 }

@@ -29,6 +29,7 @@ import (
 	repo "helm.sh/helm/v4/pkg/repo/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 // Options say which chart to load and how to render it. The field names follow the helm
@@ -255,7 +256,7 @@ func (o Options) Locate(settings *cli.EnvSettings) (string, error) {
 func loadChart(ref, path string) (*chart.Chart, error) {
 	charter, err := loader.Load(path)
 	if err != nil {
-		return nil, &LoadError{Ref: ref, Step: "load", Err: fmt.Errorf("%w (run `helm lint %s` to see what is wrong)", err, path)}
+		return nil, &LoadError{Ref: ref, Step: "load", Err: fmt.Errorf("%w (run `%s` to see what is wrong)", err, cmdline.HelmLint{Path: path})}
 	}
 	ch, ok := charter.(*chart.Chart)
 	if !ok {
@@ -273,7 +274,7 @@ func checkDependencies(ref, path string, ch *chart.Chart) error {
 		return &LoadError{Ref: ref, Step: "load", Err: err}
 	}
 	if err := action.CheckDependencies(ch, ac.MetaDependencies()); err != nil {
-		return &LoadError{Ref: ref, Step: "dependencies", Err: fmt.Errorf("%w (run `helm dependency build %s`)", err, path)}
+		return &LoadError{Ref: ref, Step: "dependencies", Err: fmt.Errorf("%w (run `%s`)", err, cmdline.HelmDependencyBuild{Path: path})}
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/upgradeguard/upgradeguard/pkg/backup"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 // RestoreOptions tune Restore.
@@ -99,7 +100,7 @@ func (e *CorruptError) Error() string {
 type MissingNamespacesError struct{ Names []string }
 
 func (e *MissingNamespacesError) Error() string {
-	return fmt.Sprintf("the backup's objects live in namespaces that do not exist: %s; nothing was restored: create them first (kubectl create namespace NAME)", strings.Join(e.Names, ", "))
+	return fmt.Sprintf("the backup's objects live in namespaces that do not exist: %s; nothing was restored: create them first (%s)", strings.Join(e.Names, ", "), cmdline.CreateNamespace{})
 }
 
 // Restore brings back the CRDs of the backup in dir and every object of theirs:

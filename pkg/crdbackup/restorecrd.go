@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/upgradeguard/upgradeguard/pkg/backup"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
@@ -39,7 +40,7 @@ func (r *restorer) restoreCRD(ctx context.Context, crd CRD) (*RestoredCRD, error
 	case err != nil:
 		return rc, fmt.Errorf("CustomResourceDefinition %s: read: %w", crd.Name, err)
 	case live.GetDeletionTimestamp() != nil:
-		return rc, fmt.Errorf("CustomResourceDefinition %s is being deleted, with its objects: wait until it is gone (kubectl wait --for=delete crd/%s), then restore again", crd.Name, crd.Name)
+		return rc, fmt.Errorf("CustomResourceDefinition %s is being deleted, with its objects: wait until it is gone (%s), then restore again", crd.Name, cmdline.WaitDeleted{Resource: "crd", Name: crd.Name})
 	default:
 		rc.CRD = Existed
 	}
@@ -92,7 +93,7 @@ func (r *restorer) waitServed(ctx context.Context, crd CRD) (bool, error) {
 		return true, nil
 	})
 	if wait.Interrupted(err) && ctx.Err() == nil {
-		return false, fmt.Errorf("CustomResourceDefinition %s: %s after %s: see its conditions (kubectl describe crd %s)", crd.Name, why, r.o.EstablishTimeout, crd.Name)
+		return false, fmt.Errorf("CustomResourceDefinition %s: %s after %s: see its conditions (%s)", crd.Name, why, r.o.EstablishTimeout, cmdline.Describe{Resource: "crd", Name: crd.Name})
 	}
 	return status, err
 }

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/lru"
+
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 // Driver is a Helm release storage driver, spelled as HELM_DRIVER spells it.
@@ -85,11 +87,11 @@ type NotFoundError struct {
 
 func (e *NotFoundError) Error() string {
 	if e.Revision > 0 {
-		return fmt.Sprintf("release %s has no revision %d in namespace %s: list revisions with `helm history %s -n %s`",
-			e.Release, e.Revision, e.Namespace, e.Release, e.Namespace)
+		return fmt.Sprintf("release %s has no revision %d in namespace %s: list revisions with `%s`",
+			e.Release, e.Revision, e.Namespace, cmdline.HelmHistory{Release: e.Release, Namespace: e.Namespace})
 	}
-	return fmt.Sprintf("release %s not found in namespace %s (Helm driver %s): check `helm list -n %s`; a release installed with HELM_DRIVER=configmap is read with the configmap driver",
-		e.Release, e.Namespace, e.Driver, e.Namespace)
+	return fmt.Sprintf("release %s not found in namespace %s (Helm driver %s): check `%s`; a release installed with HELM_DRIVER=configmap is read with the configmap driver",
+		e.Release, e.Namespace, e.Driver, cmdline.HelmList{Namespace: e.Namespace})
 }
 
 // RevisionError says that a revision number was not a positive number.

@@ -383,7 +383,7 @@ func (d Deployer) KeepAdvice(op Operation, live []*apiextv1.CustomResourceDefini
 	crds := names(live)
 	if op == Uninstall {
 		return fmt.Sprintf("keep it: helm uninstall reads %s from the release's stored manifest, not from the live CRD (annotating the live CRD does not help): "+
-			"first %s, then uninstall", KeepAnnotation, KeepInManifest(release, namespace))
+			"first %s; then uninstall", KeepAnnotation, KeepInManifest(release, namespace))
 	}
 	return fmt.Sprintf("keep it: %s before the %s (%s reads %s from the live CRD when the %s drops it, and leaves the CRD and its objects in place, outside the release)",
 		Keep(crds), op, d.who(op), KeepAnnotation, op)
