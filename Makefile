@@ -216,10 +216,13 @@ verify: generate ## Fail when generated code or CRDs are stale (run make generat
 $(BIN)/controller-gen: hack/tools/controller-gen/go.mod
 	cd hack/tools/controller-gen && go build -o $(BIN)/controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen
 
+# As depguard keeps the layers, hack/cmdliteral keeps the commands: a kubectl, helm, flux,
+# argocd or upgradeguard command told to a person is built by package cmdline, nowhere else.
 .PHONY: lint
-lint: $(BIN)/golangci-lint ## Run golangci-lint (pinned) and gofmt
+lint: $(BIN)/golangci-lint ## Run golangci-lint (pinned), gofmt and hack/cmdliteral
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "run gofmt -w"; exit 1; }
 	$(BIN)/golangci-lint run ./...
+	go run ./hack/cmdliteral .
 
 $(BIN)/golangci-lint:
 	GOBIN=$(BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

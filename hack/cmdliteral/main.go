@@ -5,14 +5,16 @@
 // same step. depguard keeps the layers; this keeps the commands.
 //
 // A literal words a command when it holds a tool and one of its subcommands (kubectl
-// annotate, helm rollback, upgradeguard migrate...) and either the tool is kubectl, or
-// the subcommand follows a backquote or "run ", or an argument follows it (a flag, a
-// format verb, a placeholder in capitals, a path), or nothing does (the literal, a quote or
-// a parenthesis ends there). Prose that names a tool's operation ("helm uninstall reads the
-// stored manifest") passes. Test files, hack/, test/, examples/ and pkg/cmdline are not
-// read, nor the help text of the CLI's commands and flags (constants named ...Long or
-// ...Example, the Short, Long and Example fields of a cobra.Command, and the usage of a
-// flag: the last argument of pflag's StringVar, BoolVarP...), which documents usage.
+// annotate, helm rollback, upgradeguard migrate...) and the tool is kubectl or flux (whose
+// subcommands are not prose), or the subcommand follows a backquote or "run ", or an
+// argument follows it (a flag, a format verb, a placeholder in capitals, a path), or
+// nothing does (the literal, a quote or a parenthesis ends there). Prose that names a
+// tool's operation ("helm uninstall reads the stored manifest") passes.
+//
+// Test files, hack/, test/, examples/ (a program of the library's users) and pkg/cmdline
+// are not read, nor the help text of the CLI's commands and flags (constants named ...Long
+// or ...Example, the Short, Long and Example fields of a cobra.Command, and a flag's usage:
+// the last argument of pflag's StringVar, BoolVarP...), which documents usage.
 //
 //	go run ./hack/cmdliteral .
 package main
@@ -34,7 +36,7 @@ import (
 var subcommands = map[string][]string{
 	"kubectl":      {"annotate", "apply", "create", "delete", "describe", "edit", "get", "label", "logs", "patch", "wait", "-n"},
 	"helm":         {"dependency build", "get manifest", "history", "install", "lint", "list", "rollback", "template", "uninstall", "upgrade", "version"},
-	"flux":         {"reconcile"},
+	"flux":         {"get", "reconcile", "resume", "suspend"},
 	"argocd":       {"app delete", "app manifests", "app rollback", "app set", "app sync", "repo add"},
 	"upgradeguard": {"apf", "audit", "check", "crd backup", "crd restore", "migrate", "plan", "rbac", "release apply-check", "release uninstall-check"},
 }
@@ -166,7 +168,7 @@ func command(s string) string {
 					continue
 				}
 				prefix := s[:i]
-				if tool == "kubectl" || strings.HasSuffix(prefix, "`") || strings.HasSuffix(prefix, "run ") || argument(after) {
+				if tool == "kubectl" || tool == "flux" || strings.HasSuffix(prefix, "`") || strings.HasSuffix(prefix, "run ") || argument(after) {
 					return tool + " " + sub
 				}
 			}
