@@ -106,4 +106,5 @@ func (in *inspector) decidePrune(ctx context.Context, mo manifestObject, op stri
 	return obj, nil
 }
 
+// keepCommand is the command that puts keep on the live object.
 func keepCommand(o Object) string { return predict.KeepObject(o.Kind, o.Name, o.Namespace).String() }
