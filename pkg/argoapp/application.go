@@ -206,7 +206,7 @@ func (a *Application) AutoPrune() bool {
 // Deployer is Argo CD syncing the Application: its automated prune, sync options and the
 // Helm source's helm.skipCrds, which say what leaves the Application and what its syncs
 // delete (predict.ArgoCD).
-func (a *Application) Deployer() predict.Deployer {
+func (a *Application) Deployer() predict.ArgoCDDeployer {
 	var options []string
 	if a.Spec.SyncPolicy != nil {
 		options = a.Spec.SyncPolicy.SyncOptions

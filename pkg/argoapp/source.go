@@ -141,11 +141,12 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 	c := &Chart{Subject: app.Subject(), RepoURL: src.RepoURL, Chart: src.Chart, Path: src.Path, TargetRevision: src.TargetRevision,
 		Policy: check.PolicyCreateReplace, dir: dir, secretsNamespace: o.namespace()}
 	c.Deployed, c.DeployedFrom = app.Deployed()
-	c.Deployer = app.Deployer()
-	if c.Deployer.Sync.Tracking, err = Tracking(ctx, o, app); err != nil {
+	d := app.Deployer()
+	if d.Sync.Tracking, err = Tracking(ctx, o, app); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%s: %w", app.Subject(), err)
 	}
+	c.Deployer = d
 	for _, name := range app.ManagedCRDs() {
 		crd := &apiextv1.CustomResourceDefinition{}
 		crd.Name = name

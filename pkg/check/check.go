@@ -75,7 +75,7 @@ type Request struct {
 	Current []chartcrds.CRD
 	Policy  CRDPolicy
 	// Deployer runs the operation; its rules say which CRDs leave the release and are
-	// deleted (predict.Removals). The zero value is the newest Helm.
+	// deleted (predict.Removals). Nil is the newest Helm.
 	Deployer predict.Deployer
 	// Migrations are the StorageVersionMigrations the incoming side renders
 	// (chartcrds.MigrationsFromManifest): each is judged beside the CRD it covers.
@@ -168,15 +168,15 @@ type Report struct {
 	// Application is the Argo CD Application (namespace/name) whose source was predicted;
 	// the front end that read it sets it.
 	Application string `json:"application,omitempty"`
-	// Deployer runs the operation (Request.Deployer); omitted for the newest Helm, the
-	// zero value.
-	Deployer     predict.Deployer `json:"deployer,omitzero"`
-	Namespace    string           `json:"namespace,omitempty"`
-	Chart        string           `json:"chart,omitempty"`
-	ChartVersion string           `json:"chartVersion,omitempty"`
-	FromRevision int              `json:"fromRevision,omitempty"`
-	ToRevision   int              `json:"toRevision,omitempty"`
-	CRDs         []CRDReport      `json:"crds"`
+	// Deployer runs the operation (Request.Deployer's spec); omitted when the request
+	// names none (the newest Helm).
+	Deployer     predict.DeployerSpec `json:"deployer,omitzero"`
+	Namespace    string               `json:"namespace,omitempty"`
+	Chart        string               `json:"chart,omitempty"`
+	ChartVersion string               `json:"chartVersion,omitempty"`
+	FromRevision int                  `json:"fromRevision,omitempty"`
+	ToRevision   int                  `json:"toRevision,omitempty"`
+	CRDs         []CRDReport          `json:"crds"`
 	// BundledMigrations are the StorageVersionMigrations the incoming chart renders for a
 	// CRD that has no entry in CRDs (one only live, or none at all).
 	BundledMigrations []predict.BundledMigration `json:"bundledMigrations,omitempty"`
@@ -215,9 +215,14 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	}
 
 	rep := &Report{
-		Operation: req.Operation, Deployer: req.Deployer, Release: req.Release, Namespace: req.Namespace,
+		Operation: req.Operation, Release: req.Release, Namespace: req.Namespace,
 		Chart: req.Chart, ChartVersion: req.ChartVersion, FromRevision: req.FromRevision, ToRevision: req.ToRevision,
 		CRDs: []CRDReport{},
+	}
+	if req.Deployer != nil {
+		rep.Deployer = req.Deployer.Spec()
+	} else {
+		req.Deployer = predict.Helm4
 	}
 	removed, kept := removals(req, live)
 	var judged, admitted []judgement

@@ -106,7 +106,7 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 
 // helmController is the Helm that helm-controller v1.6 embeds (its SDK, v4.2.2): its
 // uninstall does not verify the live ownership.
-var helmController = predict.Deployer{Kind: predict.KindHelm, Version: "4.2.2"}
+var helmController = predict.HelmDeployer{Version: "4.2.2"}
 
 // remediationRisk predicts helm-controller's rollback remediation after this upgrade: the
 // live CRDs as the upgrade under policy leaves them (predict.Apply), against the current

@@ -210,6 +210,14 @@ type Request struct {
 	Current []chartcrds.CRD
 }
 
+// deployer is Deployer, or the newest Helm when it is nil.
+func (r Request) deployer() predict.Deployer {
+	if r.Deployer == nil {
+		return predict.Helm4
+	}
+	return r.Deployer
+}
+
 // NoPathError says that no sequence of steps reaches the target; it names what blocks it.
 type NoPathError struct {
 	Target   string
@@ -436,10 +444,10 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 	}
 	if len(keep) > 0 {
 		var commands []string
-		for _, c := range r.req.Deployer.KeepCommands(predict.Upgrade, cur.live(keep)) {
+		for _, c := range r.req.deployer().KeepCommands(predict.Upgrade, cur.live(keep)) {
 			commands = append(commands, c.String())
 		}
-		cur = cur.kept(r.req.Deployer, keep)
+		cur = cur.kept(r.req.deployer(), keep)
 		steps = append(steps, Step{Kind: Keep, CRDs: keep, After: states(cur, keep...), Commands: commands})
 	}
 	if len(migrate) > 0 {
@@ -459,7 +467,7 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 			return nil, nil, blockers, nil
 		}
 	}
-	next := cur.upgraded(r.req.Deployer, version, incoming, r.loads.migrations(version), r.req.Policy)
+	next := cur.upgraded(r.req.deployer(), version, incoming, r.loads.migrations(version), r.req.Policy)
 	var touched []string
 	for _, c := range rep.CRDs {
 		if c.Verdict == predict.OK && !r.req.Policy.Applies(c.Source) && cur.crds[c.Name] != nil {

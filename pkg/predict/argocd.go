@@ -8,7 +8,6 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
-	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
 // KindArgoCD is Argo CD's application controller: it syncs an Application (Upgrade, and
@@ -152,9 +151,18 @@ func (t ArgoTracking) marker() string {
 	return fmt.Sprintf("%s annotation (application.resourceTrackingMethod: %s)", ArgoTrackingAnnotation, t.Method)
 }
 
+// ArgoCDDeployer is Argo CD's application controller syncing (and deleting) one
+// Application, by the rules of KindArgoCD.
+type ArgoCDDeployer struct {
+	// Version is Argo CD's version, when known.
+	Version string
+	// Sync is what the Application's spec says about deleting the objects that leave it.
+	Sync ArgoSync
+}
+
 // ArgoCD is the deployer Argo CD syncing an Application whose automated sync prunes or
 // not (autoPrune), with its spec.syncPolicy.syncOptions and helm.skipCrds.
-func ArgoCD(autoPrune bool, syncOptions []string, skipCRDs bool) Deployer {
+func ArgoCD(autoPrune bool, syncOptions []string, skipCRDs bool) ArgoCDDeployer {
 	s := ArgoSync{AutoPrune: autoPrune, SkipCRDs: skipCRDs}
 	s.Prune, _ = optionValue(syncOptions, "Prune", false)
 	// controller/sync.go tests the exact options, in this order.
@@ -165,8 +173,19 @@ func ArgoCD(autoPrune bool, syncOptions []string, skipCRDs bool) Deployer {
 			}
 		}
 	}
-	return Deployer{Kind: KindArgoCD, Sync: s}
+	return ArgoCDDeployer{Sync: s}
 }
+
+// String names the deployer: "Argo CD", with its version when known.
+func (a ArgoCDDeployer) String() string { return strings.TrimSpace("Argo CD " + a.Version) }
+
+// Spec is the deployer as a report records it.
+func (a ArgoCDDeployer) Spec() DeployerSpec {
+	return DeployerSpec{Kind: KindArgoCD, Version: a.Version, Sync: a.Sync}
+}
+
+// VerifiesOwnership is false: Argo CD reads no Helm ownership metadata.
+func (a ArgoCDDeployer) VerifiesOwnership() bool { return false }
 
 // optionValue is the value of the first option key=value of a list (trimmed when trim,
 // as an annotation's comma-separated items are).
@@ -204,8 +223,9 @@ func syncOption(live map[string]string, key, app string) string {
 	return app
 }
 
-// argoFate is Fate for Argo CD (see KindArgoCD).
-func (d Deployer) argoFate(op Operation, l Leaving) Fate {
+// Fate applies Argo CD's rules for op to one object that leaves the Application (see
+// KindArgoCD).
+func (a ArgoCDDeployer) Fate(op Operation, l Leaving) Fate {
 	if !l.Exists {
 		return FateAbsent
 	}
@@ -224,10 +244,10 @@ func (d Deployer) argoFate(op Operation, l Leaving) Fate {
 	if l.Untracked {
 		return FateUntracked
 	}
-	switch prune := syncOption(l.Live, "Prune", d.Sync.Prune); {
+	switch prune := syncOption(l.Live, "Prune", a.Sync.Prune); {
 	case prune == "false":
 		return FateNoPrune
-	case op != Upgrade || !d.Sync.AutoPrune:
+	case op != Upgrade || !a.Sync.AutoPrune:
 		return FatePruneOnSync
 	case prune == "confirm":
 		return FateConfirm
@@ -235,15 +255,15 @@ func (d Deployer) argoFate(op Operation, l Leaving) Fate {
 	return FateDeleted
 }
 
-// argoRemovals is Removals for Argo CD: the CRDs the Application manages today
-// (c.Current, whatever their source) that the target no longer renders, from templates/
-// or, unless helm.skipCrds, crds/. An Application's deletion takes them all.
-func argoRemovals(d Deployer, c ReleaseChange) []Removal {
+// removals is Removals for Argo CD: the CRDs the Application manages today (c.Current,
+// whatever their source) that the target no longer renders, from templates/ or, unless
+// helm.skipCrds, crds/. An Application's deletion takes them all.
+func (a ArgoCDDeployer) removals(c ReleaseChange) []Removal {
 	rendered := map[string]bool{}
 	shipped := map[string]ChartCRD{}
 	if c.Operation != Uninstall {
 		for _, in := range c.Incoming {
-			if in.Source == CRDsDir && d.Sync.SkipCRDs {
+			if in.Source == CRDsDir && a.Sync.SkipCRDs {
 				shipped[in.CRD.Name] = in
 				continue
 			}
@@ -256,8 +276,8 @@ func argoRemovals(d Deployer, c ReleaseChange) []Removal {
 		if rendered[cur.CRD.Name] || live == nil {
 			continue
 		}
-		r := Removal{Live: live, From: cur, Fate: d.Fate(c.Operation, Leaving{Exists: true, Live: live.Annotations, CRD: true,
-			Untracked: !d.Sync.Tracking.Tracks(live.Labels, live.Annotations)})}
+		r := Removal{Live: live, From: cur, Fate: a.Fate(c.Operation, Leaving{Exists: true, Live: live.Annotations, CRD: true,
+			Untracked: !a.Sync.Tracking.Tracks(live.Labels, live.Annotations)})}
 		if s, ok := shipped[cur.CRD.Name]; ok {
 			r.Shipped = &s
 		}
@@ -266,100 +286,112 @@ func argoRemovals(d Deployer, c ReleaseChange) []Removal {
 	return out
 }
 
-// decideArgoRemoved is DecideRemoved for Argo CD: a CRD its sync prunes is a Delete while
-// it holds objects, when their number is unknown, and when the chart still ships it in
-// crds/ (under helm.skipCrds); a CRD that stays OutOfSync until a sync with prune, or a
+// decideRemoved is DecideRemoved for Argo CD: a CRD its sync prunes is a Delete while it
+// holds objects, when their number is unknown, and when the chart still ships it in crds/
+// (under helm.skipCrds); a CRD that stays OutOfSync until a sync with prune, or a
 // confirmation, is a Prune verdict while it holds objects (the same cases); a CRD Argo CD
 // leaves is ok.
-func decideArgoRemoved(op Operation, d Deployer, r Removal, objects *int64) Finding {
-	live := r.Live
-	f := Finding{Name: live.Name, Source: r.From.Source, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
-	fillLive(&f, live)
-	f.Conversion = crdversions.Conversion(live)
-	kind := live.Spec.Names.Kind
-	leaves := "the Application's target no longer renders it"
+func (a ArgoCDDeployer) decideRemoved(op Operation, r Removal, objects *int64) Finding {
+	f := removedFinding(r)
+	f.Verdict, f.Reason = a.judge(op, r, a.stakes(op, r, objects))
+	f.Reason += files(r)
+	return f
+}
+
+// argoStakes is what the reasons about one CRD that leaves an Application say.
+type argoStakes struct {
+	// leaves says why it leaves, what is what a deletion takes with it, and atStake
+	// whether that loses anything.
+	leaves, what string
+	atStake      bool
+	// again and orphan are the notes on a CRD not created again, and on the orphan
+	// propagation policy that does not save its objects.
+	again, orphan string
+}
+
+func (a ArgoCDDeployer) stakes(op Operation, r Removal, objects *int64) argoStakes {
+	kind := r.Live.Spec.Names.Kind
+	s := argoStakes{leaves: "the Application's target no longer renders it", what: fmt.Sprintf("every %s object (how many could not be read)", kind),
+		atStake: objects == nil || *objects > 0 || r.Shipped != nil}
 	if r.Shipped != nil {
-		leaves = "the target ships it in crds/ only, which helm.skipCrds leaves out of what Argo CD renders"
+		s.leaves = "the target ships it in crds/ only, which helm.skipCrds leaves out of what Argo CD renders"
+		s.again = "; Argo CD does not create it again"
 	}
 	if op == Uninstall {
-		leaves = "deleting the Application deletes the resources it manages"
+		s.leaves = "deleting the Application deletes the resources it manages"
 	}
-	what := fmt.Sprintf("every %s object (how many could not be read)", kind)
 	if objects != nil {
-		what = fmt.Sprintf("%s objects", kind)
+		s.what = fmt.Sprintf("%s objects", kind)
 		if *objects > 0 {
-			what = objectsOf(*objects, kind)
+			s.what = objectsOf(*objects, kind)
 		}
 	}
-	atStake := objects == nil || *objects > 0 || r.Shipped != nil
-	orphan := ""
-	if d.Sync.PropagationPolicy == ArgoOrphan {
-		orphan = fmt.Sprintf("; PrunePropagationPolicy=%s does not save them: deleting a CRD deletes every object of its type whatever the propagation policy, "+
+	if a.Sync.PropagationPolicy == ArgoOrphan {
+		s.orphan = fmt.Sprintf("; PrunePropagationPolicy=%s does not save them: deleting a CRD deletes every object of its type whatever the propagation policy, "+
 			"since they are not its dependents by ownerReferences", ArgoOrphan)
 	}
-	again := ""
-	if r.Shipped != nil {
-		again = "; Argo CD does not create it again"
-	}
-	f.Verdict = OK
+	return s
+}
+
+// judge is the verdict and reason for a removal's fate.
+func (a ArgoCDDeployer) judge(op Operation, r Removal, s argoStakes) (Verdict, string) {
 	switch r.Fate {
 	case FateDeleted:
 		by := "its automated sync prunes it"
 		if op == Uninstall {
 			by = "the cascading deletion takes it"
 		}
-		switch {
-		case atStake:
-			f.Verdict = Delete
-			f.Reason = fmt.Sprintf("%s, and %s: Argo CD deletes the CRD and %s%s%s", leaves, by, what, again, orphan)
-		default:
-			f.Reason = fmt.Sprintf("%s, and %s: Argo CD deletes the CRD; it holds no %s, so nothing is lost", leaves, by, what)
+		if s.atStake {
+			return Delete, fmt.Sprintf("%s, and %s: Argo CD deletes the CRD and %s%s%s", s.leaves, by, s.what, s.again, s.orphan)
 		}
+		return OK, fmt.Sprintf("%s, and %s: Argo CD deletes the CRD; it holds no %s, so nothing is lost", s.leaves, by, s.what)
 	case FatePruneOnSync, FateConfirm:
-		waits := "its sync policy does not prune (spec.syncPolicy.automated.prune is not true): the sync leaves the CRD and its objects in place, " +
-			"and Argo CD shows the Application OutOfSync, the CRD requiring pruning"
-		if op == Rollback {
-			waits = "a rollback prunes only with --prune: it leaves the CRD and its objects in place, and Argo CD shows the Application OutOfSync, the CRD requiring pruning"
+		if s.atStake {
+			return Prune, fmt.Sprintf("%s, but %s; a sync that prunes (%s, or automated prune) would delete the CRD and %s%s%s",
+				s.leaves, waits(op, r.Fate), cmdline.Sync{Prune: true}, s.what, s.again, s.orphan)
 		}
-		if r.Fate == FateConfirm {
-			waits = "its Prune=confirm sync option holds the sync until someone confirms the prune (the UI's Confirm Pruning, " +
-				"or the argocd.argoproj.io/deletion-approved annotation on the Application)"
-		}
-		switch {
-		case atStake:
-			f.Verdict = Prune
-			f.Reason = fmt.Sprintf("%s, but %s; a sync that prunes (%s, or automated prune) would delete the CRD and %s%s%s",
-				leaves, waits, cmdline.Sync{Prune: true}, what, again, orphan)
-		default:
-			f.Reason = fmt.Sprintf("%s, but %s; a sync that prunes would delete the CRD, which holds no %s, so nothing would be lost", leaves, waits, what)
-		}
+		return OK, fmt.Sprintf("%s, but %s; a sync that prunes would delete the CRD, which holds no %s, so nothing would be lost", s.leaves, waits(op, r.Fate), s.what)
 	case FateNoPrune:
 		where := "its " + ArgoSyncOptionsAnnotation + " annotation"
-		if _, ok := optionValue(annotationOptions(live.Annotations[ArgoSyncOptionsAnnotation]), "Prune", true); !ok {
+		if _, ok := optionValue(annotationOptions(r.Live.Annotations[ArgoSyncOptionsAnnotation]), "Prune", true); !ok {
 			where = "the Application's spec.syncPolicy.syncOptions"
 		}
-		f.Reason = fmt.Sprintf("%s, but %s in %s stops Argo CD pruning it: the CRD and its objects stay, and Argo CD shows the Application OutOfSync, the CRD requiring pruning",
-			leaves, ArgoPruneFalse, where)
+		return OK, fmt.Sprintf("%s, but %s in %s stops Argo CD pruning it: the CRD and its objects stay, and Argo CD shows the Application OutOfSync, the CRD requiring pruning",
+			s.leaves, ArgoPruneFalse, where)
 	case FateUntracked:
-		f.Reason = fmt.Sprintf("%s, but Argo CD does not track the CRD as the Application's: its repo-server puts no tracking label or annotation on CRDs, "+
+		return OK, fmt.Sprintf("%s, but Argo CD does not track the CRD as the Application's: its repo-server puts no tracking label or annotation on CRDs, "+
 			"and the live CRD carries no %s naming %s. The CRD leaves the Application's resource tree and no sync prunes it: the CRD and its objects stay",
-			leaves, d.Sync.Tracking.marker(), d.Sync.Tracking.Instance)
+			s.leaves, a.Sync.Tracking.marker(), a.Sync.Tracking.Instance)
 	case FateCRDKept:
-		f.Reason = leaves + ", but never a CRD: Argo CD leaves the CRD and its objects in place"
+		return OK, s.leaves + ", but never a CRD: Argo CD leaves the CRD and its objects in place"
 	case FateNoDelete:
-		f.Reason = fmt.Sprintf("%s, but %s (or helm.sh/resource-policy: keep) keeps it: Argo CD leaves it in place", leaves, ArgoDeleteFalse)
+		return OK, fmt.Sprintf("%s, but %s (or helm.sh/resource-policy: keep) keeps it: Argo CD leaves it in place", s.leaves, ArgoDeleteFalse)
 	case FateAbsent:
-		f.Reason = leaves + ", and it is not on the cluster"
+		return OK, s.leaves + ", and it is not on the cluster"
 	}
-	f.Reason += files(r)
-	return f
+	return OK, ""
 }
 
-// argoKeepAdvice is KeepAdvice for Argo CD: a sync option on the live CRD, which Argo CD
-// reads when it prunes (or deletes), merged into the annotation's list.
-func (d Deployer) argoKeepAdvice(op Operation, live []*apiextv1.CustomResourceDefinition) string {
+// waits words why a CRD that leaves stays until a sync that prunes (FatePruneOnSync), or
+// a confirmation (FateConfirm).
+func waits(op Operation, fate Fate) string {
+	switch {
+	case fate == FateConfirm:
+		return "its Prune=confirm sync option holds the sync until someone confirms the prune (the UI's Confirm Pruning, " +
+			"or the argocd.argoproj.io/deletion-approved annotation on the Application)"
+	case op == Rollback:
+		return "a rollback prunes only with --prune: it leaves the CRD and its objects in place, and Argo CD shows the Application OutOfSync, the CRD requiring pruning"
+	}
+	return "its sync policy does not prune (spec.syncPolicy.automated.prune is not true): the sync leaves the CRD and its objects in place, " +
+		"and Argo CD shows the Application OutOfSync, the CRD requiring pruning"
+}
+
+// KeepAdvice words how to keep the live CRDs that op would delete: a sync option on the
+// live CRD, which Argo CD reads when it prunes (or deletes), merged into the annotation's
+// list.
+func (a ArgoCDDeployer) KeepAdvice(op Operation, live []*apiextv1.CustomResourceDefinition, _, _ string) string {
 	var cmds []string
-	for _, c := range d.KeepCommands(op, live) {
+	for _, c := range a.KeepCommands(op, live) {
 		cmds = append(cmds, c.String())
 	}
 	if op == Uninstall {
@@ -370,6 +402,36 @@ func (d Deployer) argoKeepAdvice(op Operation, live []*apiextv1.CustomResourceDe
 		"OutOfSync; the command adds the option to those the annotation already lists); to keep it in git instead, first sync a chart that renders the CRD with that annotation. "+
 		"helm.sh/resource-policy: keep does not stop an Argo CD prune",
 		strings.Join(cmds, "; "), ArgoPruneFalse, ArgoSyncOptionsAnnotation)
+}
+
+// KeepCommands adds Prune=false (Delete=false for an Application's deletion) to the
+// CRDs' sync-options annotation (ArgoSyncOption): one command for those without it and
+// one for each whose list it extends.
+func (a ArgoCDDeployer) KeepCommands(op Operation, live []*apiextv1.CustomResourceDefinition) []cmdline.Annotate {
+	option := ArgoPruneFalse
+	if op == Uninstall {
+		option = ArgoDeleteFalse
+	}
+	var bare []string
+	var out []cmdline.Annotate
+	for _, c := range live {
+		if existing := c.Annotations[ArgoSyncOptionsAnnotation]; strings.TrimSpace(existing) != "" {
+			out = append(out, ArgoSyncOption([]string{c.Name}, option, existing))
+		} else {
+			bare = append(bare, c.Name)
+		}
+	}
+	if len(bare) > 0 {
+		out = append([]cmdline.Annotate{ArgoSyncOption(bare, option, "")}, out...)
+	}
+	return out
+}
+
+// Kept merges Prune=false into a copy of the annotations' sync options.
+func (a ArgoCDDeployer) Kept(annotations map[string]string) map[string]string {
+	out := copyAnnotations(annotations)
+	out[ArgoSyncOptionsAnnotation] = MergeSyncOptions(annotations[ArgoSyncOptionsAnnotation], ArgoPruneFalse)
+	return out
 }
 
 // MergeSyncOptions adds option (key=value) to a sync-options annotation value, keeping

@@ -33,14 +33,14 @@ func TestArgoCD(t *testing.T) {
 			ArgoSync{PropagationPolicy: "background"}},
 	} {
 		d := ArgoCD(tc.autoPrune, tc.options, tc.skip)
-		if d.Kind != KindArgoCD || d.Sync != tc.want || d.String() != "Argo CD" {
+		if d.Spec().Kind != KindArgoCD || d.Sync != tc.want || d.String() != "Argo CD" {
 			t.Errorf("%s: ArgoCD() = %s %+v, want Argo CD %+v", tc.name, d, d.Sync, tc.want)
 		}
 	}
 }
 
 // tracked is d with the tracking settings t.
-func tracked(d Deployer, t ArgoTracking) Deployer {
+func tracked(d ArgoCDDeployer, t ArgoTracking) ArgoCDDeployer {
 	d.Sync.Tracking = t
 	return d
 }
@@ -336,7 +336,7 @@ func TestArgoApply(t *testing.T) {
 	current := []ChartCRD{{CRD: named(a, nil, nil)}, {CRD: named(b, nil, nil)}}
 	incoming := []ChartCRD{{CRD: named(b, nil, nil, "v2*", "v1"), Source: CRDsDir}}
 	for _, tc := range []struct {
-		d    Deployer
+		d    ArgoCDDeployer
 		want []string
 	}{{argoAuto, []string{b}}, {argoManual, []string{a, b}}} {
 		after := Apply(tc.d, Upgrade, live, incoming, current, PolicyCreateReplace)

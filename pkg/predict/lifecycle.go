@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/Masterminds/semver/v3"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
@@ -52,35 +51,48 @@ type ChartCRD struct {
 // DeployerKind names the tool that carries an operation out.
 type DeployerKind string
 
-// KindHelm is Helm: its CLI, or a program on its SDK.
+// KindHelm is Helm: its CLI, or a program on its SDK (HelmDeployer).
 const KindHelm DeployerKind = "helm"
 
 // (KindArgoCD, with Argo CD's rules, is in argocd.go.)
 
-// Deployer is what carries an operation out. Which CRDs leave a release with an
-// operation, and which of those are deleted with every object of their types, follow
-// the deployer's rules: every verdict on a deletion (check, plan, the uninstall and
-// upgrade pre-flights, the gates) asks Removals or Fate with the deployer at hand, so
-// that each door gives the same answer. The zero value is the newest Helm modelled.
-//
-// Helm's rules, read in helm.sh/helm/v4 v4.3.1 and helm.sh/helm/v3 v3.22.0 (pkg/action,
-// pkg/kube):
-//   - An upgrade or rollback deletes every object that the manifest of the revision it
-//     starts from lists and the target's manifest does not (matched by group, kind,
-//     namespace and name), once every apply succeeded, unless the LIVE object's
-//     helm.sh/resource-policy is exactly "keep" (Client.Update). A manifest holds what
-//     templates/ renders, never crds/: a CRD that moves from templates/ to crds/ leaves
-//     the release, and the upgrade does not create it again (an upgrade never reads
-//     crds/).
-//   - An uninstall deletes every object of the last revision's stored manifest unless
-//     that manifest gives it helm.sh/resource-policy ("keep", in any case and spacing,
-//     keeps it; any other value leaves it untouched); the live annotation does nothing
-//     (filterManifestsToKeep). Helm 4.3 and newer also skip an object whose live
-//     ownership metadata does not name the release (verifyOwnershipBeforeDelete).
-//   - crds/ files are created by an install when missing, and never updated or deleted.
-//   - A delete the API server refuses: Helm 3's upgrade logs it and succeeds, leaving the
-//     object listed by no manifest; Helm 4's upgrade fails ("failed to delete resource").
-type Deployer struct {
+// Deployer is what carries an operation out: Helm (HelmDeployer) or Argo CD
+// (ArgoCDDeployer), each with its own rules. Which CRDs leave a release with an
+// operation, and which of those are deleted with every object of their types, follow the
+// deployer's rules: every verdict on a deletion (check, plan, the uninstall and upgrade
+// pre-flights, the gates) asks Removals, DecideRemoved or Fate with the deployer at hand,
+// so that each door gives the same answer. A nil Deployer is the newest Helm modelled
+// (Helm4), where a function takes one.
+type Deployer interface {
+	// String names the deployer: "Helm 4.3.1", "Argo CD".
+	String() string
+	// Spec is the deployer as a report records it.
+	Spec() DeployerSpec
+	// VerifiesOwnership reports whether the deployer's uninstall skips an object whose
+	// live Helm ownership metadata does not name the release (Helm 4.3 and newer).
+	VerifiesOwnership() bool
+	// Fate is what the deployer's rules for op do with one object that leaves the
+	// release. It is the one place that reads helm.sh/resource-policy and Argo CD's sync
+	// options.
+	Fate(op Operation, l Leaving) Fate
+	// KeepAdvice words how to keep the live CRDs that op would delete, and why it works:
+	// the commands come from KeepCommands.
+	KeepAdvice(op Operation, live []*apiextv1.CustomResourceDefinition, release, namespace string) string
+	// KeepCommands are the commands that keep live CRDs from op before it runs.
+	KeepCommands(op Operation, live []*apiextv1.CustomResourceDefinition) []cmdline.Annotate
+	// Kept returns a live CRD's annotations after KeepCommands for an upgrade ran on it: a
+	// copy, with what the commands add.
+	Kept(annotations map[string]string) map[string]string
+
+	// removals is Removals, by the deployer's rules.
+	removals(c ReleaseChange) []Removal
+	// decideRemoved is DecideRemoved, by the deployer's rules.
+	decideRemoved(op Operation, r Removal, objects *int64) Finding
+}
+
+// DeployerSpec is a deployer as a report records it (JSON): its kind, version and, for
+// Argo CD, the Application's sync policy. Deployer gives its rules back.
+type DeployerSpec struct {
 	Kind DeployerKind `json:"kind"`
 	// Version is the tool's version (for Helm: 3.18, 4.2.4, 4.3); empty is the newest
 	// modelled.
@@ -89,64 +101,23 @@ type Deployer struct {
 	Sync ArgoSync `json:"sync,omitzero"`
 }
 
-// The Helm releases upgradeguard links and is tested with (bin/helm and bin/helm3).
-var (
-	Helm4 = Deployer{Kind: KindHelm, Version: "4.3.1"}
-	Helm3 = Deployer{Kind: KindHelm, Version: "3.22.0"}
-)
-
-// ownershipSince is the first Helm whose uninstall skips objects whose live ownership
-// does not name the release (verifyOwnershipBeforeDelete, helm/helm#31584).
-var ownershipSince = semver.MustParse("4.3.0")
-
-// Helm is the deployer Helm at version (4.3, v4.2.4, 3.18; empty: Helm4). It refuses
-// what is not a version, and Helm 2, whose releases are stored differently.
-func Helm(version string) (Deployer, error) {
-	if version == "" {
-		return Helm4, nil
+// Deployer is the deployer the spec records: the zero spec is Helm4.
+func (s DeployerSpec) Deployer() Deployer {
+	switch s.Kind {
+	case KindArgoCD:
+		return ArgoCDDeployer{Version: s.Version, Sync: s.Sync}
+	case "":
+		return Helm4
 	}
-	v, err := semver.NewVersion(version)
-	if err != nil {
-		return Deployer{}, fmt.Errorf("Helm version %q: want a version such as 4.3, 4.2.4 or 3.18 (the Helm that will run it: `%s`)", version, cmdline.HelmVersion{})
-	}
-	if v.Major() < 3 {
-		return Deployer{}, fmt.Errorf("Helm version %q: Helm 2 is not supported (its release storage differs); want 3.x or 4.x", version)
-	}
-	return Deployer{Kind: KindHelm, Version: strings.TrimPrefix(version, "v")}, nil
+	return HelmDeployer{Version: s.Version}
 }
 
-func (d Deployer) orDefault() Deployer {
-	if d.Kind == "" {
+// orDefault is d, or Helm4 when d is nil.
+func orDefault(d Deployer) Deployer {
+	if d == nil {
 		return Helm4
 	}
 	return d
-}
-
-// String names the deployer: "Helm 4.3.1", "Argo CD".
-func (d Deployer) String() string {
-	d = d.orDefault()
-	if d.Kind == KindArgoCD {
-		return strings.TrimSpace("Argo CD " + d.Version)
-	}
-	return "Helm " + d.Version
-}
-
-// who names the deployer in a reason about op: Helm 3 and Helm 4 upgrade and roll back
-// by the same rules, so only an uninstall names the version.
-func (d Deployer) who(op Operation) string {
-	d = d.orDefault()
-	if d.Kind == KindHelm && op != Uninstall {
-		return "Helm"
-	}
-	return d.String()
-}
-
-// VerifiesOwnership reports whether the deployer's uninstall skips an object whose live
-// Helm ownership metadata does not name the release (Helm 4.3 and newer).
-func (d Deployer) VerifiesOwnership() bool {
-	d = d.orDefault()
-	v, err := semver.NewVersion(d.Version)
-	return err == nil && !v.LessThan(ownershipSince)
 }
 
 // Uninstall is a helm uninstall: every object of the release's last revision leaves.
@@ -217,37 +188,6 @@ const (
 	// sets), so once the sources stop rendering it, it leaves the resource tree unpruned.
 	FateUntracked Fate = "untracked"
 )
-
-// Fate applies the deployer's rules for op to one object that leaves the release (see
-// Deployer and KindArgoCD). It is the one place that reads helm.sh/resource-policy and
-// Argo CD's sync options.
-func (d Deployer) Fate(op Operation, l Leaving) Fate {
-	if d.Kind == KindArgoCD {
-		return d.argoFate(op, l)
-	}
-	if op == Uninstall {
-		if v, ok := l.Manifest[KeepAnnotation]; ok {
-			if KeepPolicy(v) {
-				return FateKeptManifest
-			}
-			return FateUntouched
-		}
-		switch {
-		case !l.Exists:
-			return FateAbsent
-		case !l.Owned && d.VerifiesOwnership():
-			return FateNotOwned
-		}
-		return FateDeleted
-	}
-	switch {
-	case !l.Exists:
-		return FateAbsent
-	case l.Live[KeepAnnotation] == KeepValue: // Client.Update compares exactly
-		return FateKeptLive
-	}
-	return FateDeleted
-}
 
 // KeepPolicy reports whether a helm.sh/resource-policy value is keep as helm uninstall
 // reads its stored manifest: in any case, spaces trimmed. (An upgrade or rollback reads
@@ -325,39 +265,7 @@ func (r Removal) Deletes() bool { return r.Fate == FateDeleted }
 // uninstall, every one the manifest renders. crds/ files never leave: Helm never deletes
 // them. A CRD not on the cluster is not listed. Under Argo CD, which renders crds/ too,
 // a CRD leaves only when the target renders it nowhere (KindArgoCD).
-func Removals(c ReleaseChange) []Removal {
-	d := c.Deployer.orDefault()
-	if d.Kind == KindArgoCD {
-		return argoRemovals(d, c)
-	}
-	rendered := map[string]bool{}
-	shipped := map[string]ChartCRD{}
-	if c.Operation != Uninstall {
-		for _, in := range c.Incoming {
-			if in.Source == Templates {
-				rendered[in.CRD.Name] = true
-			} else {
-				shipped[in.CRD.Name] = in
-			}
-		}
-	}
-	var out []Removal
-	for _, cur := range c.Current {
-		live := c.Live[cur.CRD.Name]
-		if cur.Source != Templates || rendered[cur.CRD.Name] || live == nil {
-			continue
-		}
-		r := Removal{Live: live, From: cur, Fate: d.Fate(c.Operation, Leaving{
-			Manifest: cur.CRD.Annotations, Exists: true, Live: live.Annotations,
-			Owned: HelmOwnershipProblem(live.Labels, live.Annotations, c.Release, c.Namespace) == "",
-		})}
-		if s, ok := shipped[cur.CRD.Name]; ok {
-			r.Shipped = &s
-		}
-		out = append(out, r)
-	}
-	return out
-}
+func Removals(c ReleaseChange) []Removal { return orDefault(c.Deployer).removals(c) }
 
 // Deletes names the live CRDs the operation deletes, each with every object of its type.
 func Deletes(c ReleaseChange) []string {
@@ -370,75 +278,12 @@ func Deletes(c ReleaseChange) []string {
 	return out
 }
 
-// KeepAdvice words, for the deployer, how to keep the live CRDs that op would delete,
-// and why it works: the commands come from KeepCommands. Helm's upgrade or rollback
-// reads helm.sh/resource-policy from the live CRD, so annotating it before the operation
-// is enough; an uninstall reads it from the stored manifest only, so the live annotation
-// does nothing there. Argo CD reads its sync options from the live CRD.
-func (d Deployer) KeepAdvice(op Operation, live []*apiextv1.CustomResourceDefinition, release, namespace string) string {
-	d = d.orDefault()
-	if d.Kind == KindArgoCD {
-		return d.argoKeepAdvice(op, live)
-	}
-	crds := names(live)
-	if op == Uninstall {
-		return fmt.Sprintf("keep it: helm uninstall reads %s from the release's stored manifest, not from the live CRD (annotating the live CRD does not help): "+
-			"first %s; then uninstall", KeepAnnotation, KeepInManifest(release, namespace))
-	}
-	return fmt.Sprintf("keep it: %s before the %s (%s reads %s from the live CRD when the %s drops it, and leaves the CRD and its objects in place, outside the release)",
-		Keep(crds), op, d.who(op), KeepAnnotation, op)
-}
-
 // KeepInManifest words how to keep an object through helm uninstall, which reads
 // helm.sh/resource-policy from the release's stored manifest only: an upgrade that
 // renders keep on it, and the command that confirms it is in the manifest.
 func KeepInManifest(release, namespace string) string {
 	return fmt.Sprintf("run an upgrade that renders %s: %s on it (a chart value or a post-renderer), then confirm with `%s`",
 		KeepAnnotation, KeepValue, cmdline.HelmGetManifest{Release: release, Namespace: namespace, Grep: "resource-policy"})
-}
-
-// KeepCommands are the commands that keep live CRDs from op before it runs: for Helm,
-// one Keep; for Argo CD, ArgoSyncOption adding Prune=false (Delete=false
-// for an Application's deletion) to the CRDs' sync-options annotation, one command for
-// those without it and one for each whose list it extends.
-func (d Deployer) KeepCommands(op Operation, live []*apiextv1.CustomResourceDefinition) []cmdline.Annotate {
-	d = d.orDefault()
-	if d.Kind != KindArgoCD {
-		return []cmdline.Annotate{Keep(names(live))}
-	}
-	option := ArgoPruneFalse
-	if op == Uninstall {
-		option = ArgoDeleteFalse
-	}
-	var bare []string
-	var out []cmdline.Annotate
-	for _, c := range live {
-		if existing := c.Annotations[ArgoSyncOptionsAnnotation]; strings.TrimSpace(existing) != "" {
-			out = append(out, ArgoSyncOption([]string{c.Name}, option, existing))
-		} else {
-			bare = append(bare, c.Name)
-		}
-	}
-	if len(bare) > 0 {
-		out = append([]cmdline.Annotate{ArgoSyncOption(bare, option, "")}, out...)
-	}
-	return out
-}
-
-// Kept returns a live CRD's annotations after KeepCommands for an upgrade ran on it: a
-// copy, with helm.sh/resource-policy=keep for Helm, Prune=false merged into the
-// sync-options annotation for Argo CD.
-func (d Deployer) Kept(annotations map[string]string) map[string]string {
-	out := make(map[string]string, len(annotations)+1)
-	for k, v := range annotations {
-		out[k] = v
-	}
-	if d.orDefault().Kind == KindArgoCD {
-		out[ArgoSyncOptionsAnnotation] = MergeSyncOptions(annotations[ArgoSyncOptionsAnnotation], ArgoPruneFalse)
-	} else {
-		out[KeepAnnotation] = KeepValue
-	}
-	return out
 }
 
 func names(crds []*apiextv1.CustomResourceDefinition) []string {

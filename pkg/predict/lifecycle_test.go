@@ -193,7 +193,7 @@ func TestFate(t *testing.T) {
 		{"Helm 4.3 uninstall skips what another release owns", Helm4, Uninstall, Leaving{Exists: true}, FateNotOwned},
 		{"Helm 4.2 uninstall deletes it", helm42, Uninstall, Leaving{Exists: true}, FateDeleted},
 		{"Helm 3 uninstall deletes it", Helm3, Uninstall, Leaving{Exists: true}, FateDeleted},
-		{"the zero deployer is Helm 4", Deployer{}, Uninstall, Leaving{Exists: true}, FateNotOwned},
+		{"the zero deployer is Helm 4", HelmDeployer{}, Uninstall, Leaving{Exists: true}, FateNotOwned},
 		{"uninstall of an object not there", Helm3, Uninstall, Leaving{}, FateAbsent},
 	} {
 		if got := tc.d.Fate(tc.op, tc.l); got != tc.want {
@@ -346,7 +346,7 @@ func TestDecideRemoved(t *testing.T) {
 		{"dropped, empty", Removal{Live: live, From: from, Fate: FateDeleted}, n(0), OK, []string{"holds no LeaderWorkerSet objects, so nothing is lost"}},
 		{"kept by the live annotation", Removal{Live: live, From: from, Shipped: shipped, Fate: FateKeptLive}, n(12), OK, []string{"helm.sh/resource-policy=keep", "outside the release"}},
 	} {
-		f := DecideRemoved(Upgrade, Deployer{}, tc.r, tc.objects)
+		f := DecideRemoved(Upgrade, nil, tc.r, tc.objects)
 		if f.Verdict != tc.want || f.Name != live.Name || f.Source != Templates {
 			t.Errorf("%s: DecideRemoved() = %s (%s, %s), want %s", tc.name, f.Verdict, f.Name, f.Source, tc.want)
 		}

@@ -187,53 +187,7 @@ func Decide(live *apiextv1.CustomResourceDefinition, in Incoming) Finding {
 // has its own rules (KindArgoCD): a CRD its sync leaves until a sync that prunes is a
 // Prune verdict.
 func DecideRemoved(op Operation, d Deployer, r Removal, objects *int64) Finding {
-	if d.Kind == KindArgoCD {
-		return decideArgoRemoved(op, d, r, objects)
-	}
-	live := r.Live
-	f := Finding{Name: live.Name, Source: r.From.Source, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
-	fillLive(&f, live)
-	f.Conversion = crdversions.Conversion(live)
-	who := d.who(op)
-	leaves := fmt.Sprintf("the %s target no longer renders it", op)
-	if r.Shipped != nil {
-		leaves = fmt.Sprintf("the %s target moves it from templates/ to crds/, which is not part of the release manifest", op)
-	}
-	if op == Uninstall {
-		leaves = "the release's stored manifest renders it"
-	}
-	kind := live.Spec.Names.Kind
-	f.Verdict = OK
-	switch r.Fate {
-	case FateKeptLive:
-		f.Reason = fmt.Sprintf("%s, but the live CRD carries %s=%s: %s leaves it and its objects in place, outside the release", leaves, KeepAnnotation, KeepValue, who)
-	case FateKeptManifest, FateUntouched:
-		f.Reason = fmt.Sprintf("%s with %s in the manifest: %s leaves it", leaves, KeepAnnotation, who)
-	case FateNotOwned:
-		f.Reason = fmt.Sprintf("%s, but its live ownership metadata names another release: %s skips it", leaves, who)
-	case FateAbsent:
-		f.Reason = leaves + ", and it is not on the cluster"
-	default:
-		again := ""
-		if r.Shipped != nil {
-			again = fmt.Sprintf("; the %s does not create it again (only an install creates crds/ files)", op)
-		}
-		switch {
-		case objects == nil:
-			f.Verdict = Delete
-			f.Reason = fmt.Sprintf("%s, so %s deletes the CRD and every %s object (how many could not be read)%s", leaves, who, kind, again)
-		case *objects > 0:
-			f.Verdict = Delete
-			f.Reason = fmt.Sprintf("%s, so %s deletes the CRD and %s%s", leaves, who, objectsOf(*objects, kind), again)
-		case r.Shipped != nil:
-			f.Verdict = Delete
-			f.Reason = fmt.Sprintf("%s, so %s deletes the CRD%s: it holds no %s objects today, but the release is left without the CRD its chart ships", leaves, who, again, kind)
-		default:
-			f.Reason = fmt.Sprintf("%s, so %s deletes the CRD; it holds no %s objects, so nothing is lost", leaves, who, kind)
-		}
-	}
-	f.Reason += files(r)
-	return f
+	return orDefault(d).decideRemoved(op, r, objects)
 }
 
 // objectsOf words n objects of kind (n > 0) as what a deletion takes with it.

@@ -31,7 +31,7 @@ type PruneOptions struct {
 	// Dropped is the manifest of the objects the operation deletes: those the manifest
 	// it starts from lists and the new one no longer renders.
 	Dropped string
-	// Deployer runs the operation (the zero value: the newest Helm).
+	// Deployer runs the operation (nil: the newest Helm).
 	Deployer predict.Deployer
 }
 
@@ -50,7 +50,11 @@ func Prune(ctx context.Context, c *Clients, o PruneOptions) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("release %s: dropped objects: %w", o.Release, err)
 	}
-	return inspect(ctx, c, rep, o.Deployer, predict.Operation(o.Operation), o.Release, o.Namespace, objs, func(in *inspector, mo manifestObject) (Object, error) {
+	deployer := o.Deployer
+	if deployer == nil {
+		deployer = predict.Helm4
+	}
+	return inspect(ctx, c, rep, deployer, predict.Operation(o.Operation), o.Release, o.Namespace, objs, func(in *inspector, mo manifestObject) (Object, error) {
 		return in.decidePrune(ctx, mo, o.Operation)
 	})
 }
