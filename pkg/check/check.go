@@ -97,8 +97,8 @@ type Request struct {
 	NoSchemaCheck bool
 
 	// Upgrade words moving the deployment to a chart version in its deployer's terms (a
-	// predict.Command: an Argo CD Application's targetRevision, say), for a stepping
-	// stone's steps. Nil words it as a Helm upgrade: "upgrade to chart version V".
+	// cmdline.ApplicationRevision: an Argo CD Application's targetRevision, say), for a
+	// stepping stone's steps. Nil words it as a Helm upgrade: "upgrade to chart version V".
 	Upgrade func(chartVersion string) string
 
 	// What the report and its actions name.
