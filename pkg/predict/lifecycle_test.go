@@ -392,3 +392,20 @@ func TestHelm(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployerSpec: a report's spec gives the deployer back, and the zero spec (a report
+// that names none) is the newest Helm.
+func TestDeployerSpec(t *testing.T) {
+	argo := ArgoCD(true, []string{"Prune=confirm"}, true)
+	for _, d := range []Deployer{Helm3, Helm4, argo} {
+		if got := d.Spec().Deployer(); got != d {
+			t.Errorf("%s: Spec().Deployer() = %#v, want %#v", d, got, d)
+		}
+	}
+	if got := (DeployerSpec{}).Deployer(); got != Helm4 {
+		t.Errorf("the zero spec's deployer = %#v, want Helm4", got)
+	}
+	if got := (HelmDeployer{}).Spec(); got != Helm4.Spec() {
+		t.Errorf("the zero HelmDeployer's spec = %+v, want Helm4's", got)
+	}
+}
