@@ -60,7 +60,7 @@ func migrateGolden() []goldenCase {
 		{Name: "gadgets.example.com", Status: migrate.Incomplete, StorageVersion: "v1", StorageSwitchedFrom: "v2",
 			StoredVersionsBefore: []string{"v1", "v2"}, StoredVersionsAfter: []string{"v1", "v2"}, Failed: []migrate.ObjectError{},
 			Forbidden: true, Message: "stopped: not allowed to patch gadgets.example.com: storedVersions untouched"},
-	}, Blocked: []check.CRDReport{{Finding: predict.Finding{Name: "compositions.apiextensions.crossplane.io", Verdict: predict.Bridge,
+	}, Blocked: []check.CRDReport{{Decision: predict.Decision{Name: "compositions.apiextensions.crossplane.io", Verdict: predict.Bridge,
 		Reason: "the live storage version v1alpha1 is dropped"}, Action: "upgrade to chart version 1.14.0 first"}}}
 	dry := &migrateOutput{CRDs: []*migrate.Result{{Name: "externalsecrets.external-secrets.io", Status: migrate.WouldMigrate, StorageVersion: "v1beta1",
 		StoredVersionsBefore: []string{"v1alpha1", "v1beta1"}, StoredVersionsAfter: []string{"v1alpha1", "v1beta1"}, Objects: 20000,

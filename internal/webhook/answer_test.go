@@ -242,7 +242,7 @@ func verdicts(vs ...predict.Verdict) *check.Report {
 	const a, b = "a.example.io", "b.example.io"
 	rep := &check.Report{Safe: true, NextSteps: []string{"step one", "step two"}}
 	for i, v := range vs {
-		rep.CRDs = append(rep.CRDs, check.CRDReport{Finding: predict.Finding{Name: []string{a, b}[i], Verdict: v, Reason: "because " + string(v)}})
+		rep.CRDs = append(rep.CRDs, check.CRDReport{Decision: predict.Decision{Name: []string{a, b}[i], Verdict: v, Reason: "because " + string(v)}})
 		rep.Safe = rep.Safe && v == predict.OK
 	}
 	return rep
@@ -288,9 +288,9 @@ var upgradeDecisions = map[string]upgradeCase{
 // deletionDecisions are every decision of gate.JudgeDeletion.
 var deletionDecisions = map[string]*check.Report{
 	"deletes no CRD": {Operation: predict.DeleteCRD, Safe: true},
-	"holds none": {Operation: predict.DeleteCRD, Safe: true, CRDs: []check.CRDReport{{Finding: predict.Finding{Name: testCRD, Verdict: predict.OK,
+	"holds none": {Operation: predict.DeleteCRD, Safe: true, CRDs: []check.CRDReport{{Decision: predict.Decision{Name: testCRD, Verdict: predict.OK,
 		Reason: "it holds no Widget objects, so nothing is lost"}}}},
-	"holds objects": {Operation: predict.DeleteCRD, NextSteps: []string{"step one", "step two"}, CRDs: []check.CRDReport{{Finding: predict.Finding{Name: testCRD,
+	"holds objects": {Operation: predict.DeleteCRD, NextSteps: []string{"step one", "step two"}, CRDs: []check.CRDReport{{Decision: predict.Decision{Name: testCRD,
 		Verdict: predict.Delete, Reason: "the API server deletes all 3 Widget objects with it, for good"}}}},
 }
 

@@ -89,7 +89,7 @@ func (c *crdDeleteGuard) decide(ctx context.Context, crd *apiextv1.CustomResourc
 		// only words the denial.
 		o.appNamespace, o.app = g.argoApplication(ctx, crd.Name)
 	}
-	rep := &check.Report{Operation: predict.DeleteCRD, Safe: f.Verdict == predict.OK, CRDs: []check.CRDReport{{Finding: f, Objects: &objs.n}}}
+	rep := &check.Report{Operation: predict.DeleteCRD, Safe: f.Verdict == predict.OK, CRDs: []check.CRDReport{{Decision: f, Objects: &objs.n}}}
 	if !rep.Safe {
 		rep.NextSteps = predict.DeletionSteps(crd.Name)
 		rep.CRDs[0].Action = strings.Join(rep.NextSteps, "; then ")

@@ -81,7 +81,7 @@ func (g *Gate) uninstallReport(ctx context.Context, rel *release.Release) (*chec
 			return nil, err
 		}
 		f := predict.DecideDeleted(live[name], n, examples)
-		rep.CRDs = append(rep.CRDs, check.CRDReport{Finding: f, Objects: &n})
+		rep.CRDs = append(rep.CRDs, check.CRDReport{Decision: f, Objects: &n})
 		if f.Verdict != predict.OK {
 			rep.Safe, held = false, append(held, name)
 		}

@@ -112,7 +112,7 @@ type Request struct {
 
 // CRDReport is the verdict for one CRD with the objects at stake and the next action.
 type CRDReport struct {
-	predict.Finding
+	predict.Decision
 	// Objects is the number of objects of this type on the cluster; nil when the CRD does
 	// not exist or counting failed (ObjectsError says why).
 	Objects      *int64 `json:"objects"`
@@ -235,7 +235,7 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		if r, ok := kept[in.CRD.Name]; ok {
 			f.Reason += "; " + predict.DecideRemoved(req.Operation, req.Deployer, r, nil).Reason
 		}
-		rep.CRDs = append(rep.CRDs, CRDReport{Finding: f})
+		rep.CRDs = append(rep.CRDs, CRDReport{Decision: f})
 		if applied && live[in.CRD.Name] != nil && !req.NoSchemaCheck {
 			judged = append(judged, judgement{live: live[in.CRD.Name], next: in.CRD})
 		}
@@ -244,7 +244,7 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		}
 	}
 	for name := range removed {
-		rep.CRDs = append(rep.CRDs, CRDReport{Finding: predict.Finding{Name: name}})
+		rep.CRDs = append(rep.CRDs, CRDReport{Decision: predict.Decision{Name: name}})
 	}
 	slices.SortFunc(rep.CRDs, func(a, b CRDReport) int { return strings.Compare(a.Name, b.Name) })
 
@@ -253,7 +253,7 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	}
 	for i := range rep.CRDs {
 		if r, ok := removed[rep.CRDs[i].Name]; ok {
-			rep.CRDs[i].Finding = predict.DecideRemoved(req.Operation, req.Deployer, r, rep.CRDs[i].Objects)
+			rep.CRDs[i].Decision = predict.DecideRemoved(req.Operation, req.Deployer, r, rep.CRDs[i].Objects)
 		}
 	}
 	if err := findSteppingStones(ctx, live, req, rep.CRDs); err != nil {
@@ -326,7 +326,7 @@ func bundled(ctx context.Context, cluster Cluster, req Request, live map[string]
 		}
 		i, reported := index[name]
 		if reported {
-			facts.Finding = &rep.CRDs[i].Finding
+			facts.Decision = &rep.CRDs[i].Decision
 		}
 		b := predict.DecideBundled(m, facts)
 		if reported {
@@ -346,7 +346,7 @@ func nextSteps(req Request, live map[string]*apiextv1.CustomResourceDefinition, 
 	var keep []*apiextv1.CustomResourceDefinition
 	var others []string
 	for _, c := range crds {
-		switch predict.FixFor(c.Finding) {
+		switch predict.FixFor(c.Decision) {
 		case predict.NoFix:
 		case predict.FixMigrate:
 			migrate = append(migrate, c.Name)
@@ -574,7 +574,7 @@ func steppingStoneFits(live map[string]*apiextv1.CustomResourceDefinition, cand 
 // when no command carries it out.
 func action(req Request, live map[string]*apiextv1.CustomResourceDefinition, c CRDReport) string {
 	crd := []string{c.Name}
-	switch predict.FixFor(c.Finding) {
+	switch predict.FixFor(c.Decision) {
 	case predict.FixMigrate:
 		if len(c.MigratingBy) > 0 {
 			return fmt.Sprintf("wait: StorageVersionMigration %s is migrating it now; then check again (or: %s)",

@@ -73,7 +73,7 @@ func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds
 				return nil
 			}
 			c.Schema = rep
-			c.Finding = predict.WithSchema(c.Finding, j.live, predict.Schema{
+			c.Decision = predict.WithSchema(c.Decision, j.live, predict.Schema{
 				Pruned: rep.PrunedPaths(), ConversionRemoved: rep.ConversionRemoved != nil, Summary: rep.Summary()})
 			return nil
 		})
@@ -163,7 +163,7 @@ func joinRefusals(answers []admission, crds []CRDReport) {
 			c.AdmissionError = a.err.Error()
 		case a.refusal != nil:
 			c.Refusal = a.refusal
-			c.Finding = predict.WithRefusal(c.Finding, a.refusal.Message())
+			c.Decision = predict.WithRefusal(c.Decision, a.refusal.Message())
 		}
 	}
 }

@@ -345,7 +345,7 @@ func TestRefusedByTheServer(t *testing.T) {
 			continue
 		}
 		if c.Verdict != predict.Refused || c.Refusal == nil || !strings.Contains(c.Reason, "cost") ||
-			predict.FixFor(c.Finding) != predict.FixChart || !strings.Contains(c.Action, "no migration helps") {
+			predict.FixFor(c.Decision) != predict.FixChart || !strings.Contains(c.Action, "no migration helps") {
 			t.Errorf("Kubernetes 1.%d refuses %s: want refused for its cost with the chart fix, got %s (%s), action %q",
 				cp.Minor, c.Name, c.Verdict, c.Reason, c.Action)
 		}

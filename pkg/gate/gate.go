@@ -184,7 +184,7 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 	}
 	d.Reason = ReasonMigrationRequired
 	for _, c := range rep.Findings() {
-		fix, why := predict.FixFor(c.Finding), ""
+		fix, why := predict.FixFor(c.Decision), ""
 		switch {
 		case fix.Automatic():
 			d.ToMigrate = append(d.ToMigrate, c.Name)

@@ -27,7 +27,7 @@ func (m *fixedMigrator) Migrate(_ context.Context, crds []string) (*gate.Progres
 func report(verdicts map[string]predict.Verdict) *check.Report {
 	rep := &check.Report{Safe: true, NextSteps: []string{"step one", "step two"}}
 	for name, v := range verdicts {
-		rep.CRDs = append(rep.CRDs, check.CRDReport{Finding: predict.Finding{Name: name, Verdict: v, Reason: "because"}})
+		rep.CRDs = append(rep.CRDs, check.CRDReport{Decision: predict.Decision{Name: name, Verdict: v, Reason: "because"}})
 		rep.Safe = rep.Safe && v == predict.OK
 	}
 	return rep

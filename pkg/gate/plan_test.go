@@ -13,7 +13,7 @@ import (
 func TestJudgeBridgeNamesPlan(t *testing.T) {
 	report := func(v predict.Verdict) *check.Report {
 		return &check.Report{Release: "flux", Namespace: "flux-system", Chart: "flux2", ChartVersion: "2.18.2",
-			CRDs: []check.CRDReport{{Finding: predict.Finding{Name: "buckets.source.toolkit.fluxcd.io", Verdict: v, Reason: "r"}}}}
+			CRDs: []check.CRDReport{{Decision: predict.Decision{Name: "buckets.source.toolkit.fluxcd.io", Verdict: v, Reason: "r"}}}}
 	}
 	cases := []struct {
 		name    string

@@ -67,7 +67,7 @@ func AnyIncomplete(results []*Result) bool {
 // migration's to make and are left out of both.
 func TargetsFor(rep *check.Report, o Options) (targets []Target, blocked []check.CRDReport, err error) {
 	for _, c := range rep.CRDs {
-		switch predict.FixFor(c.Finding) {
+		switch predict.FixFor(c.Decision) {
 		case predict.FixMigrate:
 			targets = append(targets, Target{Name: c.Name})
 		case predict.FixStorageSwitch:

@@ -15,7 +15,7 @@ import (
 // do: a target, a storage-switch target, a blocked bridge, or nothing.
 func TestTargetsFor(t *testing.T) {
 	crd := func(name string, v predict.Verdict, switchTo string) check.CRDReport {
-		return check.CRDReport{Finding: predict.Finding{Name: name, Verdict: v, LiveStorageVersion: "v1", StorageSwitchTo: switchTo}}
+		return check.CRDReport{Decision: predict.Decision{Name: name, Verdict: v, LiveStorageVersion: "v1", StorageSwitchTo: switchTo}}
 	}
 	rep := &check.Report{CRDs: []check.CRDReport{
 		crd("ok.x", predict.OK, ""),

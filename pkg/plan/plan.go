@@ -419,7 +419,7 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 		if !c.Verdict.Blocks() {
 			continue // nothing is lost by this upgrade (a CRD left for a later prune)
 		}
-		switch fix := predict.FixFor(c.Finding); {
+		switch fix := predict.FixFor(c.Decision); {
 		case fix == predict.FixMigrate:
 			migrate = append(migrate, c.Name)
 			if c.Objects != nil {
@@ -674,7 +674,7 @@ func (r *runner) rollbackFrom(ctx context.Context, s *state, rel *release.Releas
 		return rb, nil
 	}
 	for _, c := range rep.Findings() {
-		if predict.FixFor(c.Finding) == predict.FixSteppingStone {
+		if predict.FixFor(c.Decision) == predict.FixSteppingStone {
 			rb.Why = append(rb.Why, c.Name+": "+c.Reason)
 		}
 	}

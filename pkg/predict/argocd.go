@@ -291,8 +291,8 @@ func (a ArgoCDDeployer) removals(c ReleaseChange) []Removal {
 // (under helm.skipCrds); a CRD that stays OutOfSync until a sync with prune, or a
 // confirmation, is a Prune verdict while it holds objects (the same cases); a CRD Argo CD
 // leaves is ok.
-func (a ArgoCDDeployer) decideRemoved(op Operation, r Removal, objects *int64) Finding {
-	f := removedFinding(r)
+func (a ArgoCDDeployer) decideRemoved(op Operation, r Removal, objects *int64) Decision {
+	f := removedDecision(r)
 	f.Verdict, f.Reason = a.judge(op, r, a.stakes(op, r, objects))
 	f.Reason += files(r)
 	return f

@@ -356,7 +356,7 @@ func TestPruneVerdict(t *testing.T) {
 	if Prune.Blocks() || OK.Blocks() || !Delete.Blocks() || !Migrate.Blocks() {
 		t.Error("Blocks: want false for ok and prune, true for the others")
 	}
-	if FixFor(Finding{Verdict: Prune}) != FixKeep {
+	if FixFor(Decision{Verdict: Prune}) != FixKeep {
 		t.Error("a Prune verdict is fixed by keeping the CRD")
 	}
 }

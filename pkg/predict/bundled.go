@@ -89,8 +89,8 @@ type BundledFacts struct {
 	// over Live (Policy.Applies).
 	Live, Incoming *apiextv1.CustomResourceDefinition
 	Applied        bool
-	// Finding is the CRD's own verdict, when the chart brings it.
-	Finding *Finding
+	// Decision is the CRD's own verdict, when the chart brings it.
+	Decision *Decision
 	// Existing is the StorageVersionMigration already on the cluster under the same name
 	// (nil when there is none, or the caller may not read them).
 	Existing *LiveMigration
@@ -109,12 +109,12 @@ func DecideBundled(m ChartMigration, f BundledFacts) BundledMigration {
 		b.Reason = fmt.Sprintf("spec.resource %s names no CRD in the chart or on the cluster: it migrates no custom resource", b.CRD)
 		b.Action = "check spec.resource: its group and resource are the CRD's spec.group and spec.names.plural (the CRD's name is resource.group)"
 		return b
-	case f.Finding != nil && f.Applied && f.Live != nil && len(f.Finding.MissingStoredVersions) > 0:
+	case f.Decision != nil && f.Applied && f.Live != nil && len(f.Decision.MissingStoredVersions) > 0:
 		b.Verdict = BundledTooLate
 		b.Reason = fmt.Sprintf("it arrives with the CRD that drops stored %s: the API server rejects that CRD write (status.storedVersions), so the %s fails whatever the migration does; "+
 			"Helm (3 and 4) still creates a new StorageVersionMigration beside the failed CRD, and the built-in migrator may then migrate and prune in time for a retry, but the release is failed meanwhile and nothing waits for it",
-			strings.Join(f.Finding.MissingStoredVersions, ","), cmp.Or(f.Operation, Upgrade))
-		if FixFor(*f.Finding) == FixMigrate {
+			strings.Join(f.Decision.MissingStoredVersions, ","), cmp.Or(f.Operation, Upgrade))
+		if FixFor(*f.Decision) == FixMigrate {
 			b.Action = fmt.Sprintf("migrate before the %s instead: %s", cmp.Or(f.Operation, Upgrade), migrate)
 		} else {
 			b.Action = "follow the CRD's own next step: a bundled migration cannot move the storage version the incoming CRD drops"

@@ -35,7 +35,7 @@ func TestDecideBundled(t *testing.T) {
 			facts: func() BundledFacts {
 				live, in := crd([]string{"v1beta1", "v1"}, "v1beta1", "v1*"), crd(nil, "v1*")
 				f := Decide(live, Incoming{CRD: in, Source: Templates, Applied: true})
-				return BundledFacts{Operation: Upgrade, Live: live, Incoming: in, Applied: true, Finding: &f}
+				return BundledFacts{Operation: Upgrade, Live: live, Incoming: in, Applied: true, Decision: &f}
 			},
 			want: want{BundledTooLate, []string{"drops stored v1beta1", "rejects that CRD write", "the upgrade fails"}, []string{"before the upgrade", migrate}},
 		},
@@ -44,7 +44,7 @@ func TestDecideBundled(t *testing.T) {
 			facts: func() BundledFacts {
 				live, in := crd([]string{"v1beta1"}, "v1beta1*"), crd(nil, "v1*")
 				f := Decide(live, Incoming{CRD: in, Source: Templates, Applied: true})
-				return BundledFacts{Operation: Rollback, Live: live, Incoming: in, Applied: true, Finding: &f}
+				return BundledFacts{Operation: Rollback, Live: live, Incoming: in, Applied: true, Decision: &f}
 			},
 			want: want{BundledTooLate, []string{"drops stored v1beta1"}, []string{"the CRD's own next step"}},
 		},
@@ -53,7 +53,7 @@ func TestDecideBundled(t *testing.T) {
 			facts: func() BundledFacts {
 				live, in := crd([]string{"v1beta1", "v1"}, "v1beta1", "v1*"), crd(nil, "v1*")
 				f := Decide(live, Incoming{CRD: in, Source: CRDsDir, Applied: false})
-				return BundledFacts{Live: live, Incoming: in, Applied: false, Finding: &f}
+				return BundledFacts{Live: live, Incoming: in, Applied: false, Decision: &f}
 			},
 			want: want{BundledWillRun, []string{"stored at v1beta1 to v1"}, []string{migrate + " --wait"}},
 		},
@@ -62,7 +62,7 @@ func TestDecideBundled(t *testing.T) {
 			facts: func() BundledFacts {
 				live, in := crd([]string{"v1beta1"}, "v1beta1*"), crd(nil, "v1beta1", "v1*")
 				f := Decide(live, Incoming{CRD: in, Source: Templates, Applied: true})
-				return BundledFacts{Live: live, Incoming: in, Applied: true, Finding: &f}
+				return BundledFacts{Live: live, Incoming: in, Applied: true, Decision: &f}
 			},
 			want: want{BundledWillRun, []string{"stored at v1beta1 to v1", "nothing waits for it"}, []string{migrate + " --wait"}},
 		},
@@ -71,7 +71,7 @@ func TestDecideBundled(t *testing.T) {
 			facts: func() BundledFacts {
 				in := crd(nil, "v1*")
 				f := Decide(nil, Incoming{CRD: in, Source: Templates, Applied: true})
-				return BundledFacts{Incoming: in, Applied: true, Finding: &f}
+				return BundledFacts{Incoming: in, Applied: true, Decision: &f}
 			},
 			want: want{BundledWillRun, []string{"nothing to migrate: storedVersions will be [v1]"}, []string{"--wait"}},
 		},
@@ -80,7 +80,7 @@ func TestDecideBundled(t *testing.T) {
 			facts: func() BundledFacts {
 				live, in := crd([]string{"v1beta1", "v1"}, "v1beta1", "v1*"), crd(nil, "v1beta1", "v1*")
 				f := Decide(live, Incoming{CRD: in, Source: Templates, Applied: true})
-				return BundledFacts{Live: live, Incoming: in, Applied: true, Finding: &f,
+				return BundledFacts{Live: live, Incoming: in, Applied: true, Decision: &f,
 					Existing: &LiveMigration{CRD: "widgets.example.com", State: "succeeded"}}
 			},
 			want: want{BundledWillNotRun, []string{"already exists (succeeded)", "migrates nothing"},

@@ -26,8 +26,8 @@ const DeleteCRD Operation = "delete-crd"
 // any, unless it carries AllowDeleteAnnotation=true; ok when it holds none. It is the
 // verdict of the CRD deletion guard, whatever client deletes; what an operation deletes
 // through a release (DecideRemoved) stays the release's verdict.
-func DecideDeleted(live *apiextv1.CustomResourceDefinition, objects int64, examples []string) Finding {
-	f := Finding{Name: live.Name, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
+func DecideDeleted(live *apiextv1.CustomResourceDefinition, objects int64, examples []string) Decision {
+	f := Decision{Name: live.Name, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
 	fillLive(&f, live)
 	f.Conversion = crdversions.Conversion(live)
 	kind := live.Spec.Names.Kind

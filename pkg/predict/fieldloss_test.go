@@ -26,7 +26,7 @@ func TestAcceptsFieldLoss(t *testing.T) {
 		if got := AcceptsFieldLoss(live); got != tc.want {
 			t.Errorf("%s: AcceptsFieldLoss() = %v, want %v", tc.name, got, tc.want)
 		}
-		if got := WithSchema(Finding{Verdict: OK}, live, s).Verdict; got != tc.wantVerdict {
+		if got := WithSchema(Decision{Verdict: OK}, live, s).Verdict; got != tc.wantVerdict {
 			t.Errorf("%s: WithSchema() verdict = %q, want %q", tc.name, got, tc.wantVerdict)
 		}
 	}

@@ -23,7 +23,7 @@ const (
 	// (Deployer.KeepCommands: helm.sh/resource-policy=keep for Helm, Keep; the
 	// Prune=false sync option for Argo CD, ArgoSyncOption).
 	FixKeep Fix = "keep"
-	// FixStorageSwitch switches the live storage version to Finding.StorageSwitchTo (served
+	// FixStorageSwitch switches the live storage version to Decision.StorageSwitchTo (served
 	// by both sides), then migrates and prunes (cmdline.StorageSwitch, or
 	// cmdline.ReverseMigration before a rollback).
 	FixStorageSwitch Fix = "storage-switch"
@@ -40,7 +40,7 @@ const (
 )
 
 // FixFor returns what fixes a finding.
-func FixFor(f Finding) Fix {
+func FixFor(f Decision) Fix {
 	switch f.Verdict {
 	case Migrate:
 		return FixMigrate

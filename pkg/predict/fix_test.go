@@ -8,16 +8,16 @@ import (
 func TestFixFor(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		f         Finding
+		f         Decision
 		want      Fix
 		automatic bool
 	}{
-		{"ok", Finding{Verdict: OK}, NoFix, false},
-		{"migrate", Finding{Verdict: Migrate}, FixMigrate, true},
-		{"delete", Finding{Verdict: Delete}, FixKeep, false},
-		{"data loss", Finding{Verdict: DataLoss}, FixSchema, false},
-		{"bridge with a common version", Finding{Verdict: Bridge, StorageSwitchTo: "v1alpha1"}, FixStorageSwitch, false},
-		{"bridge without one", Finding{Verdict: Bridge}, FixSteppingStone, false},
+		{"ok", Decision{Verdict: OK}, NoFix, false},
+		{"migrate", Decision{Verdict: Migrate}, FixMigrate, true},
+		{"delete", Decision{Verdict: Delete}, FixKeep, false},
+		{"data loss", Decision{Verdict: DataLoss}, FixSchema, false},
+		{"bridge with a common version", Decision{Verdict: Bridge, StorageSwitchTo: "v1alpha1"}, FixStorageSwitch, false},
+		{"bridge without one", Decision{Verdict: Bridge}, FixSteppingStone, false},
 	} {
 		got := FixFor(tc.f)
 		if got != tc.want || got.Automatic() != tc.automatic {

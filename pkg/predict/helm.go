@@ -152,9 +152,9 @@ func (h HelmDeployer) removals(c ReleaseChange) []Removal {
 }
 
 // decideRemoved is DecideRemoved for Helm.
-func (h HelmDeployer) decideRemoved(op Operation, r Removal, objects *int64) Finding {
+func (h HelmDeployer) decideRemoved(op Operation, r Removal, objects *int64) Decision {
 	live := r.Live
-	f := removedFinding(r)
+	f := removedDecision(r)
 	who := h.who(op)
 	leaves := fmt.Sprintf("the %s target no longer renders it", op)
 	if r.Shipped != nil {
@@ -222,9 +222,9 @@ func (h HelmDeployer) Kept(annotations map[string]string) map[string]string {
 	return out
 }
 
-// removedFinding is the finding on a removed CRD before a deployer's rules decide it.
-func removedFinding(r Removal) Finding {
-	f := Finding{Name: r.Live.Name, Source: r.From.Source, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
+// removedDecision is the decision on a removed CRD before a deployer's rules decide it.
+func removedDecision(r Removal) Decision {
+	f := Decision{Name: r.Live.Name, Source: r.From.Source, MissingStoredVersions: []string{}, IncomingVersions: []crdversions.Version{}}
 	fillLive(&f, r.Live)
 	f.Conversion = crdversions.Conversion(r.Live)
 	return f

@@ -87,7 +87,7 @@ type Deployer interface {
 	// removals is Removals, by the deployer's rules.
 	removals(c ReleaseChange) []Removal
 	// decideRemoved is DecideRemoved, by the deployer's rules.
-	decideRemoved(op Operation, r Removal, objects *int64) Finding
+	decideRemoved(op Operation, r Removal, objects *int64) Decision
 }
 
 // DeployerSpec is a deployer as a report records it (JSON): its kind, version and, for

@@ -103,8 +103,10 @@ type Incoming struct {
 	Applied bool
 }
 
-// Finding is the decision for one CRD with the facts it rests on.
-type Finding struct {
+// Decision is the verdict on one CRD, with the facts it rests on and the reason a person
+// reads. It is not a finding (package finding): it is what Decide and DecideRemoved return,
+// and what check reports per CRD.
+type Decision struct {
 	Name                   string                `json:"name"`
 	Verdict                Verdict               `json:"verdict"`
 	Reason                 string                `json:"reason"`
@@ -124,8 +126,8 @@ type Finding struct {
 
 // Decide returns the verdict for one incoming CRD against the live one (nil when the CRD
 // does not exist on the cluster).
-func Decide(live *apiextv1.CustomResourceDefinition, in Incoming) Finding {
-	f := Finding{
+func Decide(live *apiextv1.CustomResourceDefinition, in Incoming) Decision {
+	f := Decision{
 		Name:                   in.CRD.Name,
 		Source:                 in.Source,
 		IncomingVersions:       crdversions.Versions(in.CRD),
@@ -186,7 +188,7 @@ func Decide(live *apiextv1.CustomResourceDefinition, in Incoming) Finding {
 // is lost: ok, with the deletion in the reason. A CRD the deployer leaves is ok. Argo CD
 // has its own rules (KindArgoCD): a CRD its sync leaves until a sync that prunes is a
 // Prune verdict.
-func DecideRemoved(op Operation, d Deployer, r Removal, objects *int64) Finding {
+func DecideRemoved(op Operation, d Deployer, r Removal, objects *int64) Decision {
 	return orDefault(d).decideRemoved(op, r, objects)
 }
 
@@ -231,7 +233,7 @@ type Schema struct {
 // removed conversion webhook is fixed by migrating every object to the storage version
 // while the webhook still converts, so it makes an ok CRD a Migrate verdict. A bridge or a
 // deletion stays what it is, with the schema finding added to its reason.
-func WithSchema(f Finding, live *apiextv1.CustomResourceDefinition, s Schema) Finding {
+func WithSchema(f Decision, live *apiextv1.CustomResourceDefinition, s Schema) Decision {
 	if len(s.Pruned) == 0 && !s.ConversionRemoved {
 		return f
 	}
@@ -260,7 +262,7 @@ func WithSchema(f Finding, live *apiextv1.CustomResourceDefinition, s Schema) Fi
 // WithRefusal makes a finding the Refused verdict: the API server refuses the incoming
 // CRD itself (message is crdschema.Refusal.Message), so nothing else the verdict said
 // can happen first. What it said stays in the reason.
-func WithRefusal(f Finding, message string) Finding {
+func WithRefusal(f Decision, message string) Decision {
 	if f.Verdict != OK {
 		message += "; also: " + f.Reason
 	}
@@ -286,7 +288,7 @@ func SteppingStone(live, candidate, target *apiextv1.CustomResourceDefinition) b
 		crdversions.Has(target, crdversions.StorageVersion(candidate))
 }
 
-func fillLive(f *Finding, live *apiextv1.CustomResourceDefinition) {
+func fillLive(f *Decision, live *apiextv1.CustomResourceDefinition) {
 	f.LiveStoredVersions = append([]string{}, live.Status.StoredVersions...)
 	f.LiveStorageVersion = crdversions.StorageVersion(live)
 	f.LiveVersions = crdversions.Versions(live)
