@@ -17,13 +17,12 @@ import (
 	"sync"
 	"testing"
 
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
+	"github.com/upgradeguard/upgradeguard/test/scenario"
 )
 
 // asCLI, set in a child's environment, makes the test binary the upgradeguard command
@@ -156,16 +155,16 @@ func (f *forge) take() (reqs []string, marked map[int]string) {
 	return reqs, marked
 }
 
-// scenario is a real pull request: flux2 bumped from 2.17.2 to 2.18.2 in clusters/prod-eu/,
+// pullRequest is a real pull request: flux2 bumped from 2.17.2 to 2.18.2 in clusters/prod-eu/,
 // on a real API server where storedVersions still holds v1beta2 for the HelmRepositories,
 // Buckets and HelmCharts, so review finds that the bump fails there (exit 1). The chart
 // comes from a real Helm repository on loopback.
-type scenario struct {
+type pullRequest struct {
 	repo, base, head, docs string
 	kubeconfig, context    string
 }
 
-func newScenario(t *testing.T) scenario {
+func newPullRequest(t *testing.T) pullRequest {
 	if testing.Short() {
 		t.Skip("needs a control plane")
 	}
@@ -174,33 +173,9 @@ func newScenario(t *testing.T) scenario {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chart := func(version string, files ...string) string {
-		p, err := testenv.FixtureChart(t.TempDir(), "flux2", version, files...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	src := func(kind string) string {
-		return "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_" + kind + ".yaml"
-	}
-	helm := func(args ...string) {
-		if out, err := cp.Helm(args...).CombinedOutput(); err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	helm("install", "flux2", chart("1.0.0", src("buckets"), src("helmcharts"), src("helmrepositories")), "-n", "flux-system", "--create-namespace")
-	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), helmrepos); err != nil {
+	if err := scenario.FluxStoredV1beta2(t.Context(), cp, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
-		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
-		Kind: "HelmRepository", Namespaces: []string{"flux-system"}, PerNS: 2,
-		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	helm("upgrade", "flux2", chart("2.17.2", "charts/flux2-2.17.2/rendered/crds.yaml"), "-n", "flux-system")
 
 	charts, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "charts"))
 	if err != nil {
@@ -214,7 +189,7 @@ func newScenario(t *testing.T) scenario {
 	}
 	g := servers.NewGitRepo(t)
 	files := func(version string) map[string]string {
-		return map[string]string{"README.md": "fleet\n", "clusters/prod-eu/flux.yaml": fluxManifests(charts.URL, version)}
+		return map[string]string{"README.md": "fleet\n", "clusters/prod-eu/flux.yaml": scenario.FluxGitManifests(charts.URL, version)}
 	}
 	base := g.Commit("flux2 2.17.2", files("2.17.2"))
 	head := g.Commit("Update Helm release flux2 to v2.18.2", files("2.18.2"))
@@ -223,7 +198,7 @@ func newScenario(t *testing.T) scenario {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return scenario{repo: g.Dir, base: base.String(), head: head.String(), docs: docs.String(), kubeconfig: cp.Kubeconfig, context: kc.CurrentContext}
+	return pullRequest{repo: g.Dir, base: base.String(), head: head.String(), docs: docs.String(), kubeconfig: cp.Kubeconfig, context: kc.CurrentContext}
 }
 
 type result struct {
@@ -233,7 +208,7 @@ type result struct {
 
 // runScript runs deploy/ci/upgradeguard-review.sh MODE in the repository with env on top
 // of a clean environment (no CI variables of the machine running the test).
-func runScript(t *testing.T, s scenario, mode string, env map[string]string) result {
+func runScript(t *testing.T, s pullRequest, mode string, env map[string]string) result {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -299,7 +274,7 @@ func onlyMarked(t *testing.T, marked map[int]string) (int, string) {
 // updates that comment (a PATCH to its id, no second POST); a run that cannot review says
 // so in the same comment and exits 2. Each run exits with review's code and writes SARIF.
 func TestGitHubAction(t *testing.T) {
-	s := newScenario(t)
+	s := newPullRequest(t)
 	f := newForge(t, false)
 	dir := t.TempDir()
 	event := func(base, head string) string {
@@ -390,7 +365,7 @@ func TestGitHubAction(t *testing.T) {
 // run creates the note, the second updates it (a PUT to its id, no second POST), and each
 // writes the JUnit report GitLab reads from artifacts:reports:junit.
 func TestGitLabTemplate(t *testing.T) {
-	s := newScenario(t)
+	s := newPullRequest(t)
 	f := newForge(t, true)
 	junit := filepath.Join(t.TempDir(), "upgradeguard-junit.xml")
 	env := map[string]string{"CI_API_V4_URL": f.srv.URL + "/api/v4", "CI_PROJECT_ID": "42", "CI_MERGE_REQUEST_IID": "3",
@@ -433,29 +408,3 @@ func TestGitLabTemplate(t *testing.T) {
 	}
 }
 
-func fluxManifests(url, version string) string {
-	return `apiVersion: source.toolkit.fluxcd.io/v1
-kind: HelmRepository
-metadata:
-  name: fluxcd
-  namespace: flux-system
-spec:
-  interval: 1h
-  url: ` + url + `
----
-apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: flux2
-  namespace: flux-system
-spec:
-  interval: 1h
-  chart:
-    spec:
-      chart: flux2
-      version: "` + version + `"
-      sourceRef:
-        kind: HelmRepository
-        name: fluxcd
-`
-}

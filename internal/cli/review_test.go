@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/review"
+	"github.com/upgradeguard/upgradeguard/test/scenario"
 )
 
 // TestReviewFluxBump: a pull request that bumps the flux2 HelmRelease from 2.17.2 to
@@ -29,25 +28,11 @@ func TestReviewFluxBump(t *testing.T) {
 	needCluster(t)
 	prod, staging := testenv.ForTest(t), testenv.ForTest(t)
 	fx := fixturesDir(t)
-	src := func(kind string) string {
-		return "crds/flux-source-controller/v1.2.0/source.toolkit.fluxcd.io_" + kind + ".yaml"
-	}
-	old := fixtureChart(t, "flux2", "1.0.0", src("buckets"), src("helmcharts"), src("helmrepositories"))
-	installed := fixtureChart(t, "flux2", "2.17.2", "charts/flux2-2.17.2/rendered/crds.yaml")
-
 	// prod-eu: objects stored at v1beta2 by an older flux2, then 2.17.2.
-	helmOn(t, prod, "install", "flux2", old, "-n", "flux-system", "--create-namespace")
-	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(prod.Config), helmrepos); err != nil {
+	if err := scenario.FluxStoredV1beta2(t.Context(), prod, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := testenv.CreateObjects(t.Context(), prod.Config, testenv.Objects{
-		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
-		Kind: "HelmRepository", Namespaces: []string{"flux-system"}, PerNS: 2,
-		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	helmOn(t, prod, "upgrade", "flux2", installed, "-n", "flux-system")
+	installed := fixtureChart(t, "flux2", "2.17.2", "charts/flux2-2.17.2/rendered/crds.yaml")
 	// staging: 2.17.2 from the start.
 	helmOn(t, staging, "install", "flux2", installed, "-n", "flux-system", "--create-namespace")
 
@@ -65,7 +50,7 @@ func TestReviewFluxBump(t *testing.T) {
 	files := func(version string) map[string]string {
 		m := map[string]string{"README.md": "fleet\n"}
 		for _, c := range []string{"prod-eu", "staging"} {
-			m["clusters/"+c+"/flux.yaml"] = fluxManifests(repo.URL, version)
+			m["clusters/"+c+"/flux.yaml"] = scenario.FluxGitManifests(repo.URL, version)
 		}
 		return m
 	}
@@ -155,33 +140,6 @@ func TestReviewFlagErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, r.code, r.stderr, tc.mention)
 		}
 	}
-}
-
-func fluxManifests(url, version string) string {
-	return `apiVersion: source.toolkit.fluxcd.io/v1
-kind: HelmRepository
-metadata:
-  name: fluxcd
-  namespace: flux-system
-spec:
-  interval: 1h
-  url: ` + url + `
----
-apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: flux2
-  namespace: flux-system
-spec:
-  interval: 1h
-  chart:
-    spec:
-      chart: flux2
-      version: "` + version + `"
-      sourceRef:
-        kind: HelmRepository
-        name: fluxcd
-`
 }
 
 func helmOn(t *testing.T, cp *testenv.ControlPlane, args ...string) {
