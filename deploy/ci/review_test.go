@@ -407,4 +407,3 @@ func TestGitLabTemplate(t *testing.T) {
 		t.Errorf("second run: requests %v, want %s and no POST", reqs, want)
 	}
 }
-
