@@ -3,16 +3,21 @@ package webhook_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -94,14 +99,7 @@ func TestCRDGateSchemaNarrowing(t *testing.T) {
 	if err := testenv.WaitEstablished(ctx, apiextclient.NewForConfigOrDie(s.cp.Config), crdName); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2 {
-		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": narrowGroup + "/v1", "kind": "Gauge",
-			"metadata": map[string]any{"name": fmt.Sprintf("gauge-%d", i), "namespace": ns},
-			"spec":     map[string]any{"size": int64(i), "mode": "fast", "legacy": "keep-me"}}}
-		if err := s.c.Create(ctx, u); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createGauges(t, narrowGroup, ns, map[string]any{"mode": "fast", "legacy": "keep-me"})
 
 	// The schema stops declaring spec.legacy, which both objects hold.
 	err := apply(false)
@@ -181,14 +179,7 @@ func TestHelmReleaseGateSchemaWarning(t *testing.T) {
 	if err := testenv.WaitEstablished(ctx, apiextclient.NewForConfigOrDie(s.cp.Config), crdName); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2 {
-		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "Gauge",
-			"metadata": map[string]any{"name": fmt.Sprintf("gauge-%d", i), "namespace": ns},
-			"spec":     map[string]any{"size": int64(i), "mode": "fast"}}}
-		if err := s.c.Create(ctx, u); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createGauges(t, group, ns, map[string]any{"mode": "fast"})
 	helmRepo(t, ns, "charts", sourcev1.HelmRepositorySpec{URL: url})
 	helmRelease(t, ns, release, release, "1.0.0", "charts")
 
@@ -206,4 +197,28 @@ func TestHelmReleaseGateSchemaWarning(t *testing.T) {
 	got := strings.Join(seen.list, "\n")
 	seen.mu.Unlock()
 	mustContain(t, got, crdName+": 2 objects would be refused their next update of spec.mode", "for example "+ns+"/gauge-0")
+}
+
+// createGauges creates gauge-0 and gauge-1 (spec.size 0 and 1, and spec) in ns through
+// s.c. A CRD established a moment ago is not yet in the API server's discovery or
+// served: the client answers "no matches for kind" or the server 404 until it is, so each
+// create is retried on those two answers only.
+func createGauges(t *testing.T, group, ns string, spec map[string]any) {
+	t.Helper()
+	for i := range 2 {
+		sp := maps.Clone(spec)
+		sp["size"] = int64(i)
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": "Gauge",
+			"metadata": map[string]any{"name": fmt.Sprintf("gauge-%d", i), "namespace": ns}, "spec": sp}}
+		err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := s.c.Create(ctx, u.DeepCopy())
+			if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return true, err
+		})
+		if err != nil {
+			t.Fatalf("create Gauge %s/gauge-%d: %v", ns, i, err)
+		}
+	}
 }
