@@ -144,8 +144,8 @@ func TestReviewFlagErrors(t *testing.T) {
 
 func helmOn(t *testing.T, cp *testenv.ControlPlane, args ...string) {
 	t.Helper()
-	if out, err := cp.Helm(args...).CombinedOutput(); err != nil {
-		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	if err := scenario.Helm(cp, args...); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -222,7 +222,7 @@ func TestReviewLWSDeletion(t *testing.T) {
 
 	g := servers.NewGitRepo(t)
 	hr := func(version, annotation string) map[string]string {
-		return map[string]string{"clusters/prod/lws.yaml": lwsManifests(repo.URL, version, annotation)}
+		return map[string]string{"clusters/prod/lws.yaml": scenario.GitManifests("lws-system", "lws", "lws", repo.URL, version, annotation)}
 	}
 	base := g.Commit("lws 0.7.0", hr("0.7.0", ""))
 	head := g.Commit("Update Helm release lws to v0.8.0", hr("0.8.0", ""))
@@ -252,35 +252,4 @@ func TestReviewLWSDeletion(t *testing.T) {
 	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "want CHECK/SUBJECT") {
 		t.Errorf("--acknowledge delete: exit %d %s", r.code, r.stderr)
 	}
-}
-
-func lwsManifests(url, version, acknowledge string) string {
-	annotations := ""
-	if acknowledge != "" {
-		annotations = "\n  annotations:\n    upgradeguard.io/acknowledge: " + acknowledge
-	}
-	return `apiVersion: source.toolkit.fluxcd.io/v1
-kind: HelmRepository
-metadata:
-  name: lws
-  namespace: lws-system
-spec:
-  interval: 1h
-  url: ` + url + `
----
-apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata:
-  name: lws
-  namespace: lws-system` + annotations + `
-spec:
-  interval: 1h
-  chart:
-    spec:
-      chart: lws
-      version: ` + version + `
-      sourceRef:
-        kind: HelmRepository
-        name: lws
-`
 }

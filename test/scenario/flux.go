@@ -52,11 +52,22 @@ func FluxStoredV1beta2(ctx context.Context, cp *testenv.ControlPlane, dir string
 // chart flux2 at version) in flux-system, as a GitOps repository holds them: the file
 // review reads. The chart version is on line 20.
 func FluxGitManifests(url, version string) string {
+	return GitManifests("flux-system", "fluxcd", "flux2", url, version, "")
+}
+
+// GitManifests is a HelmRepository (repo, at url) and a HelmRelease (the chart's name, of
+// chart at version, quoted) in ns, as a GitOps repository holds them; acknowledge, when
+// set, is the HelmRelease's upgradeguard.io/acknowledge annotation.
+func GitManifests(ns, repo, chart, url, version, acknowledge string) string {
+	annotations := ""
+	if acknowledge != "" {
+		annotations = "\n  annotations:\n    upgradeguard.io/acknowledge: " + acknowledge
+	}
 	return `apiVersion: source.toolkit.fluxcd.io/v1
 kind: HelmRepository
 metadata:
-  name: fluxcd
-  namespace: flux-system
+  name: ` + repo + `
+  namespace: ` + ns + `
 spec:
   interval: 1h
   url: ` + url + `
@@ -64,19 +75,22 @@ spec:
 apiVersion: helm.toolkit.fluxcd.io/v2
 kind: HelmRelease
 metadata:
-  name: flux2
-  namespace: flux-system
+  name: ` + chart + `
+  namespace: ` + ns + annotations + `
 spec:
   interval: 1h
   chart:
     spec:
-      chart: flux2
+      chart: ` + chart + `
       version: "` + version + `"
       sourceRef:
         kind: HelmRepository
-        name: fluxcd
+        name: ` + repo + `
 `
 }
+
+// Helm runs the real Helm CLI against cp, its output in the error.
+func Helm(cp *testenv.ControlPlane, args ...string) error { return helm(cp, args...) }
 
 func helm(cp *testenv.ControlPlane, args ...string) error {
 	if out, err := cp.Helm(args...).CombinedOutput(); err != nil {
