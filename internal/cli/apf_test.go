@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,15 +74,9 @@ func TestAPF(t *testing.T) {
 	}
 
 	const user = "apf-platform"
-	b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "cli-apf-admin"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects: []rbacv1.Subject{{Kind: "User", Name: user}}}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	cp.GrantClusterAdmin(t, user)
 	t.Cleanup(func() {
 		ctx := context.WithoutCancel(ctx)
-		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, b.Name, metav1.DeleteOptions{})
 		_ = cs.FlowcontrolV1().FlowSchemas().Delete(ctx, apf.Name, metav1.DeleteOptions{})
 		_ = cs.FlowcontrolV1().PriorityLevelConfigurations().Delete(ctx, apf.Name, metav1.DeleteOptions{})
 	})

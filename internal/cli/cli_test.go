@@ -487,6 +487,7 @@ func TestReadOnlyAndRBAC(t *testing.T) {
 	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	cp.WaitAuthorized(t, "checker", []string{"readers"}, "", reader.Rules...)
 	checker, err := cp.UserKubeconfig("checker", "readers")
 	if err != nil {
 		t.Fatal(err)

@@ -1,18 +1,15 @@
 package cli_test
 
 import (
-	"context"
 	"encoding/json"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -61,7 +58,7 @@ func builtinRoleUser(t *testing.T, name, leaseNS string, crds ...string) string 
 			t.Fatalf("the builtin role may do more than list the custom resources: %+v", rule)
 		}
 	}
-	bindUser(t, kubernetes.NewForConfigOrDie(cp.Config), p, name)
+	cp.BindRoles(t, name, p.ClusterRole, p.Role)
 	kc, err := cp.UserKubeconfig(name)
 	if err != nil {
 		t.Fatal(err)
@@ -221,34 +218,4 @@ func stopKCM(t *testing.T) {
 	if err := cp.StopControllerManager(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// bindUser creates p and binds it to user until the test ends.
-func bindUser(t *testing.T, cs kubernetes.Interface, p migrate.Permissions, user string) {
-	t.Helper()
-	ctx := t.Context()
-	subject := []rbacv1.Subject{{Kind: "User", Name: user}}
-	roleRef := func(kind, name string) rbacv1.RoleRef {
-		return rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: name}
-	}
-	_, err := cs.RbacV1().ClusterRoles().Create(ctx, p.ClusterRole, metav1.CreateOptions{})
-	if err == nil {
-		_, err = cs.RbacV1().Roles(p.Role.Namespace).Create(ctx, p.Role, metav1.CreateOptions{})
-	}
-	if err == nil {
-		_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.ClusterRole.Name},
-			RoleRef: roleRef("ClusterRole", p.ClusterRole.Name), Subjects: subject}, metav1.CreateOptions{})
-	}
-	if err == nil {
-		_, err = cs.RbacV1().RoleBindings(p.Role.Namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.Role.Name},
-			RoleRef: roleRef("Role", p.Role.Name), Subjects: subject}, metav1.CreateOptions{})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.WithoutCancel(ctx)
-		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
-		_ = cs.RbacV1().ClusterRoles().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
-	})
 }

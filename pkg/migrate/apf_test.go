@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -46,18 +45,8 @@ func TestAPFObjectsHoldTheMigrationsWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []string{user, "apf-other"} {
-		b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{GenerateName: "apf-admin-"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
-			Subjects: []rbacv1.Subject{{Kind: "User", Name: u}}}
-		got, err := cs.RbacV1().ClusterRoleBindings().Create(e.ctx, b, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cs.RbacV1().ClusterRoleBindings().Delete(context.WithoutCancel(e.ctx), got.Name, metav1.DeleteOptions{})
-		})
-	}
+	cp.GrantClusterAdmin(t, user, "system:serviceaccounts", "system:serviceaccounts:upgradeguard-system")
+	cp.GrantClusterAdmin(t, "apf-other")
 
 	// Another user's write is not held by the FlowSchema.
 	otherCfg, otherSeen := apf.Observe(other)

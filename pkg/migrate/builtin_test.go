@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	svmv1 "k8s.io/api/storagemigration/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,7 +58,6 @@ func withControllerManager(t *testing.T, controllers ...string) {
 // custom resources, to judge field loss, and never write them).
 func builtinUser(t *testing.T, e env, name, crd string) *rest.Config {
 	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	c, err := e.crds.ApiextensionsV1().CustomResourceDefinitions().Get(e.ctx, crd, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -70,40 +68,12 @@ func builtinUser(t *testing.T, e env, name, crd string) *rest.Config {
 			t.Fatalf("the builtin role grants patch: %+v", r)
 		}
 	}
-	bind(t, cs, p, name)
+	cp.BindRoles(t, name, p.ClusterRole, p.Role)
 	cfg, err := cp.AddUser(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-func bind(t *testing.T, cs kubernetes.Interface, p migrate.Permissions, user string) {
-	t.Helper()
-	ctx := t.Context()
-	subject := []rbacv1.Subject{{Kind: "User", Name: user}}
-	_, err := cs.RbacV1().ClusterRoles().Create(ctx, p.ClusterRole, metav1.CreateOptions{})
-	if err == nil {
-		_, err = cs.RbacV1().Roles(p.Role.Namespace).Create(ctx, p.Role, metav1.CreateOptions{})
-	}
-	if err == nil {
-		_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.ClusterRole.Name},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: p.ClusterRole.Name}, Subjects: subject}, metav1.CreateOptions{})
-	}
-	if err == nil {
-		_, err = cs.RbacV1().RoleBindings(p.Role.Namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: p.Role.Name},
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: p.Role.Name}, Subjects: subject}, metav1.CreateOptions{})
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.WithoutCancel(ctx)
-		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
-		_ = cs.RbacV1().ClusterRoles().Delete(ctx, p.ClusterRole.Name, metav1.DeleteOptions{})
-		_ = cs.RbacV1().RoleBindings(p.Role.Namespace).Delete(ctx, p.Role.Name, metav1.DeleteOptions{})
-		_ = cs.RbacV1().Roles(p.Role.Namespace).Delete(ctx, p.Role.Name, metav1.DeleteOptions{})
-	})
 }
 
 func builtinOpts(engine migrate.Engine) migrate.Options {

@@ -13,7 +13,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -160,12 +159,7 @@ func TestThrottledByAPF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "throttled-admin"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects: []rbacv1.Subject{{Kind: "User", Name: "throttled"}}}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(e.ctx, admin, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	cp.GrantClusterAdmin(t, "throttled")
 	var tooMany atomic.Int64
 	throttled.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {

@@ -30,26 +30,7 @@ func TestLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := migrate.RBAC("ug-min", "default", []*apiextv1.CustomResourceDefinition{crd}, false)
-	if _, err := cs.RbacV1().ClusterRoles().Create(e.ctx, p.ClusterRole, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.RbacV1().Roles("default").Create(e.ctx, p.Role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	subject := []rbacv1.Subject{{Kind: "User", Name: "migrator"}}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(e.ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ug-min"},
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ug-min"}, Subjects: subject}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.RbacV1().RoleBindings("default").Create(e.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ug-min"},
-		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "ug-min"}, Subjects: subject}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.WithoutCancel(e.ctx)
-		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, "ug-min", metav1.DeleteOptions{})
-		_ = cs.RbacV1().ClusterRoles().Delete(ctx, "ug-min", metav1.DeleteOptions{})
-	})
+	cp.BindRoles(t, "migrator", p.ClusterRole, p.Role)
 	m := newMigrator(t, cp.TokenConfig("migrator"))
 	run := func() (*migrate.Result, error) {
 		// Each run starts unmigrated and without a Lease, so every rule is exercised.
@@ -82,7 +63,11 @@ func TestLeastPrivilege(t *testing.T) {
 		rule := rules[ref.index]
 		t.Run(fmt.Sprintf("without %s %v %v", ref.role, rule.Resources, rule.Verbs), func(t *testing.T) {
 			setRules(t, cs, ref.role, slices.Delete(slices.Clone(rules), ref.index, ref.index+1))
-			defer setRules(t, cs, ref.role, rules)
+			defer func() {
+				setRules(t, cs, ref.role, rules)
+				cp.WaitAuthorized(t, "migrator", nil, p.Role.Namespace, p.Role.Rules...)
+				cp.WaitAuthorized(t, "migrator", nil, "", p.ClusterRole.Rules...)
+			}()
 			waitDenied(t, cs, rule, ref.role)
 			res, err := run()
 			msg := ""
@@ -132,14 +117,11 @@ func setRules(t *testing.T, cs kubernetes.Interface, kind string, rules []rbacv1
 // waitDenied waits until the authorizer has seen the removal (RBAC is read from a cache).
 func waitDenied(t *testing.T, cs kubernetes.Interface, rule rbacv1.PolicyRule, kind string) {
 	t.Helper()
-	resource, sub, _ := strings.Cut(rule.Resources[0], "/")
-	attrs := &authzv1.ResourceAttributes{Group: rule.APIGroups[0], Resource: resource, Subresource: sub, Verb: rule.Verbs[0]}
-	if len(rule.ResourceNames) > 0 {
-		attrs.Name = rule.ResourceNames[0]
-	}
+	namespace := ""
 	if kind == "Role" {
-		attrs.Namespace = "default"
+		namespace = "default"
 	}
+	attrs := testenv.RuleAttributes(rule, namespace)
 	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 			User: "migrator", ResourceAttributes: attrs}}, metav1.CreateOptions{})

@@ -35,6 +35,7 @@ func TestUnverifiableOwnership(t *testing.T) {
 	if _, err := kube(t).RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	cp.WaitAuthorized(t, "no-secrets", nil, ns, role.Rules...)
 	cfg, err := cp.AddUser("no-secrets")
 	if err != nil {
 		t.Fatal(err)
