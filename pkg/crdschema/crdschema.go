@@ -350,13 +350,7 @@ func conversionRemoved(live, next *apiextv1.CustomResourceDefinition) *Conversio
 	if noConversion(live) || !noConversion(next) || len(live.Status.StoredVersions) < 2 {
 		return nil
 	}
-	nextStorage, _ := apihelpers.GetCRDStorageVersion(next)
-	var differ []string
-	for _, v := range live.Status.StoredVersions {
-		if v != nextStorage && !sameSchema(live, v, next, nextStorage) {
-			differ = append(differ, v)
-		}
-	}
+	nextStorage, differ := unconverted(live, live.Status.StoredVersions, next)
 	if len(differ) == 0 {
 		return nil
 	}
