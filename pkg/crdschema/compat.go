@@ -193,10 +193,10 @@ func (w *walker) node(path string, b, h *apiextv1.JSONSchemaProps) {
 		at = "the object"
 	}
 	if typeNarrowed(b, h) {
-		w.add(CheckTypeChanged, Breaking, path, "%s changes type from %s to %s: stored values of the old type fail validation at the next update, and clients that send the old type are refused", at, typeName(b), typeName(h))
+		w.add(CheckTypeChanged, Breaking, path, "%s changes type from %s to %s: clients that send the old type are refused, and so is an update of a stored object that changes a value of the old type", at, typeName(b), typeName(h))
 		return // what lies below a changed type is a different field
 	}
-	w.required(path, b, h)
+	w.required(at, path, b, h)
 	w.enum(at, path, b, h)
 	w.bounds(at, path, b, h)
 	if h.Pattern != "" && h.Pattern != b.Pattern {
@@ -259,7 +259,7 @@ func typeName(s *apiextv1.JSONSchemaProps) string {
 	return s.Type
 }
 
-func (w *walker) required(path string, b, h *apiextv1.JSONSchemaProps) {
+func (w *walker) required(at, path string, b, h *apiextv1.JSONSchemaProps) {
 	for _, name := range h.Required {
 		if slices.Contains(b.Required, name) {
 			continue
@@ -267,7 +267,7 @@ func (w *walker) required(path string, b, h *apiextv1.JSONSchemaProps) {
 		if p, ok := h.Properties[name]; ok && p.Default != nil {
 			continue // the API server defaults it before it validates: nothing is refused
 		}
-		w.add(CheckRequiredAdded, Breaking, path+"."+name, "%s.%s becomes required: clients that do not set it are refused at create, and stored objects without it at their next update", path, name)
+		w.add(CheckRequiredAdded, Breaking, path+"."+name, "%s.%s becomes required: clients that do not set it are refused at create, and a stored object without it at an update that changes %s", path, name, at)
 	}
 }
 
@@ -362,4 +362,75 @@ func (w *walker) cel(at, path string, b, h *apiextv1.JSONSchemaProps) {
 		}
 		w.add(CheckCELRuleAdded, Risky, path, "%s gains the rule %q: objects that fail it are refused at create, and stored ones at an update that changes %s (the API server lets an update through that leaves it as it was)", at, r.Rule, at)
 	}
+}
+
+// Covers says whether path, a field path the live judgement reports (Report.Pruned's or
+// Report.Invalid's, as "spec.items[*].old"), lies at or under the Change's path: a
+// value there is what the Change reaches. A CRD-wide Change covers nothing.
+func (c Change) Covers(path string) bool {
+	if c.Path == "" {
+		return false
+	}
+	want, got := segments(c.Path), segments("."+path)
+	if len(got) < len(want) {
+		return false
+	}
+	for i, w := range want {
+		listItem := w == "[*]" && index.MatchString(got[i])
+		if w != got[i] && w != "*" && !listItem {
+			return false
+		}
+	}
+	return true
+}
+
+// segments splits ".a.b[*].c" into a, b, [*], c.
+func segments(path string) []string {
+	var out []string
+	for _, part := range strings.Split(strings.TrimPrefix(path, "."), ".") {
+		for {
+			i := strings.Index(part, "[")
+			if i < 0 {
+				break
+			}
+			if i > 0 {
+				out = append(out, part[:i])
+			}
+			j := strings.Index(part[i:], "]")
+			if j < 0 {
+				break
+			}
+			out = append(out, part[i:i+j+1])
+			part = part[i+j+1:]
+		}
+		if part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// Holders are the live judgement's findings a Change reaches: for a field removal, the
+// fields the scanned objects hold that it prunes; for a tightened rule, the failures
+// objects would meet. The same schema change judged with objects (a Scan of the live
+// cluster) says which objects each static Change concerns, and none is a Change no
+// object reaches.
+func (r *Report) Holders(c Change) (pruned []PathCount, invalid []RuleCount) {
+	if r == nil {
+		return nil, nil
+	}
+	if c.Check == CheckFieldRemoved {
+		for _, p := range r.Pruned {
+			if p.Version == c.Version && c.Covers(p.Path) {
+				pruned = append(pruned, p)
+			}
+		}
+		return pruned, nil
+	}
+	for _, i := range r.Invalid {
+		if i.Version == c.Version && c.Covers(i.Path) {
+			invalid = append(invalid, i)
+		}
+	}
+	return nil, invalid
 }

@@ -438,3 +438,29 @@ func byName(t *testing.T, files []string) map[string]*apiextv1.CustomResourceDef
 	}
 	return out
 }
+
+// TestChangeCovers: a Change's path matches the live judgement's paths at and under it,
+// list indices and map keys included, and nothing beside it.
+func TestChangeCovers(t *testing.T) {
+	for _, tc := range []struct {
+		change, path string
+		want         bool
+	}{
+		{".spec.legacy", "spec.legacy", true},
+		{".spec.legacy", "spec.legacy.a", true},
+		{".spec.legacy", "spec.legacyName", false},
+		{".spec.legacy", "spec", false},
+		{".spec.items[*].old", "spec.items[*].old", true},
+		{".spec.items[*].old", "spec.items[2].old", true},
+		{".spec.items[*].old", "spec.items[*].name", false},
+		{".spec.m.*", "spec.m.anykey", true},
+		{".spec.m.*.b", "spec.m.k.b", true},
+		{".spec.m.*.b", "spec.m.k.a", false},
+		{".spec", "spec.free", true},
+		{"", "spec", false},
+	} {
+		if got := (crdschema.Change{Path: tc.change}).Covers(tc.path); got != tc.want {
+			t.Errorf("Change at %q covers %q = %v, want %v", tc.change, tc.path, got, tc.want)
+		}
+	}
+}

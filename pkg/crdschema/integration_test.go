@@ -50,6 +50,9 @@ type ruleCase struct {
 	// with one, a merge patch that changes the offending field and must be refused.
 	wantInvalid []string
 	touch       map[string]string
+	// wantChecks are the Checks Compare reports for the change, statically; every
+	// pruned field and refused value the server shows lies under one of them.
+	wantChecks []string
 }
 
 func ruleCases() []ruleCase {
@@ -59,18 +62,21 @@ func ruleCases() []ruleCase {
 		after:      `{type: object, properties: {keep: {type: string}}}`,
 		objects:    map[string]string{"with": `{keep: x, legacy: {a: alpha}}`, "without": `{keep: x}`},
 		wantPruned: []string{"spec.legacy"},
+		wantChecks: []string{crdschema.CheckFieldRemoved},
 	}, {
 		name:       "field removed inside a list",
 		before:     `{type: object, properties: {items: {type: array, items: {type: object, properties: {name: {type: string}, old: {type: integer}}}}}}`,
 		after:      `{type: object, properties: {items: {type: array, items: {type: object, properties: {name: {type: string}}}}}}`,
 		objects:    map[string]string{"list": `{items: [{name: a, old: 1}, {name: b, old: 2}]}`},
 		wantPruned: []string{"spec.items[*].old"},
+		wantChecks: []string{crdschema.CheckFieldRemoved},
 	}, {
 		name:       "preserve-unknown-fields removed",
 		before:     `{type: object, x-kubernetes-preserve-unknown-fields: true, properties: {known: {type: string}}}`,
 		after:      `{type: object, properties: {known: {type: string}}}`,
 		objects:    map[string]string{"extra": `{known: k, free: {deep: 1}}`, "plain": `{known: k}`},
 		wantPruned: []string{"spec.free"},
+		wantChecks: []string{crdschema.CheckFieldRemoved},
 	}, {
 		name:   "embedded resource declared",
 		before: `{type: object, properties: {template: {type: object, x-kubernetes-preserve-unknown-fields: true}}}`,
@@ -79,6 +85,7 @@ func ruleCases() []ruleCase {
 		objects: map[string]string{"tpl": `{template: {apiVersion: v1, kind: ConfigMap, metadata: {name: c, labels: {a: b}},
 			spec: {replicas: 2, extra: true}, data: {k: v}}}`},
 		wantPruned: []string{"spec.template.data", "spec.template.spec.extra"},
+		wantChecks: []string{crdschema.CheckFieldRemoved},
 	}, {
 		name:        "new required field",
 		before:      `{type: object, properties: {mode: {type: string}, other: {type: string}}}`,
@@ -86,6 +93,7 @@ func ruleCases() []ruleCase {
 		objects:     map[string]string{"nomode": `{other: a}`, "mode": `{mode: m, other: a}`},
 		wantInvalid: []string{"spec.mode"},
 		touch:       map[string]string{"nomode": `{"spec":{"other":"b"}}`},
+		wantChecks:  []string{crdschema.CheckRequiredAdded},
 	}, {
 		name:        "enum",
 		before:      `{type: object, properties: {mode: {type: string}}}`,
@@ -93,6 +101,7 @@ func ruleCases() []ruleCase {
 		objects:     map[string]string{"bad": `{mode: reckless}`, "good": `{mode: safe}`},
 		wantInvalid: []string{"spec.mode"},
 		touch:       map[string]string{"bad": `{"spec":{"mode":"careless"}}`},
+		wantChecks:  []string{crdschema.CheckEnumNarrowed},
 	}, {
 		name:        "pattern and maxLength",
 		before:      `{type: object, properties: {name: {type: string}}}`,
@@ -100,6 +109,7 @@ func ruleCases() []ruleCase {
 		objects:     map[string]string{"upper": `{name: Abc}`, "long": `{name: abcdefgh}`, "fine": `{name: abc}`},
 		wantInvalid: []string{"spec.name"},
 		touch:       map[string]string{"upper": `{"spec":{"name":"Abd"}}`, "long": `{"spec":{"name":"abcdefghi"}}`},
+		wantChecks:  []string{crdschema.CheckBoundTightened, crdschema.CheckPatternChanged},
 	}, {
 		name:   "CEL rule",
 		before: `{type: object, properties: {min: {type: integer}, max: {type: integer}}}`,
@@ -108,6 +118,7 @@ func ruleCases() []ruleCase {
 		objects:     map[string]string{"inverted": `{min: 5, max: 1}`, "ordered": `{min: 1, max: 5}`},
 		wantInvalid: []string{"spec"},
 		touch:       map[string]string{"inverted": `{"spec":{"max":2}}`},
+		wantChecks:  []string{crdschema.CheckCELRuleAdded},
 	}, {
 		// 1.38 words these "Too few" (kubernetes#141641), 1.37 and older "Invalid value".
 		name:        "minItems",
@@ -116,6 +127,7 @@ func ruleCases() []ruleCase {
 		objects:     map[string]string{"one": `{hosts: [a]}`, "two": `{hosts: [a, b]}`},
 		wantInvalid: []string{"spec.hosts"},
 		touch:       map[string]string{"one": `{"spec":{"hosts":["c"]}}`},
+		wantChecks:  []string{crdschema.CheckBoundTightened},
 	}, {
 		name:        "minProperties",
 		before:      `{type: object, properties: {labels: {type: object, additionalProperties: {type: string}}}}`,
@@ -123,6 +135,7 @@ func ruleCases() []ruleCase {
 		objects:     map[string]string{"one": `{labels: {a: b}}`, "two": `{labels: {a: b, c: d}}`},
 		wantInvalid: []string{"spec.labels"},
 		touch:       map[string]string{"one": `{"spec":{"labels":{"a":"c"}}}`},
+		wantChecks:  []string{crdschema.CheckBoundTightened},
 	}, {
 		// 1.38 loosened CEL cost estimation (kubernetes#141984): 1.37 and older estimate
 		// type() comparisons at the maximum cost and refuse the CRD itself.
@@ -130,8 +143,9 @@ func ruleCases() []ruleCase {
 		before: `{type: object, properties: {a: {type: string}}}`,
 		after: `{type: object, x-kubernetes-validations: [{rule: "type(self) == type(self)", message: "same type"}],
 			properties: {a: {type: string}}}`,
-		refusedBy: func(minor int) bool { return minor < 38 },
-		objects:   map[string]string{"plain": `{a: x}`},
+		refusedBy:  func(minor int) bool { return minor < 38 },
+		objects:    map[string]string{"plain": `{a: x}`},
+		wantChecks: []string{crdschema.CheckCELRuleAdded},
 	}, {
 		name:        "int-or-string narrowed to integer",
 		before:      `{type: object, properties: {port: {x-kubernetes-int-or-string: true}}}`,
@@ -139,6 +153,7 @@ func ruleCases() []ruleCase {
 		objects:     map[string]string{"named": `{port: http}`, "number": `{port: 80}`},
 		wantInvalid: []string{"spec.port"},
 		touch:       map[string]string{"named": `{"spec":{"port":"https"}}`},
+		wantChecks:  []string{crdschema.CheckTypeChanged},
 	}, {
 		name:    "unchanged schema",
 		before:  `{type: object, properties: {a: {type: string}}}`,
@@ -196,6 +211,7 @@ func runRuleCase(t *testing.T, plural string, tc ruleCase) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	compareWithScan(t, before, after, rep, tc.wantChecks)
 	if tc.before == tc.after {
 		if len(rep.Reads) != 0 || rep.Objects != 0 {
 			t.Fatalf("an unchanged schema must not be read: %+v", rep)
@@ -278,6 +294,15 @@ func runRuleCase(t *testing.T, plural string, tc ruleCase) {
 					t.Errorf("%s: the API server's refusal %q does not contain the predicted %q", name, err, part)
 				}
 			}
+		}
+	}
+	// What the update ratchets, a create does not: a client sending an object that base
+	// accepted is refused (as Compare's messages say).
+	for name := range tc.touch {
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": group + "/v1", "kind": kindOf(plural),
+			"metadata": map[string]any{"name": name + "-again"}, "spec": fromYAML(t, tc.objects[name])}}
+		if _, err := ri.Create(ctx, obj, metav1.CreateOptions{}); err == nil {
+			t.Errorf("%s: a create of the spec the old schema accepted was admitted under the new one", name)
 		}
 	}
 	for name := range tc.objects {
@@ -738,4 +763,37 @@ func liveCRD(t *testing.T, cs apiextclient.Interface, name string) *apiextv1.Cus
 		t.Fatal(err)
 	}
 	return c
+}
+
+// compareWithScan: Compare's static verdict on the change is wantChecks, and what the live
+// judgement found on the real objects (every pruned field, every failure the server
+// confirms below) lies under one of its Changes (Report.Holders).
+func compareWithScan(t *testing.T, before, after *apiextv1.CustomResourceDefinition, rep *crdschema.Report, wantChecks []string) {
+	t.Helper()
+	changes := crdschema.Compare(before, after)
+	var checks []string
+	heldPruned, heldInvalid := map[string]bool{}, map[string]bool{}
+	for _, c := range changes {
+		checks = append(checks, c.Check)
+		pruned, invalid := rep.Holders(c)
+		for _, p := range pruned {
+			heldPruned[p.Path] = true
+		}
+		for _, i := range invalid {
+			heldInvalid[i.Path] = true
+		}
+	}
+	if diff := cmp.Diff(wantChecks, checks, emptyIsNil()); diff != "" {
+		t.Errorf("Compare's checks (-want +got):\n%s\n%v", diff, changes)
+	}
+	for _, p := range rep.Pruned {
+		if !heldPruned[p.Path] {
+			t.Errorf("the live judgement prunes %s, which no Change of Compare reaches: %v", p.Path, changes)
+		}
+	}
+	for _, i := range rep.Invalid {
+		if !heldInvalid[i.Path] {
+			t.Errorf("the live judgement refuses %s (%s), which no Change of Compare reaches: %v", i.Path, i.Message, changes)
+		}
+	}
 }
