@@ -17,6 +17,11 @@
 // CRD a migration writes under). Judge.Reads says which live objects to read, at which
 // version, and against which schema; Scan reads them page by page and returns a Report of
 // field paths and counts, never values.
+//
+// Compare answers the chart maintainer's question without objects: what a CRD's head
+// release makes incompatible with its base release, rule by rule (compat.go). Where
+// objects are at hand, Report.Holders says which of the live judgement's findings each
+// static Change reaches.
 package crdschema
 
 import (
