@@ -566,6 +566,11 @@ func TestConversionWebhookRemoved(t *testing.T) {
 	if cr == nil || !slices.Equal(cr.DifferentSchemas, []string{"v1alpha1"}) {
 		t.Fatalf("want the conversion removal over v1alpha1, got %+v", cr)
 	}
+	// Compare says the same from the two CRDs alone (the served versions standing in for
+	// storedVersions), and the server then serves the object unconverted.
+	if got := crdschema.Compare(withWebhook, none); len(got) != 1 || got[0].Check != crdschema.CheckConversionRemoved {
+		t.Fatalf("Compare: want one %s, got %v", crdschema.CheckConversionRemoved, got)
+	}
 	if err := testenv.ApplyCRD(ctx, cs, none); err != nil {
 		t.Fatal(err)
 	}
