@@ -141,13 +141,14 @@ e2e-ci: $(BIN)/noskip node-bin ## Run the e2e subset CI can afford: the chart's 
 	set -o pipefail; $(GOTEST) -tags e2e ./internal/testenv/node/... | $(NOSKIP)
 
 # The e2e tests e2e-ci leaves out, the long migrations: the chart's default policy on the
-# Flux incident, the two-replica hand-over and helm upgrade mid-migration (13 minutes here).
+# Flux incident, the two-replica hand-over, the three-replica fleet failover and helm upgrade
+# mid-migration (about 12 minutes here).
 # .ci/run's second lane runs them after e2e-ci when its budget leaves the time.
-E2E_LONG_LIST  := TestPolicyMigratesFluxIncident TestTwoReplicasHandOver TestHelmUpgradeMidMigration
+E2E_LONG_LIST  := TestPolicyMigratesFluxIncident TestTwoReplicasHandOver TestFleetShardFailover TestHelmUpgradeMidMigration
 E2E_LONG_TESTS := ^($(subst $(space),|,$(E2E_LONG_LIST)))$$
 
 .PHONY: e2e-long
-e2e-long: $(BIN)/noskip node-bin ## Run the e2e tests e2e-ci leaves out: the default policy on the Flux incident, the replica hand-over, helm upgrade mid-migration (needs root, as e2e)
+e2e-long: $(BIN)/noskip node-bin ## Run the e2e tests e2e-ci leaves out: the default policy on the Flux incident, the replica hand-over, the fleet failover, helm upgrade mid-migration (needs root, as e2e)
 	set -o pipefail; $(GOTEST) -tags e2e -run '$(E2E_LONG_TESTS)' ./test/e2e/... | $(NOSKIP) -want '$(subst $(space),$(comma),$(E2E_LONG_LIST))'
 
 # Argo CD's binary (a 203 MiB cgo build of 25-40 minutes on two cores, through its own Go
