@@ -54,10 +54,11 @@ type StorageMigrationPolicySpec struct {
 	// +optional
 	AllowFieldLoss bool `json:"allowFieldLoss,omitempty"`
 
-	// Targets puts remote clusters under the policy too: every kubeconfig Secret the
-	// selector matches is a target cluster, whose CRDs are watched and migrated the same
-	// way as the local cluster's (proactive mode per cluster). Unset: the local cluster
-	// only.
+	// Targets puts remote clusters under the policy: every kubeconfig Secret the selector
+	// matches is a target cluster, whose CRDs are watched and migrated as a local
+	// cluster's are (proactive mode per cluster). Set, the policy looks after its targets
+	// only, and the local cluster needs a policy of its own without targets. Unset: the
+	// local cluster only.
 	// +optional
 	Targets *FleetTargets `json:"targets,omitempty"`
 }
