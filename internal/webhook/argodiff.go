@@ -161,8 +161,12 @@ func (r *argoDiffs) refresh(ctx context.Context, app *unstructured.Unstructured,
 	return nil
 }
 
-// refreshDue: sm has succeeded after Argo CD last compared app (status.reconciledAt), and
-// no refresh is asked for yet.
+// refreshDue: sm has succeeded after Argo CD last compared app (status.reconciledAt), or
+// in the same second, and no refresh is asked for yet. Both times are whole seconds, so
+// a migration created for a comparison's denial and finished within that second has the
+// comparison's time: it is due, or nothing would compare again before Argo CD's resync.
+// A comparison that came after it within the second is asked for again, at most until
+// the second has passed.
 func refreshDue(app *unstructured.Unstructured, sm *v1alpha1.StorageMigration) bool {
 	if sm == nil || !storagemigration.Succeeded(sm) || sm.Status.CompletionTime == nil {
 		return false
@@ -172,7 +176,7 @@ func refreshDue(app *unstructured.Unstructured, sm *v1alpha1.StorageMigration) b
 	}
 	at, _, _ := unstructured.NestedString(app.Object, "status", "reconciledAt")
 	compared, err := time.Parse(time.RFC3339, at)
-	return err != nil || compared.Before(sm.Status.CompletionTime.Time)
+	return err != nil || !compared.After(sm.Status.CompletionTime.Time)
 }
 
 // argoRefreshAnnotation asks Argo CD to compare an Application again.

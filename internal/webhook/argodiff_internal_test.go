@@ -11,7 +11,7 @@ import (
 )
 
 // TestRefreshDue: Argo CD is asked to compare again once, when the migration its diff
-// waited for succeeded after its last comparison.
+// waited for succeeded after its last comparison or in its second.
 func TestRefreshDue(t *testing.T) {
 	done := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	succeeded := &v1alpha1.StorageMigration{Status: v1alpha1.StorageMigrationStatus{
@@ -33,7 +33,9 @@ func TestRefreshDue(t *testing.T) {
 	}{
 		{"compared before the migration succeeded", app("2026-12-05T09:59:59Z", nil), succeeded, true},
 		{"never compared", app("", nil), succeeded, true},
-		{"compared since", app("2026-12-05T10:00:00Z", nil), succeeded, false},
+		// Both are whole seconds: a comparison in the migration's second may have come first.
+		{"compared in the same second", app("2026-12-05T10:00:00Z", nil), succeeded, true},
+		{"compared since", app("2026-12-05T10:00:01Z", nil), succeeded, false},
 		{"asked already", app("2026-12-05T09:00:00Z", map[string]string{argoRefreshAnnotation: "normal"}), succeeded, false},
 		{"migration running", app("2026-12-05T09:00:00Z", nil), running, false},
 		{"no migration", app("2026-12-05T09:00:00Z", nil), nil, false},
