@@ -120,15 +120,17 @@ type compareMode struct {
 	// ServerSideDiff=true (argocd.ServerSideApplyAndDiff); else Argo CD's defaults,
 	// client-side apply and its own diff.
 	serverSide bool
-	// resync is the controller's resync period (timeout.reconciliation). 0: an hour, and
-	// the test refreshes the Application as an operator would (argocd app get --refresh)
-	// once the migrations its comparison waits for succeeded.
+	// resync is the controller's resync period (timeout.reconciliation). 0: an hour, so
+	// within the test Argo CD compares the Application again only when asked to: the
+	// test never asks, so with server-side diff only upgradeguard's own refresh
+	// (argocd.argoproj.io/refresh, once the migration a ComparisonError waits for has
+	// succeeded) unblocks the sync.
 	resync time.Duration
 }
 
 var compareModes = []compareMode{
 	{name: "client-side-apply"},
-	{name: "server-side-diff", serverSide: true},
+	{name: "server-side-diff-controller-refresh", serverSide: true},
 	{name: "server-side-diff-resync", serverSide: true, resync: 20 * time.Second},
 }
 
@@ -188,14 +190,16 @@ func gatedApply(t *testing.T, s *scenario, ug client.Client) {
 // the denial in the Application's conditions and starts the StorageMigration the real
 // update would (crd-NAME), with a StorageMigrationStarted event on the Application.
 //
-// With m.resync 0, the test refreshes the Application as an operator would once the
-// migrations a ComparisonError waits for succeeded: a refresh dry-runs every object
-// again, so each breaking CRD is quoted in turn, and the sync starts only once the
-// comparison passes, its first attempt succeeding. With a short resync (no refresh),
-// Argo CD's periodic comparison reuses its cached server-side diffs of the objects that
-// did not change: a CRD not yet quoted may not be dry-run again, the comparison passes,
-// automated sync starts, and the gate holds the real apply of that CRD (as with
-// client-side apply) until Argo CD's retry. Either way the sync of To succeeds.
+// With m.resync 0 (an hour) nothing but upgradeguard's controller asks Argo CD to
+// compare again: it sets argocd.argoproj.io/refresh on the Application once the
+// migration a ComparisonError waits for has succeeded (the test watches the Application
+// for it and never sets it). A refresh dry-runs every object again, so each breaking CRD
+// is quoted in turn, and the sync starts only once the comparison passes, its first
+// attempt succeeding. With a short resync, Argo CD's periodic comparison may come first;
+// it reuses its cached server-side diffs of the objects that did not change: a CRD not
+// yet quoted may not be dry-run again, the comparison passes, automated sync starts, and
+// the gate holds the real apply of that CRD (as with client-side apply) until Argo CD's
+// retry. Either way the sync of To succeeds.
 func gatedDiff(t *testing.T, s *scenario, ug client.Client, m compareMode) {
 	ctx := t.Context()
 	to := s.commits[fluxtest.To]
@@ -206,18 +210,19 @@ func gatedDiff(t *testing.T, s *scenario, ug client.Client, m compareMode) {
 	}
 	started := map[string]bool{}   // the StorageMigrations seen
 	succeeded := map[string]bool{} // and seen succeeded
-	refreshed := map[string]bool{} // the comparisons (condition and reconciledAt) refreshed after
 	var app *argocd.Application
+	asked := watchRefreshes(t, s)
 	s.bump(t, fluxtest.To)
 	timeout := 4 * time.Minute
 	if m.resync > 0 {
 		timeout = 4*time.Minute + 4*m.resync
 	}
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var err error
-		if app, err = s.argo.Get(ctx, s.name); err != nil {
+		got, err := s.argo.Get(ctx, s.name)
+		if err != nil {
 			return false, err
 		}
+		app = got // the last state read stays for the failure message
 		msg, comparisonError := app.Status.Condition("ComparisonError")
 		if comparisonError && !slices.Contains(seen, msg) {
 			seen = append(seen, msg)
@@ -252,17 +257,10 @@ func gatedDiff(t *testing.T, s *scenario, ug client.Client, m compareMode) {
 				return false, fmt.Errorf("operation %s: %s", op.Phase, op.Message)
 			}
 		}
-		// An operator's refresh, once the migrations this comparison waits for succeeded.
-		held := heldIn(msg)
-		if m.resync == 0 && len(held) > 0 && !refreshed[msg+" "+app.Status.ReconciledAt] &&
-			!slices.ContainsFunc(held, func(n string) bool { return !succeeded["crd-"+n] }) {
-			refreshed[msg+" "+app.Status.ReconciledAt] = true
-			step("refresh asked (argocd.argoproj.io/refresh: normal)")
-			return false, s.argo.Refresh(ctx, s.name)
-		}
 		return false, nil
 	})
-	t.Logf("%s mode, after the bump to %s:\n%s", m.name, fluxtest.To, strings.Join(steps, "\n"))
+	refreshes := asked()
+	t.Logf("%s mode, after the bump to %s:\n%s\nupgradeguard asked Argo CD to compare again %d times", m.name, fluxtest.To, strings.Join(steps, "\n"), refreshes)
 	if err != nil {
 		t.Fatalf("the sync of %s did not succeed: %v\nlast: %s\nComparisonErrors seen:\n%s\n%s", fluxtest.To, err, app, strings.Join(seen, "\n"), s.argo.LogTail(30))
 	}
@@ -307,8 +305,49 @@ func gatedDiff(t *testing.T, s *scenario, ug client.Client, m compareMode) {
 		}
 		waitApplicationEvent(t, s, webhook.ReasonArgoDiffMigrationStarted, "started StorageMigration crd-"+n+" for CustomResourceDefinition "+n)
 	}
-	if m.resync > 0 && len(refreshed) > 0 {
-		t.Errorf("the test refreshed the Application in %s mode", m.name)
+	if m.resync == 0 && refreshes == 0 {
+		t.Errorf("the sync of %s went on with an hour's resync, and upgradeguard never set %s on the Application: what compared it again?", fluxtest.To, argocd.RefreshAnnotation)
+	}
+}
+
+// watchRefreshes watches the scenario's Application from now on and counts each time
+// the refresh annotation is set on it (Argo CD removes it once it has compared again).
+// The test sets it nowhere, so each is upgradeguard's controller asking. The returned
+// function stops the watch and returns the count.
+func watchRefreshes(t *testing.T, s *scenario) func() int {
+	t.Helper()
+	ri := s.argo.Dynamic.Resource(argocd.ApplicationGVR).Namespace(argocd.Namespace)
+	list, err := ri.List(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + s.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	w, err := ri.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + s.name, ResourceVersion: list.GetResourceVersion()})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	count, done := 0, make(chan struct{})
+	go func() {
+		defer close(done)
+		set := false
+		for ev := range w.ResultChan() {
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			_, now := u.GetAnnotations()[argocd.RefreshAnnotation]
+			if now && !set {
+				count++
+			}
+			set = now
+		}
+	}()
+	return func() int {
+		cancel()
+		w.Stop()
+		<-done
+		return count
 	}
 }
 

@@ -98,7 +98,7 @@ data:
 			cms := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().ConfigMaps(name)
 
 			if !tc.waits {
-				got := waitOperation(t, argo, name, commit, "Succeeded")
+				got := waitSucceeded(t, argo, name, commit)
 				t.Logf("%s", got)
 				sm := &v1alpha1.StorageMigration{}
 				if err := ug.Get(ctx, client.ObjectKey{Name: migration}, sm); err != nil {
@@ -132,7 +132,7 @@ data:
 			}
 
 			startController(t, cp)
-			done := waitOperation(t, argo, name, commit, "Succeeded")
+			done := waitSucceeded(t, argo, name, commit)
 			t.Logf("%s", done)
 			sm := &v1alpha1.StorageMigration{}
 			if err := ug.Get(ctx, client.ObjectKey{Name: migration}, sm); err != nil {
@@ -249,15 +249,15 @@ func sameAsHarness(t *testing.T, argo *argocd.ArgoCD, cp *testenv.ControlPlane, 
 	return got
 }
 
-// waitOperation waits until the Application's sync operation of revision is in phase.
-func waitOperation(t *testing.T, argo *argocd.ArgoCD, name, revision, phase string) *argocd.Application {
+// waitSucceeded waits until the Application's sync operation of revision has succeeded.
+func waitSucceeded(t *testing.T, argo *argocd.ArgoCD, name, revision string) *argocd.Application {
 	t.Helper()
 	app, err := argo.WaitApplication(t.Context(), name, 4*time.Minute, func(app *argocd.Application) bool {
 		op := app.Status.OperationState
-		return op != nil && op.Operation.Sync.Revision == revision && op.Phase == phase
+		return op != nil && op.Operation.Sync.Revision == revision && op.Phase == "Succeeded"
 	})
 	if err != nil {
-		t.Fatalf("operation of %s never %s: %v\n%s", revision, phase, err, argo.LogTail(30))
+		t.Fatalf("the sync of %s never succeeded: %v\n%s", revision, err, argo.LogTail(30))
 	}
 	return app
 }
