@@ -252,6 +252,9 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 func (o *checkOptions) predictChart(ctx context.Context, conn *connection) (*check.Report, error) {
 	s := check.Sources{Cluster: conn.cluster, Release: o.release, Namespace: o.chart.Namespace, Policy: o.crdPolicy,
 		Rollback: o.rollback, ToRevision: o.toRevision, Upgrade: o.upgrade, Deployer: o.deployer, Current: o.current}
+	if o.argoChart == nil {
+		s.ChartRef = o.chart.Ref
+	}
 	if o.release != "" {
 		reader, err := helmrelease.NewReader(conn.clientset, conn.namespace, o.helmDriver.Driver())
 		if err != nil {

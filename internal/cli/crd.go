@@ -18,12 +18,13 @@ import (
 func newCRDCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "crd",
-		Short: "Back up a CRD with every object of its kind, and restore them",
+		Short: "Back up a CRD with every object of its kind, restore them, or move a CRD between Helm releases",
 		Long: `Deleting a CustomResourceDefinition deletes every object of its kind, at once and
 for good. 'crd backup' saves CRDs and all their objects to a directory; 'crd restore'
-brings them back into a cluster where the CRDs are absent.`,
+brings them back into a cluster where the CRDs are absent. 'crd adopt' moves a CRD from
+one Helm release to another, so that neither deletes it.`,
 	}
-	cmd.AddCommand(newCRDBackupCmd(streams, kube), newCRDRestoreCmd(streams, kube))
+	cmd.AddCommand(newCRDBackupCmd(streams, kube), newCRDRestoreCmd(streams, kube), newCRDAdoptCmd(streams, kube))
 	return cmd
 }
 

@@ -32,6 +32,7 @@ const (
 	cmdReleaseMigrate = "release migrate"
 	cmdCRDBackup      = "crd backup"
 	cmdCRDRestore     = "crd restore"
+	cmdCRDAdopt       = "crd adopt"
 	cmdAPF            = "apf"
 )
 
@@ -68,6 +69,8 @@ var rbacNeeds = map[string]string{
 		"PersistentVolumes and create/delete on PersistentVolumeClaims and Secrets in the namespace",
 	cmdCRDBackup: "crd backup needs get on the customresourcedefinitions.apiextensions.k8s.io it saves and list on their custom resources " +
 		"in every namespace",
+	cmdCRDAdopt: "crd adopt needs get on the customresourcedefinitions.apiextensions.k8s.io it moves (patch with --apply) and get/list on the " +
+		"Helm release Secrets (or ConfigMaps) of both releases",
 	cmdAPF: "upgradeguard apf needs create on selfsubjectreviews.authentication.k8s.io (any authenticated user has it) when it takes you as the " +
 		"subject, and with --apply create and patch on flowschemas and prioritylevelconfigurations.flowcontrol.apiserver.k8s.io (cluster " +
 		"administrators have them; or print the objects and have an administrator apply them)",

@@ -221,6 +221,8 @@ func renderWhy(w io.Writer, rep *check.Report, findings []check.CRDReport) {
 			"and gone from etcd at each object's next write",
 		predict.Refused: "the API server refuses the incoming CRD itself (its schema or a CEL rule, by the rules of its Kubernetes minor): " +
 			"the operation would fail at that CRD, after what was applied before it; no migration helps",
+		predict.Move: "the CRD moves from one Helm release to another: keep it on the side it leaves and move Helm's ownership metadata to the release it joins, " +
+			"first (crd adopt), or Helm deletes it with every object of its type (OBJECTS) or refuses it",
 		predict.Prune: "the CRD leaves the Application, but this sync does not prune it: it stays, OutOfSync, until a sync that prunes " +
 			"deletes it and every object of its type (OBJECTS)",
 	}
@@ -229,7 +231,7 @@ func renderWhy(w io.Writer, rep *check.Report, findings []check.CRDReport) {
 			"and every object of its type (OBJECTS)"
 	}
 	fmt.Fprintln(w, "\nWhy:")
-	for _, v := range []predict.Verdict{predict.Delete, predict.Refused, predict.DataLoss, predict.Migrate, predict.Bridge, predict.Prune} {
+	for _, v := range []predict.Verdict{predict.Delete, predict.Move, predict.Refused, predict.DataLoss, predict.Migrate, predict.Bridge, predict.Prune} {
 		n := 0
 		for _, c := range findings {
 			if c.Verdict == v {

@@ -102,6 +102,9 @@ type Request struct {
 	Upgrade func(chartVersion string) string
 
 	// What the report and its actions name.
+	// ChartRef is the incoming chart as the user named it (a directory, repo/name, an
+	// oci:// reference), for the commands that load it again.
+	ChartRef     string
 	Release      string
 	Namespace    string
 	Chart        string
@@ -225,6 +228,7 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 		req.Deployer = predict.Helm4
 	}
 	removed, kept := removals(req, live)
+	movedIn := movesIn(req, live)
 	var judged, admitted []judgement
 	for _, in := range req.Incoming {
 		if _, ok := removed[in.CRD.Name]; ok {
@@ -251,9 +255,16 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	if err := askCluster(ctx, cluster, req, live, removed, judged, admitted, rep.CRDs); err != nil {
 		return nil, err
 	}
+	this := predict.ReleaseRef{Namespace: req.Namespace, Name: req.Release}
 	for i := range rep.CRDs {
 		if r, ok := removed[rep.CRDs[i].Name]; ok {
 			rep.CRDs[i].Decision = predict.DecideRemoved(req.Operation, req.Deployer, r, rep.CRDs[i].Objects)
+			if to, ok := movedAway(req, r); ok {
+				rep.CRDs[i].Decision = predict.DecideMovedAway(req.Operation, rep.CRDs[i].Decision, r, this, to)
+			}
+		}
+		if from, ok := movedIn[rep.CRDs[i].Name]; ok {
+			rep.CRDs[i].Decision = predict.DecideMovedIn(req.Operation, rep.CRDs[i].Decision, from, this)
 		}
 	}
 	if err := findSteppingStones(ctx, live, req, rep.CRDs); err != nil {
@@ -288,6 +299,52 @@ func removals(req Request, live map[string]*apiextv1.CustomResourceDefinition) (
 		removed[r.Name()] = r
 	}
 	return removed, kept
+}
+
+// moveChart is the chart the release a CRD moves to is upgraded with, when this operation
+// is that upgrade (the CRD moves in); empty otherwise.
+func moveChart(req Request, c CRDReport) string {
+	if c.Move.To != (predict.ReleaseRef{Namespace: req.Namespace, Name: req.Release}) {
+		return ""
+	}
+	return req.ChartRef
+}
+
+// movedAway says whether a CRD that leaves the release has moved to another one: the
+// operation is Helm's and the live CRD's ownership metadata names another release, to.
+func movedAway(req Request, r predict.Removal) (to predict.ReleaseRef, ok bool) {
+	if req.Release == "" || !predict.MovingHelm(req.Deployer) {
+		return predict.ReleaseRef{}, false
+	}
+	owner, ok := predict.HelmOwner(r.Live.Annotations)
+	if !ok || owner == (predict.ReleaseRef{Namespace: req.Namespace, Name: req.Release}) {
+		return predict.ReleaseRef{}, false
+	}
+	return owner, true
+}
+
+// movesIn are the CRDs that the operation of a Helm release takes into its manifest
+// (rendered from templates/, not in the manifest today) while their live ownership
+// metadata names another release, by name, with that release: Helm refuses them
+// (predict.DecideMovedIn).
+func movesIn(req Request, live map[string]*apiextv1.CustomResourceDefinition) map[string]predict.ReleaseRef {
+	out := map[string]predict.ReleaseRef{}
+	if req.Release == "" || !predict.MovingHelm(req.Deployer) {
+		return out
+	}
+	this := predict.ReleaseRef{Namespace: req.Namespace, Name: req.Release}
+	for _, in := range req.Incoming {
+		l := live[in.CRD.Name]
+		if in.Source != predict.Templates || l == nil || slices.ContainsFunc(req.Current, func(c chartcrds.CRD) bool {
+			return c.Source == predict.Templates && c.CRD.Name == in.CRD.Name
+		}) {
+			continue
+		}
+		if owner, ok := predict.HelmOwner(l.Annotations); ok && owner != this {
+			out[in.CRD.Name] = owner
+		}
+	}
+	return out
 }
 
 // bundled judges the StorageVersionMigrations the incoming side renders
@@ -348,6 +405,8 @@ func nextSteps(req Request, live map[string]*apiextv1.CustomResourceDefinition, 
 	for _, c := range crds {
 		switch predict.FixFor(c.Decision) {
 		case predict.NoFix:
+		case predict.FixMove:
+			others = append(others, predict.AdoptCommand(*c.Move, moveChart(req, c)).String())
 		case predict.FixMigrate:
 			migrate = append(migrate, c.Name)
 		case predict.FixKeep:
@@ -581,6 +640,8 @@ func action(req Request, live map[string]*apiextv1.CustomResourceDefinition, c C
 				strings.Join(c.MigratingBy, ", "), cmdline.Migrate{CRDs: crd, Wait: true})
 		}
 		return cmdline.Migrate{CRDs: crd}.String()
+	case predict.FixMove:
+		return predict.MoveAdvice(*c.Move, live[c.Name], moveChart(req, c))
 	case predict.FixKeep:
 		return req.Deployer.KeepAdvice(req.Operation, []*apiextv1.CustomResourceDefinition{liveOrNamed(live, c.Name)}, req.Release, req.Namespace)
 	case predict.FixChart:

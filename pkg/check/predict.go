@@ -91,6 +91,8 @@ type Sources struct {
 	NoAdmission bool
 	// Upgrade words moving the deployment to a chart version (Request.Upgrade).
 	Upgrade func(chartVersion string) string
+	// ChartRef names the incoming chart as the user did (Request.ChartRef).
+	ChartRef string
 }
 
 // Prediction is a Report with what it was made from, for callers that look further
@@ -116,7 +118,7 @@ var ErrRollbackNeedsRelease = errors.New("a rollback needs the release whose rev
 // the live cluster. It only reads.
 func Predict(ctx context.Context, s Sources) (*Prediction, error) {
 	req := Request{Operation: predict.Upgrade, Policy: s.Policy, Deployer: s.Deployer, Release: s.Release, Namespace: s.Namespace, Current: s.Current,
-		NoObjectCounts: s.NoObjectCounts, NoAdmission: s.NoAdmission, Upgrade: s.Upgrade}
+		NoObjectCounts: s.NoObjectCounts, NoAdmission: s.NoAdmission, Upgrade: s.Upgrade, ChartRef: s.ChartRef}
 	p := &Prediction{}
 	if s.Record != nil {
 		if err := s.record(ctx, &req, p); err != nil {

@@ -231,6 +231,22 @@ func (c CRDBackup) String() string {
 	return start(upgradeguard, "crd", "backup").word(c.CRDs...).flag("--dir", c.Dir).String()
 }
 
+// CRDAdopt is `upgradeguard crd adopt CRD --from NS/A --to NS/B --chart C --apply`:
+// it moves a CRD's Helm ownership from release A to release B and keeps it on A's side
+// (dry run unless Apply), naming B's chart when B is not installed yet.
+type CRDAdopt struct {
+	CRD                     string
+	FromNamespace, FromName string
+	ToNamespace, ToName     string
+	Chart                   string
+	Apply                   bool
+}
+
+func (c CRDAdopt) String() string {
+	return start(upgradeguard, "crd", "adopt", or(c.CRD, "CRD")).flag("--from", nsName(or(c.FromNamespace, "NAMESPACE"), or(c.FromName, "RELEASE"))).
+		flag("--to", nsName(or(c.ToNamespace, "NAMESPACE"), or(c.ToName, "RELEASE"))).flag("--chart", c.Chart).on("--apply", c.Apply).String()
+}
+
 // CRDRestore is `upgradeguard crd restore --dir DIR`.
 type CRDRestore struct{ Dir string }
 
@@ -266,7 +282,8 @@ func (c Audit) String() string { return start(upgradeguard, "audit").on("--fleet
 // Helm's commands.
 
 // HelmUpgrade is `helm upgrade R CHART --repo URL --version V --plain-http -f FILE -n
-// NS`, each flag only when its value is known (CHART when the chart is not). Values set
+// NS`, each flag only when its value is known (CHART when the chart is not); Install
+// words `helm upgrade --install`, for a release that may not exist yet. Values set
 // inline are never worded. With no release it names the operation itself.
 type HelmUpgrade struct {
 	Release, Namespace string
@@ -274,6 +291,7 @@ type HelmUpgrade struct {
 	Version            string
 	PlainHTTP          bool
 	ValuesFiles        []string
+	Install            bool
 }
 
 func (c HelmUpgrade) String() string {
@@ -281,7 +299,7 @@ func (c HelmUpgrade) String() string {
 	if c.Release == "" {
 		return l.String()
 	}
-	l.word(c.Release, or(c.Chart, "CHART")).flag("--repo", c.Repo).flag("--version", c.Version).on("--plain-http", c.PlainHTTP)
+	l.on("--install", c.Install).word(c.Release, or(c.Chart, "CHART")).flag("--repo", c.Repo).flag("--version", c.Version).on("--plain-http", c.PlainHTTP)
 	for _, f := range c.ValuesFiles {
 		l.flag("-f", f)
 	}
@@ -364,17 +382,39 @@ func (HelmVersion) String() string { return start(helm, "version", "--short").St
 
 // Annotate is `kubectl annotate --overwrite RESOURCE NAME... -n NS KEY=VALUE`
 // (Overwrite to replace a value already there), KEY=VALUE quoted for the shell when it
-// needs to be. Resource may be empty when the names are KIND/NAME.
+// needs to be, then each of More the same way. Resource may be empty when the names are
+// KIND/NAME.
 type Annotate struct {
 	Resource   string
 	Names      []string
 	Namespace  string
 	Key, Value string
+	More       []KeyValue
 	Overwrite  bool
 }
 
+// KeyValue is one more KEY=VALUE an Annotate sets.
+type KeyValue struct{ Key, Value string }
+
 func (c Annotate) String() string {
-	return start(kubectl, "annotate").on("--overwrite", c.Overwrite).word(c.Resource).word(c.Names...).flag("-n", c.Namespace).word(ShellWord(c.Key + "=" + c.Value)).String()
+	l := start(kubectl, "annotate").on("--overwrite", c.Overwrite).word(c.Resource).word(c.Names...).flag("-n", c.Namespace).word(ShellWord(c.Key + "=" + c.Value))
+	for _, kv := range c.More {
+		l.word(ShellWord(kv.Key + "=" + kv.Value))
+	}
+	return l.String()
+}
+
+// Label is `kubectl label --overwrite RESOURCE NAME... KEY=VALUE` (Overwrite to replace a
+// value already there).
+type Label struct {
+	Resource   string
+	Names      []string
+	Key, Value string
+	Overwrite  bool
+}
+
+func (c Label) String() string {
+	return start(kubectl, "label").on("--overwrite", c.Overwrite).word(c.Resource).word(c.Names...).word(ShellWord(c.Key + "=" + c.Value)).String()
 }
 
 // Get is `kubectl get RESOURCE NAME -n NS -A -o OUTPUT`, each part only when set.

@@ -144,6 +144,7 @@ const (
 	WhyDelete   = "Helm would delete CRDs and every object of their types"
 	WhyDataLoss = "the incoming schema would drop fields that stored objects hold"
 	WhyRefused  = "the API server refuses the incoming CRD itself"
+	WhyMove     = "CRDs move between Helm releases: keep them and move their ownership first, or Helm deletes them or refuses them"
 )
 
 // Decide checks the incoming CRDs against the target cluster and, when allowed, moves the
@@ -193,6 +194,8 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 			d.Plan = planCommand(rep, o)
 		case fix == predict.FixKeep:
 			d.Reason, why = ReasonCRDDeletion, WhyDelete
+		case fix == predict.FixMove:
+			d.Reason, why = ReasonCRDDeletion, WhyMove
 		case fix == predict.FixSchema:
 			d.Reason, why = ReasonDataLoss, WhyDataLoss
 		case fix == predict.FixChart:

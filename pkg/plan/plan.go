@@ -42,6 +42,10 @@ const (
 	// Keep annotates CRDs helm.sh/resource-policy=keep so that an upgrade that drops them
 	// does not delete them and their objects.
 	Keep StepKind = "keep"
+	// Move keeps a CRD that moves between Helm releases on the side it leaves and moves
+	// Helm's ownership metadata to the release it joins (upgradeguard crd adopt), so that
+	// neither release's upgrade deletes or refuses it.
+	Move StepKind = "move"
 )
 
 // CRDState is one CRD as the plan predicts it after a step.
@@ -412,6 +416,7 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 	}
 	var steps []Step
 	var migrate, keep []string
+	var moves []predict.CRDMove
 	var objects int64
 	var blockers []Blocker
 	cur := s
@@ -427,6 +432,8 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 			}
 		case fix == predict.FixKeep:
 			keep = append(keep, c.Name)
+		case fix == predict.FixMove:
+			moves = append(moves, *c.Move)
 		case fix == predict.FixStorageSwitch && r.req.AllowStorageSwitch:
 			cur = cur.switched(c.Name, c.StorageSwitchTo)
 			st := Step{Kind: StorageSwitch, CRDs: []string{c.Name}, After: states(cur, c.Name),
@@ -449,6 +456,11 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 		}
 		cur = cur.kept(r.req.deployer(), keep)
 		steps = append(steps, Step{Kind: Keep, CRDs: keep, After: states(cur, keep...), Commands: commands})
+	}
+	for _, m := range moves {
+		cur = cur.moved(m)
+		steps = append(steps, Step{Kind: Move, CRDs: []string{m.CRD}, After: states(cur, m.CRD),
+			Commands: []string{predict.AdoptCommand(m, "").String()}})
 	}
 	if len(migrate) > 0 {
 		cur = cur.migrated(migrate)

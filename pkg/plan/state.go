@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -32,13 +33,14 @@ type state struct {
 }
 
 // key names a state for the search: the chart version and, per CRD, the storage version,
-// the stored versions and the keep annotation.
+// the stored versions, the keep annotation and the Helm release its ownership names.
 func (s *state) key() string {
 	var b strings.Builder
 	b.WriteString(s.version)
 	for _, name := range sortedNames(s.crds) {
 		c := s.crds[name]
-		fmt.Fprintf(&b, "|%s:%s:%s:%s", name, crdversions.StorageVersion(c), strings.Join(c.Status.StoredVersions, ","), c.Annotations[predict.KeepAnnotation])
+		fmt.Fprintf(&b, "|%s:%s:%s:%s:%s/%s", name, crdversions.StorageVersion(c), strings.Join(c.Status.StoredVersions, ","), c.Annotations[predict.KeepAnnotation],
+			c.Annotations[predict.ReleaseNamespaceAnnotation], c.Annotations[predict.ReleaseNameAnnotation])
 	}
 	return b.String()
 }
@@ -90,6 +92,24 @@ func (s *state) kept(d predict.Deployer, names []string) *state {
 		c.Annotations = d.Kept(c.Annotations)
 	}
 	return n
+}
+
+// moved is s after the metadata steps of a move (predict.MoveMetadata): the CRD kept on
+// the side it leaves, its Helm ownership naming the release it joins.
+func (s *state) moved(m predict.CRDMove) *state {
+	n := s.clone()
+	c := n.edit(m.CRD)
+	annotations, labels := predict.MoveMetadata(m)
+	c.Annotations, c.Labels = merged(c.Annotations, annotations), merged(c.Labels, labels)
+	return n
+}
+
+// merged is a copy of a with b's entries set.
+func merged(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	maps.Copy(out, a)
+	maps.Copy(out, b)
+	return out
 }
 
 // live are the named CRDs of s (those it does not hold are left out).

@@ -57,9 +57,12 @@ const ArgoSyncOptionsAnnotation = "argocd.argoproj.io/sync-options"
 // The sync options that keep an object, and the propagation policy that users believe
 // keeps a CRD's objects.
 const (
-	ArgoPruneFalse  = "Prune=false"
-	ArgoDeleteFalse = "Delete=false"
-	ArgoOrphan      = "orphan"
+	ArgoPruneFalse = "Prune=false"
+	// ArgoPruneConfirm holds a sync that would prune the object until someone confirms
+	// the prune: Argo CD's own confirmation, offered beside Prune=false.
+	ArgoPruneConfirm = "Prune=confirm"
+	ArgoDeleteFalse  = "Delete=false"
+	ArgoOrphan       = "orphan"
 )
 
 // ArgoSync is what an Argo CD Application's spec says about deleting the objects that
@@ -398,10 +401,15 @@ func (a ArgoCDDeployer) KeepAdvice(op Operation, live []*apiextv1.CustomResource
 		return fmt.Sprintf("keep it: %s before deleting the Application (Argo CD reads %s from the live object and leaves it in place)",
 			strings.Join(cmds, "; "), ArgoDeleteFalse)
 	}
+	var confirm []string
+	for _, c := range syncOptionCommands(live, ArgoPruneConfirm) {
+		confirm = append(confirm, c.String())
+	}
 	return fmt.Sprintf("keep it: %s before the sync (Argo CD reads %s from the live CRD's %s when it prunes, and leaves the CRD and its objects in place, "+
 		"OutOfSync; the command adds the option to those the annotation already lists); to keep it in git instead, first sync a chart that renders the CRD with that annotation. "+
+		"Or let a person decide at the prune, with Argo CD's own confirmation, %s: %s (the sync that would prune it waits until someone confirms). "+
 		"helm.sh/resource-policy: keep does not stop an Argo CD prune",
-		strings.Join(cmds, "; "), ArgoPruneFalse, ArgoSyncOptionsAnnotation)
+		strings.Join(cmds, "; "), ArgoPruneFalse, ArgoSyncOptionsAnnotation, ArgoSyncOptionsAnnotation+": "+ArgoPruneConfirm, strings.Join(confirm, "; "))
 }
 
 // KeepCommands adds Prune=false (Delete=false for an Application's deletion) to the
@@ -412,6 +420,12 @@ func (a ArgoCDDeployer) KeepCommands(op Operation, live []*apiextv1.CustomResour
 	if op == Uninstall {
 		option = ArgoDeleteFalse
 	}
+	return syncOptionCommands(live, option)
+}
+
+// syncOptionCommands add option to the CRDs' sync-options annotation (ArgoSyncOption):
+// one command for those without it and one for each whose list it extends.
+func syncOptionCommands(live []*apiextv1.CustomResourceDefinition, option string) []cmdline.Annotate {
 	var bare []string
 	var out []cmdline.Annotate
 	for _, c := range live {

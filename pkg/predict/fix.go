@@ -50,6 +50,8 @@ func FixFor(f Decision) Fix {
 		return FixSchema
 	case Refused:
 		return FixChart
+	case Move:
+		return FixMove
 	case Bridge:
 		if f.StorageSwitchTo != "" {
 			return FixStorageSwitch

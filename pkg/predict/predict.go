@@ -122,6 +122,8 @@ type Decision struct {
 	// serve. Switching the live storage version to it, migrating and pruning unblocks the
 	// operation without a stepping stone. Empty when no such version exists.
 	StorageSwitchTo string `json:"storageSwitchTo,omitempty"`
+	// Move is, for a move, the releases the CRD moves between (MoveSteps says how).
+	Move *CRDMove `json:"move,omitempty"`
 }
 
 // Decide returns the verdict for one incoming CRD against the live one (nil when the CRD
