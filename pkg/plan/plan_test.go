@@ -246,3 +246,33 @@ func (s *source) mustCRDs(t *testing.T, v string) []chartcrds.CRD {
 	}
 	return c
 }
+
+// TestEdgeMovesACRDIn: the next chart version of release widgets-crds renders a CRD that
+// release widgets owns today (a chart split into an operator and a -crds chart). Helm
+// would refuse it; the plan moves it first (crd adopt), and after the upgrade the CRD is
+// widgets-crds', kept on widgets' side.
+func TestEdgeMovesACRDIn(t *testing.T) {
+	live := crd([]string{"v1"}, "v1*")
+	live.Labels = map[string]string{predict.ManagedByLabel: predict.ManagedByHelm}
+	live.Annotations = map[string]string{predict.ReleaseNameAnnotation: "widgets", predict.ReleaseNamespaceAnnotation: "apps"}
+	src := &source{charts: map[string][]string{"1.0.0": {"v1*"}}}
+	r, err := newRunner(t.Context(), Request{Cluster: cluster{live}, Versions: src, Release: "widgets-crds", Namespace: "apps"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.start.version = "0.1.0"
+	got, next, blockers, err := r.edge(t.Context(), r.start, "1.0.0")
+	if err != nil || len(blockers) > 0 {
+		t.Fatalf("edge: %v, blockers %v", err, blockers)
+	}
+	if len(got) != 2 || got[0].Kind != Move || got[1].Kind != Upgrade {
+		t.Fatalf("steps %+v, want move then upgrade", got)
+	}
+	if want := "upgradeguard crd adopt widgets.example.com --from apps/widgets --to apps/widgets-crds --apply"; got[0].Commands[0] != want {
+		t.Errorf("move step %q, want %q", got[0].Commands[0], want)
+	}
+	c := next.crds["widgets.example.com"]
+	if owner, _ := predict.HelmOwner(c.Annotations); owner != (predict.ReleaseRef{Namespace: "apps", Name: "widgets-crds"}) || c.Annotations[predict.KeepAnnotation] != predict.KeepValue {
+		t.Errorf("after the upgrade the CRD carries %v, want it widgets-crds' and kept", c.Annotations)
+	}
+}
