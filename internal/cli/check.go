@@ -68,6 +68,9 @@ each one, what the API server will do:
            move first (a storage switch, or a stepping-stone chart version)
   delete   the release stops rendering a live CRD: Helm deletes it and every
            object of its type
+  move     the CRD moves from one Helm release to another: the release it leaves
+           deletes it, the one it joins refuses it, until it is kept and Helm's
+           ownership moves (upgradeguard crd adopt)
   prune    (--argocd-app) the Application stops rendering a live CRD, but its
            sync does not prune: nothing is lost now (exit 0); a sync with prune
            would delete it and every object of its type
