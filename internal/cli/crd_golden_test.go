@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"io"
 
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/upgradeguard/upgradeguard/pkg/crdbackup"
+	"github.com/upgradeguard/upgradeguard/pkg/crdmove"
+	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
 func crdGolden() []goldenCase {
@@ -24,7 +29,20 @@ func crdGolden() []goldenCase {
 	partial := &crdRestoreOutput{RestoreResult: &crdbackup.RestoreResult{Dir: "./lws-backup", CRDs: []crdbackup.RestoredCRD{
 		{Name: restored.Name, Kind: "LeaderWorkerSet", Version: "v1", CRD: crdbackup.Existed, Objects: 30, Unchanged: 7, Overwritten: 1, Kept: kept, StatusRestored: 1},
 	}}}
+	move := predict.CRDMove{CRD: "leaderworkersets.leaderworkerset.x-k8s.io",
+		From: predict.ReleaseRef{Namespace: "lws-system", Name: "lws"}, To: predict.ReleaseRef{Namespace: "lws-system", Name: "lws-crds"}}
+	live := &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: move.CRD,
+		Labels:      map[string]string{predict.ManagedByLabel: predict.ManagedByHelm},
+		Annotations: map[string]string{predict.ReleaseNameAnnotation: "lws", predict.ReleaseNamespaceAnnotation: "lws-system"}}}
+	movedAnnotations, movedLabels := predict.MoveMetadata(move)
+	moved := &apiextv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: move.CRD, Labels: movedLabels, Annotations: movedAnnotations}}
+	planned := &crdmove.Result{Move: move, Kind: "LeaderWorkerSet", FromRenders: true, FromRevision: 3, RenderedBy: "chart lws-crds 0.8.0",
+		Steps: predict.MoveSteps(move, live, "./lws-crds"), DryRun: true}
+	written := &crdmove.Result{Move: move, Kind: "LeaderWorkerSet", FromRenders: true, FromRevision: 3, RenderedBy: "release lws-system/lws-crds revision 1",
+		Steps: predict.MoveSteps(move, moved, ""), Changed: true}
 	return []goldenCase{
+		{name: "crd-adopt-dry-run", v: planned, text: func(w io.Writer) error { return crdAdoptText(w, planned) }},
+		{name: "crd-adopt-written", v: written, text: func(w io.Writer) error { return crdAdoptText(w, written) }},
 		{name: "crd-backup", v: backupRes, text: func(w io.Writer) error { return crdBackupText(w, backupRes) }},
 		{name: "crd-restore", v: complete, text: complete.text},
 		{name: "crd-restore-kept", v: partial, text: partial.text},

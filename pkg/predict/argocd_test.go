@@ -310,7 +310,9 @@ func TestArgoKeep(t *testing.T) {
 
 	advice := argoAuto.KeepAdvice(Upgrade, []*apiextv1.CustomResourceDefinition{listed}, "", "")
 	for _, w := range []string{"kubectl annotate --overwrite crd c.x argocd.argoproj.io/sync-options=ServerSideApply=true,Prune=false", "before the sync",
-		"adds the option to those the annotation already lists", "helm.sh/resource-policy: keep does not stop an Argo CD prune"} {
+		"adds the option to those the annotation already lists", "helm.sh/resource-policy: keep does not stop an Argo CD prune",
+		// Argo CD's own confirmation, beside Prune=false.
+		"argocd.argoproj.io/sync-options: Prune=confirm", "kubectl annotate --overwrite crd c.x argocd.argoproj.io/sync-options=ServerSideApply=true,Prune=confirm"} {
 		if !strings.Contains(advice, w) {
 			t.Errorf("advice %q does not say %q", advice, w)
 		}
