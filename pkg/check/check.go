@@ -323,13 +323,13 @@ func movedAway(req Request, r predict.Removal) (to predict.ReleaseRef, ok bool) 
 	return owner, true
 }
 
-// movesIn are the CRDs that the operation of a Helm release takes into its manifest
+// movesIn are the CRDs that the upgrade of a Helm release takes into its manifest
 // (rendered from templates/, not in the manifest today) while their live ownership
-// metadata names another release, by name, with that release: Helm refuses them
-// (predict.DecideMovedIn).
+// metadata names another release, by name, with that release: Helm's install and upgrade
+// refuse them (predict.DecideMovedIn). A rollback checks no ownership.
 func movesIn(req Request, live map[string]*apiextv1.CustomResourceDefinition) map[string]predict.ReleaseRef {
 	out := map[string]predict.ReleaseRef{}
-	if req.Release == "" || !predict.MovingHelm(req.Deployer) {
+	if req.Release == "" || req.Operation != predict.Upgrade || !predict.MovingHelm(req.Deployer) {
 		return out
 	}
 	this := predict.ReleaseRef{Namespace: req.Namespace, Name: req.Release}

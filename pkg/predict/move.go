@@ -163,7 +163,8 @@ func DecideMovedAway(op Operation, removed Decision, r Removal, from, to Release
 	return f
 }
 
-// DecideMovedIn is the verdict on a CRD that op of release to renders from templates/
+// DecideMovedIn is the verdict on a CRD that op of release to (an install or upgrade:
+// Helm's rollback checks no ownership) renders from templates/ for the first time
 // while the live CRD's ownership names another release, from: Helm refuses the operation
 // (invalid ownership metadata) until the ownership moves to to, and from's next upgrade
 // without it would delete it unless it is kept. incoming is Decide's decision on the
