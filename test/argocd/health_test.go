@@ -69,7 +69,9 @@ func TestArgoCDJudgesCRDAndStorageVersionMigration(t *testing.T) {
 			t.Fatalf("deploy/argocd/argocd-cm.yaml has no %s", k)
 		}
 	}
-	argo := argocd.Start(t, cp, argocd.Options{Settings: settings, PersistResourceHealth: true})
+	// The CRD carries no tracking annotation, so its migrator's condition brings no
+	// comparison: the resync does (crdResync).
+	argo := argocd.Start(t, cp, argocd.Options{Settings: settings, PersistResourceHealth: true, Resync: crdResync})
 
 	crdYAML, err := yaml.Marshal(map[string]any{"apiVersion": crd.APIVersion, "kind": crd.Kind,
 		"metadata": map[string]any{"name": crd.Name}, "spec": crd.Spec})

@@ -427,14 +427,27 @@ func TestPruneOfCRDWithObjectsRefused(t *testing.T) {
 // change prunes nothing. Argo CD puts no tracking annotation on the CRDs it renders, so
 // once the chart stops rendering the CRD it is no longer the Application's: the sync
 // succeeds, the Application is Synced, the CRD leaves its resource tree, and the CRD and
-// the Widgets stay, with no deletion guard running.
+// the Widgets stay, with no deletion guard running. Argo CD resyncs every crdResync: the
+// untracked CRD's own changes bring no comparison.
 func TestUntrackedCRDNotPruned(t *testing.T) {
 	needCluster(t)
 	cp := testenv.ForTest(t)
-	argo := argocd.Start(t, cp)
+	argo := argocd.Start(t, cp, argocd.Options{Resync: crdResync})
 	ctx := t.Context()
 	const name = "prune-untracked"
 	s := startPruneScenario(t, cp, argo, name, argocd.SyncRetry{Limit: 2, Backoff: time.Second, Factor: 2, MaxBackoff: 4 * time.Second})
+	// Argo CD tracked the ConfigMap it applied, and not the CRD.
+	crd, err := apiextclient.NewForConfigOrDie(cp.Config).ApiextensionsV1().CustomResourceDefinitions().Get(ctx, widgetsCRD, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, err := kubernetes.NewForConfigOrDie(cp.Config).CoreV1().ConfigMaps(name).Get(ctx, widgetsConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, cmGot := crd.Annotations[predict.ArgoTrackingAnnotation], cm.Annotations[predict.ArgoTrackingAnnotation]; got != "" || cmGot == "" {
+		t.Fatalf("%s on the CRD %q, on the ConfigMap %q; want the ConfigMap's alone", predict.ArgoTrackingAnnotation, got, cmGot)
+	}
 
 	if err := argo.SetTargetRevision(ctx, name, s.withoutIt); err != nil {
 		t.Fatal(err)

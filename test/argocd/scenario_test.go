@@ -52,6 +52,17 @@ const versionConfigMap = "kyverno-chart-version"
 // version and Argo CD's sync status means what the test asks.
 var breakingFiles = []string{"kyverno.io_cleanuppolicies.yaml", "kyverno.io_policyexceptions.yaml"}
 
+// crdResync is Argo CD's resync period in the tests that wait for what Argo CD reads of a
+// CRD it applied, once the CRD or its status changed. Argo CD sets no tracking annotation
+// on a CRD (its repo-server leaves CRDs out), so a CRD's own watch events never bring its
+// Application to compare again; only an operation's end, a tracked object's change and
+// the resync do. With the harness's hour, a last comparison that ran before the CRD (or
+// its latest status) reached Argo CD's cache is the last for an hour: after a sync, the
+// refresh at the operation's end and the one the ConfigMap's watch event brings (Argo CD
+// applies the ConfigMap first) can both come before the CRD's ADDED event, which Argo CD
+// handles by reloading the API's discovery and schemas, slowly on a loaded machine.
+const crdResync = 30 * time.Second
+
 // scenario is an Application of the kyverno chart from a git repository, at From, with
 // one object of each breaking CRD stored at v2alpha1.
 type scenario struct {
