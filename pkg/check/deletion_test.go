@@ -1,9 +1,12 @@
 package check_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -11,6 +14,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -22,10 +26,7 @@ import (
 // it in crds/; an empty CRD the chart no longer brings goes with a note; the live keep
 // annotation keeps it.
 func TestDeletionModel(t *testing.T) {
-	ctx, cs, cluster := freshCluster(t)
-	const reports = "admissionreports.kyverno.io"
-	current := mustRead(t, dir(t, "kyverno/v1.12.6")...)
-	applyAll(t, ctx, cs, current)
+	ctx, cs, cluster, current := kyvernoCluster(t)
 	crd := current[0]
 	for _, c := range current {
 		if c.Name == reports {
@@ -46,11 +47,7 @@ func TestDeletionModel(t *testing.T) {
 		if c.Verdict != verdict || c.Objects == nil || *c.Objects != objects || rep.Safe != (verdict == predict.OK) {
 			t.Errorf("%s: %s with objects %v (safe %v), want %s with %d", name, c.Verdict, c.Objects, rep.Safe, verdict, objects)
 		}
-		for _, r := range reason {
-			if !strings.Contains(c.Reason, r) {
-				t.Errorf("%s: reason %q does not say %q", name, c.Reason, r)
-			}
-		}
+		reasonSays(t, name, c.Reason, reason...)
 		return rep
 	}
 
@@ -90,4 +87,27 @@ func TestDeletionModel(t *testing.T) {
 		t.Errorf("kept, moved to crds/: %s (safe %v) %q, want ok naming the keep annotation", c.Verdict, rep.Safe, c.Reason)
 	}
 	judge("kept, dropped", dropped, predict.OK, 3, "helm.sh/resource-policy=keep", "outside the release")
+}
+
+// reports is the Kyverno CRD the deletion and move models judge.
+const reports = "admissionreports.kyverno.io"
+
+// kyvernoCluster is a fresh cluster holding Kyverno 1.12.6's CRDs, which it returns
+// (reports among them, rendered from templates/ by that chart).
+func kyvernoCluster(t *testing.T) (context.Context, apiextclient.Interface, *livecluster.KubeCluster, []*apiextv1.CustomResourceDefinition) {
+	t.Helper()
+	ctx, cs, cluster := freshCluster(t)
+	current := mustRead(t, dir(t, "kyverno/v1.12.6")...)
+	applyAll(t, ctx, cs, current)
+	return ctx, cs, cluster, current
+}
+
+// reasonSays wants reason to say each of want.
+func reasonSays(t *testing.T, name, reason string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(reason, w) {
+			t.Errorf("%s: reason %q does not say %q", name, reason, w)
+		}
+	}
 }

@@ -19,10 +19,7 @@ import (
 // not), and from the side it leaves (kyverno's upgrade without it once the ownership
 // names kyverno-crds: move until the live CRD is kept, then ok naming the move).
 func TestMoveModel(t *testing.T) {
-	ctx, cs, cluster := freshCluster(t)
-	const reports = "admissionreports.kyverno.io"
-	current := mustRead(t, dir(t, "kyverno/v1.12.6")...)
-	applyAll(t, ctx, cs, current)
+	ctx, cs, cluster, current := kyvernoCluster(t)
 	owner := func(release string, keep bool) {
 		t.Helper()
 		annotations := map[string]any{predict.ReleaseNameAnnotation: release, predict.ReleaseNamespaceAnnotation: "kyverno"}
@@ -45,11 +42,7 @@ func TestMoveModel(t *testing.T) {
 		if c.Verdict != verdict || (c.Move != nil) != move {
 			t.Errorf("%s: %s (move %+v), want %s, move %v: %s", name, c.Verdict, c.Move, verdict, move, c.Reason)
 		}
-		for _, r := range reason {
-			if !strings.Contains(c.Reason, r) {
-				t.Errorf("%s: reason %q does not say %q", name, c.Reason, r)
-			}
-		}
+		reasonSays(t, name, c.Reason, reason...)
 		return rep
 	}
 
