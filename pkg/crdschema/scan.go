@@ -2,6 +2,7 @@ package crdschema
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -39,6 +40,22 @@ type Report struct {
 	ConversionRemoved *ConversionRemoval `json:"conversionRemoved,omitempty"`
 	// ServerMinor is the Kubernetes minor whose words Invalid is given in (0: BuiltMinor's).
 	ServerMinor int `json:"serverMinor,omitempty"`
+	// ConversionFallbacks are the reads whose conversion webhook did not answer: those
+	// objects were read at the storage version instead, so what the change does to them
+	// as served at the version asked for was not judged.
+	ConversionFallbacks []ConversionFallback `json:"conversionFallbacks,omitempty"`
+}
+
+// ConversionFallback is one read made at the storage version because the API server
+// could not convert the objects to the version asked for through the CRD's conversion
+// webhook (kubeclient.StorageFallback).
+type ConversionFallback struct {
+	// Version is the version the objects could not be read at.
+	Version string `json:"version"`
+	// ReadAt is the storage version they were read at instead.
+	ReadAt string `json:"readAt"`
+	// Error is the API server's answer to the read at Version.
+	Error string `json:"error"`
 }
 
 // PathCount is one field path with the objects that hold it.
@@ -131,17 +148,35 @@ type ScanOptions struct {
 }
 
 // Scan reads the live objects the change needs, page by page, and judges each. A CRD
-// whose schemas do not change is not read at all.
+// whose schemas do not change is not read at all. A read at a version whose conversion
+// webhook does not answer falls back to the storage version (kubeclient.StorageFallback)
+// and is reported in Report.ConversionFallbacks: objects stored there need no
+// conversion, and the storage version's own read, when the change needs one, judges them.
 func (j *Judge) Scan(ctx context.Context, l Lister, o ScanOptions) (*Report, error) {
 	rep := &Report{Reads: j.Reads(), ConversionRemoved: j.conversion, ServerMinor: o.ServerMinor}
 	acc := newAccumulator(o.ServerMinor)
-	err := j.each(ctx, l, o.PageSize, "judge them against the new schema", func(r Read, o *unstructured.Unstructured) error {
+	const why = "judge them against the new schema"
+	judge := func(r Read, o *unstructured.Unstructured) error {
 		acc.add(r, objectName(o), j.Object(ctx, r, o.Object))
 		rep.Objects++
 		return nil
-	})
-	if err != nil {
-		return nil, err
+	}
+	for _, r := range j.reads {
+		err := j.read(ctx, l, o.PageSize, r, why, judge)
+		storage, ok := kubeclient.StorageFallback(j.live, r.ReadAt, err)
+		if !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		rep.ConversionFallbacks = append(rep.ConversionFallbacks, ConversionFallback{Version: r.ReadAt, ReadAt: storage, Error: errors.Unwrap(err).Error()})
+		if slices.ContainsFunc(j.reads, func(p Read) bool { return p.ReadAt == storage }) {
+			continue // the storage version's own read judges the same objects
+		}
+		if err := j.read(ctx, l, o.PageSize, Read{ReadAt: storage, Against: storage}, why, judge); err != nil {
+			return nil, err
+		}
 	}
 	rep.Pruned, rep.Invalid = acc.result()
 	return rep, nil
@@ -150,27 +185,47 @@ func (j *Judge) Scan(ctx context.Context, l Lister, o ScanOptions) (*Report, err
 // each lists, page by page, the objects of every read and calls fn for each; why names
 // the purpose in an error.
 func (j *Judge) each(ctx context.Context, l Lister, pageSize int64, why string, fn func(Read, *unstructured.Unstructured) error) error {
+	for _, r := range j.reads {
+		if err := j.read(ctx, l, pageSize, r, why, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// read lists the objects of one read, page by page, and calls fn for each.
+func (j *Judge) read(ctx context.Context, l Lister, pageSize int64, r Read, why string, fn func(Read, *unstructured.Unstructured) error) error {
 	if pageSize <= 0 {
 		pageSize = DefaultPageSize
 	}
-	for _, r := range j.reads {
-		gvr := schema.GroupVersionResource{Group: j.live.Spec.Group, Version: r.ReadAt, Resource: j.live.Spec.Names.Plural}
-		list := func(ctx context.Context, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
-			return l.List(ctx, gvr, opts)
+	gvr := schema.GroupVersionResource{Group: j.live.Spec.Group, Version: r.ReadAt, Resource: j.live.Spec.Names.Plural}
+	list := func(ctx context.Context, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+		return l.List(ctx, gvr, opts)
+	}
+	for page, err := range kubeclient.Pages(ctx, list, metav1.ListOptions{Limit: pageSize}) {
+		if err != nil {
+			return &ReadError{GroupResource: gvr.GroupResource().String(), Version: r.ReadAt, Why: why, Err: err}
 		}
-		for page, err := range kubeclient.Pages(ctx, list, metav1.ListOptions{Limit: pageSize}) {
-			if err != nil {
-				return fmt.Errorf("list %s at %s to %s: %w", gvr.GroupResource(), r.ReadAt, why, err)
-			}
-			for i := range page.Items {
-				if err := fn(r, &page.Items[i]); err != nil {
-					return err
-				}
+		for i := range page.Items {
+			if err := fn(r, &page.Items[i]); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
+
+// ReadError is a LIST of a read that failed; it wraps the API server's answer.
+type ReadError struct {
+	GroupResource, Version, Why string
+	Err                         error
+}
+
+func (e *ReadError) Error() string {
+	return fmt.Sprintf("list %s at %s to %s: %v", e.GroupResource, e.Version, e.Why, e.Err)
+}
+
+func (e *ReadError) Unwrap() error { return e.Err }
 
 // Check is New and Scan in one call.
 func Check(ctx context.Context, l Lister, live, next *apiextv1.CustomResourceDefinition) (*Report, error) {

@@ -1,7 +1,8 @@
 // Package kubeclient owns building the set of API clients upgradeguard's operations share
 // from one REST config: core, CRDs, object metadata, discovery, a REST mapper and Leases.
 // Operations take the narrow interfaces they need from it. It also owns the one paged
-// LIST (Pages, and ListAll over it).
+// LIST (Pages, and ListAll over it), and the rule for reading custom resources when a
+// conversion webhook does not answer (IsConversionFailure, StorageFallback).
 package kubeclient
 
 import (
@@ -39,10 +40,12 @@ type Clients struct {
 }
 
 // New builds the clients. Deprecated-version warnings are dropped: operations that touch
-// every object of an old version would repeat the same warning thousands of times.
+// every object of an old version would repeat the same warning thousands of times. A
+// conversion webhook's failure reaches the caller at once (FailFastOnConversion).
 func New(cfg *rest.Config) (*Clients, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.WarningHandler = rest.NoWarnings{}
+	cfg.Wrap(FailFastOnConversion)
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

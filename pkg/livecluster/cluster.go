@@ -71,6 +71,7 @@ func newKubeCluster(c *kubeclient.Clients, cfg *rest.Config) (*KubeCluster, erro
 	// deprecation warnings for those reads would only be noise on the user's terminal.
 	quiet := rest.CopyConfig(cfg)
 	quiet.WarningHandler = rest.NoWarnings{}
+	quiet.Wrap(kubeclient.FailFastOnConversion)
 	dyn, err := dynamic.NewForConfig(quiet)
 	if err != nil {
 		return nil, err

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
 // crdChangedError stops a prune because the CRD changed during the run; a run from the
@@ -33,17 +36,42 @@ func retriable(err error) bool {
 		apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || status.Status().Code >= 500
 }
 
+// MaxConversionRetries bounds how often one request is repeated after the API server
+// could not convert an object through the CRD's conversion webhook
+// (kubeclient.IsConversionFailure). With the backoff of retry that is about 40 seconds:
+// long enough for the API server to take up a changed spec.conversion (TeraSky measured
+// one failed write in 9,456 while a webhook was repointed), short enough that a webhook
+// that is down fails the object, named with the API server's answer, instead of holding
+// the run until its deadline.
+const MaxConversionRetries = 10
+
 // retry calls f until it succeeds, fails permanently, or ctx ends. client-go has
 // already retried a 429 or 5xx that carried Retry-After (up to 10 times, each after the
-// delay the server asked for); what reaches here backs off exponentially with jitter,
-// from 100ms to 10s, and never sooner than the server's Retry-After, so that many
-// workers throttled at once spread out rather than return together.
-func retry(ctx context.Context, f func() error) error {
+// delay the server asked for), except a conversion failure, which kubeclient hands over
+// at once; what reaches here backs off exponentially with jitter, from 100ms to 10s, and
+// never sooner than the server's Retry-After, so that many workers throttled at once
+// spread out rather than return together. A conversion failure is retried at most
+// MaxConversionRetries times.
+func retry(ctx context.Context, f func() error) error { return retryCounting(ctx, nil, f) }
+
+// retryCounting is retry that adds each retry of a conversion failure to conversions
+// (when not nil), for the run's report.
+func retryCounting(ctx context.Context, conversions *atomic.Int64, f func() error) error {
 	b := retryBackoff()
+	conversionRetries := 0
 	for {
 		err := f()
 		if !retriable(err) {
 			return err
+		}
+		if kubeclient.IsConversionFailure(err) {
+			if conversionRetries == MaxConversionRetries {
+				return fmt.Errorf("%w (gave up after %d retries: the conversion webhook did not answer)", err, conversionRetries)
+			}
+			conversionRetries++
+			if conversions != nil {
+				conversions.Add(1)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -145,6 +145,9 @@ type Progress struct {
 	Continue string
 	// The counts so far (Done is their sum).
 	Rewritten, AlreadyCurrent, Deleted, Failed int64
+	// ConversionRetries counts the requests retried so far because the conversion webhook
+	// did not answer (Result.ConversionRetries).
+	ConversionRetries int64
 }
 
 // ObjectError is one object that could not be migrated.
@@ -216,7 +219,17 @@ type Result struct {
 	// FieldBackup is the directory the dropped fields' values were saved to
 	// (Options.BackupFields).
 	FieldBackup string `json:"fieldBackup,omitempty"`
-	Message     string `json:"message,omitempty"`
+	// ConversionRetries counts the requests (a page's LIST, an object's write) the run
+	// repeated because the API server could not convert objects through the CRD's
+	// conversion webhook (kubeclient.IsConversionFailure): while a webhook was repointed
+	// or restarted, say. Each request is repeated at most MaxConversionRetries times;
+	// what still failed is in Failed.
+	ConversionRetries int64 `json:"conversionRetries,omitempty"`
+	// ConversionChanges counts the changes of the CRD's spec.conversion the run saw while
+	// it wrote; after each it waited until the API server converted through the webhook
+	// the CRD names before writing on.
+	ConversionChanges int    `json:"conversionChanges,omitempty"`
+	Message           string `json:"message,omitempty"`
 }
 
 // Migrator runs migrations with one set of clients.
@@ -261,6 +274,7 @@ func New(cfg *rest.Config) (*Migrator, error) {
 	// deprecation warnings for it would only be noise.
 	quiet := rest.CopyConfig(cfg)
 	quiet.WarningHandler = rest.NoWarnings{}
+	quiet.Wrap(kubeclient.FailFastOnConversion)
 	dyn, err := dynamic.NewForConfig(quiet)
 	if err != nil {
 		return nil, err
@@ -433,16 +447,21 @@ func (m *Migrator) ready(ctx context.Context, crd *apiextv1.CustomResourceDefini
 		res.Status, res.Message, res.Restart = Incomplete, err.Error(), ctx.Err() == nil
 		return nil
 	}
+	if err := m.waitConversion(ctx, crd); err != nil {
+		res.Status, res.Message, res.Interrupted = Incomplete, err.Error(), ctx.Err() != nil
+		return nil
+	}
 	return crd
 }
 
 // pass re-persists every object and prunes storedVersions when all succeeded; it returns
 // where a clean, interrupted pass stopped (nil otherwise).
 func (m *Migrator) pass(ctx context.Context, crd *apiextv1.CustomResourceDefinition, o Options, res *Result, start time.Time) *resumePoint {
-	w := &worker{m: m, crd: crd, o: o, res: res, start: start,
+	w := &worker{m: m, crd: crd, o: o, res: res, start: start, conversion: crd.Spec.Conversion,
 		gvr: schema.GroupVersionResource{Group: crd.Spec.Group, Version: crdversions.ServedVersion(crd), Resource: crd.Spec.Names.Plural}}
 	complete := w.run(ctx)
 	res.FailedCount = w.failedCount.Load()
+	res.ConversionRetries = w.conversionRetries.Load()
 	var stoppedAt *resumePoint
 	if !complete && res.FailedCount == 0 && w.cleanContinue != "" {
 		stoppedAt = &resumePoint{Continue: w.cleanContinue, StorageVersion: crdversions.StorageVersion(crd), CRDUID: string(crd.UID)}
@@ -557,7 +576,7 @@ func (m *Migrator) prune(ctx context.Context, started *apiextv1.CustomResourceDe
 	storage := crdversions.StorageVersion(started)
 	cur := started.DeepCopy()
 	for attempt := 0; attempt < 5; attempt++ {
-		if got := crdversions.StorageVersion(cur); got != storage || cur.Generation != started.Generation {
+		if got := crdversions.StorageVersion(cur); got != storage || (cur.Generation != started.Generation && !onlyWebhookMoved(started, cur)) {
 			return &crdChangedError{fmt.Sprintf("%s changed during the run (storage version %s -> %s, generation %d -> %d): not pruning storedVersions; run again",
 				started.Name, storage, got, started.Generation, cur.Generation)}
 		}
@@ -614,8 +633,13 @@ type worker struct {
 	start time.Time
 
 	rewritten, current, deleted, failedCount, cleaned atomic.Int64
-	mu                                                sync.Mutex
-	stopErr                                           error
+	// conversionRetries counts retries of conversion failures (Result.ConversionRetries).
+	conversionRetries atomic.Int64
+	// conversion is the CRD's spec.conversion the API server was last seen converting
+	// through (waitConversion); only a webhook's is followed between pages.
+	conversion *apiextv1.CustomResourceConversion
+	mu         sync.Mutex
+	stopErr    error
 	// cleanContinue is the continue token after the last page done while no object had
 	// failed: where a later run may resume.
 	cleanContinue string
@@ -634,6 +658,10 @@ func (w *worker) run(ctx context.Context) bool {
 	for list, err := range kubeclient.Pages(ctx, w.list, opts) {
 		if err != nil {
 			w.stop(fmt.Errorf("list %s: %w", w.gvr.GroupResource(), err))
+			return false
+		}
+		if err := w.conversionSettled(ctx); err != nil {
+			w.stop(err)
 			return false
 		}
 		if total == 0 {
@@ -661,7 +689,7 @@ func (w *worker) run(ctx context.Context) bool {
 		if w.o.Progress != nil {
 			w.o.Progress(Progress{CRD: w.crd.Name, Done: w.done(), Total: max(total, w.done()), Elapsed: time.Since(w.start),
 				Continue: list.Continue, Rewritten: w.rewritten.Load(), AlreadyCurrent: w.current.Load(),
-				Deleted: w.deleted.Load(), Failed: w.failedCount.Load()})
+				Deleted: w.deleted.Load(), Failed: w.failedCount.Load(), ConversionRetries: w.conversionRetries.Load()})
 		}
 	}
 	return true
@@ -674,7 +702,7 @@ func (w *worker) run(ctx context.Context) bool {
 func (w *worker) list(ctx context.Context, opts metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
 	for {
 		var list *metav1.PartialObjectMetadataList
-		err := retry(ctx, func() error {
+		err := retryCounting(ctx, &w.conversionRetries, func() error {
 			var err error
 			list, err = w.m.metadata.Resource(w.gvr).List(ctx, opts)
 			return err
@@ -684,6 +712,29 @@ func (w *worker) list(ctx context.Context, opts metav1.ListOptions) (*metav1.Par
 		}
 		opts.Continue = continueFrom(err)
 	}
+}
+
+// conversionSettled is called before each page is written. When the run started with a
+// conversion webhook, the CRD is read again, and after a change of its spec.conversion
+// (a repointed webhook) the run waits until the API server converts through the new one
+// (waitConversion): the API server takes the change up asynchronously, and writes in the
+// meantime would meet the old webhook.
+func (w *worker) conversionSettled(ctx context.Context) error {
+	if !webhookConversion(w.crd) {
+		return nil
+	}
+	cur, changed, err := w.m.conversionChanged(ctx, w.crd.Name, w.conversion)
+	if err != nil || !changed {
+		return err
+	}
+	w.mu.Lock()
+	w.res.ConversionChanges++
+	w.mu.Unlock()
+	if err := w.m.waitConversion(ctx, cur); err != nil {
+		return err
+	}
+	w.conversion = cur.Spec.Conversion
+	return nil
 }
 
 func (w *worker) done() int64 {
@@ -718,7 +769,7 @@ func (w *worker) rewrite(ctx context.Context, item *metav1.PartialObjectMetadata
 		return err
 	}
 	var out *metav1.PartialObjectMetadata
-	err = retry(ctx, func() error {
+	err = retryCounting(ctx, &w.conversionRetries, func() error {
 		var err error
 		out, err = ri.Patch(ctx, item.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
@@ -735,6 +786,11 @@ func (w *worker) rewrite(ctx context.Context, item *metav1.PartialObjectMetadata
 		return nil // stopping: not this object's fault
 	case isRBACForbidden(err):
 		return &PatchForbiddenError{CRD: w.crd.Name, Resource: w.gvr.GroupResource().String(), Err: err}
+	case kubeclient.IsConversionFailure(err):
+		// The webhook did not answer for MaxConversionRetries retries: every other object
+		// stored at another version would meet the same, so the run stops.
+		w.fail(item, err)
+		return &ConversionError{CRD: w.crd.Name, After: fmt.Sprintf("after %d retries of %s", MaxConversionRetries, objectName(item)), Err: err}
 	default:
 		w.fail(item, err)
 		return nil
