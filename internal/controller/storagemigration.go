@@ -59,6 +59,10 @@ const (
 	// EventFieldLossRefused: the migration would drop fields objects hold, and the spec
 	// does not allow it (spec.allowFieldLoss). Nothing was written.
 	EventFieldLossRefused = "FieldLossRefused"
+	// EventConversionRetried: an attempt repeated requests because the API server could
+	// not convert objects through the CRD's conversion webhook, or waited for a changed
+	// spec.conversion (migrate.Result.ConversionRetries, ConversionChanges).
+	EventConversionRetried = "ConversionRetried"
 )
 
 // StorageMigrationReconciler runs StorageMigrations.
@@ -386,6 +390,11 @@ func (a *attempt) finish(ctx context.Context, c *kubeclient.Clients, res *migrat
 		a.count(a.atToken)
 	}
 	metrics.ObjectsRewritten.WithLabelValues(cluster, rp.Name).Add(float64(max(rp.Rewritten-a.base.Rewritten, 0)))
+	metrics.ConversionRetries.WithLabelValues(cluster, rp.Name).Add(float64(res.ConversionRetries))
+	if res.ConversionRetries > 0 || res.ConversionChanges > 0 {
+		r.Recorder.Eventf(sm, nil, corev1.EventTypeNormal, EventConversionRetried, action(rp.Name),
+			"%s: %d requests retried because the conversion webhook did not answer, %d changes of spec.conversion waited for", rp.Name, res.ConversionRetries, res.ConversionChanges)
+	}
 	r.reruns(sm, res)
 	switch {
 	case res.Restart && ctx.Err() == nil:

@@ -31,6 +31,14 @@ var (
 		Help: "Objects re-persisted at their CRD's storage version, by target cluster and CRD.",
 	}, []string{"cluster", "crd"})
 
+	// ConversionRetries counts the requests migrations repeated because the API server
+	// could not convert objects through their CRD's conversion webhook (a webhook
+	// repointed or restarting mid-run), by CRD: migrate.Result.ConversionRetries.
+	ConversionRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "upgradeguard_conversion_retries_total",
+		Help: "Requests of storage-version migrations retried because the CRD's conversion webhook did not answer, by target cluster and CRD.",
+	}, []string{"cluster", "crd"})
+
 	// MigrationDuration observes how long one attempt at one CRD took.
 	MigrationDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "upgradeguard_migration_duration_seconds",
@@ -89,7 +97,7 @@ func SetBuildInfo(version, commit, goVersion string) {
 }
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, MigrationDuration, PendingMigrations, FleetTargets, FleetTargetsOwned, GateDecisions, CRDDeletionsDenied, BuildInfo)
+	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, ConversionRetries, MigrationDuration, PendingMigrations, FleetTargets, FleetTargetsOwned, GateDecisions, CRDDeletionsDenied, BuildInfo)
 }
 
 // MaxClusterLabels bounds the values of the cluster label: the first this many target
