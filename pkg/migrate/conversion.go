@@ -92,6 +92,10 @@ func (m *Migrator) waitConversion(ctx context.Context, crd *apiextv1.CustomResou
 		case kubeclient.IsConversionFailure(err), apierrors.IsNotFound(err), retriable(err):
 			last, converted = err, 0
 			return false, nil
+		case apierrors.IsForbidden(err):
+			// An identity that may only list (the builtin engine's least privilege, which
+			// writes nothing itself) cannot observe it: the retries still bound the rest.
+			return true, nil
 		default:
 			return false, err
 		}

@@ -426,6 +426,15 @@ func (m *Migrator) locked(ctx context.Context, t Target, o Options, res *Result,
 		o.Continue = saved.Continue
 		res.Resumed = true
 	}
+	// This engine writes through the CRD's conversion webhook itself: not before the API
+	// server converts through the one the CRD names.
+	if err := m.waitConversion(runCtx, crd); err != nil {
+		res.Status, res.Message, res.Interrupted = Incomplete, err.Error(), runCtx.Err() != nil
+		if res.Resumed {
+			stoppedAt = saved // nothing written: the place stays where it was
+		}
+		return res, nil
+	}
 	stoppedAt = m.pass(runCtx, crd, o, res, start)
 	return res, nil
 }
@@ -445,10 +454,6 @@ func (m *Migrator) ready(ctx context.Context, crd *apiextv1.CustomResourceDefini
 	}
 	if err := m.waitServedStorage(ctx, crd); err != nil {
 		res.Status, res.Message, res.Restart = Incomplete, err.Error(), ctx.Err() == nil
-		return nil
-	}
-	if err := m.waitConversion(ctx, crd); err != nil {
-		res.Status, res.Message, res.Interrupted = Incomplete, err.Error(), ctx.Err() != nil
 		return nil
 	}
 	return crd
