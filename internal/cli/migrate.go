@@ -267,6 +267,10 @@ func migrateNotes(w io.Writer, r *migrate.Result) {
 	if r.Resumed {
 		fmt.Fprintf(w, "\n%s: resumed where an interrupted run stopped (the counts cover the rest; --no-resume starts over)\n", r.Name)
 	}
+	if r.ConversionRetries > 0 || r.ConversionChanges > 0 {
+		fmt.Fprintf(w, "\n%s: %d requests retried because the conversion webhook did not answer; %d changes of spec.conversion waited for\n",
+			r.Name, r.ConversionRetries, r.ConversionChanges)
+	}
 	engineNote(w, r)
 	fieldLossNote(w, r)
 	if r.Status == migrate.Incomplete && !r.FieldLossRefused {

@@ -166,7 +166,7 @@ func crdTable(w io.Writer, rows []check.CRDReport) error {
 func renderSchemas(w io.Writer, crds []check.CRDReport) {
 	for _, c := range crds {
 		s := c.Schema
-		if s == nil || (!s.DataLoss() && !s.Warns()) {
+		if s == nil || (!s.DataLoss() && !s.Warns() && len(s.ConversionFallbacks) == 0) {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s: %d objects judged against the incoming schema\n", c.Name, s.Objects)
@@ -179,6 +179,10 @@ func renderSchemas(w io.Writer, crds []check.CRDReport) {
 		for _, r := range s.Invalid {
 			fmt.Fprintf(w, "  warning: %d objects would be refused their next update of %s at %s: %s (%s)\n",
 				r.Objects, r.Path, r.Version, r.Message, examples(r.Examples, r.Objects))
+		}
+		for _, f := range s.ConversionFallbacks {
+			fmt.Fprintf(w, "  not judged at %s: its conversion webhook did not answer, so the objects were read at the storage version %s instead\n",
+				f.Version, f.ReadAt)
 		}
 	}
 }
