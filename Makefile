@@ -63,7 +63,7 @@ KUBE_CI := $(shell awk '!/^\#/ && NF { print $$1; exit }' $(KUBE_VERSIONS))
 KUBE_NEWEST := $(shell awk '!/^\#/ && NF { m = $$1 } END { print m }' $(KUBE_VERSIONS))
 KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/... ./pkg/crdschema/... \
 	./internal/webhook/... ./internal/cli/... ./pkg/applycheck/... ./test/fluxtest/... \
-	./test/fluxgate/...
+	./test/fluxgate/... ./pkg/kubeclient/...
 
 # Every test must run: hack/noskip reads go test -json, prints what a plain go test would
 # (result lines and the output of failing tests) and fails the run if a test skipped.

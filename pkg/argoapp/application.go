@@ -11,12 +11,10 @@ package argoapp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -258,7 +256,7 @@ func (e *NotFoundError) Error() string {
 func Get(ctx context.Context, dyn dynamic.Interface, namespace, name string) (*Application, error) {
 	u, err := dyn.Resource(GVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
-	case IsNotServed(err):
+	case kubeclient.IsNotServed(err):
 		return nil, &NotFoundError{Namespace: namespace, Name: name, NoCRD: true}
 	case apierrors.IsNotFound(err):
 		return nil, &NotFoundError{Namespace: namespace, Name: name}
@@ -272,7 +270,7 @@ func Get(ctx context.Context, dyn dynamic.Interface, namespace, name string) (*A
 // Application CRD has none: that is not an error.
 func List(ctx context.Context, dyn dynamic.Interface, namespace string) ([]*Application, error) {
 	items, err := kubeclient.ListAll(ctx, dyn.Resource(GVR).Namespace(namespace), metav1.ListOptions{})
-	if IsNotServed(err) {
+	if kubeclient.IsNotServed(err) {
 		return nil, nil
 	}
 	if err != nil {
@@ -287,24 +285,6 @@ func List(ctx context.Context, dyn dynamic.Interface, namespace string) ([]*Appl
 		out = append(out, app)
 	}
 	return out, nil
-}
-
-// IsNotServed is true when the error says the resource type is not served: a 404 on
-// the resource list itself, or no REST mapping.
-func IsNotServed(err error) bool {
-	if err == nil {
-		return false
-	}
-	if meta.IsNoMatchError(err) {
-		return true
-	}
-	// A missing resource type answers 404 with no details naming an object.
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || !apierrors.IsNotFound(err) {
-		return false
-	}
-	d := status.Status().Details
-	return d == nil || d.Name == ""
 }
 
 // FromUnstructured decodes an Application.

@@ -14,7 +14,6 @@ import (
 	release "helm.sh/helm/v4/pkg/release/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -382,9 +381,7 @@ func join(ctx context.Context, src ReleaseSource, ns string, hrs []*helmv2.HelmR
 }
 
 // isAbsent is true when a resource type is not served: its CRD is not installed.
-func isAbsent(err error) bool {
-	return err != nil && (apierrors.IsNotFound(err) || meta.IsNoMatchError(err))
-}
+func isAbsent(err error) bool { return kubeclient.IsNotServed(err) }
 
 // composeValues resolves spec.valuesFrom for the HelmReleases that set it. A reference
 // helm-controller could not resolve either, or one the audit may not read, is not fatal:

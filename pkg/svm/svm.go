@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
 // Group is the API group of StorageVersionMigrations.
@@ -43,7 +45,7 @@ func Resource(disco discovery.DiscoveryInterface) (schema.GroupVersionResource, 
 	for _, v := range Versions {
 		gv := schema.GroupVersion{Group: Group, Version: v}
 		list, err := disco.ServerResourcesForGroupVersion(gv.String())
-		if apierrors.IsNotFound(err) {
+		if kubeclient.IsNotServed(err) {
 			continue
 		}
 		if err != nil {
