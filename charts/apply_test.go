@@ -173,6 +173,9 @@ func TestApplyRenderedManifests(t *testing.T) {
 		{"ignore", []string{"webhook.failurePolicy=Ignore", "webhook.excludeNamespaces={flux-system}"}},
 		{"ha", []string{"replicas=2", "podDisruptionBudget.enabled=true"}},
 		{"narrow", []string{"rbac.customResourceGroups={source.toolkit.fluxcd.io}", "policy.groups={source.toolkit.fluxcd.io}"}},
+		// The CRD deletion guard's admission policies, beside its webhook: the API server
+		// compiles their CEL at creation.
+		{"both", []string{"webhook.crdDeletion.mode=both"}},
 	} {
 		t.Run(tc.release, func(t *testing.T) {
 			ns := tc.release + "-system"

@@ -210,6 +210,7 @@ func contractFlags() *pflag.FlagSet {
 	fs.String("metrics-bind-address", ":8080", "")
 	fs.String("health-probe-bind-address", ":8081", "")
 	fs.Bool("enable-webhook", true, "")
+	fs.Bool("crd-holds-objects-label", false, "")
 	fs.Int("webhook-port", 9443, "")
 	fs.String("webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "")
 	fs.String("migration-lease-namespace", "", "")
@@ -251,6 +252,7 @@ func TestDeploymentArgsRunTheRealCommand(t *testing.T) {
 	for _, set := range [][]string{
 		nil,
 		{"webhook.enabled=false", "metrics.enabled=false"},
+		{"webhook.crdDeletion.mode=policy"},
 		{"leaderElection.namespace=kube-system", "controller.migrationLeaseNamespace=flux-system", "replicas=2"},
 	} {
 		d := typed[appsv1.Deployment](t, render(t, "ug", "ops", set...), "Deployment", "ug-upgradeguard")

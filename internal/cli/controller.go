@@ -43,6 +43,7 @@ func (o *controllerOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&m.MetricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
 	f.StringVar(&m.ProbeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	f.BoolVar(&m.EnableWebhook, "enable-webhook", true, "serve the HelmRelease admission gate")
+	f.BoolVar(&m.HoldsObjectsLabel, "crd-holds-objects-label", false, "keep the label upgradeguard.io/holds-objects=true on every CRD that holds objects, for the CRD deletion guard's admission policies (chart value webhook.crdDeletion.mode policy or both)")
 	f.IntVar(&m.WebhookPort, "webhook-port", 9443, "port of the admission webhook server")
 	f.StringVar(&m.WebhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key for the webhook (reloaded when they change)")
 	f.StringVar(&m.MigrationLeaseNamespace, "migration-lease-namespace", "", "namespace of the per-CRD migration Leases shared with 'upgradeguard migrate' (default: the leader-election namespace)")

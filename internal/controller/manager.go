@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/workqueue"
@@ -90,6 +91,9 @@ type Options struct {
 	// to this cluster and to each target cluster (an egress proxy, request accounting; the
 	// tests cut a replica off with it as a crash would).
 	WrapTransport transport.WrapperFunc
+	// HoldsObjectsLabel keeps crdguard.LabelHoldsObjects on this cluster's CRDs for the
+	// CRD deletion guard's admission policies (HoldsObjectsReconciler).
+	HoldsObjectsLabel bool
 	// SkipNameValidation allows more than one manager in a process (tests, embedding).
 	SkipNameValidation bool
 
@@ -268,11 +272,21 @@ func migrationOptions(o Options, leader bool) ctrlcontroller.Options {
 		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](100*time.Millisecond, time.Minute)}
 }
 
-// addClusterControllers registers proactive mode over this cluster's CRDs, the probes of
-// the fleet's targets and the policies' status.
+// addClusterControllers registers proactive mode over this cluster's CRDs, the CRD
+// deletion guard's label when asked, the probes of the fleet's targets and the policies'
+// status.
 func addClusterControllers(mgr ctrl.Manager, o Options, sh *shard.Shard) error {
 	if err := (&ProactiveReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}).SetupWithManager(mgr); err != nil {
 		return err
+	}
+	if o.HoldsObjectsLabel {
+		md, err := metadata.NewForConfig(mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		if err := (&HoldsObjectsReconciler{Client: mgr.GetClient(), Metadata: md}).SetupWithManager(mgr); err != nil {
+			return err
+		}
 	}
 	fleet := &FleetReconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Options: o.Fleet, Shard: sh, WrapTarget: o.WrapTransport,
 		// Its own Clusters, large enough never to evict a target a policy selects.

@@ -307,17 +307,26 @@ func (w *watches) listObjects(ctx context.Context, k *KubeCluster, gvr schema.Gr
 // UID, resourceVersion): counting and noticing changes need nothing more, and a large
 // collection's labels, annotations and managedFields are not held.
 func (w *watches) objects(k *KubeCluster, gvr schema.GroupVersionResource) *watched {
-	return w.get("objects/"+gvr.String(), func() toolscache.SharedIndexInformer {
-		inf := metadatainformer.NewFilteredMetadataInformer(k.metadata, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
-		_ = inf.SetTransform(func(o any) (any, error) {
-			if m, ok := o.(*metav1.PartialObjectMetadata); ok {
-				return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-					Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}}, nil
-			}
-			return o, nil
-		})
-		return inf
+	return w.get("objects/"+gvr.String(), func() toolscache.SharedIndexInformer { return ObjectsInformer(k.metadata, gvr) })
+}
+
+// ObjectsInformer is a metadata informer on every object of a resource, in every
+// namespace, not yet started, which keeps of each object only what tells it apart and
+// says it changed (name, namespace, UID, resourceVersion): what counting a resource's
+// objects and noticing their changes need, without a large collection's labels,
+// annotations and managedFields. Its watches are bounded as the targets' are. The
+// objects informers of a target of Clusters are built by it, and so are the
+// controller's, which keep the CRD deletion guard's label.
+func ObjectsInformer(md metadata.Interface, gvr schema.GroupVersionResource) toolscache.SharedIndexInformer {
+	inf := metadatainformer.NewFilteredMetadataInformer(md, gvr, metav1.NamespaceAll, 0, toolscache.Indexers{}, watchTweak).Informer()
+	_ = inf.SetTransform(func(o any) (any, error) {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+			return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+				Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}}, nil
+		}
+		return o, nil
 	})
+	return inf
 }
 
 // countObjects counts a resource's objects from its metadata informer once it has
