@@ -14,6 +14,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/review"
+	"github.com/upgradeguard/upgradeguard/pkg/snapshot"
 )
 
 type reviewOptions struct {
@@ -21,6 +22,8 @@ type reviewOptions struct {
 	clusters    []string
 	acknowledge []string
 	output      string
+	snapshots   []string
+	registry    snapshot.Registry
 }
 
 func newReviewCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -34,6 +37,8 @@ func newReviewCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.C
 	f.StringVar(&o.o.Head, "head", "", "revision the change ends at (default: the work tree, uncommitted changes included)")
 	f.StringArrayVar(&o.clusters, "cluster", nil, "PATH=CONTEXT: the HelmReleases under the repository folder PATH land on the kubeconfig context CONTEXT (repeatable; default: every HelmRelease on the current context)")
 	f.StringArrayVar(&o.acknowledge, "acknowledge", nil, "CHECK/SUBJECT: accept this finding on purpose, for example delete/leaderworkersets.leaderworkerset.x-k8s.io (repeatable; as a CI maps a pull-request label; a HelmRelease's upgradeguard.io/acknowledge annotation does the same for its own)")
+	f.StringArrayVar(&o.snapshots, "snapshot", nil, "NAME=FILE or NAME=oci://REGISTRY/REPOSITORY:TAG: judge against the cluster NAME as a snapshot recorded it (upgradeguard snapshot), with no cluster credentials; --cluster PATH=NAME maps folders to it (repeatable)")
+	addRegistryFlags(f, &o.registry)
 	output.AddReportFlag(f, &o.output)
 	return cmd
 }
@@ -44,7 +49,7 @@ func (o *reviewOptions) run(ctx context.Context, streams Streams, kube *genericc
 			return couldNot("--acknowledge %q: want CHECK/SUBJECT, for example delete/leaderworkersets.leaderworkerset.x-k8s.io", a)
 		}
 	}
-	clusters, err := o.targets(kube)
+	clusters, err := o.allTargets(ctx, kube)
 	if err != nil {
 		return err
 	}
@@ -102,6 +107,9 @@ func (o *reviewOptions) targets(kube *genericclioptions.ConfigFlags) ([]review.C
 
 func renderReview(w io.Writer, rep *review.Report) error {
 	fmt.Fprintf(w, "Review of %.12s..%.12s\n", rep.Base, rep.Head)
+	for _, s := range rep.Snapshots {
+		fmt.Fprintln(w, s.Note())
+	}
 	if len(rep.Rows) == 0 && len(rep.Unplaced) == 0 {
 		fmt.Fprintln(w, "\nSAFE: the change touches no HelmRelease's chart or values: nothing to judge.")
 		return nil

@@ -96,6 +96,14 @@ func TestReviewFluxBump(t *testing.T) {
 		t.Errorf("-o github: want %q and nothing on staging:\n%s", want, gh.stdout)
 	}
 
+	// A snapshot of each cluster gives the same verdicts with no cluster credentials, and
+	// says its age.
+	clusters := map[string]*testenv.ControlPlane{"prod-eu": prod, "staging": staging}
+	fromFiles := takeSnapshots(t, clusters, "")
+	snapArgs := sameFromSnapshots(t, reviewArgs(base.String(), head.String()), fromFiles)
+	snapshotAgeShown(t, snapArgs)
+	sameFromSnapshots(t, reviewArgs(base.String(), widened.String()), fromFiles)
+
 	// A change that touches no HelmRelease passes and says so.
 	r = run(t, reviewArgs(head.String(), docs.String())...)
 	if r.code != cli.ExitSafe || !strings.Contains(r.stdout, "touches no HelmRelease") {
@@ -121,6 +129,8 @@ func TestReviewFluxBump(t *testing.T) {
 	if got := rowsBy(reviewRows(t, r)); r.code != cli.ExitSafe || !slices.Equal(got, []string{"prod-eu safe", "staging safe"}) {
 		t.Errorf("after the migration: exit %d, rows %v, want 0 and both safe\n%s", r.code, got, r.stderr)
 	}
+	// So does a snapshot pushed to a registry after the migration, read from there.
+	sameFromSnapshots(t, reviewArgs(base.String(), head.String()), takeSnapshots(t, clusters, ociRegistry(t)))
 }
 
 // TestReviewFlagErrors: what review cannot run with exits 2 and says what to give.
@@ -248,6 +258,12 @@ func TestReviewLWSDeletion(t *testing.T) {
 			t.Errorf("acknowledged by %s, -o markdown: exit %d\n%s", name, md.code, md.stdout)
 		}
 	}
+	// A snapshot gives the same deletion and object count, acknowledged or not.
+	snaps := takeSnapshots(t, map[string]*testenv.ControlPlane{contextOf(t, own): own}, "")
+	sameFromSnapshots(t, args(head.String()), snaps)
+	sameFromSnapshots(t, args(acked.String()), snaps)
+	sameFromSnapshots(t, args(head.String(), "--acknowledge", "delete/"+testenv.LWSCRD), snaps)
+
 	r = run(t, args(head.String(), "--acknowledge", "delete")...)
 	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "want CHECK/SUBJECT") {
 		t.Errorf("--acknowledge delete: exit %d %s", r.code, r.stderr)

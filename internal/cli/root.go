@@ -101,7 +101,7 @@ func NewRootCmd(streams Streams) *cobra.Command {
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	kube.AddFlags(root.PersistentFlags())
-	root.AddCommand(newCheckCmd(streams, kube), newPlanCmd(streams, kube), newMigrateCmd(streams, kube), newRBACCmd(streams, kube), newAPFCmd(streams, kube), newSlotsCmd(streams), newReviewCmd(streams, kube), newReleaseCmd(streams, kube), newVersionCmd(streams),
+	root.AddCommand(newCheckCmd(streams, kube), newPlanCmd(streams, kube), newMigrateCmd(streams, kube), newRBACCmd(streams, kube), newAPFCmd(streams, kube), newSlotsCmd(streams), newReviewCmd(streams, kube), newSnapshotCmd(streams, kube), newReleaseCmd(streams, kube), newVersionCmd(streams),
 		newAuditCmd(streams, kube), newCRDCmd(streams, kube))
 	if c := newControllerCmd(streams, kube); c != nil {
 		root.AddCommand(c) // nil in a build without the controller (-tags nocontroller)

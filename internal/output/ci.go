@@ -22,6 +22,9 @@ func WriteMarkdown(w io.Writer, rep finding.Report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s%s -->\n", MarkdownMarker, rep.Tool)
 	fmt.Fprintf(&b, "**upgradeguard %s**: %s\n", rep.Tool, summary(rep))
+	for _, n := range rep.Notes {
+		fmt.Fprintf(&b, "\n> %s\n", strings.Join(strings.Fields(n), " "))
+	}
 	for _, g := range rep.Groups() {
 		if g != "" {
 			fmt.Fprintf(&b, "\n#### %s\n", cell(g))

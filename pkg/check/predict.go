@@ -353,6 +353,9 @@ func (r *recordingCluster) AdmitCRD(ctx context.Context, live, next *apiextv1.Cu
 	return nil, nil
 }
 
+// SkeletonObjects passes on whether the wrapped Cluster's objects are skeletons.
+func (r *recordingCluster) SkeletonObjects() bool { return skeletons(r.Cluster) }
+
 // ListObjects passes the schema check's reads on when the wrapped Cluster can answer them.
 func (r *recordingCluster) ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
 	if ol, ok := r.Cluster.(ObjectLister); ok {

@@ -22,6 +22,19 @@ type ObjectLister interface {
 	ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
 }
 
+// SkeletonLister is what a Cluster implements when the objects it lists are
+// crdschema.Skeletons of recorded field paths (a snapshot's), not the stored objects: the
+// schema check then judges pruning only.
+type SkeletonLister interface {
+	SkeletonObjects() bool
+}
+
+// skeletons says whether the cluster's objects are skeletons.
+func skeletons(cluster Cluster) bool {
+	s, ok := cluster.(SkeletonLister)
+	return ok && s.SkeletonObjects()
+}
+
 // judgement is one CRD the operation writes over a live one.
 type judgement struct {
 	live, next *apiextv1.CustomResourceDefinition
@@ -64,7 +77,7 @@ func judgeSchemas(ctx context.Context, cluster Cluster, judged []judgement, crds
 			if len(judge.Reads()) == 0 && judge.ConversionRemoved() == nil {
 				return nil
 			}
-			rep, err := judge.Scan(gctx, listerFunc(ol.ListObjects), crdschema.ScanOptions{ServerMinor: minor})
+			rep, err := judge.Scan(gctx, listerFunc(ol.ListObjects), crdschema.ScanOptions{ServerMinor: minor, Skeletons: skeletons(cluster)})
 			if err != nil {
 				if isForbidden(err) {
 					return fmt.Errorf("read objects of %s to judge the new schema: %w", j.live.Name, err)

@@ -145,6 +145,10 @@ type ScanOptions struct {
 	// ServerMinor is the target API server's Kubernetes minor (0: not known). The
 	// report's failures are worded as that server words them (see asServer).
 	ServerMinor int
+	// Skeletons says the objects listed are Skeletons of a snapshot's field paths, not
+	// the stored objects: only pruning is judged (placeholders say nothing of validation),
+	// and no object is named.
+	Skeletons bool
 }
 
 // Scan reads the live objects the change needs, page by page, and judges each. A CRD
@@ -156,7 +160,14 @@ func (j *Judge) Scan(ctx context.Context, l Lister, o ScanOptions) (*Report, err
 	rep := &Report{Reads: j.Reads(), ConversionRemoved: j.conversion, ServerMinor: o.ServerMinor}
 	acc := newAccumulator(o.ServerMinor)
 	const why = "judge them against the new schema"
+	skeletons := o.Skeletons
 	judge := func(r Read, o *unstructured.Unstructured) error {
+		if skeletons {
+			r.Validate = false
+			acc.add(r, "", j.Object(ctx, r, o.Object))
+			rep.Objects++
+			return nil
+		}
 		acc.add(r, objectName(o), j.Object(ctx, r, o.Object))
 		rep.Objects++
 		return nil
@@ -262,7 +273,7 @@ func (a *accumulator) add(r Read, name string, o Outcome) {
 			a.pruned[k] = pc
 		}
 		pc.Objects++
-		if len(pc.Examples) < MaxExamples {
+		if len(pc.Examples) < MaxExamples && name != "" {
 			pc.Examples = append(pc.Examples, name)
 		}
 	}

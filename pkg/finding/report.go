@@ -10,6 +10,9 @@ type Report struct {
 	Tool string `json:"tool"`
 	// Cases are what was judged, in the order to show them.
 	Cases []Case `json:"cases"`
+	// Notes say what the verdicts rest on that a reader must know: a cluster judged from
+	// a snapshot, and its age.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Case is one thing judged: a release, a slot, a CRD.

@@ -33,6 +33,20 @@ type Request struct {
 	Clusters *livecluster.Clusters
 	// NoObjectCounts leaves the report's object counts out (one LIST per CRD saved).
 	NoObjectCounts bool
+	// Recorded, when set, is the target's state as recorded elsewhere (a snapshot): the
+	// prediction reads its CRDs, objects and Helm releases instead of a live cluster's,
+	// through the same check. Local and Clusters are then unused, and a HelmRelease whose
+	// spec.kubeConfig names another cluster is not resolved.
+	Recorded Recorded
+}
+
+// Recorded is a cluster's state read from a record of it rather than from the cluster:
+// what check reads (its CRDs, object counts and objects), the server's version, and
+// each namespace's Helm releases.
+type Recorded interface {
+	check.Cluster
+	ServerVersion(ctx context.Context) (string, error)
+	Releases(namespace string) (*helmrelease.Reader, error)
 }
 
 // Result is the prediction with what it was made from.
@@ -77,13 +91,13 @@ func Check(ctx context.Context, req Request) (*Result, error) {
 	rel := o.rel
 	res := &Result{Release: rel.Name, StorageNamespace: rel.StorageNamespace, Remote: o.remote, Operation: predict.Upgrade}
 	src := rel.Source
-	src.KubeVersion, src.Settings = o.target.Version, req.Settings
+	src.KubeVersion, src.Settings = o.version, req.Settings
 	var loader chartsource.Loader = chartsource.Helm{}
 	if req.Cache != nil {
 		loader = req.Cache
 	}
 	p, err := check.Predict(ctx, check.Sources{
-		Cluster: o.target.Cluster, Releases: o.releases, Release: res.Release, Namespace: res.StorageNamespace, ReleaseOptional: true,
+		Cluster: o.cluster, Releases: o.releases, Release: res.Release, Namespace: res.StorageNamespace, ReleaseOptional: true,
 		Chart: chartsource.CheckChart(loader, src), OlderIsRollback: true, Policy: rel.Policy,
 		SteppingStones: &chartsource.History{Options: src, Loader: loader},
 	})
@@ -131,18 +145,24 @@ func remediationRisk(live map[string]*apiextv1.CustomResourceDefinition, incomin
 // chart is known (check.Warm): with req.Clusters set, the first Check after a start then
 // reads the release and the target's objects from memory. It only reads.
 func Warm(ctx context.Context, req Request) error {
+	if req.Recorded != nil {
+		return nil // nothing to read ahead: the record is in memory
+	}
 	o, err := open(ctx, req)
 	if err != nil {
 		return err
 	}
-	return check.Warm(ctx, o.target.Cluster, o.releases, o.rel.Name)
+	return check.Warm(ctx, o.kube, o.releases, o.rel.Name)
 }
 
 // opened is a HelmRelease's Helm release on its target, read before its incoming chart.
 type opened struct {
-	rel      *Release
-	remote   bool
-	target   *livecluster.Target
+	rel     *Release
+	remote  bool
+	cluster check.Cluster
+	// kube is the live cluster (nil for a Recorded one), version its server's.
+	kube     *livecluster.KubeCluster
+	version  string
 	releases *helmrelease.Reader
 }
 
@@ -152,6 +172,9 @@ func open(ctx context.Context, req Request) (*opened, error) {
 	rel, err := Read(ctx, req.Reader, req.HelmRelease)
 	if err != nil {
 		return nil, err
+	}
+	if req.Recorded != nil {
+		return openRecorded(ctx, req, rel)
 	}
 	cfg, remote, id, err := target(ctx, req.Reader, req.HelmRelease, req.Local)
 	if err != nil {
@@ -165,7 +188,25 @@ func open(ctx context.Context, req Request) (*opened, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &opened{rel: rel, remote: remote, target: tgt, releases: reader.WithMemory(tgt.Metadata, tgt.Releases)}, nil
+	return &opened{rel: rel, remote: remote, cluster: tgt.Cluster, kube: tgt.Cluster, version: tgt.Version,
+		releases: reader.WithMemory(tgt.Metadata, tgt.Releases)}, nil
+}
+
+// openRecorded is open over a Recorded cluster: the HelmRelease's own, since a record
+// holds no credentials for another.
+func openRecorded(ctx context.Context, req Request, rel *Release) (*opened, error) {
+	if req.HelmRelease.Spec.KubeConfig != nil {
+		return nil, &UnsupportedError{Reason: "spec.kubeConfig targets another cluster, which a snapshot of the HelmRelease's own cluster does not hold: take a snapshot of the target and map the HelmRelease to it"}
+	}
+	version, err := req.Recorded.ServerVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	reader, err := req.Recorded.Releases(rel.StorageNamespace)
+	if err != nil {
+		return nil, err
+	}
+	return &opened{rel: rel, cluster: req.Recorded, version: version, releases: reader}, nil
 }
 
 // connect returns the target's clients and Kubernetes version: kept in clusters when

@@ -75,6 +75,13 @@ func NewReader(cs kubernetes.Interface, namespace string, name Driver) (*Reader,
 	return &Reader{store: storage.Init(store), namespace: namespace, driver: d}, nil
 }
 
+// NewDriverReader returns a Reader over a Helm storage driver already holding the
+// namespace's releases: Helm's memory driver filled from a record of them (a snapshot),
+// say. name is the driver it stands for.
+func NewDriverReader(d driver.Driver, namespace string, name Driver) *Reader {
+	return &Reader{store: storage.Init(d), namespace: namespace, driver: name}
+}
+
 // Driver is the storage driver the reader reads, in its canonical spelling.
 func (r *Reader) Driver() Driver { return r.driver }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
@@ -26,6 +27,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/slots"
+	"github.com/upgradeguard/upgradeguard/pkg/snapshot"
 )
 
 // Options say which change to review.
@@ -225,6 +227,9 @@ type Cluster struct {
 	// Paths are the repository folders whose HelmReleases land on it (the Flux layout's
 	// clusters/NAME/); none means every HelmRelease.
 	Paths []string
+	// Snapshot, when set, is the cluster's state as a snapshot recorded it: read instead
+	// of Config, through the same prediction (fluxrelease.Request.Recorded).
+	Snapshot *snapshot.Snapshot
 }
 
 // lands says whether a HelmRelease in file lands on the cluster.
@@ -262,6 +267,8 @@ type Report struct {
 	Acknowledge []string `json:"acknowledge,omitempty"`
 	// Unplaced are the touched HelmReleases that land on none of the clusters given.
 	Unplaced []Change `json:"unplaced,omitempty"`
+	// Snapshots are the clusters judged from a snapshot, with its age.
+	Snapshots []SnapshotState `json:"snapshots,omitempty"`
 }
 
 // Safe says whether every judged HelmRelease is safe to merge, acknowledged findings
@@ -271,7 +278,7 @@ func (r *Report) Safe() bool { return !r.FindingReport().Failed() }
 // Judge predicts each change on each cluster it lands on, with what the head revision
 // holds for its sources and values. A cluster that cannot be read is an error.
 func Judge(ctx context.Context, d *Diff, clusters []Cluster, settings *cli.EnvSettings) (*Report, error) {
-	rep := &Report{Base: d.Base, Head: d.Head, Rows: []Row{}}
+	rep := &Report{Base: d.Base, Head: d.Head, Rows: []Row{}, Snapshots: snapshotStates(clusters, time.Now())}
 	for _, c := range d.Changes {
 		placed := false
 		for _, cl := range clusters {
@@ -280,7 +287,11 @@ func Judge(ctx context.Context, d *Diff, clusters []Cluster, settings *cli.EnvSe
 			}
 			placed = true
 			row := Row{Cluster: cl.Name, Change: c}
-			res, err := fluxrelease.Check(ctx, fluxrelease.Request{HelmRelease: c.HelmRelease, Reader: treeReader{tree: d.head, near: c.File}, Local: cl.Config, Settings: settings})
+			req := fluxrelease.Request{HelmRelease: c.HelmRelease, Reader: treeReader{tree: d.head, near: c.File}, Local: cl.Config, Settings: settings}
+			if r := cl.recorded(); r != nil {
+				req.Recorded = r
+			}
+			res, err := fluxrelease.Check(ctx, req)
 			var unsupported *fluxrelease.UnsupportedError
 			var values *fluxrelease.ValuesError
 			switch {
@@ -309,6 +320,9 @@ const CheckNotJudged = "not-judged"
 // touched.
 func (r *Report) FindingReport() finding.Report {
 	rep := finding.Report{Tool: "review", Cases: []finding.Case{}}
+	for _, s := range r.Snapshots {
+		rep.Notes = append(rep.Notes, s.Note())
+	}
 	for _, row := range r.Rows {
 		c := finding.Case{Group: row.Cluster, Name: row.Subject + " " + row.fromTo()}
 		loc := &finding.Location{File: row.File, Line: row.Line}
