@@ -96,8 +96,8 @@ func grant(t *testing.T, cs kubernetes.Interface, ns, name string, cluster, loca
 	}
 	user := "system:serviceaccount:" + ns + ":" + name
 	groups := []string{"system:serviceaccounts", "system:serviceaccounts:" + ns}
-	cp.WaitAuthorized(t, user, groups, "", cluster...)
-	cp.WaitAuthorized(t, user, groups, ns, local...)
+	testenv.WaitAuthorized(t, cs, user, groups, "", cluster...)
+	testenv.WaitAuthorized(t, cs, user, groups, ns, local...)
 }
 
 func without(rules []rbacv1.PolicyRule, i int) []rbacv1.PolicyRule {

@@ -62,7 +62,12 @@ func (c *ControlPlane) bind(t testing.TB, name, role string, subject rbacv1.Subj
 // machine the moment is long enough for a test's next request to fall into it.
 func (c *ControlPlane) WaitAuthorized(t testing.TB, user string, groups []string, namespace string, rules ...rbacv1.PolicyRule) {
 	t.Helper()
-	kc := kubernetes.NewForConfigOrDie(c.Config)
+	WaitAuthorized(t, kubernetes.NewForConfigOrDie(c.Config), user, groups, namespace, rules...)
+}
+
+// WaitAuthorized is ControlPlane.WaitAuthorized on the API server kc talks to.
+func WaitAuthorized(t testing.TB, kc kubernetes.Interface, user string, groups []string, namespace string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
 	for _, r := range rules {
 		if len(r.NonResourceURLs) > 0 {
 			continue // the tests' bindings grant resources; a URL rule is not waited for
@@ -79,8 +84,8 @@ func (c *ControlPlane) WaitAuthorized(t testing.TB, user string, groups []string
 			return got.Status.Allowed, nil
 		})
 		if err != nil {
-			t.Fatalf("%s (groups %s) is still not allowed to %s %s.%s in %q a minute after its binding: %v (%s)",
-				user, strings.Join(groups, ","), attrs.Verb, attrs.Resource, attrs.Group, namespace, err, last)
+			t.Fatalf("%s (groups %s) is still not allowed to %s %s/%s.%s in %q a minute after its binding: %v (%s)",
+				user, strings.Join(groups, ","), attrs.Verb, attrs.Resource, attrs.Subresource, attrs.Group, namespace, err, last)
 		}
 	}
 }
