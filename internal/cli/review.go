@@ -189,6 +189,12 @@ Where each HelmRelease lands: --cluster PATH=CONTEXT maps a repository folder to
 kubeconfig context (Flux's layout, clusters/NAME/, is the usual one); without it every
 touched HelmRelease is judged on the current context.
 
+Without cluster credentials: --snapshot NAME=FILE or NAME=oci://REGISTRY/REPOSITORY:TAG
+judges against a snapshot taken where credentials exist (the snapshot command), read
+through the same prediction; NAME stands where a context would in --cluster PATH=NAME.
+The report says each snapshot's age. A snapshot cannot say whether the API server accepts
+an incoming CRD, or which objects a new validation rule would refuse.
+
 Exit codes: 0 every touched HelmRelease upgrades safely; 1 at least one would fail or lose
 data (the output names the CRDs and the fix); 2 could not run. -o markdown, sarif, junit
 and github render the same verdicts for CI.`
