@@ -34,8 +34,7 @@ func newCRDAdoptCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra
 	f.StringVar(&o.from, "from", "", "the release the CRD leaves, `NAMESPACE/RELEASE`")
 	f.StringVar(&o.to, "to", "", "the release the CRD joins, `NAMESPACE/RELEASE`")
 	f.BoolVar(&o.apply, "apply", false, "write the CRD's metadata (without it, nothing is written: a dry run that prints the plan)")
-	cliflag.AddChartSource(f, cliflag.ChartRef{Name: "chart", Usage: "the chart --to is installed or upgraded with (default: --to's installed revision): " +
-		"it must render the CRD from templates/; " + "a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path"}, &o.chart)
+	cliflag.AddChartSource(f, cliflag.AdoptChart, &o.chart)
 	o.helmDriver = cliflag.AddHelmDriver(cmd)
 	output.AddFlag(f, &o.output)
 	_ = cmd.MarkFlagRequired("from")

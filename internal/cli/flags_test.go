@@ -33,7 +33,7 @@ func commands() map[string]*cobra.Command {
 func TestChartSourceFlags(t *testing.T) {
 	loads := map[string]cliflag.ChartRef{
 		"check": cliflag.Chart, "plan": cliflag.Chart, "migrate": cliflag.Chart, "rbac": cliflag.Chart,
-		"release apply-check": cliflag.Chart, "release migrate": cliflag.ToChart,
+		"release apply-check": cliflag.Chart, "release migrate": cliflag.ToChart, "crd adopt": cliflag.AdoptChart,
 	}
 	cmds := commands()
 	for path, ref := range loads {

@@ -203,11 +203,13 @@ func (v *engineValue) Set(s string) error {
 type ChartRef struct{ Name, Usage string }
 
 // The chart reference flags: --chart, the chart to upgrade to (check, plan, migrate,
-// rbac, release apply-check), and --to-chart, the chart a release moves to (release
-// migrate).
+// rbac, release apply-check), --to-chart, the chart a release moves to (release
+// migrate), and crd adopt's --chart, the chart of the release a CRD joins.
 var (
-	Chart   = ChartRef{Name: "chart", Usage: "chart to upgrade to: " + chartRefForms}
-	ToChart = ChartRef{Name: "to-chart", Usage: "the new chart: " + chartRefForms}
+	Chart      = ChartRef{Name: "chart", Usage: "chart to upgrade to: " + chartRefForms}
+	ToChart    = ChartRef{Name: "to-chart", Usage: "the new chart: " + chartRefForms}
+	AdoptChart = ChartRef{Name: "chart", Usage: "the chart --to is installed or upgraded with (default: --to's installed revision): " +
+		"it must render the CRD from templates/; " + chartRefForms}
 )
 
 const chartRefForms = "a directory, a .tgz, repo/name, a name with --repo, or oci://registry/path"

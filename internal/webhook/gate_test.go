@@ -428,6 +428,14 @@ func TestGateSafeUpdate(t *testing.T) {
 	if out, err := s.cp.Helm("install", "kro", s.charts["kro-0.2.0"], "-n", ns, "--create-namespace").CombinedOutput(); err != nil {
 		t.Fatalf("helm install kro: %v: %s", err, out)
 	}
+	// The release owns kro's CRD (Helm's ownership annotations name kro/kro): while it is
+	// installed, another test's release of the kro chart is a move between releases,
+	// which the gate refuses. The tests share one control plane, so it goes at the end.
+	t.Cleanup(func() {
+		if out, err := s.cp.Helm("uninstall", "kro", "-n", ns, "--wait").CombinedOutput(); err != nil {
+			t.Errorf("helm uninstall kro: %v: %s", err, out)
+		}
+	})
 	helmRepo(t, ns, "oci", sourcev1.HelmRepositorySpec{URL: "oci://" + s.ociHost + "/charts", Type: sourcev1.HelmRepositoryTypeOCI, Insecure: true})
 	helmRelease(t, ns, "kro", "kro", "0.2.0", "oci", func(hr *helmv2.HelmRelease) {
 		strategy := helmv2.UninstallRemediationStrategy
