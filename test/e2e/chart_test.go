@@ -109,6 +109,9 @@ func crdGuarded(t *testing.T, cs *kubernetes.Clientset, ns string) {
 	emptyFile := filepath.Join(t.TempDir(), "empty.yaml")
 	must(t, os.WriteFile(emptyFile, []byte(empty), 0o600), "write the empty CRD")
 	kubectl(t, "apply", "--server-side", "-f", emptyFile)
+	// Once it is served: before that, listing its objects answers 404, and the guard
+	// refuses a deletion whose objects it cannot count.
+	kubectl(t, "wait", "--for=condition=Established", "crd/leaderworkersets.empty."+group, "--timeout", "1m")
 	kubectl(t, "delete", "crd", "leaderworkersets.empty."+group, "--timeout", "1m")
 
 	// The way out the denial names: the annotation, then the CRD goes with its objects.
