@@ -90,10 +90,11 @@ func TestTypedFlags(t *testing.T) {
 	if engines != 2 {
 		t.Errorf("%d commands take --engine, want 2 (migrate and rbac)", engines)
 	}
-	// check, plan, migrate, rbac, audit and release apply-check, rollback-check,
-	// uninstall-check, diff-failed and migrate; the CRD policy on those that predict CRDs.
-	if drivers != 10 || policies != 6 {
-		t.Errorf("%d commands take --helm-driver and %d --crd-policy, want 10 and 6", drivers, policies)
+	// check, plan, migrate, rbac, audit, crd adopt and release apply-check,
+	// rollback-check, uninstall-check, diff-failed and migrate; the CRD policy on those
+	// that predict CRDs.
+	if drivers != 11 || policies != 6 {
+		t.Errorf("%d commands take --helm-driver and %d --crd-policy, want 11 and 6", drivers, policies)
 	}
 }
 
