@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -34,6 +35,8 @@ func renderCRDs(w io.Writer, verbose bool, rep *check.Report) error {
 		return nil
 	}
 	switch {
+	case rep.Safe && len(rep.Unasked) > 0:
+		fmt.Fprintf(w, "NOT ALL ASKED: nothing that was asked refuses a CRD (%d checked), but %s.\n", len(rep.CRDs), unaskedHeadline(rep.Unasked))
 	case rep.Safe && len(findings) > 0:
 		fmt.Fprintf(w, "SAFE: nothing is deleted or refused now (%d checked); %d CRD(s) leave and wait for a sync that prunes.\n", len(rep.CRDs), len(findings))
 	case rep.Safe:
@@ -47,7 +50,7 @@ func renderCRDs(w io.Writer, verbose bool, rep *check.Report) error {
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "(use -v to list every CRD)")
-		renderUnasked(w, rep.CRDs)
+		renderUnasked(w, rep.Unasked)
 		renderManifests(w, rep.Manifests)
 		return nil
 	}
@@ -127,29 +130,81 @@ func renderRows(w io.Writer, verbose bool, rep *check.Report, rows []check.CRDRe
 			fmt.Fprintf(w, "\nnote: objects of %s could not be judged against the new schema: %s\n", c.Name, c.SchemaError)
 		}
 	}
-	renderUnasked(w, rep.CRDs)
+	renderPolicies(w, rep.CRDs)
+	renderUnasked(w, rep.Unasked)
 	renderSchemas(w, rep.CRDs)
 	renderManifests(w, rep.Manifests)
 	renderNextSteps(w, rep.NextSteps)
 	return nil
 }
 
-// renderUnasked says once that the API server could not be asked whether it accepts the
-// incoming CRDs (check.CRDReport.AdmissionError), with the first reason.
-func renderUnasked(w io.Writer, crds []check.CRDReport) {
-	var names []string
-	why := ""
-	for _, c := range crds {
-		if c.AdmissionError != "" {
-			names = append(names, c.Name)
-			if why == "" {
-				why = c.AdmissionError
-			}
+// unaskedHeadline words what was not asked (check.Report.Unasked) for a headline.
+func unaskedHeadline(unasked []check.Unasked) string {
+	var dry, policies []string
+	for _, u := range unasked {
+		switch u.What {
+		case check.UnaskedDryRun:
+			dry = append(dry, u.CRDs...)
+		case check.UnaskedPolicies:
+			policies = append(policies, u.CRDs...)
 		}
 	}
-	if len(names) > 0 {
-		fmt.Fprintf(w, "\nnote: the API server was not asked whether it accepts %s (the verdicts rest on storedVersions and schemas): %s\n",
-			strings.Join(names, ", "), why)
+	var parts []string
+	if len(dry) > 0 {
+		parts = append(parts, fmt.Sprintf("the API server was not asked whether it accepts %d CRD(s) (its webhooks and its own validation of the CRD answer only a dry-run write)", len(dry)))
+	}
+	if len(policies) > 0 {
+		parts = append(parts, fmt.Sprintf("its ValidatingAdmissionPolicies could not be read for %d of them", len(policies)))
+	}
+	return strings.Join(parts, ", and ")
+}
+
+// renderUnasked says what was not asked (check.Report.Unasked): each question, the CRDs
+// and why, and what lets this identity ask.
+func renderUnasked(w io.Writer, unasked []check.Unasked) {
+	if len(unasked) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nNot asked (the verdicts rest on what was asked):")
+	for _, u := range unasked {
+		switch u.What {
+		case check.UnaskedDryRun:
+			fmt.Fprintf(w, "  the API server was not asked whether it accepts %s (a dry-run write, which reaches its webhooks and its own validation; it needs update and create on customresourcedefinitions): %s\n",
+				strings.Join(u.CRDs, ", "), u.Why)
+		case check.UnaskedPolicies:
+			fmt.Fprintf(w, "  its ValidatingAdmissionPolicies were not evaluated for %s (they need list on validatingadmissionpolicies and validatingadmissionpolicybindings): %s\n",
+				strings.Join(u.CRDs, ", "), u.Why)
+		}
+	}
+}
+
+// renderPolicies lists each admission policy denial once, with the CRDs it denies, its
+// binding, its message and the way past it.
+func renderPolicies(w io.Writer, crds []check.CRDReport) {
+	type key struct{ policy, binding, message string }
+	var order []key
+	denied := map[key][]string{}
+	way := map[key]admissionpolicy.WayOn{}
+	for _, c := range crds {
+		for _, d := range c.Policies {
+			k := key{d.Policy, d.Binding, d.Message}
+			if _, ok := denied[k]; !ok {
+				order = append(order, k)
+				way[k] = d.WayOn
+			}
+			denied[k] = append(denied[k], c.Name)
+		}
+	}
+	for _, k := range order {
+		fmt.Fprintf(w, "\nValidatingAdmissionPolicy %s (binding %s) denies writing %s:\n  %s\n", k.policy, orDash(k.binding), strings.Join(denied[k], ", "), k.message)
+		wo := way[k]
+		fmt.Fprintf(w, "  way on (%s): %s\n", wo.Kind, wo.Advice)
+		if wo.Command != "" {
+			fmt.Fprintf(w, "    %s\n", wo.Command)
+		}
+		if wo.Source != "" {
+			fmt.Fprintf(w, "    documented: %s\n", wo.Source)
+		}
 	}
 }
 
@@ -227,6 +282,8 @@ func renderWhy(w io.Writer, rep *check.Report, findings []check.CRDReport) {
 			"the operation would fail at that CRD, after what was applied before it; no migration helps",
 		predict.Move: "the CRD moves from one Helm release to another: keep it on the side it leaves and move Helm's ownership metadata to the release it joins, " +
 			"first (crd adopt), or Helm deletes it with every object of its type (OBJECTS) or refuses it",
+		predict.PolicyDenied: "an admission policy of the cluster (a ValidatingAdmissionPolicy) denies writing the incoming CRD: " +
+			"the operation would fail at that CRD, after what was applied before it; no migration and no other Kubernetes minor helps (the way on is below)",
 		predict.Prune: "the CRD leaves the Application, but this sync does not prune it: it stays, OutOfSync, until a sync that prunes " +
 			"deletes it and every object of its type (OBJECTS)",
 	}
@@ -235,7 +292,7 @@ func renderWhy(w io.Writer, rep *check.Report, findings []check.CRDReport) {
 			"and every object of its type (OBJECTS)"
 	}
 	fmt.Fprintln(w, "\nWhy:")
-	for _, v := range []predict.Verdict{predict.Delete, predict.Move, predict.Refused, predict.DataLoss, predict.Migrate, predict.Bridge, predict.Prune} {
+	for _, v := range []predict.Verdict{predict.Delete, predict.Move, predict.PolicyDenied, predict.Refused, predict.DataLoss, predict.Migrate, predict.Bridge, predict.Prune} {
 		n := 0
 		for _, c := range findings {
 			if c.Verdict == v {

@@ -91,8 +91,8 @@ type hook struct {
 // Load reads every ValidatingAdmissionPolicy and binding with the caller's rights (a
 // list of each; RBAC: list on validatingadmissionpolicies and
 // validatingadmissionpolicybindings in admissionregistration.k8s.io), asks the API server
-// who the caller is (a SelfSubjectReview, which every authenticated identity may make)
-// and compiles each policy. A read the API server refuses is an error apierrors can
+// who the caller is when a policy is bound (a SelfSubjectReview, which every
+// authenticated identity may make) and compiles each policy. A read the API server refuses is an error apierrors can
 // classify (IsForbidden): the caller then reports the question as not asked.
 func Load(ctx context.Context, c *kubeclient.Clients, dyn dynamic.Interface) (*Policies, error) {
 	policies, err := listPolicies(ctx, c.Kube)
@@ -103,11 +103,15 @@ func Load(ctx context.Context, c *kubeclient.Clients, dyn dynamic.Interface) (*P
 	if err != nil {
 		return nil, err
 	}
-	writer, err := whoAmI(ctx, c.Kube)
-	if err != nil {
+	p := compile(policies, bindings, c.Kube, dyn, c.Mapper)
+	if len(p.hooks) == 0 {
+		return p, nil // nothing to evaluate: no need to know who writes
+	}
+	if p.writer, err = whoAmI(ctx, c.Kube); err != nil {
 		return nil, err
 	}
-	return compile(policies, bindings, writer, c.Kube, dyn, c.Mapper), nil
+	p.authz.self = p.writer
+	return p, nil
 }
 
 func listPolicies(ctx context.Context, kube kubernetes.Interface) ([]admissionregistrationv1.ValidatingAdmissionPolicy, error) {
@@ -149,8 +153,8 @@ func whoAmI(ctx context.Context, kube kubernetes.Interface) (user.Info, error) {
 // compile compiles each policy and joins its bindings to it, as the API server's policy
 // source does (bindings whose policy does not exist bind nothing).
 func compile(policies []admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding,
-	writer user.Info, kube kubernetes.Interface, dyn dynamic.Interface, mapper meta.RESTMapper) *Policies {
-	p := &Policies{writer: writer, dynamic: dyn, mapper: mapper, authz: &selfAuthorizer{kube: kube, self: writer},
+	kube kubernetes.Interface, dyn dynamic.Interface, mapper meta.RESTMapper) *Policies {
+	p := &Policies{dynamic: dyn, mapper: mapper, authz: &selfAuthorizer{kube: kube},
 		// CRDs are cluster-scoped: the matcher never reads a namespace for them.
 		matcher: generic.NewPolicyMatcher(matching.NewMatcher(nil, kube)),
 		objects: admission.NewObjectInterfacesFromScheme(scheme)}

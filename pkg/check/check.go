@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
@@ -141,6 +142,13 @@ type CRDReport struct {
 	// AdmissionError says why the API server could not be asked (the dry run needs update
 	// and create on customresourcedefinitions); the verdict then rests on the rest.
 	AdmissionError string `json:"admissionError,omitempty"`
+	// Policies are the admission policies that deny writing the incoming CRD (evaluated
+	// here from what the caller may read: admissionpolicy.Policies.Evaluate), each with
+	// its binding, message and the way past it: the PolicyDenied verdict.
+	Policies []admissionpolicy.Denial `json:"policies,omitempty"`
+	// PolicyError says why the admission policies could not be evaluated (they could not
+	// be read: RBAC list on validatingadmissionpolicies and their bindings).
+	PolicyError string `json:"policyError,omitempty"`
 	// ManifestObjects is how many objects of this CRD's kind the rendered manifests
 	// carry, for a prediction made from them (PredictManifests); nil otherwise.
 	ManifestObjects *int `json:"manifestObjects,omitempty"`
@@ -193,7 +201,35 @@ type Report struct {
 	// Manifests says what the rendered manifests a prediction was made from hold
 	// (PredictManifests); nil for a chart or a release.
 	Manifests *ManifestSummary `json:"manifests,omitempty"`
+	// Unasked are the questions about admission that could not be asked, each with the
+	// CRDs and why: the verdicts rest on what was asked, and a front end says so in its
+	// headline, not below a SAFE. Empty when every question was asked.
+	Unasked []Unasked `json:"unasked,omitempty"`
 }
+
+// Unasked is one question about admission that could not be asked, for some CRDs.
+type Unasked struct {
+	// What was not asked (UnaskedDryRun, UnaskedPolicies).
+	What string `json:"what"`
+	// CRDs it was not asked about.
+	CRDs []string `json:"crds"`
+	// Why is the API server's answer to the request that would have asked it, for the
+	// first of the CRDs.
+	Why string `json:"why"`
+}
+
+// What an Unasked did not ask.
+const (
+	// UnaskedDryRun: the dry-run write, the only question that reaches the cluster's
+	// admission webhooks and the API server's own validation of the CRD (its schema
+	// and CEL rules by its minor's rules). It needs update and create on
+	// customresourcedefinitions.
+	UnaskedDryRun = "dry-run"
+	// UnaskedPolicies: the ValidatingAdmissionPolicies, which could not be read (list on
+	// validatingadmissionpolicies and validatingadmissionpolicybindings, and the
+	// parameters a binding names).
+	UnaskedPolicies = "policies"
+)
 
 // Findings returns the CRDs whose verdict is not ok (a Prune verdict among them, though
 // it does not make the report unsafe).
@@ -252,9 +288,11 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 	}
 	slices.SortFunc(rep.CRDs, func(a, b CRDReport) int { return strings.Compare(a.Name, b.Name) })
 
-	if err := askCluster(ctx, cluster, req, live, removed, judged, admitted, rep.CRDs); err != nil {
+	unasked, err := askCluster(ctx, cluster, req, live, removed, judged, admitted, rep.CRDs)
+	if err != nil {
 		return nil, err
 	}
+	rep.Unasked = unasked
 	this := predict.ReleaseRef{Namespace: req.Namespace, Name: req.Release}
 	for i := range rep.CRDs {
 		if r, ok := removed[rep.CRDs[i].Name]; ok {
@@ -434,16 +472,19 @@ func nextSteps(req Request, live map[string]*apiextv1.CustomResourceDefinition, 
 // the gate's hot path) asks the API server nothing.
 // askCluster asks the cluster what the verdicts need beyond the CRDs: the stored objects
 // the new schemas meet (judgeSchemas), whether the API server accepts each CRD (admit),
+// what its admission policies decide about each (evaluatePolicies),
 // how many objects each CRD holds (countObjects) and which StorageVersionMigrations are
 // in progress (migrating). The questions do not depend on each other, so they are asked
 // at once: a check waits for the slowest, not for their sum. Their answers are joined as
-// if asked in that order (a schema finding before a refusal), and so are their errors.
+// if asked in that order (a schema finding before a policy's denial, and that before a refusal), and so are their errors.
 func askCluster(ctx context.Context, cluster Cluster, req Request, live map[string]*apiextv1.CustomResourceDefinition,
-	removed map[string]predict.Removal, judged, admitted []judgement, crds []CRDReport) error {
+	removed map[string]predict.Removal, judged, admitted []judgement, crds []CRDReport) ([]Unasked, error) {
 	var (
 		g                                        errgroup.Group
 		schemaErr, admitErr, countErr, activeErr error
+		policyErr                                error
 		refusals                                 []admission
+		denials                                  []policyAnswer
 		active                                   map[string][]svm.Migration
 	)
 	// Migrations in progress matter only to a CRD that is not OK. One that is not yet is
@@ -456,6 +497,7 @@ func askCluster(ctx context.Context, cluster Cluster, req Request, live map[stri
 	}
 	g.Go(func() error { schemaErr = judgeSchemas(ctx, cluster, judged, crds); return nil })
 	g.Go(func() error { refusals, admitErr = admit(ctx, cluster, admitted); return nil })
+	g.Go(func() error { denials, policyErr = evaluatePolicies(ctx, cluster, admitted); return nil })
 	g.Go(func() error {
 		countErr = countObjects(ctx, cluster, live, names, crds, func(name string) bool {
 			r, ok := removed[name]
@@ -467,18 +509,18 @@ func askCluster(ctx context.Context, cluster Cluster, req Request, live map[stri
 		g.Go(func() error { active, activeErr = migrationsInProgress(ctx, cluster); return nil })
 	}
 	_ = g.Wait()
-	if err := firstOf(schemaErr, admitErr, countErr); err != nil {
-		return err
+	if err := firstOf(schemaErr, admitErr, policyErr, countErr); err != nil {
+		return nil, err
 	}
-	joinRefusals(refusals, crds)
+	unasked := joinAdmission(refusals, denials, crds)
 	if !asked && needsMigrations(crds) {
 		active, activeErr = migrationsInProgress(ctx, cluster)
 	}
 	if activeErr != nil {
-		return activeErr
+		return nil, activeErr
 	}
 	migrating(active, crds)
-	return nil
+	return unasked, nil
 }
 
 // firstOf is the first non-nil error.
@@ -647,6 +689,8 @@ func action(req Request, live map[string]*apiextv1.CustomResourceDefinition, c C
 	case predict.FixChart:
 		return "no migration helps: change the chart (a version whose CRD this API server accepts), or upgrade the control plane " +
 			"to a Kubernetes minor that accepts it first; then check again"
+	case predict.FixPolicy:
+		return policyAction(c.Policies)
 	case predict.FixSchema:
 		return fmt.Sprintf("keep the data: declare %s in the incoming CRD's schema (or mark them x-kubernetes-preserve-unknown-fields) and check again; "+
 			"or, if the loss is intended, accept it: %s",
@@ -670,6 +714,29 @@ func action(req Request, live map[string]*apiextv1.CustomResourceDefinition, c C
 			c.LiveStorageVersion, versionList(c.IncomingVersions), orUnknown(req.ChartVersion))
 	}
 	return ""
+}
+
+// policyAction words the way past each policy that denies a CRD (admissionpolicy.WayOn),
+// each policy once: its advice, the command that starts it, and where its authors
+// document it.
+func policyAction(denials []admissionpolicy.Denial) string {
+	var parts []string
+	seen := map[string]bool{}
+	for _, d := range denials {
+		if seen[d.Policy] {
+			continue
+		}
+		seen[d.Policy] = true
+		s := fmt.Sprintf("%s: %s", d.Policy, d.WayOn.Advice)
+		if d.WayOn.Command != "" {
+			s += ": " + d.WayOn.Command
+		}
+		if d.WayOn.Source != "" {
+			s += " (" + d.WayOn.Source + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ") + "; then check again"
 }
 
 // liveOrNamed is the live CRD name, or a CRD that only has the name when it is not live.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
@@ -355,6 +356,15 @@ func (r *recordingCluster) AdmitCRD(ctx context.Context, live, next *apiextv1.Cu
 
 // SkeletonObjects passes on whether the wrapped Cluster's objects are skeletons.
 func (r *recordingCluster) SkeletonObjects() bool { return skeletons(r.Cluster) }
+
+// PolicyDenials passes the question on when the wrapped Cluster can answer it (nil
+// otherwise: no policy evaluated).
+func (r *recordingCluster) PolicyDenials(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error) {
+	if pe, ok := r.Cluster.(PolicyEvaluator); ok {
+		return pe.PolicyDenials(ctx, live, next)
+	}
+	return nil, nil
+}
 
 // ListObjects passes the schema check's reads on when the wrapped Cluster can answer them.
 func (r *recordingCluster) ListObjects(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {

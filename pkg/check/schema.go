@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -130,6 +131,47 @@ func serverMinor(ctx context.Context, cluster Cluster) int {
 	return int(parsed.Minor())
 }
 
+// PolicyEvaluator is what a Cluster implements when it can evaluate the cluster's
+// admission policies for a CRD write here, with the API server's own policy code, from
+// what the caller may read (livecluster.KubeCluster does): no write, so a read-only
+// identity gets the verdict an admin gets.
+type PolicyEvaluator interface {
+	PolicyDenials(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error)
+}
+
+// policyAnswer is what the policies decide about one incoming CRD: their denials, or why
+// they could not be asked.
+type policyAnswer struct {
+	name    string
+	denials []admissionpolicy.Denial
+	err     error
+}
+
+// evaluatePolicies evaluates the admission policies for every applied incoming CRD (the
+// same writes admit asks the API server about), bounded, in the order given. Policies
+// that cannot be read are an answer too: the run goes on, and the report says what was
+// not asked.
+func evaluatePolicies(ctx context.Context, cluster Cluster, admitted []judgement) ([]policyAnswer, error) {
+	pe, ok := cluster.(PolicyEvaluator)
+	if !ok || len(admitted) == 0 {
+		return nil, nil
+	}
+	out := make([]policyAnswer, len(admitted))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for i, j := range admitted {
+		g.Go(func() error {
+			d, err := pe.PolicyDenials(gctx, j.live, j.next)
+			if err != nil && gctx.Err() != nil {
+				return gctx.Err()
+			}
+			out[i] = policyAnswer{name: j.next.Name, denials: d, err: err}
+			return nil
+		})
+	}
+	return out, g.Wait()
+}
+
 // admission is the API server's answer about one incoming CRD: a refusal, or why it
 // could not be asked.
 type admission struct {
@@ -162,21 +204,59 @@ func admit(ctx context.Context, cluster Cluster, admitted []judgement) ([]admiss
 	return out, g.Wait()
 }
 
-// joinRefusals makes a refused CRD the Refused verdict. A server that could not be asked
-// leaves the verdict as it is and says why.
-func joinRefusals(answers []admission, crds []CRDReport) {
+// joinAdmission joins what admission decides to the verdicts: a CRD a policy denies is
+// the PolicyDenied verdict, and a CRD the API server refuses (its dry run) the Refused
+// one. A dry run refused by admission, for a CRD the policies deny, is the same denial
+// seen both ways (the API server's policies run before its webhooks, and its first
+// denial is its answer): reported once, as the policy's. A CRD's own validation runs
+// before admission, so its refusal stands beside a policy's denial. What could not be
+// asked is returned (Report.Unasked): the dry run, for a CRD no policy denies (webhooks
+// and the CRD's own validation answer only to it), with the policies when they could
+// not be read either.
+func joinAdmission(answers []admission, policies []policyAnswer, crds []CRDReport) []Unasked {
 	byName := map[string]int{}
 	for i := range crds {
 		byName[crds[i].Name] = i
+	}
+	policyErr := map[string]error{}
+	for _, p := range policies {
+		c := &crds[byName[p.name]]
+		switch {
+		case p.err != nil:
+			c.PolicyError, policyErr[p.name] = p.err.Error(), p.err
+		case len(p.denials) > 0:
+			c.Policies = p.denials
+			c.Decision = predict.WithPolicy(c.Decision, admissionpolicy.Message(p.denials))
+		}
+	}
+	var unasked []Unasked
+	add := func(what, why, name string) {
+		for i := range unasked {
+			if unasked[i].What == what { // the first CRD's why stands for the rest
+				unasked[i].CRDs = append(unasked[i].CRDs, name)
+				return
+			}
+		}
+		unasked = append(unasked, Unasked{What: what, Why: why, CRDs: []string{name}})
 	}
 	for _, a := range answers {
 		c := &crds[byName[a.name]]
 		switch {
 		case a.err != nil:
 			c.AdmissionError = a.err.Error()
+			if len(c.Policies) > 0 {
+				continue // a policy denies it: what else admission says cannot let it through
+			}
+			add(UnaskedDryRun, a.err.Error(), a.name)
+			if err := policyErr[a.name]; err != nil {
+				add(UnaskedPolicies, err.Error(), a.name)
+			}
+		case a.refusal != nil && a.refusal.Admission && len(c.Policies) > 0:
+			// The policy's denial, seen by the dry run too.
 		case a.refusal != nil:
 			c.Refusal = a.refusal
 			c.Decision = predict.WithRefusal(c.Decision, a.refusal.Message())
 		}
 	}
+	return unasked
 }

@@ -23,6 +23,11 @@ import (
 type Refusal struct {
 	// Causes are the API server's own messages, one per refused field, as it words them.
 	Causes []string `json:"causes"`
+	// Admission says the refusal came from admission (a ValidatingAdmissionPolicy or a
+	// webhook), not from the CRD's own validation: no cause names a field. The API server
+	// validates the CRD first and admits it after, so a CRD that admission refuses
+	// passed its own validation.
+	Admission bool `json:"admission,omitempty"`
 }
 
 // Message is the causes in one line.
@@ -78,8 +83,12 @@ func ask(ctx context.Context, crds apiextv1client.CustomResourceDefinitionInterf
 		return nil, fmt.Errorf("ask the API server whether it accepts CRD %s (a dry-run write): %w", next.Name, err)
 	}
 	var causes []string
+	admission := true
 	if status, ok := err.(apierrors.APIStatus); ok && status.Status().Details != nil {
 		for _, c := range status.Status().Details.Causes {
+			if c.Field != "" || c.Type != "" {
+				admission = false
+			}
 			msg := c.Message
 			if c.Field != "" {
 				msg = c.Field + ": " + msg
@@ -93,7 +102,7 @@ func ask(ctx context.Context, crds apiextv1client.CustomResourceDefinitionInterf
 		}
 	}
 	if len(causes) == 0 {
-		causes = []string{err.Error()}
+		causes, admission = []string{err.Error()}, false
 	}
-	return &Refusal{Causes: causes}, nil
+	return &Refusal{Causes: causes, Admission: admission}, nil
 }

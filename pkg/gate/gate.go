@@ -145,6 +145,7 @@ const (
 	WhyDataLoss = "the incoming schema would drop fields that stored objects hold"
 	WhyRefused  = "the API server refuses the incoming CRD itself"
 	WhyMove     = "CRDs move between Helm releases: keep them and move their ownership first, or Helm deletes them or refuses them"
+	WhyPolicy   = "an admission policy of the cluster denies the incoming CRD"
 )
 
 // Decide checks the incoming CRDs against the target cluster and, when allowed, moves the
@@ -200,6 +201,8 @@ func Judge(ctx context.Context, rep *check.Report, o Options) (*Decision, error)
 			d.Reason, why = ReasonDataLoss, WhyDataLoss
 		case fix == predict.FixChart:
 			d.Reason, why = ReasonRefused, WhyRefused
+		case fix == predict.FixPolicy:
+			d.Reason, why = ReasonRefused, WhyPolicy
 		}
 		if why != "" {
 			d.Unfixable = append(d.Unfixable, c.Name+": "+c.Reason)

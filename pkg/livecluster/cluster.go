@@ -12,6 +12,7 @@ package livecluster
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -52,6 +54,15 @@ type KubeCluster struct {
 	// that asks again about the same CRDs (a second check, a review of releases that
 	// share a chart).
 	admissions *crdschema.Admissions
+	// clients are the clients the KubeCluster was built from; policies are the cluster's
+	// ValidatingAdmissionPolicies, read once (PolicyDenials).
+	clients  *kubeclient.Clients
+	policies struct {
+		sync.Mutex
+		loaded bool
+		p      *admissionpolicy.Policies
+		err    error
+	}
 }
 
 // NewKubeCluster builds a KubeCluster from a REST config, kept nowhere: every read asks
@@ -76,7 +87,7 @@ func newKubeCluster(c *kubeclient.Clients, cfg *rest.Config) (*KubeCluster, erro
 	if err != nil {
 		return nil, err
 	}
-	return &KubeCluster{crds: c.CRDs, metadata: c.Metadata, disco: c.Discovery, dynamic: dyn, admissions: crdschema.NewAdmissions(0)}, nil
+	return &KubeCluster{crds: c.CRDs, metadata: c.Metadata, disco: c.Discovery, dynamic: dyn, admissions: crdschema.NewAdmissions(0), clients: c}, nil
 }
 
 // A KubeCluster answers every question a prediction asks.
@@ -136,6 +147,30 @@ func (k *KubeCluster) AdmitCRD(ctx context.Context, live, next *apiextv1.CustomR
 		return nil, nil
 	}
 	return k.admissions.Admit(ctx, k.crds.ApiextensionsV1().CustomResourceDefinitions(), live, next)
+}
+
+// PolicyDenials evaluates the cluster's ValidatingAdmissionPolicies for writing next over
+// live (nil: a new CRD), here, with the API server's own policy code
+// (admissionpolicy.Policies.Evaluate), from the policies, bindings and parameters this
+// identity may read: no write, so a read-only identity gets an admin's answer. The
+// policies are read once, at the first question. A target kept by Clusters does not ask,
+// as AdmitCRD does not: the API server still enforces the policies when the CRD is
+// applied.
+func (k *KubeCluster) PolicyDenials(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error) {
+	if k.kept != nil || k.clients == nil {
+		return nil, nil
+	}
+	k.policies.Lock()
+	if !k.policies.loaded {
+		k.policies.p, k.policies.err = admissionpolicy.Load(ctx, k.clients, k.dynamic)
+		k.policies.loaded = ctx.Err() == nil
+	}
+	p, err := k.policies.p, k.policies.err
+	k.policies.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return p.Evaluate(ctx, live, next)
 }
 
 // CRDs lists every CRD in pages, or reads them from memory for a cluster of Clusters

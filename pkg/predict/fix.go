@@ -37,6 +37,11 @@ const (
 	// FixChart moves to a chart whose CRDs the target API server accepts (or upgrades the
 	// control plane to a minor that accepts them first). No migration helps.
 	FixChart Fix = "chart"
+	// FixPolicy gets past an admission policy that denies the write: the policy's own way
+	// (an exception its authors document, the parameter its binding gives it), or a chart
+	// whose CRD the policy admits (admissionpolicy.WayOn names which). No migration, and no
+	// other Kubernetes minor, helps.
+	FixPolicy Fix = "policy"
 )
 
 // FixFor returns what fixes a finding.
@@ -52,6 +57,8 @@ func FixFor(f Decision) Fix {
 		return FixChart
 	case Move:
 		return FixMove
+	case PolicyDenied:
+		return FixPolicy
 	case Bridge:
 		if f.StorageSwitchTo != "" {
 			return FixStorageSwitch

@@ -55,6 +55,11 @@ const (
 	// asks it). The operation fails at that CRD, after what was applied before it; the
 	// chart (or the control plane's version) must change first.
 	Refused Verdict = "refused"
+	// PolicyDenied means an admission policy of the cluster (a ValidatingAdmissionPolicy and
+	// its binding) denies writing the incoming CRD (package admissionpolicy evaluates
+	// them). Neither a migration nor another Kubernetes minor helps: the policy's own way
+	// past it (an exception its authors document, its parameter) or the chart must change.
+	PolicyDenied Verdict = "policy"
 )
 
 // Blocks reports whether a verdict stops the operation as it stands: every one but OK and
@@ -269,6 +274,17 @@ func WithRefusal(f Decision, message string) Decision {
 		message += "; also: " + f.Reason
 	}
 	f.Verdict, f.Reason = Refused, message
+	return f
+}
+
+// WithPolicy makes a finding the PolicyDenied verdict: an admission policy denies writing the
+// incoming CRD (message names the policy, its binding and its message), so nothing else
+// the verdict said can happen first. What it said stays in the reason.
+func WithPolicy(f Decision, message string) Decision {
+	if f.Verdict != OK {
+		message += "; also: " + f.Reason
+	}
+	f.Verdict, f.Reason = PolicyDenied, message
 	return f
 }
 
