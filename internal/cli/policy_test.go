@@ -81,6 +81,29 @@ func TestGatewayAPIRollbackPolicy(t *testing.T) {
 		t.Errorf("release rollback-check: safe, want not")
 	}
 
+	// The reader may not make the replay's dry runs: the CRD check is the verdict, and the
+	// replay is named as not asked.
+	r = asUser(t, reader, "release", "rollback-check", "gw", "1", "-n", "gw", "-o", "json")
+	var unasked struct {
+		Safe   bool `json:"safe"`
+		Replay struct {
+			Asked bool   `json:"asked"`
+			Why   string `json:"why"`
+		} `json:"replay"`
+		CRDCheck *check.Report `json:"crdCheck"`
+	}
+	decode(t, r, &unasked)
+	assertPolicyDenied(t, "reader: release rollback-check", r, unasked.CRDCheck, oldCRDs)
+	if unasked.Safe || unasked.Replay.Asked || !strings.Contains(unasked.Replay.Why, "forbidden") {
+		t.Errorf("reader: release rollback-check: safe %v replay %+v; want not safe, the replay not asked because forbidden", unasked.Safe, unasked.Replay)
+	}
+	r = asUser(t, reader, "release", "rollback-check", "gw", "1", "-n", "gw")
+	for _, want := range []string{"BLOCKED by the CRD check below. The replay of the operation was NOT ASKED", "ValidatingAdmissionPolicy " + testenv.SafeUpgrades} {
+		if !strings.Contains(r.stdout, want) || r.code != cli.ExitFindings {
+			t.Errorf("reader: release rollback-check: exit %d, lacks %q:\n%s%s", r.code, want, r.stdout, r.stderr)
+		}
+	}
+
 	// The real rollback is refused by the policy, as predicted.
 	out, err := helm(t, nil, "rollback", "gw", "1", "-n", "gw")
 	if err == nil || !strings.Contains(out, "ValidatingAdmissionPolicy '"+testenv.SafeUpgrades+"' with binding '"+testenv.SafeUpgrades+"' denied request: "+testenv.SafeUpgradesRefusal) {

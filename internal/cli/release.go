@@ -19,6 +19,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
+	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
@@ -140,14 +141,39 @@ func (o *applyCheckOptions) runOperation(ctx context.Context, streams Streams, k
 	p, err := applycheck.Predict(ctx, s, applycheck.Request{Release: o.release, Namespace: conn.namespace, Operation: op, ToRevision: o.toRevision,
 		Flags: o.flags, FieldManager: o.fieldManager, Chart: o.chart, Policy: o.crdPolicy})
 	var load *chartsource.LoadError
+	var notAsked *applycheck.ReplayNotAsked
 	switch {
 	case errors.As(err, &load):
 		return chartFailed(o.command(), err)
+	case errors.As(err, &notAsked):
+		out := &replayNotAskedOutput{Replay: unaskedReplay{Why: notAsked.Err.Error()}, CRDCheck: notAsked.CRDCheck}
+		return finish(streams, o.output, out, out.text, true)
 	case err != nil:
 		return classifyAs(o.command(), err, conn)
 	}
 	out := &applyCheckOutput{Prediction: p, command: append(args, "-n", conn.namespace)}
 	return finish(streams, o.output, out, out.text, !p.Safe)
+}
+
+// replayNotAskedOutput is what apply-check and rollback-check print when this identity
+// may not make the replay's dry runs but the CRD check blocks the operation anyway
+// (applycheck.ReplayNotAsked): the CRD check is the verdict, and the replay is named as
+// not asked, in the headline and in JSON.
+type replayNotAskedOutput struct {
+	Safe     bool          `json:"safe"`
+	Replay   unaskedReplay `json:"replay"`
+	CRDCheck *check.Report `json:"crdCheck"`
+}
+
+// unaskedReplay is a replay that was not asked, and why.
+type unaskedReplay struct {
+	Asked bool   `json:"asked"`
+	Why   string `json:"why"`
+}
+
+func (o *replayNotAskedOutput) text(w io.Writer) error {
+	fmt.Fprintf(w, "BLOCKED by the CRD check below. The replay of the operation was NOT ASKED (its server-side dry runs are authorized as writes): %s\n\n", o.Replay.Why)
+	return renderText(w, false, o.CRDCheck)
 }
 
 // replayClients are the clients of a dry-run replay of a release: dynamic, and a REST

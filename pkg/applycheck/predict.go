@@ -7,6 +7,7 @@ import (
 	"helm.sh/helm/v4/pkg/cli/values"
 	"helm.sh/helm/v4/pkg/getter"
 	release "helm.sh/helm/v4/pkg/release/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/dynamic"
 
@@ -61,6 +62,19 @@ type Prediction struct {
 	Safe bool `json:"safe"`
 }
 
+// ReplayNotAsked is Predict's error when this identity may not make the replay's dry
+// runs (they are authorized as the writes they replay) but the CRD check, which needs
+// none, blocks the operation: an admission policy denies a CRD, say. The operation is
+// blocked whatever the replay would say, so a front end reports CRDCheck as the verdict,
+// with the replay named as not asked (Err).
+type ReplayNotAsked struct {
+	Err      error
+	CRDCheck *check.Report
+}
+
+func (e *ReplayNotAsked) Error() string { return e.Err.Error() }
+func (e *ReplayNotAsked) Unwrap() error { return e.Err }
+
 // Predict predicts an upgrade or rollback of a stored release whole. It reads the
 // release's history once and, for an upgrade, reads the values given and loads and
 // renders the chart once; then it replays the operation (CheckRelease) and runs the CRD
@@ -92,6 +106,13 @@ func Predict(ctx context.Context, s Sources, r Request) (*Prediction, error) {
 	}
 	rel, err := CheckRelease(ctx, s.Dynamic, s.Mapper, rc)
 	if err != nil {
+		if apierrors.IsForbidden(err) {
+			// The replay's dry runs are authorized as writes. The CRD check needs none:
+			// when it blocks, that is the answer whatever the replay would say.
+			if p, perr := check.Predict(ctx, crds); perr == nil && !p.Report.Safe {
+				return nil, &ReplayNotAsked{Err: err, CRDCheck: p.Report}
+			}
+		}
 		return nil, err
 	}
 	p, err := check.Predict(ctx, crds)
