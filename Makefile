@@ -61,7 +61,7 @@ KUBE_VERSIONS := internal/testenv/kube-versions
 KUBE_DEFAULT := $(shell awk '!/^\#/ && NF && $$2 !~ /-/ { m = $$1 } END { print m }' $(KUBE_VERSIONS))
 KUBE_CI := $(shell awk '!/^\#/ && NF { print $$1; exit }' $(KUBE_VERSIONS))
 KUBE_NEWEST := $(shell awk '!/^\#/ && NF { m = $$1 } END { print m }' $(KUBE_VERSIONS))
-KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/... ./pkg/crdschema/... \
+KUBE_CI_PACKAGES := ./pkg/check/... ./pkg/migrate/... ./pkg/gate/... ./pkg/crdschema/... ./pkg/admissionpolicy/... \
 	./internal/webhook/... ./internal/cli/... ./pkg/applycheck/... ./test/fluxtest/... \
 	./test/fluxgate/... ./pkg/kubeclient/...
 

@@ -196,7 +196,7 @@ func (c *ControlPlane) waitSafeUpgrades(ctx context.Context, enforced bool) erro
 		return refused == enforced, nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w (last answer: %v)", err, last)
+		return fmt.Errorf("%w (last answer: %w)", err, last)
 	}
 	return nil
 }

@@ -60,8 +60,8 @@ func wayOn(policy *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissi
 	if d.Param != "" && b != nil && b.Spec.ParamRef != nil {
 		kind, name, _ := strings.Cut(d.Param, " ")
 		ns := ""
-		if i := strings.Index(name, "/"); i >= 0 {
-			ns, name = name[:i], name[i+1:]
+		if before, after, ok := strings.Cut(name, "/"); ok {
+			ns, name = before, after
 		}
 		return WayOn{Kind: WayParam,
 			Advice:  "the policy reads its limits from " + d.Param + ", which binding " + b.Name + " gives it: change it there (its owner decides), and the write is judged again",
