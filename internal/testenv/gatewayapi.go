@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
-	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 )
 
@@ -71,27 +70,11 @@ func GatewayAPIChart(dir, tag string) (string, error) {
 
 // GatewayAPICRDs are a release's standard CRDs.
 func GatewayAPICRDs(tag string) ([]*apiextv1.CustomResourceDefinition, error) {
-	fx, err := Fixtures()
-	if err != nil {
-		return nil, err
-	}
 	files, err := GatewayAPICRDFiles(tag)
 	if err != nil {
 		return nil, err
 	}
-	var out []*apiextv1.CustomResourceDefinition
-	for _, f := range files {
-		data, err := os.ReadFile(filepath.Join(fx, f))
-		if err != nil {
-			return nil, err
-		}
-		crds, err := crdversions.FromManifest(f, data)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, crds...)
-	}
-	return out, nil
+	return ReadCRDs(files...)
 }
 
 // SafeUpgradesPolicy is v1.5.1's ValidatingAdmissionPolicy and its binding, as the

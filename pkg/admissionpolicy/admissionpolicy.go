@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -316,16 +317,11 @@ func written(live, next *apiextv1.CustomResourceDefinition) (obj, old *apiextv1.
 
 // overlay is base with top's keys set over it.
 func overlay(base, top map[string]string) map[string]string {
-	if len(base) == 0 && len(top) == 0 {
-		return nil
+	if len(base) == 0 {
+		return maps.Clone(top)
 	}
-	out := make(map[string]string, len(base)+len(top))
-	for k, v := range base {
-		out[k] = v
-	}
-	for k, v := range top {
-		out[k] = v
-	}
+	out := maps.Clone(base)
+	maps.Copy(out, top)
 	return out
 }
 

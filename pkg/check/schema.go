@@ -139,13 +139,19 @@ type PolicyEvaluator interface {
 	PolicyDenials(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error)
 }
 
-// policyAnswer is what the policies decide about one incoming CRD: their denials, or why
-// they could not be asked.
-type policyAnswer struct {
-	name    string
-	denials []admissionpolicy.Denial
-	err     error
+// answer is what one question about an incoming CRD's admission got: the answer, or why
+// it could not be asked.
+type answer[T any] struct {
+	name string
+	v    T
+	err  error
 }
+
+// policyAnswer is what the policies decide about one incoming CRD: their denials.
+type policyAnswer = answer[[]admissionpolicy.Denial]
+
+// admission is the API server's answer about one incoming CRD: a refusal (nil: accepted).
+type admission = answer[*crdschema.Refusal]
 
 // evaluatePolicies evaluates the admission policies for every applied incoming CRD (the
 // same writes admit asks the API server about), bounded, in the order given. Policies
@@ -153,51 +159,39 @@ type policyAnswer struct {
 // not asked.
 func evaluatePolicies(ctx context.Context, cluster Cluster, admitted []judgement) ([]policyAnswer, error) {
 	pe, ok := cluster.(PolicyEvaluator)
-	if !ok || len(admitted) == 0 {
+	if !ok {
 		return nil, nil
 	}
-	out := make([]policyAnswer, len(admitted))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(4)
-	for i, j := range admitted {
-		g.Go(func() error {
-			d, err := pe.PolicyDenials(gctx, j.live, j.next)
-			if err != nil && gctx.Err() != nil {
-				return gctx.Err()
-			}
-			out[i] = policyAnswer{name: j.next.Name, denials: d, err: err}
-			return nil
-		})
-	}
-	return out, g.Wait()
-}
-
-// admission is the API server's answer about one incoming CRD: a refusal, or why it
-// could not be asked.
-type admission struct {
-	name    string
-	refusal *crdschema.Refusal
-	err     error
+	return askEach(ctx, admitted, pe.PolicyDenials)
 }
 
 // admit asks the API server whether it accepts every applied incoming CRD, bounded, and
-// returns its answers in the order asked (joinRefusals makes them verdicts). A server
+// returns its answers in the order asked (joinAdmission makes them verdicts). A server
 // that cannot be asked (no RBAC for the dry run) is an answer too: the run goes on.
 func admit(ctx context.Context, cluster Cluster, admitted []judgement) ([]admission, error) {
 	s, ok := cluster.(Server)
-	if !ok || len(admitted) == 0 {
+	if !ok {
 		return nil, nil
 	}
-	out := make([]admission, len(admitted))
+	return askEach(ctx, admitted, s.AdmitCRD)
+}
+
+// askEach asks one question about every judgement, four at a time, and returns the
+// answers in the order given; an error is an answer, but for the context's own.
+func askEach[T any](ctx context.Context, js []judgement, ask func(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) (T, error)) ([]answer[T], error) {
+	if len(js) == 0 {
+		return nil, nil
+	}
+	out := make([]answer[T], len(js))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
-	for i, j := range admitted {
+	for i, j := range js {
 		g.Go(func() error {
-			r, err := s.AdmitCRD(gctx, j.live, j.next)
+			v, err := ask(gctx, j.live, j.next)
 			if err != nil && gctx.Err() != nil {
 				return gctx.Err()
 			}
-			out[i] = admission{name: j.next.Name, refusal: r, err: err}
+			out[i] = answer[T]{name: j.next.Name, v: v, err: err}
 			return nil
 		})
 	}
@@ -224,9 +218,9 @@ func joinAdmission(answers []admission, policies []policyAnswer, crds []CRDRepor
 		switch {
 		case p.err != nil:
 			c.PolicyError, policyErr[p.name] = p.err.Error(), p.err
-		case len(p.denials) > 0:
-			c.Policies = p.denials
-			c.Decision = predict.WithPolicy(c.Decision, admissionpolicy.Message(p.denials))
+		case len(p.v) > 0:
+			c.Policies = p.v
+			c.Decision = predict.WithPolicy(c.Decision, admissionpolicy.Message(p.v))
 		}
 	}
 	var unasked []Unasked
@@ -251,11 +245,11 @@ func joinAdmission(answers []admission, policies []policyAnswer, crds []CRDRepor
 			if err := policyErr[a.name]; err != nil {
 				add(UnaskedPolicies, err.Error(), a.name)
 			}
-		case a.refusal != nil && a.refusal.Admission && len(c.Policies) > 0:
+		case a.v != nil && a.v.Admission && len(c.Policies) > 0:
 			// The policy's denial, seen by the dry run too.
-		case a.refusal != nil:
-			c.Refusal = a.refusal
-			c.Decision = predict.WithRefusal(c.Decision, a.refusal.Message())
+		case a.v != nil:
+			c.Refusal = a.v
+			c.Decision = predict.WithRefusal(c.Decision, a.v.Message())
 		}
 	}
 	return unasked
