@@ -14,7 +14,6 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
-	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 )
 
 // argoAppFlag is --argocd-app NAMESPACE/NAME: check and plan read the chart source from
@@ -25,15 +24,6 @@ const argoAppFlag = "argocd-app"
 type argoAppOptions struct {
 	ref       string // NAMESPACE/NAME
 	namespace string // where Argo CD runs: its repository Secrets and its settings (argocd-cm)
-}
-
-// upgradeCommand words moving the Application of chart c to a chart version: commit its
-// targetRevision (or argocd app set, at the Helm source's position in spec.sources).
-func (a *argoAppOptions) upgradeCommand(c *argoapp.Chart) func(chartVersion string) string {
-	ns, name, _ := strings.Cut(a.ref, "/")
-	return func(v string) string {
-		return cmdline.ApplicationRevision{Name: name, Namespace: ns, Version: v, SourcePosition: c.SourcePosition}.String()
-	}
 }
 
 func (a *argoAppOptions) addFlags(cmd *cobra.Command) {

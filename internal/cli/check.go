@@ -242,7 +242,7 @@ func (o *checkOptions) predictArgoApp(ctx context.Context, conn *connection) (*c
 	}
 	defer func() { _ = c.Close() }()
 	o.chart, o.crdPolicy, o.release, o.argoChart = c.Options, c.Policy, "", c
-	o.upgrade, o.deployer, o.current = o.argo.upgradeCommand(c), c.Deployer, c.Current
+	o.upgrade, o.deployer, o.current = c.Upgrade, c.Deployer, c.Current
 	rep, err := o.predictChart(ctx, conn)
 	if err != nil {
 		return nil, err

@@ -238,7 +238,7 @@ func (o *planOptions) argoRequest(ctx context.Context, conn *connection, req *pl
 	}
 	history.Options.Version = ""
 	req.Versions = history
-	req.Commands.Upgrade = o.argo.upgradeCommand(c)
+	req.Commands.Upgrade = c.Upgrade
 	return nil
 }
 

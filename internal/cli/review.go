@@ -157,6 +157,8 @@ func reviewChange(c review.Change) string {
 		return "new " + c.To
 	case "values":
 		return "values"
+	case review.WhatCRDs:
+		return "CRD manifests"
 	}
 	return c.From + " -> " + c.To
 }
@@ -181,6 +183,13 @@ HelmRepository or OCIRepository the head revision holds (the one nearest to the
 HelmRelease's file), rendered with the values helm-controller composes (spec.values, and
 spec.valuesFrom from ConfigMaps and Secrets in the repository), and predicted against the
 live CRDs, storedVersions and objects of each cluster it lands on.
+
+It also reads: kustomize overlays and Flux Kustomizations, built at both revisions as
+kustomize-controller builds them (postBuild.substitute included), judging each
+HelmRelease the build changes at the file the change touched; Argo CD Applications with
+a Helm source (a targetRevision bump, a $values file in the repository), judged as check
+--argocd-app judges them with the live Application's status; and files of CRD manifests
+the change adds or changes, judged as check --manifests judges them.
 
 Only the touched HelmReleases are rendered and judged. A HelmRelease whose source or
 values are not in the repository is reported "not judged" with why.

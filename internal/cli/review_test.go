@@ -36,16 +36,7 @@ func TestReviewFluxBump(t *testing.T) {
 	// staging: 2.17.2 from the start.
 	helmOn(t, staging, "install", "flux2", installed, "-n", "flux-system", "--create-namespace")
 
-	repo, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "charts"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(repo.Close)
-	for _, v := range []string{"2.17.2", "2.18.2"} {
-		if err := repo.Add(filepath.Join(fx, "charts", "flux2-"+v)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	repo := fluxChartRepo(t, fx)
 	g := servers.NewGitRepo(t)
 	files := func(version string) map[string]string {
 		m := map[string]string{"README.md": "fleet\n"}

@@ -47,6 +47,10 @@ type Options struct {
 	// Namespace is where Argo CD runs and keeps its settings and repository Secrets
 	// (DefaultNamespace when empty).
 	Namespace string
+	// Refs are local copies of the sources that a multi-source Application's values files
+	// name as $REF/PATH: a folder per ref (spec.sources[].ref). A $ref without one is an
+	// *UnsupportedError.
+	Refs map[string]string
 }
 
 // Chart is an Application's Helm source as a chart source: Options load and render it
@@ -86,6 +90,8 @@ type Chart struct {
 	dir              string
 	unpacked         bool
 	secretsNamespace string
+	refs             map[string]string
+	app              *Application
 }
 
 // Local says whether Options.Ref is a chart directory on disk (a git checkout, or a
@@ -139,7 +145,7 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 		return nil, fmt.Errorf("%s: %w", app.Subject(), err)
 	}
 	c := &Chart{Subject: app.Subject(), RepoURL: src.RepoURL, Chart: src.Chart, Path: src.Path, TargetRevision: src.TargetRevision,
-		Policy: check.PolicyCreateReplace, dir: dir, secretsNamespace: o.namespace()}
+		Policy: check.PolicyCreateReplace, dir: dir, secretsNamespace: o.namespace(), refs: o.Refs, app: app}
 	c.Deployed, c.DeployedFrom = app.Deployed()
 	d := app.Deployer()
 	if d.Sync.Tracking, err = Tracking(ctx, o, app); err != nil {
@@ -400,7 +406,16 @@ func (c *Chart) chartFile(app *Application, chartDir, name string) (string, erro
 		return name, nil
 	}
 	if strings.HasPrefix(name, "$") {
-		return "", app.unsupported("values file %q reads another source ($ref): upgradeguard reads one source", name)
+		ref, rest, _ := strings.Cut(strings.TrimPrefix(name, "$"), "/")
+		dir, ok := c.refs[ref]
+		if !ok {
+			return "", app.unsupported("values file %q reads another source ($ref): upgradeguard reads one source", name)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(rest))
+		if rel, err := filepath.Rel(dir, p); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			return "", fmt.Errorf("%s: values file %q is outside the source %s: Argo CD refuses it too", app.Subject(), name, ref)
+		}
+		return p, nil
 	}
 	root := chartDir
 	if c.Kind == Git {

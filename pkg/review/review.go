@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
@@ -59,6 +60,19 @@ type Change struct {
 	// Acknowledge are the findings the HelmRelease acknowledges (AcknowledgeAnnotation).
 	Acknowledge []string            `json:"acknowledge,omitempty"`
 	HelmRelease *helmv2.HelmRelease `json:"-"`
+
+	// judge, when set, judges a change that is not a HelmRelease's chart (an Argo CD
+	// Application, CRD manifests) on a cluster: its report, or why it was not judged.
+	judge func(ctx context.Context, cl Cluster, settings *cli.EnvSettings) (*check.Report, string, error)
+	// reader, when set, reads the HelmRelease's sources and values in place of the head
+	// tree: a kustomize build's objects first (kustomize.go).
+	reader client.Reader
+	// notJudged says why a HelmRelease the change touches cannot be judged at all.
+	notJudged string
+	// place, when set, is the file that says where the change lands (Cluster.Paths) when
+	// File, where the change was made, does not: a kustomize overlay's or a Flux
+	// Kustomization's file, for a change to a base that overlay builds.
+	place string
 }
 
 // Diff is the change: its two revisions and the HelmReleases it touches.
@@ -99,8 +113,14 @@ func Changes(ctx context.Context, o Options) (*Diff, error) {
 		return nil, err
 	}
 	d := &Diff{Base: base.Hash.String(), Head: headTree.Revision, head: headTree}
+	// Kustomize builds, Argo CD Applications and CRD manifests (inputs.go); a HelmRelease
+	// in a file a build reads is judged as built.
+	more, err := inputChanges(ctx, baseTree, headTree)
+	if err != nil {
+		return nil, err
+	}
 	for _, obj := range headTree.Objects {
-		if obj.GroupVersionKind().GroupKind() != helmReleaseKind {
+		if obj.GroupVersionKind().GroupKind() != helmReleaseKind || more.built[obj.File] {
 			continue
 		}
 		c, ok, err := touched(obj, baseTree)
@@ -111,6 +131,7 @@ func Changes(ctx context.Context, o Options) (*Diff, error) {
 			d.Changes = append(d.Changes, c)
 		}
 	}
+	d.Changes = append(d.Changes, more.changes...)
 	return d, nil
 }
 
@@ -282,12 +303,23 @@ func Judge(ctx context.Context, d *Diff, clusters []Cluster, settings *cli.EnvSe
 	for _, c := range d.Changes {
 		placed := false
 		for _, cl := range clusters {
-			if !cl.lands(c.File) {
+			if !cl.lands(c.placeFile()) {
 				continue
 			}
 			placed = true
 			row := Row{Cluster: cl.Name, Change: c}
-			req := fluxrelease.Request{HelmRelease: c.HelmRelease, Reader: treeReader{tree: d.head, near: c.File}, Local: cl.Config, Settings: settings}
+			if c.judge != nil || c.notJudged != "" {
+				if err := c.judgeOther(ctx, cl, settings, &row); err != nil {
+					return nil, fmt.Errorf("%s on %s: %w", c.Subject, cl.Name, err)
+				}
+				rep.Rows = append(rep.Rows, row)
+				continue
+			}
+			var reader client.Reader = treeReader{tree: d.head, near: c.File}
+			if c.reader != nil {
+				reader = c.reader
+			}
+			req := fluxrelease.Request{HelmRelease: c.HelmRelease, Reader: reader, Local: cl.Config, Settings: settings}
 			if r := cl.recorded(); r != nil {
 				req.Recorded = r
 			}
@@ -348,6 +380,8 @@ func (c Change) fromTo() string {
 	switch c.What {
 	case "new", "values":
 		return "(" + c.What + ", " + orChartRef(c.To) + ")"
+	case WhatCRDs:
+		return "(CRD manifests)"
 	}
 	return "(" + orChartRef(c.From) + " → " + orChartRef(c.To) + ")"
 }

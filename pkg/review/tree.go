@@ -7,6 +7,7 @@ import (
 	"io"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-git/go-billy/v5/util"
@@ -28,6 +29,7 @@ type Object struct {
 
 // Line is the line of the field at path (spec, chart, spec, version) in the object's
 // file, or of the nearest parent the object has; 1 for the document when it has none.
+// A field of a list is its index ("0").
 func (o Object) Line(fields ...string) int {
 	n, line := o.node, 1
 	for n != nil {
@@ -35,23 +37,33 @@ func (o Object) Line(fields ...string) int {
 			n = n.Content[0]
 		}
 		line = n.Line
-		if len(fields) == 0 || n.Kind != yaml.MappingNode {
+		if len(fields) == 0 {
 			break
 		}
 		var next *yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if n.Content[i].Value == fields[0] {
-				next = n.Content[i+1]
-				if next.Kind != yaml.MappingNode {
-					line = n.Content[i].Line
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == fields[0] {
+					next = n.Content[i+1]
+					if next.Kind != yaml.MappingNode {
+						line = n.Content[i].Line
+					}
+					break
 				}
-				break
+			}
+		case yaml.SequenceNode:
+			if i, err := strconv.Atoi(fields[0]); err == nil && i >= 0 && i < len(n.Content) {
+				next = n.Content[i]
 			}
 		}
 		if next == nil {
 			break
 		}
 		n, fields = next, fields[1:]
+		if n.Kind == yaml.SequenceNode && len(fields) > 0 {
+			continue
+		}
 		if n.Kind != yaml.MappingNode {
 			break
 		}
@@ -79,9 +91,14 @@ type Tree struct {
 	Objects  []Object
 	// Files are the YAML files read, for saying which a change touched.
 	Files map[string][]byte
+	// other reads each file that is not YAML, when a kustomize build needs it (a
+	// configMapGenerator's files).
+	other map[string]func() ([]byte, error)
 }
 
-func newTree(rev string) *Tree { return &Tree{Revision: rev, Files: map[string][]byte{}} }
+func newTree(rev string) *Tree {
+	return &Tree{Revision: rev, Files: map[string][]byte{}, other: map[string]func() ([]byte, error){}}
+}
 
 // Find returns the object with key that is nearest to the file near: of the files holding
 // it, the one that shares the longest folder with near (a HelmRelease's HelmRepository in
@@ -167,7 +184,14 @@ func readCommit(c *object.Commit) (*Tree, error) {
 		return nil, fmt.Errorf("read the tree of %s: %w", c.Hash, err)
 	}
 	err = files.ForEach(func(f *object.File) error {
-		if !isYAML(f.Name) || !f.Mode.IsFile() {
+		if !f.Mode.IsFile() {
+			return nil
+		}
+		if !isYAML(f.Name) {
+			t.other[f.Name] = func() ([]byte, error) {
+				s, err := f.Contents()
+				return []byte(s), err
+			}
 			return nil
 		}
 		s, err := f.Contents()
@@ -198,11 +222,15 @@ func readWorkTree(repo *git.Repository, head *object.Commit) (*Tree, error) {
 		return nil, fmt.Errorf("read the work tree's status: %w", err)
 	}
 	for name, fs := range st {
-		if !isYAML(name) || fs.Worktree == git.Unmodified && fs.Staging == git.Unmodified {
+		if fs.Worktree == git.Unmodified && fs.Staging == git.Unmodified {
 			continue
 		}
 		t.remove(name)
 		if fs.Worktree == git.Deleted || fs.Staging == git.Deleted && fs.Worktree != git.Untracked {
+			continue
+		}
+		if !isYAML(name) {
+			t.other[name] = func() ([]byte, error) { return util.ReadFile(wt.Filesystem, name) }
 			continue
 		}
 		data, err := util.ReadFile(wt.Filesystem, name)
@@ -217,5 +245,6 @@ func readWorkTree(repo *git.Repository, head *object.Commit) (*Tree, error) {
 // remove takes a file and its objects out of the tree.
 func (t *Tree) remove(file string) {
 	delete(t.Files, file)
+	delete(t.other, file)
 	t.Objects = slices.DeleteFunc(t.Objects, func(o Object) bool { return o.File == file })
 }
