@@ -70,7 +70,9 @@ spec:
       flux_version: "` + s.substitute + `"
 `,
 		// No kustomization file: Flux's generator writes one, as kustomize-controller does.
-		"apps/flux2/flux.yaml":         strings.Replace(scenario.GitManifests("flux-system", "fluxcd", "flux2", s.url, "${flux_version}", ""), "name: flux2\n", "name: flux2-apps\n", 1),
+		// Another HelmRelease of the same Helm release (releaseName).
+		"apps/flux2/flux.yaml": strings.NewReplacer("name: flux2\n", "name: flux2-apps\n", "spec:\n  interval: 1h\n  chart:", "spec:\n  interval: 1h\n  releaseName: flux2\n  chart:").
+			Replace(scenario.GitManifests("flux-system", "fluxcd", "flux2", s.url, "${flux_version}", "")),
 		"clusters/prod/crds/flux.yaml": crds,
 		"clusters/prod/argo.yaml": `apiVersion: argoproj.io/v1alpha1
 kind: Application
