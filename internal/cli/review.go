@@ -11,6 +11,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/review"
@@ -19,6 +20,7 @@ import (
 
 type reviewOptions struct {
 	o           review.Options
+	charts      review.ChartOptions
 	clusters    []string
 	acknowledge []string
 	output      string
@@ -28,7 +30,7 @@ type reviewOptions struct {
 
 func newReviewCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
 	o := &reviewOptions{}
-	cmd := command("review [--base REF] [--head REF] [--cluster PATH=CONTEXT ...]", "Judge a Git change's HelmRelease upgrades before it is merged, against the clusters they land on",
+	cmd := command("review [--base REF] [--head REF] [--cluster PATH=CONTEXT ...] [--baseline REF ...]", "Judge a Git change before it is merged: its HelmRelease upgrades on the clusters they land on, or its charts against their supported releases",
 		reviewLong, reviewExample, cobra.NoArgs,
 		func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context(), streams, kube) })
 	f := cmd.Flags()
@@ -39,6 +41,13 @@ func newReviewCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.C
 	f.StringArrayVar(&o.acknowledge, "acknowledge", nil, "CHECK/SUBJECT: accept this finding on purpose, for example delete/leaderworkersets.leaderworkerset.x-k8s.io (repeatable; as a CI maps a pull-request label; a HelmRelease's upgradeguard.io/acknowledge annotation does the same for its own)")
 	f.StringArrayVar(&o.snapshots, "snapshot", nil, "NAME=FILE or NAME=oci://REGISTRY/REPOSITORY:TAG: judge against the cluster NAME as a snapshot recorded it (upgradeguard snapshot), with no cluster credentials; --cluster PATH=NAME maps folders to it (repeatable)")
 	addRegistryFlags(f, &o.registry)
+	f.StringArrayVar(&o.charts.Baselines, "baseline", nil, "chart repositories: a supported release to judge a touched chart from: a tag, a release branch or a commit (repeatable; default: the newest release tag reachable from --base)")
+	f.StringVar(&o.charts.BaselineTags, "baseline-tags", "", "chart repositories: every tag matching this glob is a supported release, for example 'flux2-2.*' (the newest --max-baselines)")
+	f.StringVar(&o.charts.BaselineBranches, "baseline-branches", "", "chart repositories: every branch matching this glob is a supported release, for example 'release-*' (the newest --max-baselines)")
+	f.IntVar(&o.charts.MaxBaselines, "max-baselines", review.DefaultMaxBaselines, "chart repositories: how many of the releases --baseline-tags and --baseline-branches match to judge from, newest first")
+	f.StringVar(&o.charts.TagPattern, "tag-pattern", "", "chart repositories: how a release tag names the chart version, for example 'v{version}' or '{name}-{version}' (default: tries '{name}-{version}', 'v{version}', '{version}')")
+	f.StringVar(&o.charts.KubeVersion, "kube-version", review.DefaultKubeVersion, "chart repositories: the Kubernetes version the charts are rendered for (.Capabilities.KubeVersion)")
+	cliflag.AddValues(f, &o.charts.Values)
 	output.AddReportFlag(f, &o.output)
 	return cmd
 }
@@ -49,17 +58,36 @@ func (o *reviewOptions) run(ctx context.Context, streams Streams, kube *genericc
 			return couldNot("--acknowledge %q: want CHECK/SUBJECT, for example delete/leaderworkersets.leaderworkerset.x-k8s.io", a)
 		}
 	}
-	clusters, err := o.allTargets(ctx, kube)
-	if err != nil {
-		return err
+	if o.charts.MaxBaselines < 1 {
+		return couldNot("--max-baselines %d: give 1 or more", o.charts.MaxBaselines)
+	}
+	// --cluster and --snapshot are read first, so that a mistake in them is said whatever
+	// the change; the current context only when a HelmRelease needs it (a chart
+	// repository's CI has none).
+	var clusters []review.Cluster
+	var err error
+	if len(o.clusters) > 0 || len(o.snapshots) > 0 {
+		if clusters, err = o.allTargets(ctx, kube); err != nil {
+			return err
+		}
 	}
 	d, err := review.Changes(ctx, o.o)
 	if err != nil {
 		return couldNot("%w", err)
 	}
-	rep, err := review.Judge(ctx, d, clusters, nil)
-	if err != nil {
-		return couldNot("%w (check --kubeconfig, --cluster and that the cluster is up)", err)
+	rep := &review.Report{Base: d.Base, Head: d.Head, Rows: []review.Row{}}
+	if len(d.Changes) > 0 || clusters != nil {
+		if clusters == nil {
+			if clusters, err = o.allTargets(ctx, kube); err != nil {
+				return err
+			}
+		}
+		if rep, err = review.Judge(ctx, d, clusters, nil); err != nil {
+			return couldNot("%w (check --kubeconfig, --cluster and that the cluster is up)", err)
+		}
+	}
+	if rep.Charts, err = review.Charts(ctx, o.o, o.charts); err != nil {
+		return couldNot("%w", err)
 	}
 	rep.Acknowledge = o.acknowledge
 	return finishReport(streams, o.output, rep, func(w io.Writer) error { return renderReview(w, rep) }, rep.FindingReport, !rep.Safe())
@@ -110,11 +138,63 @@ func renderReview(w io.Writer, rep *review.Report) error {
 	for _, s := range rep.Snapshots {
 		fmt.Fprintln(w, s.Note())
 	}
-	if len(rep.Rows) == 0 && len(rep.Unplaced) == 0 {
-		fmt.Fprintln(w, "\nSAFE: the change touches no HelmRelease's chart or values: nothing to judge.")
+	if len(rep.Rows) == 0 && len(rep.Unplaced) == 0 && len(rep.Charts) == 0 {
+		fmt.Fprintln(w, "\nSAFE: the change touches no HelmRelease's chart or values, and no chart: nothing to judge.")
 		return nil
 	}
-	cases := rep.FindingReport().Cases // one per row, in order
+	cases := rep.FindingReport().Cases // one per row, in order, then one per chart
+	if len(rep.Rows) > 0 || len(rep.Unplaced) > 0 {
+		if err := renderReviewRows(w, rep, cases); err != nil {
+			return err
+		}
+	}
+	renderReviewCharts(w, rep, cases[len(rep.Rows):])
+	if rep.Safe() {
+		fmt.Fprintln(w, "\nSAFE: every touched HelmRelease and chart upgrades safely, acknowledged findings aside.")
+	} else {
+		fmt.Fprintln(w, "\nBLOCKED: merging this change fails an upgrade or loses data; the fix is above (or acknowledge it: --acknowledge CHECK/SUBJECT, or the upgradeguard.io/acknowledge annotation of the HelmRelease or Chart.yaml).")
+	}
+	return nil
+}
+
+// renderReviewCharts writes each touched chart: the releases it was judged from, and
+// each finding at its file and line with its fix.
+func renderReviewCharts(w io.Writer, rep *review.Report, cases []finding.Case) {
+	for i, c := range rep.Charts {
+		fmt.Fprintf(w, "\nChart %s %s (%s)", c.Chart, c.Version, c.Dir)
+		if len(c.Baselines) > 0 {
+			var from []string
+			for _, b := range c.Baselines {
+				from = append(from, b.Label())
+			}
+			fmt.Fprintf(w, ", judged from %s", strings.Join(from, ", "))
+		}
+		fmt.Fprintln(w, ":")
+		if len(cases[i].Findings) == 0 {
+			fmt.Fprintln(w, "  safe: every supported release upgrades to it")
+		}
+		for _, f := range cases[i].Findings {
+			ack := ""
+			if f.Acknowledged {
+				ack = " (acknowledged)"
+			}
+			at := ""
+			if f.Location != nil {
+				at = fmt.Sprintf(" [%s:%d]", f.Location.File, f.Location.Line)
+			}
+			fmt.Fprintf(w, "  %s %s%s%s: %s\n", f.Check, f.Subject, ack, at, f.Message)
+			if f.Remediation != "" {
+				fmt.Fprintf(w, "    fix: %s\n", f.Remediation)
+			}
+			if f.Input != nil && f.Input.Option == review.OptionValues {
+				fmt.Fprintf(w, "    check the fix: rerun with --set %s\n", f.Input.Value)
+			}
+		}
+	}
+}
+
+// renderReviewRows writes the touched HelmReleases, a row per cluster they land on.
+func renderReviewRows(w io.Writer, rep *review.Report, cases []finding.Case) error {
 	t := output.NewTable(w, "CLUSTER", "HELMRELEASE", "CHANGE", "VERDICT", "FILE")
 	for i, r := range rep.Rows {
 		t.Row(r.Cluster, r.Subject, reviewChange(r.Change), reviewVerdict(r, cases[i]), fmt.Sprintf("%s:%d", r.File, r.Line))
@@ -142,11 +222,6 @@ func renderReview(w io.Writer, rep *review.Report) error {
 				fmt.Fprintf(w, "  next: %s\n", s)
 			}
 		}
-	}
-	if rep.Safe() {
-		fmt.Fprintln(w, "\nSAFE: every touched HelmRelease upgrades on every cluster it lands on, acknowledged findings aside.")
-	} else {
-		fmt.Fprintln(w, "\nBLOCKED: merging this change fails an upgrade or loses data; the fix is above (or acknowledge it: --acknowledge CHECK/SUBJECT, or the HelmRelease's upgradeguard.io/acknowledge annotation).")
 	}
 	return nil
 }
@@ -204,13 +279,31 @@ through the same prediction; NAME stands where a context would in --cluster PATH
 The report says each snapshot's age. A snapshot cannot say whether the API server accepts
 an incoming CRD, or which objects a new validation rule would refuse.
 
-Exit codes: 0 every touched HelmRelease upgrades safely; 1 at least one would fail or lose
-data (the output names the CRDs and the fix); 2 could not run. -o markdown, sarif, junit
-and github render the same verdicts for CI.`
+In a chart repository (a Chart.yaml at the root, or charts/NAME/Chart.yaml), each chart
+the change touches is judged, with no cluster, against its supported releases: the
+newest release tag reachable from --base, or --baseline REF (tags, release branches,
+commits), --baseline-tags GLOB and --baseline-branches GLOB (the newest --max-baselines).
+--tag-pattern says how a tag names the chart version. Every release and the head are
+rendered with the values given (-f, --set, as check takes them). review follows every
+upgrade path through the releases and reports a version the head drops that
+storedVersions can still hold (a migration the chart itself runs in between counts), a
+CRD Helm deletes or never upgrades on the way, a keep annotation removed, and the schema
+changes of each CRD (crdschema). A Chart.yaml annotation upgradeguard.io/acknowledge
+acknowledges findings as a HelmRelease's does.
+
+Exit codes: 0 every touched HelmRelease and chart upgrades safely; 1 at least one would
+fail or lose data (the output names the CRDs and the fix); 2 could not run. -o markdown,
+sarif, junit and github render the same verdicts for CI.`
 
 const reviewExample = `  # What the branch changes, judged on the current context
   upgradeguard review
 
   # A pull request in CI: the base branch, two clusters, a comment body
   upgradeguard review --base origin/main --head HEAD \
-    --cluster clusters/prod-eu/=prod-eu --cluster clusters/staging/=staging -o markdown`
+    --cluster clusters/prod-eu/=prod-eu --cluster clusters/staging/=staging -o markdown
+
+  # A chart repository's pull request, from its last five release tags, as SARIF
+  upgradeguard review --base origin/main --head HEAD --baseline-tags 'flux2-*' -o sarif
+
+  # The same with the chart's own migration hook switched on
+  upgradeguard review --base origin/main --head HEAD --set crds.migration.enabled=true`

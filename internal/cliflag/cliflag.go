@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"helm.sh/helm/v4/pkg/cli/values"
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -229,11 +230,7 @@ func AddChartSource(fs *pflag.FlagSet, ref ChartRef, src *chartsource.Options) {
 	fs.StringVar(&src.Ref, ref.Name, "", ref.Usage)
 	fs.StringVar(&src.Version, "version", "", "chart version or semver range (default: newest stable)")
 	fs.StringVar(&src.RepoURL, "repo", "", "chart repository URL")
-	fs.StringArrayVarP(&src.Values.ValueFiles, "values", "f", nil, "values file (can repeat)")
-	fs.StringArrayVar(&src.Values.Values, "set", nil, "set values on the command line (can repeat: key1=val1,key2=val2)")
-	fs.StringArrayVar(&src.Values.StringValues, "set-string", nil, "set STRING values on the command line (can repeat)")
-	fs.StringArrayVar(&src.Values.FileValues, "set-file", nil, "set values from files (can repeat: key=path)")
-	fs.StringArrayVar(&src.Values.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
+	AddValues(fs, &src.Values)
 	fs.StringVar(&src.Username, "username", "", "chart repository or registry username")
 	fs.StringVar(&src.Password, "password", "", "chart repository or registry password")
 	fs.StringVar(&src.CAFile, "ca-file", "", "verify the chart server's certificate with this CA bundle")
@@ -241,6 +238,17 @@ func AddChartSource(fs *pflag.FlagSet, ref ChartRef, src *chartsource.Options) {
 	fs.StringVar(&src.KeyFile, "key-file", "", "client key for the chart server")
 	fs.BoolVar(&src.InsecureSkipTLSVerify, "insecure-skip-tls-verify-chart", false, "skip TLS verification of the chart server")
 	fs.BoolVar(&src.PlainHTTP, "plain-http", false, "use plain HTTP for an OCI registry")
+}
+
+// AddValues registers the chart values flags (-f/--values, --set, --set-string,
+// --set-file, --set-json) on fs, bound to v: the values every command that renders a
+// chart takes the same way.
+func AddValues(fs *pflag.FlagSet, v *values.Options) {
+	fs.StringArrayVarP(&v.ValueFiles, "values", "f", nil, "values file (can repeat)")
+	fs.StringArrayVar(&v.Values, "set", nil, "set values on the command line (can repeat: key1=val1,key2=val2)")
+	fs.StringArrayVar(&v.StringValues, "set-string", nil, "set STRING values on the command line (can repeat)")
+	fs.StringArrayVar(&v.FileValues, "set-file", nil, "set values from files (can repeat: key=path)")
+	fs.StringArrayVar(&v.JSONValues, "set-json", nil, "set JSON values on the command line (can repeat)")
 }
 
 // ManifestsFlag is the name of the rendered-manifests flag.

@@ -290,6 +290,9 @@ type Report struct {
 	Unplaced []Change `json:"unplaced,omitempty"`
 	// Snapshots are the clusters judged from a snapshot, with its age.
 	Snapshots []SnapshotState `json:"snapshots,omitempty"`
+	// Charts are the charts of the repository the change touches, each judged against
+	// its supported releases (Charts).
+	Charts []ChartReview `json:"charts,omitempty"`
 }
 
 // Safe says whether every judged HelmRelease is safe to merge, acknowledged findings
@@ -372,6 +375,7 @@ func (r *Report) FindingReport() finding.Report {
 		}
 		rep.Cases = append(rep.Cases, c)
 	}
+	rep.Cases = append(rep.Cases, chartCases(r.Charts, r.Acknowledge)...)
 	return rep
 }
 

@@ -82,44 +82,20 @@ func (sc *scenarioCharts) copy(files map[string]string, pairs map[string]string)
 
 // flux2 is flux2 2.18.3 with its migration hook under crds.migration.enabled.
 func (sc *scenarioCharts) flux2() error {
-	const src = "charts/flux2-2.18.3/"
-	files, pairs := map[string]string{}, map[string]string{}
-	for _, f := range []string{"Chart.yaml", "values.yaml", "templates/helm-controller.crds.yaml", "templates/source-controller.crds.yaml",
-		"templates/kustomize-controller.crds.yaml", "templates/notification-controller.crds.yaml", "templates/image-reflector-controller.crds.yaml",
-		"templates/image-automation-controller.crds.yaml", "templates/source-watcher.crds.yaml"} {
-		pairs[f] = src + f
-	}
-	if err := sc.copy(files, pairs); err != nil {
-		return err
-	}
-	hook, err := sc.read(src + "rendered/pre-upgrade-migrate-hook.yaml")
+	files, err := ChartFiles("flux2", "2.18.3")
 	if err != nil {
 		return err
 	}
-	files["templates/pre-upgrade-migrate-resources.yaml"] = "{{- if .Values.crds.migration.enabled }}\n" + hook + "\n{{- end }}\n"
 	sc.flux, err = writeFiles(filepath.Join(sc.dir, "flux2"), files)
 	return err
 }
 
 // kyverno is kyverno 3.2.8: v1.12.6 CRDs in its crds subchart and its post-upgrade hook.
 func (sc *scenarioCharts) kyverno() error {
-	const src = "charts/kyverno-3.2.8/"
-	files := map[string]string{}
-	pairs := map[string]string{"Chart.yaml": src + "Chart.yaml", "values.yaml": src + "values.yaml"}
-	for _, f := range []string{"kyverno.io_admissionreports.yaml", "kyverno.io_cleanuppolicies.yaml", "kyverno.io_policyexceptions.yaml", "kyverno.io_updaterequests.yaml"} {
-		pairs["charts/crds/templates/"+f] = "crds/kyverno/v1.12.6/" + f
-	}
-	if err := sc.copy(files, pairs); err != nil {
-		return err
-	}
-	// The real chart's CRDs come from its crds subchart; grafana is its other dependency.
-	files["charts/crds/Chart.yaml"] = "apiVersion: v2\nname: crds\nversion: 3.2.8\n"
-	files["charts/grafana/Chart.yaml"] = "apiVersion: v2\nname: grafana\nversion: 3.2.8\n"
-	hook, err := sc.read(src + "rendered/post-upgrade-migrate-hook.yaml")
+	files, err := ChartFiles("kyverno", "3.2.8")
 	if err != nil {
 		return err
 	}
-	files["templates/hooks/post-upgrade-migrate-resources.yaml"] = "{{- if .Values.crds.migration.enabled }}\n{{- if not .Values.templating.enabled }}\n" + hook + "\n{{- end }}\n{{- end }}\n"
 	sc.kyvernoDir, err = writeFiles(filepath.Join(sc.dir, "kyverno"), files)
 	return err
 }

@@ -82,3 +82,11 @@ func (g *GitRepo) Branch(name string, from plumbing.Hash) {
 		g.t.Fatal(err)
 	}
 }
+
+// Tag creates the lightweight tag name at commit.
+func (g *GitRepo) Tag(name string, commit plumbing.Hash) {
+	g.t.Helper()
+	if _, err := g.repo.CreateTag(name, commit, nil); err != nil {
+		g.t.Fatal(err)
+	}
+}
