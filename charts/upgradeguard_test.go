@@ -254,6 +254,7 @@ func TestDeploymentArgsRunTheRealCommand(t *testing.T) {
 		{"webhook.enabled=false", "metrics.enabled=false"},
 		{"webhook.crdDeletion.mode=policy"},
 		{"leaderElection.namespace=kube-system", "controller.migrationLeaseNamespace=flux-system", "replicas=2"},
+		{"snapshot.repository=oci://registry.example.com/fleet/snapshots:prod", "snapshot.credentialsSecret=registry", "snapshot.every=30m"},
 	} {
 		d := typed[appsv1.Deployment](t, render(t, "ug", "ops", set...), "Deployment", "ug-upgradeguard")
 		args := d.Spec.Template.Spec.Containers[0].Args
@@ -492,6 +493,30 @@ func equalJSON(t *testing.T, a, b any) bool {
 }
 
 func TestRenderVariants(t *testing.T) {
+	t.Run("snapshot.repository: the controller pushes snapshots with the Secret's credentials", func(t *testing.T) {
+		d := typed[appsv1.Deployment](t, render(t, "ug", "ops", "snapshot.repository=oci://registry.example.com/fleet/snapshots:prod",
+			"snapshot.credentialsSecret=registry", "snapshot.every=30m"), "Deployment", "ug-upgradeguard")
+		c := d.Spec.Template.Spec.Containers[0]
+		for _, want := range []string{"--snapshot-push=oci://registry.example.com/fleet/snapshots:prod", "--snapshot-every=30m",
+			"--snapshot-registry-config=/etc/upgradeguard/registry/.dockerconfigjson"} {
+			if !slices.Contains(c.Args, want) {
+				t.Errorf("args %v lack %s", c.Args, want)
+			}
+		}
+		mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == "snapshot-registry" && m.MountPath == "/etc/upgradeguard/registry"
+		})
+		secret := slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+			return v.Name == "snapshot-registry" && v.Secret != nil && v.Secret.SecretName == "registry"
+		})
+		if !mounted || !secret {
+			t.Errorf("the Secret registry is not mounted at /etc/upgradeguard/registry: %v %v", c.VolumeMounts, d.Spec.Template.Spec.Volumes)
+		}
+		d = typed[appsv1.Deployment](t, render(t, "ug", "ops"), "Deployment", "ug-upgradeguard")
+		if slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Args, func(a string) bool { return strings.HasPrefix(a, "--snapshot") }) {
+			t.Errorf("snapshot flags without snapshot.repository: %v", d.Spec.Template.Spec.Containers[0].Args)
+		}
+	})
 	t.Run("cert-manager off: a Helm-generated CA signs the Service name", func(t *testing.T) {
 		m := render(t, "ug", "ops", "certManager.enabled=false")
 		if m.has("Certificate") || m.has("Issuer") {

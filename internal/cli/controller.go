@@ -20,6 +20,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/internal/shard"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
+	"github.com/upgradeguard/upgradeguard/pkg/snapshot"
 )
 
 type controllerOptions struct {
@@ -55,6 +56,10 @@ func (o *controllerOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&m.Burst, "kube-api-burst", controller.DefaultBurst, "client-side burst of the controller's requests to this cluster, with --kube-api-qps")
 	f.StringVar(&m.JobImage, "job-image", os.Getenv("UPGRADEGUARD_JOB_IMAGE"), "image of Job-mode migrations (runs `upgradeguard migrate` on the target cluster; default $UPGRADEGUARD_JOB_IMAGE)")
 	f.StringVar(&m.JobNamespace, "job-namespace", controller.DefaultJobNamespace, "namespace of Job-mode migrations on their target cluster")
+	f.StringVar(&m.Snapshot.Push, "snapshot-push", "", "push a snapshot of this cluster (as upgradeguard snapshot takes it) to oci://REGISTRY/REPOSITORY:TAG at start and every --snapshot-every, for review --snapshot in CI (the leader pushes)")
+	f.DurationVar(&m.Snapshot.Every, "snapshot-every", controller.DefaultSnapshotEvery, "how often to push the snapshot of --snapshot-push")
+	f.StringVar(&m.Snapshot.Registry.Config, "snapshot-registry-config", "", "registry credentials file for --snapshot-push (Docker's config.json format: a kubernetes.io/dockerconfigjson Secret's .dockerconfigjson; default: Docker's)")
+	f.BoolVar(&m.Snapshot.Registry.PlainHTTP, "snapshot-plain-http", false, "speak plain HTTP to the registry of --snapshot-push")
 	f.BoolVar(&o.jsonLogs, "log-json", false, "log JSON lines")
 	f.BoolVar(&o.debug, "debug", false, "log at debug level")
 	o.addGateFlags(f)
@@ -71,6 +76,9 @@ func (o *controllerOptions) run(ctx context.Context, streams Streams, kube *gene
 	cfg, err := kube.ToRESTConfig()
 	if err != nil {
 		return couldNot("cluster: %w (set --kubeconfig or --context; in a pod the service account is used)", err)
+	}
+	if p := o.manager.Snapshot.Push; p != "" && !snapshot.IsOCI(p) {
+		return couldNot("--snapshot-push %q: want oci://REGISTRY/REPOSITORY:TAG", p)
 	}
 	if err := controller.Preflight(cfg); err != nil {
 		return couldNot("%w", err)
@@ -140,7 +148,12 @@ saved place. One replica holds every target.
 Metrics (on --metrics-bind-address, /metrics): upgradeguard_migrations_total{cluster,result},
 upgradeguard_objects_rewritten_total{cluster,crd}, upgradeguard_migration_duration_seconds,
 upgradeguard_pending_migrations, upgradeguard_fleet_targets{state} (this replica's targets),
-upgradeguard_fleet_targets_owned{replica}, upgradeguard_gate_decisions_total{outcome}.
+upgradeguard_fleet_targets_owned{replica}, upgradeguard_gate_decisions_total{outcome},
+upgradeguard_snapshot_pushes_total{result}, upgradeguard_snapshot_last_push_timestamp_seconds.
+
+Snapshots: with --snapshot-push oci://REGISTRY/REPOSITORY:TAG, the leader pushes a
+snapshot of this cluster (as the snapshot command takes it) at start and every
+--snapshot-every, so that review --snapshot in CI needs registry read access only.
 Health probes (on --health-probe-bind-address): /healthz and /readyz.`
 
 const controllerExample = `  # Out of cluster, against the current kubeconfig context, without the webhook:

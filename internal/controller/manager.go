@@ -96,6 +96,8 @@ type Options struct {
 	HoldsObjectsLabel bool
 	// SkipNameValidation allows more than one manager in a process (tests, embedding).
 	SkipNameValidation bool
+	// Snapshot, when its Push is set, pushes a snapshot of this cluster on a schedule.
+	Snapshot SnapshotOptions
 
 	// progressHook is called after each page a migration saved its place at (tests).
 	progressHook func(ctx context.Context, sm *v1alpha1.StorageMigration)
@@ -177,6 +179,9 @@ func NewManager(cfg *rest.Config, o Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	if err := addChecks(mgr, o); err != nil {
+		return nil, err
+	}
+	if err := addSnapshotPusher(mgr, o); err != nil {
 		return nil, err
 	}
 	return mgr, nil

@@ -46,6 +46,20 @@ var (
 		Buckets: []float64{0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900},
 	})
 
+	// SnapshotPushes counts the snapshots of this cluster the controller pushed on its
+	// schedule, by result (succeeded, failed).
+	SnapshotPushes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "upgradeguard_snapshot_pushes_total",
+		Help: "Snapshots of this cluster pushed to the OCI registry on the controller's schedule, by result (succeeded, failed).",
+	}, []string{"result"})
+
+	// SnapshotLastPush is when the last snapshot was pushed, as a Unix time: alert when it
+	// grows old, since review then judges against an old state.
+	SnapshotLastPush = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "upgradeguard_snapshot_last_push_timestamp_seconds",
+		Help: "Unix time of the last snapshot of this cluster pushed on the controller's schedule.",
+	})
+
 	// PendingMigrations is the number of StorageMigrations not yet succeeded or failed.
 	PendingMigrations = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "upgradeguard_pending_migrations",
@@ -97,7 +111,7 @@ func SetBuildInfo(version, commit, goVersion string) {
 }
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Migrations, ObjectsRewritten, ConversionRetries, MigrationDuration, PendingMigrations, FleetTargets, FleetTargetsOwned, GateDecisions, CRDDeletionsDenied, BuildInfo)
+	ctrlmetrics.Registry.MustRegister(SnapshotPushes, SnapshotLastPush, Migrations, ObjectsRewritten, ConversionRetries, MigrationDuration, PendingMigrations, FleetTargets, FleetTargetsOwned, GateDecisions, CRDDeletionsDenied, BuildInfo)
 }
 
 // MaxClusterLabels bounds the values of the cluster label: the first this many target
