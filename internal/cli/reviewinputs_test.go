@@ -233,6 +233,13 @@ func TestReviewInputs(t *testing.T) {
 		t.Errorf("CRD manifests: subject %q what %q, want clusters/prod/crds/flux.yaml, %s", row.Subject, row.What, review.WhatCRDs)
 	}
 
+	// A snapshot gives the same verdicts on the overlay patch, the substitution and the
+	// CRD manifests, with no cluster credentials.
+	snaps := takeSnapshots(t, map[string]*testenv.ControlPlane{contextOf(t, prod): prod}, "")
+	for _, p := range [][2]string{{c0.String(), c1.String()}, {c2.String(), c3.String()}, {c3.String(), c4.String()}} {
+		sameFromSnapshots(t, []string{"--kubeconfig", prod.Kubeconfig, "review", "--repo", g.Dir, "--base", p[0], "--head", p[1]}, snaps)
+	}
+
 	// Argo CD: the Application's targetRevision bump.
 	row = one("Application", c4.String(), c5.String(), cli.ExitFindings)
 	migrateFindings("Application", row)
