@@ -79,6 +79,9 @@ spec:
 // It reads back the same from a file and from an OCI registry on loopback, and a
 // schema change judged from it prunes what the live objects lose.
 func TestSnapshotHoldsNoData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
 	ctx := t.Context()
 	dir := t.TempDir()
 	chartDir, err := testenv.WriteChart(dir, "gadgets", "1.2.3", map[string]string{
