@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/controller"
@@ -614,50 +611,6 @@ func TestStorageVersionMigrationHealth(t *testing.T) {
 		" and migrate again (a StorageVersionMigration runs once: create one with a new name, or run upgradeguard migrate --crd tokenreviews.authentication.k8s.io)"})
 }
 
-// freeze denies every update of plural.group with a ValidatingAdmissionPolicy, so the
-// built-in migrator's patches fail as they do against a webhook that refuses them, and
-// waits until the API server enforces it.
-func freeze(t *testing.T, e env, plural, ns, object string) {
-	t.Helper()
-	cs := kubernetes.NewForConfigOrDie(cp.Config)
-	name := "argocd-freeze-" + plural
-	fail := admissionregistrationv1.Fail
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{"*"}, Resources: []string{plural}},
-				}}}},
-			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: plural + " are frozen"}},
-		}}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}}
-	api := cs.AdmissionregistrationV1()
-	if _, err := api.ValidatingAdmissionPolicies().Create(e.ctx, policy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.ValidatingAdmissionPolicyBindings().Create(e.ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.WithoutCancel(e.ctx)
-		_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
-	})
-	gvr := schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural}
-	probe := []byte(`{"metadata":{"labels":{"probe":"frozen"}}}`)
-	var last error
-	if err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, last = e.dyn.Resource(gvr).Namespace(ns).Patch(ctx, object, types.MergePatchType, probe, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		return apierrors.IsInvalid(last) || apierrors.IsForbidden(last), nil
-	}); err != nil {
-		t.Fatalf("the API server never enforced %s (a dry-run update of %s/%s: %v): %v", name, ns, object, last, err)
-	}
-}
-
 // TestStorageVersionMigrationFailsOnCRD: the built-in migrator's patches are refused
 // (admission denies every update of the CRD's objects), so its StorageVersionMigration
 // fails and it marks the CRD StorageMigrating False, MigrationFailed. Both are judged as
@@ -669,7 +622,7 @@ func TestStorageVersionMigrationFailsOnCRD(t *testing.T) {
 		return
 	}
 	crd := switchedCRD(t, e, "doodads", "Doodad", 5)
-	freeze(t, e, "doodads", "argocd-doodads", "obj-0")
+	testenv.FreezeUpdates(t, cp.Config, "argocd-freeze-doodads", schema.GroupVersionResource{Group: group, Version: "v1", Resource: "doodads"}, "argocd-doodads", "obj-0")
 	withControllerManager(t)
 
 	const name = "doodads-to-v1"

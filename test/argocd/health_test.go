@@ -7,17 +7,13 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -62,7 +58,7 @@ func TestArgoCDJudgesCRDAndStorageVersionMigration(t *testing.T) {
 		t.Fatalf("Kubernetes 1.%d: the built-in migrator is GA (storagemigration.k8s.io/v1, on by default) from 1.37; run this test there", cp.Minor)
 	}
 	crd := staleHealthCRD(t, cp, 10)
-	unfreeze := freezeUpdates(t, cp, "widgets", "widgets", "obj-0")
+	unfreeze := testenv.FreezeUpdates(t, cp.Config, "freeze-widgets", schema.GroupVersionResource{Group: healthGroup, Version: "v1", Resource: "widgets"}, "widgets", "obj-0")
 	settings := shippedSettings(t)
 	for _, k := range []string{crdHealthKey, svmHealthKey} {
 		if settings[k] == "" {
@@ -165,61 +161,6 @@ func staleHealthCRD(t *testing.T, cp *testenv.ControlPlane, n int) *apiextv1.Cus
 		TypeMeta:   metav1.TypeMeta{APIVersion: apiextv1.SchemeGroupVersion.String(), Kind: "CustomResourceDefinition"},
 		ObjectMeta: metav1.ObjectMeta{Name: crd.Name},
 		Spec:       crd.Spec,
-	}
-}
-
-// freezeUpdates denies every update of the group's plural with a
-// ValidatingAdmissionPolicy, so the built-in migrator's patches fail as they do against a
-// webhook that refuses them, and waits until the API server enforces it (a dry-run update
-// of ns/object is refused). It returns what lifts the policy and waits until updates are
-// admitted again.
-func freezeUpdates(t *testing.T, cp *testenv.ControlPlane, plural, ns, object string) (unfreeze func()) {
-	t.Helper()
-	ctx := t.Context()
-	api := kubernetes.NewForConfigOrDie(cp.Config).AdmissionregistrationV1()
-	name := "freeze-" + plural
-	fail := admissionregistrationv1.Fail
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{healthGroup}, APIVersions: []string{"*"}, Resources: []string{plural}},
-				}}}},
-			Validations: []admissionregistrationv1.Validation{{Expression: "false", Message: plural + " are frozen"}},
-		}}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name,
-			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}}
-	if _, err := api.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ri := dynamic.NewForConfigOrDie(cp.Config).Resource(schema.GroupVersionResource{Group: healthGroup, Version: "v1", Resource: plural}).Namespace(ns)
-	probe := []byte(`{"metadata":{"labels":{"probe":"frozen"}}}`)
-	// refused: whether a dry-run update of ns/object is refused by admission, once it says so.
-	enforced := func(refused bool) {
-		var last error
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, last = ri.Patch(ctx, object, types.MergePatchType, probe, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-			return (apierrors.IsInvalid(last) || apierrors.IsForbidden(last)) == refused, nil
-		}); err != nil {
-			t.Fatalf("a dry-run update of %s/%s: %v, want refused=%v by %s: %v", ns, object, last, refused, name, err)
-		}
-	}
-	enforced(true)
-	return func() {
-		t.Helper()
-		if err := api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		enforced(false)
 	}
 }
 
