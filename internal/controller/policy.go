@@ -28,6 +28,8 @@ import (
 // +kubebuilder:rbac:groups=upgradeguard.io,resources=storagemigrationpolicies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions/status,verbs=get;update;patch
+// The admission gates evaluate the admission policies that match the CRD writes they predict (livecluster.KubeCluster.PolicyDenials), from informers.
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch
 
 // Labels on the StorageMigrations the proactive mode creates.
 const (

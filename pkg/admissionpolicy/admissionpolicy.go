@@ -104,15 +104,36 @@ func Load(ctx context.Context, c *kubeclient.Clients, dyn dynamic.Interface) (*P
 	if err != nil {
 		return nil, err
 	}
+	return From(ctx, c, dyn, policies, bindings, nil)
+}
+
+// From compiles policies and bindings already read (from an informer's cache, say), as
+// Load does. writer, when set, is the identity the policies are evaluated as (known from
+// an earlier Policies' Writer); when nil and a policy is bound, the API server is asked
+// (a SelfSubjectReview).
+func From(ctx context.Context, c *kubeclient.Clients, dyn dynamic.Interface, policies []admissionregistrationv1.ValidatingAdmissionPolicy,
+	bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding, writer user.Info) (*Policies, error) {
 	p := compile(policies, bindings, c.Kube, dyn, c.Mapper)
 	if len(p.hooks) == 0 {
 		return p, nil // nothing to evaluate: no need to know who writes
 	}
-	if p.writer, err = whoAmI(ctx, c.Kube); err != nil {
-		return nil, err
+	p.writer = writer
+	if p.writer == nil {
+		var err error
+		if p.writer, err = whoAmI(ctx, c.Kube); err != nil {
+			return nil, err
+		}
 	}
 	p.authz.self = p.writer
 	return p, nil
+}
+
+// Writer is the identity the policies are evaluated as (nil when none is bound).
+func (p *Policies) Writer() user.Info {
+	if p == nil {
+		return nil
+	}
+	return p.writer
 }
 
 func listPolicies(ctx context.Context, kube kubernetes.Interface) ([]admissionregistrationv1.ValidatingAdmissionPolicy, error) {

@@ -3,7 +3,8 @@
 // on the Helm release records, StorageVersionMigrations and the objects the schema check
 // reads, and pages of those objects kept while nothing changed). It only ever reads the
 // cluster, but for the dry-run writes that ask the API server whether it accepts a CRD
-// (AdmitCRD), which persist nothing. KubeCluster implements package check's Cluster port; a target kept by Clusters
+// (AdmitCRD), which persist nothing, and the SelfSubjectReview that tells who the
+// admission policies are evaluated as (PolicyDenials). KubeCluster implements package check's Cluster port; a target kept by Clusters
 // also keeps what check remembers of it (a check.Memory: the CRDs of release revisions and
 // compiled schema judges), which check reads through that port and which goes with the
 // target.
@@ -62,6 +63,8 @@ type KubeCluster struct {
 		loaded bool
 		p      *admissionpolicy.Policies
 		err    error
+		// version is what the informers had delivered when p was compiled (keptPolicies).
+		version string
 	}
 }
 
@@ -152,21 +155,28 @@ func (k *KubeCluster) AdmitCRD(ctx context.Context, live, next *apiextv1.CustomR
 // PolicyDenials evaluates the cluster's ValidatingAdmissionPolicies for writing next over
 // live (nil: a new CRD), here, with the API server's own policy code
 // (admissionpolicy.Policies.Evaluate), from the policies, bindings and parameters this
-// identity may read: no write, so a read-only identity gets an admin's answer. The
-// policies are read once, at the first question. A target kept by Clusters does not ask,
-// as AdmitCRD does not: the API server still enforces the policies when the CRD is
-// applied.
+// identity may read: no write, so a read-only identity gets an admin's answer. A
+// KubeCluster kept nowhere reads the policies once, at the first question. A target kept
+// by Clusters (the gates) reads them from informers, compiled again when they change
+// (keptPolicies), so its decisions make no request for them; a binding's parameters are
+// read when a policy that takes them matches.
 func (k *KubeCluster) PolicyDenials(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error) {
-	if k.kept != nil || k.clients == nil {
+	if k.clients == nil {
 		return nil, nil
 	}
-	k.policies.Lock()
-	if !k.policies.loaded {
-		k.policies.p, k.policies.err = admissionpolicy.Load(ctx, k.clients, k.dynamic)
-		k.policies.loaded = ctx.Err() == nil
+	var p *admissionpolicy.Policies
+	var err error
+	if k.kept != nil {
+		p, err = k.keptPolicies(ctx)
+	} else {
+		k.policies.Lock()
+		if !k.policies.loaded {
+			k.policies.p, k.policies.err = admissionpolicy.Load(ctx, k.clients, k.dynamic)
+			k.policies.loaded = ctx.Err() == nil
+		}
+		p, err = k.policies.p, k.policies.err
+		k.policies.Unlock()
 	}
-	p, err := k.policies.p, k.policies.err
-	k.policies.Unlock()
 	if err != nil {
 		return nil, err
 	}

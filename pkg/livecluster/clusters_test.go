@@ -8,10 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
@@ -22,18 +20,24 @@ var cp *testenv.ControlPlane
 
 func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, &cp)) }
 
-// crdLists counts full LISTs of CRDs (not watches, not metadata-only lists).
-type crdLists struct {
-	rt http.RoundTripper
-	n  *atomic.Int64
+// counted counts the requests count says to (not watches, for every caller here).
+type counted struct {
+	rt    http.RoundTripper
+	n     *atomic.Int64
+	count func(r *http.Request) bool
 }
 
-func (c crdLists) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/customresourcedefinitions") &&
-		r.URL.Query().Get("watch") != "true" && !strings.Contains(r.Header.Get("Accept"), "PartialObjectMetadata") {
+func (c counted) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Query().Get("watch") != "true" && c.count(r) {
 		c.n.Add(1)
 	}
 	return c.rt.RoundTrip(r)
+}
+
+// crdLists counts full LISTs of CRDs (not metadata-only lists).
+func crdLists(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/customresourcedefinitions") &&
+		!strings.Contains(r.Header.Get("Accept"), "PartialObjectMetadata")
 }
 
 // TestClustersFromMemory: a target of Clusters reads its CRDs from an informer once it
@@ -52,26 +56,14 @@ func TestClustersFromMemory(t *testing.T) {
 	}
 	var lists atomic.Int64
 	cfg := rest.CopyConfig(cp.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return crdLists{rt: rt, n: &lists} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return counted{rt: rt, n: &lists, count: crdLists} })
 
 	clusters := livecluster.NewClusters(livecluster.ClustersOptions{})
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go func() { _ = clusters.Start(runCtx) }()
-	var target *livecluster.Target
 	// Start runs in its own goroutine: a target is kept once Start has begun.
-	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		target, err = clusters.Get(ctx, livecluster.Key("test"), cfg, false)
-		if err != nil {
-			return false, err
-		}
-		again, err := clusters.Get(ctx, livecluster.Key("test"), cfg, false)
-		return err == nil && again.Cluster == target.Cluster, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	target := keptTarget(t, clusters, livecluster.Key("test"), cfg)
 	if target.Version == "" {
 		t.Error("no Kubernetes version")
 	}
