@@ -25,3 +25,10 @@ func Synced(k *KubeCluster) map[string]bool {
 	}
 	return out
 }
+
+// PoliciesCompiled says whether a kept target holds its admission policies compiled.
+func PoliciesCompiled(k *KubeCluster) bool {
+	k.policies.Lock()
+	defer k.policies.Unlock()
+	return k.policies.loaded
+}

@@ -18,13 +18,7 @@ import (
 // cannot: an identity that may not list them), the policies are read from the API server
 // for this question, and its refusal is the answer (the question was not asked).
 func (k *KubeCluster) keptPolicies(ctx context.Context) (*admissionpolicy.Policies, error) {
-	kube := k.clients.Kube
-	policies := k.watch.get("validatingadmissionpolicies", func() toolscache.SharedIndexInformer {
-		return admissioninformers.NewFilteredValidatingAdmissionPolicyInformer(kube, 0, toolscache.Indexers{}, watchTweak)
-	})
-	bindings := k.watch.get("validatingadmissionpolicybindings", func() toolscache.SharedIndexInformer {
-		return admissioninformers.NewFilteredValidatingAdmissionPolicyBindingInformer(kube, 0, toolscache.Indexers{}, watchTweak)
-	})
+	policies, bindings := k.policyInformers()
 	if policies == nil || bindings == nil || !k.watch.waitSynced(ctx, []*watched{policies, bindings}) ||
 		!policies.inf.HasSynced() || !bindings.inf.HasSynced() {
 		return admissionpolicy.Load(ctx, k.clients, k.dynamic)
@@ -42,6 +36,19 @@ func (k *KubeCluster) keptPolicies(ctx context.Context) (*admissionpolicy.Polici
 	}
 	k.policies.p, k.policies.loaded, k.policies.version = p, true, version
 	return p, nil
+}
+
+// policyInformers are the informers on the target's ValidatingAdmissionPolicies and
+// bindings, started at the first call (keptPolicies, or the warm-up).
+func (k *KubeCluster) policyInformers() (policies, bindings *watched) {
+	kube := k.clients.Kube
+	policies = k.watch.get("validatingadmissionpolicies", func() toolscache.SharedIndexInformer {
+		return admissioninformers.NewFilteredValidatingAdmissionPolicyInformer(kube, 0, toolscache.Indexers{}, watchTweak)
+	})
+	bindings = k.watch.get("validatingadmissionpolicybindings", func() toolscache.SharedIndexInformer {
+		return admissioninformers.NewFilteredValidatingAdmissionPolicyBindingInformer(kube, 0, toolscache.Indexers{}, watchTweak)
+	})
+	return policies, bindings
 }
 
 // stored are the objects of an informer's store, by name (the order a LIST gives).

@@ -19,13 +19,16 @@ func (k *KubeCluster) keeps() bool { return k != nil && k.watch != nil }
 
 // Warm starts now the informers a first decision on a target would start (on the Helm
 // release records, on StorageVersionMigrations, on the objects of w.CRDs at every served
-// version), waits for them to sync (each for at most ClustersOptions.SyncTimeout from its
-// own start, so a resource this identity may not list delays it that long at most), and
-// lists a first page of each of those objects (w.PageLimit), kept as ListObjects keeps
-// it: the first decision after a start then reads from memory. What to warm is check's to
-// say (check.Warm). A resource whose page cannot be listed is returned as an error once
-// the others are warmed. It does nothing for a KubeCluster that keeps nothing between
-// decisions (no Memory). It only reads.
+// version, on the ValidatingAdmissionPolicies and their bindings), waits for them to sync
+// (each for at most ClustersOptions.SyncTimeout from its own start, so a resource this
+// identity may not list delays it that long at most), compiles the policies
+// (keptPolicies: compiled at a first decision, they cost it 100 ms and more), and lists a
+// first page of each of those objects (w.PageLimit), kept as ListObjects keeps it: the
+// first decision after a start then reads from memory. What to warm is check's to say
+// (check.Warm). A resource whose page cannot be listed is returned as an error once the
+// others are warmed; policies that cannot be read are read again at the question, which
+// then says it was not asked. It does nothing for a KubeCluster that keeps nothing
+// between decisions (no Memory). It only reads.
 func (k *KubeCluster) Warm(ctx context.Context, w check.Warming) error {
 	if !k.keeps() {
 		return nil
@@ -39,6 +42,11 @@ func (k *KubeCluster) Warm(ctx context.Context, w check.Warming) error {
 	wds := []*watched{k.watch.records(k.metadata)}
 	if gvr, ok := k.watch.svmResource(k); ok && !gvr.Empty() {
 		wds = append(wds, k.watch.migrations(k, gvr))
+	}
+	policies := k.kept != nil && k.clients != nil
+	if policies {
+		p, b := k.policyInformers()
+		wds = append(wds, p, b)
 	}
 	var gvrs []schema.GroupVersionResource
 	for _, name := range w.CRDs {
@@ -57,6 +65,9 @@ func (k *KubeCluster) Warm(ctx context.Context, w check.Warming) error {
 	// A page is kept only when its informer had synced before the LIST (listObjects).
 	if !k.watch.waitSynced(ctx, wds) {
 		return ctx.Err()
+	}
+	if policies {
+		_, _ = k.keptPolicies(ctx) // an error is the question's to report, when it is asked
 	}
 	return k.firstPages(ctx, gvrs, w.PageLimit)
 }
