@@ -173,25 +173,9 @@ func TestFleetShardFailover(t *testing.T) {
 		t.Errorf("%d attempts, want 2: the killed Pod's and %s's", rp.Attempts, taker)
 	}
 
-	// Resumed, not started over. What the new owner did itself: its own counter.
-	body, err := cs.CoreV1().Pods(rel.ns).ProxyGet("http", taker, "8080", "/metrics", nil).DoRaw(ctx)
-	must(t, err, "GET /metrics of %s", taker)
-	second, _ := metricSum(t, body, "upgradeguard_objects_rewritten_total", map[string]string{"crd": helmrepos})
-	patches := helmrepoPatches(t, cs) - patchesBefore
-	t.Logf("saved place at %d objects (%d rewritten); %s rewrote %v; %v PATCH requests in all; final %+v",
-		saved.Objects, saved.Rewritten, taker, second, patches, rp)
-	if second <= 0 || second > float64(n-saved.Objects) {
-		t.Errorf("%s rewrote %v objects, want between 1 and %d (what was left after the saved place at %d)", taker, second, n-saved.Objects, saved.Objects)
-	}
-	if first := float64(rp.Rewritten) - second; first < float64(saved.Rewritten) {
-		t.Errorf("the status keeps %v objects rewritten by the killed Pod, fewer than the %d it had saved", first, saved.Rewritten)
-	}
-	// One PATCH per object, plus those the killed Pod wrote after its last saved place
-	// (at most the page it was in), which the new owner lists and patches again.
-	if patches < n || patches > n+2*pageSize {
-		t.Errorf("%v PATCH requests on HelmRepositories over the migration, want %d to %d: from zero it would be %d or more",
-			patches, n, n+2*pageSize, n+saved.Objects)
-	}
+	// Resumed, not started over.
+	assertResumed(t, cs, rel.ns, resumption{by: taker, from: "the killed Pod " + owner, labels: map[string]string{"crd": helmrepos},
+		saved: saved, final: rp, n: n, pageSize: pageSize, patches: helmrepoPatches(t, cs) - patchesBefore})
 
 	// storedVersions was pruned once, at the end.
 	seen, closed := versions.stop()

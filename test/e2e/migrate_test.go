@@ -275,6 +275,42 @@ func TestPolicyMigratesFluxIncident(t *testing.T) {
 	t.Logf("TestPolicyMigratesFluxIncident took %v", time.Since(started).Round(time.Second))
 }
 
+// resumption is a migration that Pod by finished after Pod from stopped at the place
+// it had saved: the progress saved and final, the objects and LIST page size of the
+// migration, and the PATCH requests on HelmRepositories over all of it.
+type resumption struct {
+	by, from     string
+	labels       map[string]string // of by's upgradeguard_objects_rewritten_total
+	saved, final v1alpha1.ResourceProgress
+	n, pageSize  int64
+	patches      float64
+}
+
+// assertResumed checks that r.by resumed the migration where r.from stopped instead of
+// starting over: its own counter (from its /metrics, which is returned) holds only what
+// was left after the saved place, the status keeps what r.from had rewritten, and there
+// was one PATCH per object plus at most the objects of the pages in flight when r.from
+// stopped, which r.by lists and patches again (counted alreadyCurrent).
+func assertResumed(t *testing.T, cs kubernetes.Interface, ns string, r resumption) []byte {
+	t.Helper()
+	body, err := cs.CoreV1().Pods(ns).ProxyGet("http", r.by, "8080", "/metrics", nil).DoRaw(t.Context())
+	must(t, err, "GET /metrics of %s", r.by)
+	second, _ := metricSum(t, body, "upgradeguard_objects_rewritten_total", r.labels)
+	t.Logf("saved place at %d objects (%d rewritten); %s rewrote %v; %v PATCH requests in all; final %+v",
+		r.saved.Objects, r.saved.Rewritten, r.by, second, r.patches, r.final)
+	if second <= 0 || second > float64(r.n-r.saved.Objects) {
+		t.Errorf("%s rewrote %v objects, want between 1 and %d (what was left after the saved place at %d)", r.by, second, r.n-r.saved.Objects, r.saved.Objects)
+	}
+	if first := float64(r.final.Rewritten) - second; first < float64(r.saved.Rewritten) {
+		t.Errorf("the status keeps %v objects rewritten by %s, fewer than the %d it had saved", first, r.from, r.saved.Rewritten)
+	}
+	if lo, hi := float64(r.n), float64(r.n+2*r.pageSize); r.patches < lo || r.patches > hi {
+		t.Errorf("%v PATCH requests on HelmRepositories over the migration, want %v to %v: from zero it would be %d or more",
+			r.patches, lo, hi, r.n+r.saved.Objects)
+	}
+	return body
+}
+
 // metricSum parses a Prometheus text exposition and sums the samples of the counter or
 // gauge name whose labels hold every pair of want (a label that is absent reads as "").
 // ok says whether any sample matched.
