@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,13 +16,13 @@ import (
 )
 
 // scheme knows the objects a HelmRelease reads: its sources and the ConfigMaps and
-// Secrets of its values.
-var scheme = func() *runtime.Scheme {
+// Secrets of its values. It is built at its first use, not in every command's start-up.
+var scheme = sync.OnceValue(func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = sourcev1.AddToScheme(s)
 	return s
-}()
+})
 
 // treeReader reads objects from a revision's files as a client reads them from a cluster,
 // the object nearest to a file first (Tree.Find): what a HelmRelease in that file reads
@@ -35,7 +36,7 @@ type treeReader struct {
 var _ client.Reader = treeReader{}
 
 func (r treeReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
-	gvk, err := apiutil.GVKForObject(obj, scheme)
+	gvk, err := apiutil.GVKForObject(obj, scheme())
 	if err != nil {
 		return err
 	}
