@@ -35,10 +35,10 @@ import (
 // command.
 var subcommands = map[string][]string{
 	"kubectl":      {"annotate", "apply", "create", "delete", "describe", "edit", "get", "label", "logs", "patch", "wait", "-n"},
-	"helm":         {"dependency build", "get manifest", "history", "install", "lint", "list", "rollback", "template", "uninstall", "upgrade", "version"},
+	"helm":         {"dependency build", "get manifest", "history", "install", "lint", "list", "registry login", "rollback", "template", "uninstall", "upgrade", "version"},
 	"flux":         {"get", "reconcile", "resume", "suspend"},
 	"argocd":       {"app delete", "app manifests", "app rollback", "app set", "app sync", "repo add"},
-	"upgradeguard": {"apf", "audit", "check", "crd backup", "crd restore", "migrate", "plan", "rbac", "release apply-check", "release uninstall-check"},
+	"upgradeguard": {"apf", "audit", "check", "crd backup", "crd restore", "migrate", "plan", "rbac", "release apply-check", "release uninstall-check", "snapshot"},
 }
 
 // skipped are the directories that are not product code.

@@ -277,7 +277,9 @@ Without cluster credentials: --snapshot NAME=FILE or NAME=oci://REGISTRY/REPOSIT
 judges against a snapshot taken where credentials exist (the snapshot command), read
 through the same prediction; NAME stands where a context would in --cluster PATH=NAME.
 The report says each snapshot's age. A snapshot cannot say whether the API server accepts
-an incoming CRD, or which objects a new validation rule would refuse.
+an incoming CRD, or which objects a new validation rule would refuse. It holds no
+repository credentials: an Argo CD Application's chart is fetched with the Helm settings
+here.
 
 In a chart repository (a Chart.yaml at the root, or charts/NAME/Chart.yaml), each chart
 the change touches is judged, with no cluster, against its supported releases: the

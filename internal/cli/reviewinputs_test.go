@@ -130,7 +130,8 @@ spec:
 // them. An Argo CD Application's targetRevision bump names the CRDs and upgradeguard
 // migrate, with the status (what is deployed) read from the live Application; a
 // multi-source Application whose $values file changes in the repository is judged with
-// the head's values. After the cluster is migrated, the Application bump passes.
+// the head's values. A snapshot gives the same verdicts on every input. After the cluster
+// is migrated, the Application bump passes.
 func TestReviewInputs(t *testing.T) {
 	needCluster(t)
 	prod := testenv.ForTest(t)
@@ -255,6 +256,15 @@ func TestReviewInputs(t *testing.T) {
 	migrateFindings("$values", row)
 	if row.Subject != "Application/argocd/flux2-multi" || row.What != "values" || row.File != "clusters/prod/flux2-values.yaml" || row.Line != 1 {
 		t.Errorf("$values: %s (%s) at %s:%d, want Application/argocd/flux2-multi (values) at clusters/prod/flux2-values.yaml:1", row.Subject, row.What, row.File, row.Line)
+	}
+
+	// From a snapshot, read from a file and from a registry on loopback, both Application
+	// changes give the same verdicts: the status and Argo CD's settings as recorded.
+	ociSnaps := takeSnapshots(t, map[string]*testenv.ControlPlane{contextOf(t, prod): prod}, ociRegistry(t))
+	for _, sn := range [][]string{snaps, ociSnaps} {
+		for _, p := range [][2]string{{c4.String(), c5.String()}, {c5.String(), c6.String()}} {
+			sameFromSnapshots(t, []string{"--kubeconfig", prod.Kubeconfig, "review", "--repo", g.Dir, "--base", p[0], "--head", p[1]}, sn)
+		}
 	}
 
 	// After the cluster is migrated, the same Application bump passes.

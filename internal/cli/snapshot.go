@@ -124,12 +124,16 @@ NAME=oci://...):
     and no value (a path stops at a map, since its keys can be data);
   - the Helm releases (stored in Secrets): each revision's chart, version and status,
     and the CRDs the current revision carries with their keep annotations;
-  - the Flux HelmReleases and Argo CD Applications that track releases;
+  - the Flux HelmReleases and Argo CD Applications that track releases, with what each
+    Application's status says it deployed and the CRDs of its resource tree;
+  - how Argo CD tracks an Application's objects (argocd-cm's tracking entries);
   - the API server's version, when it was taken and how long it took.
 
 It holds no object name (but those of CRDs, releases, HelmReleases and Applications),
-no field value, no Secret data and no release values. It only reads: it needs list on
-customresourcedefinitions, on every CRD's objects and on Secrets.
+no field value, no Secret data, no release values and no repository credentials (a
+review fetches charts with its own Helm settings). It only reads: it needs list on
+customresourcedefinitions, on every CRD's objects and on Secrets, and get on argocd-cm
+where allowed.
 
 -o FILE writes it as JSON (schemaVersion 1); --push sends it to an OCI registry as an
 artifact (type application/vnd.upgradeguard.snapshot.v1+json), with the credentials of

@@ -184,6 +184,26 @@ func (a *Application) Deployed() (revision, from string) {
 	return "", ""
 }
 
+// Recorded is the part of the status a prediction reads, and nothing else, for a record
+// of the cluster (a snapshot): the sync state and revisions, the newest history entry
+// (Deployed), and the CRDs of the resource tree (ManagedCRDs). It leaves out the
+// conditions (their messages can quote values), the older history and every other
+// resource, whose names are data.
+func (s Status) Recorded() Status {
+	out := Status{Sync: s.Sync}
+	out.Sync.Revisions = slices.Clone(s.Sync.Revisions)
+	if n := len(s.History); n > 0 {
+		h := s.History[n-1]
+		out.History = []HistoryEntry{{Revision: h.Revision, Revisions: slices.Clone(h.Revisions)}}
+	}
+	for _, r := range s.Resources {
+		if r.Group == CRDGroup && r.Kind == CRDKind {
+			out.Resources = append(out.Resources, r)
+		}
+	}
+	return out
+}
+
 // ResourceStatus is one resource of the Application's resource tree.
 type ResourceStatus struct {
 	Group     string `json:"group,omitempty"`

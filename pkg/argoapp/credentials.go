@@ -135,11 +135,21 @@ type RepositoryError struct {
 	Secret, Namespace string
 	// PlainHTTP is true when the registry answered plain HTTP to HTTPS.
 	PlainHTTP bool
+	// NoSecrets is true when no repository Secret was read: a record of the cluster (a
+	// snapshot) holds none, and the chart was fetched with Helm's own settings alone.
+	NoSecrets bool
 	Err       error
 }
 
 func (e *RepositoryError) Error() string {
 	switch {
+	case e.NoSecrets && e.PlainHTTP:
+		return fmt.Sprintf("%s: the registry of %s speaks plain HTTP: %v; only Argo CD's repository Secret says so (insecureOCIForceHttp), "+
+			"and a snapshot holds no repository Secret: review the Application against the live cluster (--cluster PATH=CONTEXT)", e.Subject, e.RepoURL, e.Err)
+	case e.NoSecrets:
+		return fmt.Sprintf("%s: read %s: %v; a snapshot holds no repository credentials (Argo CD's repository Secrets stay on the cluster), "+
+			"so the chart is fetched with Helm's own settings here: if the %s, %sreview the Application against the live cluster (--cluster PATH=CONTEXT)",
+			e.Subject, e.RepoURL, e.Err, e.needs(), e.helmLogin())
 	case e.PlainHTTP && e.Secret == "":
 		return fmt.Sprintf("%s: the registry of %s speaks plain HTTP, and no Argo CD repository Secret in namespace %s has url %s: %v; "+
 			`add one with enableOCI: "true" and insecureOCIForceHttp: "true" (%s)`, e.Subject, e.RepoURL, e.Namespace, e.RepoURL, e.Err, e.addCommand())
@@ -154,6 +164,17 @@ func (e *RepositoryError) Error() string {
 }
 
 func (e *RepositoryError) Unwrap() error { return e.Err }
+
+// helmLogin words, for an OCI registry, how to give Helm its credentials here, which
+// Helm's registry config then holds: "log Helm in (helm registry login HOST), or ". A Helm
+// repository's credentials come only from Argo CD's repository Secret.
+func (e *RepositoryError) helmLogin() string {
+	if e.Kind != OCI {
+		return ""
+	}
+	host, _, _ := strings.Cut(strings.TrimPrefix(e.RepoURL, "oci://"), "/")
+	return fmt.Sprintf("log Helm in to it (%s), or ", cmdline.HelmRegistryLogin{Host: host})
+}
 
 // needs says when a repository Secret is needed: for credentials, and for an OCI
 // registry without TLS.
@@ -185,5 +206,5 @@ func (c *Chart) Explain(err error) error {
 		return err
 	}
 	return &RepositoryError{Subject: c.Subject, Kind: c.Kind, RepoURL: c.RepoURL, Secret: c.Credentials, Namespace: c.secretsNamespace,
-		PlainHTTP: chartsource.AnsweredPlainHTTP(err), Err: err}
+		PlainHTTP: chartsource.AnsweredPlainHTTP(err), NoSecrets: c.noSecrets, Err: err}
 }

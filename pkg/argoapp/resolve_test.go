@@ -224,6 +224,12 @@ func TestResolveHelmRepository(t *testing.T) {
 		!strings.Contains(err.Error(), "repository wants credentials, add one (argocd repo add "+url+" --type helm --username USER --password PASSWORD)") {
 		t.Errorf("without credentials: %v, want a chartsource.LoadError explained as a RepositoryError", err)
 	}
+	// From a snapshot, which holds no repository Secret: the failure says so.
+	_, err = Resolve(t.Context(), a, Options{Recorded: true})
+	if !errors.As(err, &re) || !re.NoSecrets || !strings.Contains(err.Error(), "a snapshot holds no repository credentials") ||
+		!strings.Contains(err.Error(), "if the repository wants credentials, review the Application against the live cluster") {
+		t.Errorf("from a snapshot: %v, want a RepositoryError that says a snapshot holds no credentials", err)
+	}
 }
 
 // TestExplainOCIRegistry: a chart in a plain-HTTP OCI registry, read as Argo CD reads
@@ -264,6 +270,7 @@ func TestExplainOCIRegistry(t *testing.T) {
 			"argocd repo add " + repo + " --type helm --enable-oci --insecure-oci-force-http"}},
 		{"a Secret without insecureOCIForceHttp", secret(map[string]string{"url": repo, "enableOCI": "true", "username": "u", "password": "p"}),
 			"argocd/registry", []string{"repository Secret argocd/registry does not say insecureOCIForceHttp"}},
+		{"a snapshot", Options{Recorded: true}, "", []string{"speaks plain HTTP", "a snapshot holds no repository Secret", "against the live cluster"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := &Application{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "argocd"}, Spec: Spec{
@@ -298,6 +305,10 @@ func TestExplainOCIRegistry(t *testing.T) {
 		if _, err := Resolve(t.Context(), app, ok); err == nil || !strings.Contains(err.Error(), "is a digest") || errors.As(err, new(*RepositoryError)) {
 			t.Errorf("targetRevision %s: %v, want an error that says it is a digest", rev, err)
 		}
+	}
+	// An OCI registry that wants credentials, from a snapshot: Helm's registry login.
+	if msg := (&RepositoryError{Subject: "Application/argocd/web", Kind: OCI, RepoURL: "oci://" + repo, NoSecrets: true, Err: errors.New("401")}).Error(); !strings.Contains(msg, "helm registry login "+host+")") {
+		t.Errorf("an OCI registry from a snapshot: %q, want helm registry login %s", msg, host)
 	}
 	other := errors.New("render failed")
 	if c := (&Chart{Kind: OCI}); !errors.Is(c.Explain(other), other) || errors.As(c.Explain(other), new(*RepositoryError)) || c.Explain(nil) != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"helm.sh/helm/v4/pkg/cli"
 	"sigs.k8s.io/yaml"
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -41,9 +42,19 @@ const DefaultNamespace = "argocd"
 type Options struct {
 	// Secrets reads Argo CD's repository Secrets for credentials; nil reads none.
 	Secrets corev1client.SecretsGetter
+	// Recorded says the cluster is read from a record of it (a snapshot), which holds no
+	// repository Secret: the chart is fetched with Helm's own settings (Helm) alone, and
+	// a chart server that cannot be read says so (RepositoryError.NoSecrets).
+	Recorded bool
 	// ConfigMaps reads Argo CD's settings (argocd-cm) for its resource tracking; nil reads
 	// none, and every CRD of the Application's resource tree then counts as tracked.
 	ConfigMaps corev1client.ConfigMapsGetter
+	// Settings, when set, are Argo CD's settings as a record of the cluster (a snapshot)
+	// holds them, read instead of argocd-cm.
+	Settings *Settings
+	// Helm carries Helm's settings for fetching the chart (its registry config and
+	// cache); nil uses the HELM_* environment.
+	Helm *cli.EnvSettings
 	// Namespace is where Argo CD runs and keeps its settings and repository Secrets
 	// (DefaultNamespace when empty).
 	Namespace string
@@ -90,8 +101,10 @@ type Chart struct {
 	dir              string
 	unpacked         bool
 	secretsNamespace string
-	refs             map[string]string
-	app              *Application
+	// noSecrets is true when the cluster holds no repository Secret (Options.Recorded).
+	noSecrets bool
+	refs      map[string]string
+	app       *Application
 }
 
 // Local says whether Options.Ref is a chart directory on disk (a git checkout, or a
@@ -145,7 +158,8 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 		return nil, fmt.Errorf("%s: %w", app.Subject(), err)
 	}
 	c := &Chart{Subject: app.Subject(), RepoURL: src.RepoURL, Chart: src.Chart, Path: src.Path, TargetRevision: src.TargetRevision,
-		Policy: check.PolicyCreateReplace, dir: dir, secretsNamespace: o.namespace(), refs: o.Refs, app: app}
+		Policy: check.PolicyCreateReplace, dir: dir, secretsNamespace: o.namespace(), noSecrets: o.Recorded, refs: o.Refs, app: app}
+	c.Options.Settings = o.Helm
 	c.Deployed, c.DeployedFrom = app.Deployed()
 	d := app.Deployer()
 	if d.Sync.Tracking, err = Tracking(ctx, o, app); err != nil {

@@ -2,6 +2,7 @@ package argoapp
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -194,5 +195,37 @@ func TestDeployed(t *testing.T) {
 				t.Errorf("Deployed() = %q, %q; want %q, %q", got, from, tc.want, tc.from)
 			}
 		})
+	}
+}
+
+// TestStatusRecorded: the status a snapshot records keeps what Deployed and ManagedCRDs
+// read (the sync state, the newest history entry, the CRDs of the resource tree) and
+// nothing else: no condition message, no older entry, no other resource's name.
+func TestStatusRecorded(t *testing.T) {
+	chart := Source{RepoURL: "https://charts.example.com", Chart: "web", TargetRevision: "1.3.0"}
+	values := Source{RepoURL: "https://git.example.com/values.git", Ref: "values"}
+	a := app(Spec{Sources: []Source{values, chart}})
+	a.Status.Sync.Status, a.Status.Sync.Revision, a.Status.Sync.Revisions = "OutOfSync", "", []string{"0123abc", "1.3.0"}
+	a.Status.History = []HistoryEntry{{Revisions: []string{"0000aaa", "1.2.0"}}, {Revisions: []string{"0123abc", "1.2.3"}}}
+	a.Status.Conditions = []Condition{{Type: "SyncError", Message: "secret value in a message"}}
+	a.Status.Resources = []ResourceStatus{
+		{Group: CRDGroup, Version: "v1", Kind: CRDKind, Name: "widgets.example.com", Status: "Synced"},
+		{Group: "apps", Version: "v1", Kind: "Deployment", Namespace: "web", Name: "secret-name"},
+		{Version: "v1", Kind: "ConfigMap", Namespace: "web", Name: "other-name"},
+	}
+	var want Status
+	want.Sync = a.Status.Sync
+	want.History = []HistoryEntry{{Revisions: []string{"0123abc", "1.2.3"}}}
+	want.Resources = []ResourceStatus{{Group: CRDGroup, Version: "v1", Kind: CRDKind, Name: "widgets.example.com", Status: "Synced"}}
+	got := a.Status.Recorded()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Recorded() (-want +got):\n%s", diff)
+	}
+	r := *a
+	r.Status = got
+	rev, from := r.Deployed()
+	wantRev, wantFrom := a.Deployed()
+	if rev != wantRev || from != wantFrom || !slices.Equal(r.ManagedCRDs(), a.ManagedCRDs()) || rev != "1.2.3" {
+		t.Errorf("from the recorded status: deployed %q (%s), CRDs %v; from the status: %q (%s), %v", rev, from, r.ManagedCRDs(), wantRev, wantFrom, a.ManagedCRDs())
 	}
 }

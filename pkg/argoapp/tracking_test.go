@@ -17,7 +17,8 @@ import (
 // TestTracking: the tracking settings come from argocd-cm in Argo CD's namespace, with v3's
 // default (annotation) when it sets none or does not exist; the instance name is
 // namespace_name for an Application outside that namespace; no reader, or a forbidden
-// read, leaves them unknown (every CRD tracked).
+// read, leaves them unknown (every CRD tracked). Settings a snapshot recorded are read
+// instead of argocd-cm.
 func TestTracking(t *testing.T) {
 	cm := func(data map[string]string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: SettingsConfigMap, Namespace: DefaultNamespace}, Data: data}
@@ -48,6 +49,10 @@ func TestTracking(t *testing.T) {
 		{"an Application in another namespace", Options{ConfigMaps: fake.NewClientset().CoreV1()}, app("team"),
 			predict.ArgoTracking{Method: "annotation", Instance: "team_widgets"}},
 		{"forbidden", Options{ConfigMaps: forbidden.CoreV1()}, app(DefaultNamespace), predict.ArgoTracking{}},
+		{"recorded settings (a snapshot)", Options{Settings: &Settings{TrackingMethod: "label", InstallationID: "prod"}}, app("team"),
+			predict.ArgoTracking{Method: "label", InstallationID: "prod", Instance: "team_widgets"}},
+		{"recorded settings win over argocd-cm", Options{Settings: &Settings{}, ConfigMaps: fake.NewClientset(cm(map[string]string{
+			"application.resourceTrackingMethod": "label"})).CoreV1()}, app(DefaultNamespace), predict.ArgoTracking{Method: "annotation", Instance: "widgets"}},
 	} {
 		got, err := Tracking(t.Context(), tc.o, tc.app)
 		if err != nil || got != tc.want {

@@ -279,6 +279,17 @@ type Audit struct{ Fleet bool }
 
 func (c Audit) String() string { return start(upgradeguard, "audit").on("--fleet", c.Fleet).String() }
 
+// Snapshot is `upgradeguard snapshot -o FILE` (`--push REF` with a Push reference): a
+// record of the cluster for a review without credentials.
+type Snapshot struct{ Push string }
+
+func (c Snapshot) String() string {
+	if c.Push != "" {
+		return start(upgradeguard, "snapshot", "--push", c.Push).String()
+	}
+	return start(upgradeguard, "snapshot", "-o", "FILE").String()
+}
+
 // Helm's commands.
 
 // HelmUpgrade is `helm upgrade R CHART --repo URL --version V --plain-http -f FILE -n
@@ -377,6 +388,14 @@ func (c HelmDependencyBuild) String() string {
 type HelmVersion struct{}
 
 func (HelmVersion) String() string { return start(helm, "version", "--short").String() }
+
+// HelmRegistryLogin is `helm registry login HOST`: credentials for an OCI registry in
+// Helm's registry config.
+type HelmRegistryLogin struct{ Host string }
+
+func (c HelmRegistryLogin) String() string {
+	return start(helm, "registry", "login", or(c.Host, "REGISTRY")).String()
+}
 
 // kubectl's commands.
 

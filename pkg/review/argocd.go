@@ -3,6 +3,7 @@ package review
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
@@ -115,34 +117,18 @@ func changedRefFile(app *argoapp.Application, src *argoapp.Source, base, head *T
 
 // judgeApplication predicts Argo CD syncing the Application as the head revision holds
 // it, as check --argocd-app does (argoapp.Resolve, Chart.Predict): the spec from the
-// repository, the status (what Argo CD deployed and manages now) from the live
-// Application on the cluster, none when it is not there yet. A multi-source
-// Application's $ref values files are read from the head revision. A source upgradeguard
-// does not read is not judged, with why.
+// repository, the status (what Argo CD deployed and manages now) and Argo CD's tracking
+// settings from the cluster (applicationOn), none when the Application is not there yet.
+// A multi-source Application's $ref values files are read from the head revision. A
+// source upgradeguard does not read is not judged, with why.
 func judgeApplication(app *argoapp.Application, head *Tree) func(context.Context, Cluster, *cli.EnvSettings) (*check.Report, string, error) {
-	return func(ctx context.Context, cl Cluster, _ *cli.EnvSettings) (*check.Report, string, error) {
-		if cl.Snapshot != nil {
-			return nil, "an Argo CD Application is judged against the live cluster (its status, Argo CD's settings and repository credentials), not a snapshot: map its folder to a kubeconfig context with --cluster PATH=CONTEXT", nil
+	return func(ctx context.Context, cl Cluster, settings *cli.EnvSettings) (*check.Report, string, error) {
+		on, why, err := applicationOn(ctx, cl, app)
+		if on == nil {
+			return nil, why, err
 		}
-		t, err := livecluster.Connect(ctx, cl.Config)
-		if err != nil {
-			return nil, "", err
-		}
-		dyn, err := dynamic.NewForConfig(cl.Config)
-		if err != nil {
-			return nil, "", err
-		}
-		a := *app
-		live, err := argoapp.Get(ctx, dyn, app.Namespace, app.Name)
-		var nf *argoapp.NotFoundError
-		switch {
-		case errors.As(err, &nf): // not created yet: nothing deployed
-		case err != nil:
-			return nil, "", err
-		default:
-			a.Status = live.Status
-		}
-		o := argoapp.Options{Secrets: t.Clientset.CoreV1(), ConfigMaps: t.Clientset.CoreV1()}
+		a, o := *app, on.options
+		a.Status, o.Helm = on.status, settings
 		if refs := refNames(app); len(refs) > 0 {
 			dir, err := os.MkdirTemp("", "upgradeguard-review-ref-")
 			if err != nil {
@@ -166,15 +152,65 @@ func judgeApplication(app *argoapp.Application, head *Tree) func(context.Context
 		}
 		defer func() { _ = ch.Close() }()
 		if ch.Options.KubeVersion == "" {
-			ch.Options.KubeVersion = t.Version
+			ch.Options.KubeVersion = on.version
 		}
-		p, err := ch.Predict(ctx, t.Cluster)
+		p, err := ch.Predict(ctx, on.cluster)
 		if err != nil {
 			return nil, "", err
 		}
 		p.Report.Application, p.Report.Namespace = app.Namespace+"/"+app.Name, ch.Options.Namespace
 		return p.Report, "", nil
 	}
+}
+
+// applicationState is what judging an Application reads of the cluster it lands on.
+type applicationState struct {
+	// cluster is the cluster check reads, and version its server's.
+	cluster check.Cluster
+	version string
+	// status is the live Application's (empty when it is not there yet).
+	status argoapp.Status
+	// options read Argo CD's settings and repository credentials.
+	options argoapp.Options
+}
+
+// applicationOn reads what judging app reads of the cluster: on a live cluster, the
+// Application's status, and Argo CD's settings (argocd-cm) and repository Secrets; from a
+// snapshot, the status and settings it recorded (argoapp.Status.Recorded), and no
+// credentials, which a snapshot never holds (the chart is fetched with Helm's settings).
+// A snapshot taken before snapshots recorded Argo CD gives no state, and why.
+func applicationOn(ctx context.Context, cl Cluster, app *argoapp.Application) (*applicationState, string, error) {
+	if s := cl.Snapshot; s != nil {
+		if s.ArgoCD == nil {
+			return nil, fmt.Sprintf("the snapshot of %s was taken before snapshots recorded Argo CD (what each Application deployed and manages, and Argo CD's settings): "+
+				"take a new one (%s)", cl.Name, cmdline.Snapshot{}), nil
+		}
+		st := &applicationState{cluster: cl.recorded(), version: s.Server.Version,
+			options: argoapp.Options{Namespace: s.ArgoCD.Namespace, Settings: s.ArgoCD.Settings, Recorded: true}}
+		if rec := s.Application(app.Namespace, app.Name); rec != nil {
+			st.status = rec.Status
+		}
+		return st, "", nil
+	}
+	t, err := livecluster.Connect(ctx, cl.Config)
+	if err != nil {
+		return nil, "", err
+	}
+	dyn, err := dynamic.NewForConfig(cl.Config)
+	if err != nil {
+		return nil, "", err
+	}
+	st := &applicationState{cluster: t.Cluster, version: t.Version, options: argoapp.Options{Secrets: t.Clientset.CoreV1(), ConfigMaps: t.Clientset.CoreV1()}}
+	live, err := argoapp.Get(ctx, dyn, app.Namespace, app.Name)
+	var nf *argoapp.NotFoundError
+	switch {
+	case errors.As(err, &nf): // not created yet: nothing deployed
+	case err != nil:
+		return nil, "", err
+	default:
+		st.status = live.Status
+	}
+	return st, "", nil
 }
 
 // refNames are the refs of the Application's sources (spec.sources[].ref): each is read

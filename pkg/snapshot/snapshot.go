@@ -2,8 +2,10 @@
 // that a prediction can be made where none do (review in CI): per CRD its spec, storage,
 // storedVersions, conversion, object count and the field paths its objects hold, counted,
 // never a value; the Helm releases with their charts, statuses and the CRDs their current
-// revision carries; which Flux HelmReleases and Argo CD Applications track them; and the
-// server's version. It holds no object name (but the CRDs', the releases' and the
+// revision carries; which Flux HelmReleases and Argo CD Applications track them, with
+// what each Application deployed and the CRDs it manages, and how Argo CD tracks them
+// (argocd-cm's tracking entries); and the server's version. No repository credentials:
+// a chart is fetched where the snapshot is read, with the Helm settings there. It holds no object name (but the CRDs', the releases' and the
 // deployments'), no field value, no Secret data and no release values.
 //
 // A Snapshot is a check.Cluster (and fluxrelease.Recorded): check reads it through the one
@@ -19,10 +21,14 @@ import (
 
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 )
 
-// SchemaVersion is the format this package writes and the only one it reads.
+// SchemaVersion is the format this package writes and the only one it reads. A field
+// added to the format without changing what the others mean keeps the version, so that
+// an older upgradeguard still reads the snapshot; the field is then optional, and a
+// reader that needs it says when a snapshot predates it (ArgoCD).
 const SchemaVersion = 1
 
 // MediaType is a snapshot's type as an OCI artifact.
@@ -43,6 +49,21 @@ type Snapshot struct {
 	// APIs are not served.
 	HelmReleases []HelmRelease `json:"helmReleases,omitempty"`
 	Applications []Application `json:"applications,omitempty"`
+	// ArgoCD is what a prediction of an Argo CD sync reads of Argo CD itself. Every
+	// snapshot has it but those taken before upgradeguard recorded it (and the
+	// Applications' status): nil says so.
+	ArgoCD *ArgoCD `json:"argoCD,omitempty"`
+}
+
+// ArgoCD is Argo CD's installation as a prediction reads it.
+type ArgoCD struct {
+	// Namespace is where Argo CD runs and keeps its settings (argoapp.DefaultNamespace).
+	Namespace string `json:"namespace"`
+	// Settings are the entries of its argocd-cm that say how it tracks an Application's
+	// objects, and nothing else of argocd-cm; nil when argocd-cm could not be read
+	// (forbidden), which counts every CRD of an Application's resource tree as tracked,
+	// as a live prediction does.
+	Settings *argoapp.Settings `json:"settings,omitempty"`
 }
 
 // Server is the API server.
@@ -122,15 +143,36 @@ type HelmRelease struct {
 	Ready            string `json:"ready,omitempty"`
 }
 
-// Application is an Argo CD Application with a Helm chart source.
+// Application is an Argo CD Application: its name, its Helm source as the live
+// Application gives it, and the part of its status a prediction reads.
 type Application struct {
-	Namespace      string `json:"namespace"`
-	Name           string `json:"name"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// RepoURL (without credentials or a query), Chart (or Path, a chart in a git
+	// repository) and TargetRevision are its Helm source (argoapp.Application.HelmSource),
+	// empty when it has none.
+	RepoURL        string `json:"repoURL,omitempty"`
 	Chart          string `json:"chart,omitempty"`
+	Path           string `json:"path,omitempty"`
 	TargetRevision string `json:"targetRevision,omitempty"`
 	// Destination is the namespace it deploys to.
 	Destination string `json:"destination,omitempty"`
-	Sync        string `json:"sync,omitempty"`
+	// Sync is status.sync.status.
+	Sync string `json:"sync,omitempty"`
+	// Status is what it deployed and manages now (argoapp.Status.Recorded): the synced
+	// revisions, the newest history entry, the CRDs of its resource tree.
+	Status argoapp.Status `json:"status,omitzero"`
+}
+
+// Application is the Application namespace/name as the snapshot recorded it; nil when it
+// was not on the cluster.
+func (s *Snapshot) Application(namespace, name string) *Application {
+	for i := range s.Applications {
+		if a := &s.Applications[i]; a.Namespace == namespace && a.Name == name {
+			return a
+		}
+	}
+	return nil
 }
 
 // Duration is a time.Duration written as Go spells it (1.5s).

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +19,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/argocd"
 	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
@@ -73,9 +76,11 @@ spec:
 `
 }
 
-// TestSnapshotHoldsNoData: objects, a Secret and a release's values with distinctive
-// names and values; the snapshot holds the CRD, its object count and field paths (the
-// map's path, not its keys), the release and its CRD's keep annotation, and none of them.
+// TestSnapshotHoldsNoData: objects, a Secret, a release's values, Argo CD's settings and
+// an Application's values, credentials and status messages with distinctive names and
+// values; the snapshot holds the CRD, its object count and field paths (the map's path,
+// not its keys), the release and its CRD's keep annotation, the Application's source,
+// deployed revision and managed CRD, Argo CD's tracking settings, and none of them.
 // It reads back the same from a file and from an OCI registry on loopback, and a
 // schema change judged from it prunes what the live objects lose.
 func TestSnapshotHoldsNoData(t *testing.T) {
@@ -113,6 +118,38 @@ func TestSnapshotHoldsNoData(t *testing.T) {
 	cs := kubernetes.NewForConfigOrDie(cp.Config)
 	if _, err := cs.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sentinel-secret-name"},
 		StringData: map[string]string{"SENTINEL-SECRET-KEY": "SENTINEL-SECRET-DATA"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Argo CD: its settings with label tracking beside entries that can hold data, and an
+	// Application of the gadgets chart whose spec and status hold values, credentials,
+	// messages and object names; its resource tree holds the gadgets CRD.
+	if err := argocd.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(cp.Config)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: argoapp.DefaultNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(argoapp.DefaultNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: argoapp.SettingsConfigMap},
+		Data: map[string]string{"application.resourceTrackingMethod": "label", "installationID": "prod-eu", "dex.config": "clientSecret: SENTINEL-ARGOCD-SETTING",
+			"url": "https://sentinel-argocd.example.com"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	app := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+		"metadata": map[string]any{"name": "gadgets", "namespace": argoapp.DefaultNamespace, "annotations": map[string]any{"note": "SENTINEL-APP-ANNOTATION"}},
+		"spec": map[string]any{"project": "default", "destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": "default"},
+			"source": map[string]any{"repoURL": "https://sentinel-user:sentinel-password@charts.example.com/stable?token=sentinel-token", "chart": "gadgets",
+				"targetRevision": "1.2.3", "helm": map[string]any{"values": "note: SENTINEL-APP-VALUE", "valuesObject": map[string]any{"SENTINEL-VALUES-KEY": "x"},
+					"parameters": []any{map[string]any{"name": "note", "value": "SENTINEL-APP-PARAMETER"}}}}},
+		"status": map[string]any{
+			"sync": map[string]any{"status": "Synced", "revision": "1.2.3", "comparedTo": map[string]any{"source": map[string]any{"helm": map[string]any{"values": "SENTINEL-COMPARED"}}}},
+			"history": []any{map[string]any{"revision": "1.2.2", "source": map[string]any{"helm": map[string]any{"values": "SENTINEL-HISTORY-OLD"}}},
+				map[string]any{"revision": "1.2.3", "source": map[string]any{"helm": map[string]any{"values": "SENTINEL-HISTORY"}}}},
+			"resources": []any{
+				map[string]any{"group": "apiextensions.k8s.io", "version": "v1", "kind": "CustomResourceDefinition", "name": crdName, "status": "Synced"},
+				map[string]any{"version": "v1", "kind": "ConfigMap", "namespace": "default", "name": "sentinel-configmap", "status": "Synced"}},
+			"conditions":     []any{map[string]any{"type": "SyncError", "message": "SENTINEL-CONDITION"}},
+			"operationState": map[string]any{"message": "SENTINEL-OPERATION"}}}}
+	if _, err := dyn.Resource(argoapp.GVR).Namespace(argoapp.DefaultNamespace).Create(ctx, app, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -156,6 +193,20 @@ func TestSnapshotHoldsNoData(t *testing.T) {
 	if len(rel.Revisions) != 1 || rel.Revisions[0] != (snapshot.Revision{Revision: 1, Chart: "gadgets", Version: "1.2.3", Status: "deployed"}) ||
 		len(rel.CRDs) != 1 || rel.CRDs[0].Name != crdName || rel.CRDs[0].Source != string(predict.Templates) || rel.CRDs[0].Annotations[predict.KeepAnnotation] != predict.KeepValue {
 		t.Errorf("release %+v, want revision 1 of gadgets 1.2.3 deployed, carrying %s from templates/ with keep", rel, crdName)
+	}
+
+	// What a prediction of the Application reads: its source without credentials, what
+	// it deployed, the CRD it manages, and Argo CD's tracking settings.
+	wantApp := snapshot.Application{Namespace: argoapp.DefaultNamespace, Name: "gadgets", RepoURL: "https://charts.example.com/stable", Chart: "gadgets",
+		TargetRevision: "1.2.3", Destination: "default", Sync: "Synced"}
+	wantApp.Status.Sync.Status, wantApp.Status.Sync.Revision = "Synced", "1.2.3"
+	wantApp.Status.History = []argoapp.HistoryEntry{{Revision: "1.2.3"}}
+	wantApp.Status.Resources = []argoapp.ResourceStatus{{Group: argoapp.CRDGroup, Version: "v1", Kind: argoapp.CRDKind, Name: crdName, Status: "Synced"}}
+	if diff := cmp.Diff([]snapshot.Application{wantApp}, s.Applications); diff != "" {
+		t.Errorf("Applications (-want +got):\n%s", diff)
+	}
+	if want := (&snapshot.ArgoCD{Namespace: argoapp.DefaultNamespace, Settings: &argoapp.Settings{TrackingMethod: "label", InstallationID: "prod-eu"}}); !cmp.Equal(want, s.ArgoCD) {
+		t.Errorf("Argo CD: %+v, want %+v", s.ArgoCD, want)
 	}
 
 	// The same snapshot from a file and from a registry.

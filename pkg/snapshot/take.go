@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -38,7 +40,8 @@ var KeptMetadata = []string{
 
 // Take reads the cluster's state. It only reads: it needs list on
 // customresourcedefinitions, on every CRD's objects and on Secrets (Helm's release
-// storage), and, when served, on Flux HelmReleases and Argo CD Applications.
+// storage), and, when served, on Flux HelmReleases and Argo CD Applications; get on the
+// ConfigMap argocd-cm in Argo CD's namespace, where allowed (argoapp.ReadSettings).
 func Take(ctx context.Context, cfg *rest.Config) (*Snapshot, error) {
 	start := time.Now()
 	t, err := livecluster.Connect(ctx, cfg)
@@ -72,6 +75,10 @@ func Take(ctx context.Context, cfg *rest.Config) (*Snapshot, error) {
 		return nil, err
 	}
 	if s.Applications, err = takeApplications(ctx, dyn, live); err != nil {
+		return nil, err
+	}
+	s.ArgoCD = &ArgoCD{Namespace: argoapp.DefaultNamespace}
+	if s.ArgoCD.Settings, err = argoapp.ReadSettings(ctx, t.Clientset.CoreV1(), s.ArgoCD.Namespace); err != nil {
 		return nil, err
 	}
 	s.Took = Duration(time.Since(start).Round(time.Millisecond))
@@ -243,31 +250,41 @@ func takeHelmReleases(ctx context.Context, dyn dynamic.Interface, live map[strin
 	return out, nil
 }
 
+// takeApplications records every Application: its Helm source and the part of its
+// status a prediction reads (argoapp.Status.Recorded).
 func takeApplications(ctx context.Context, dyn dynamic.Interface, live map[string]*apiextv1.CustomResourceDefinition) ([]Application, error) {
-	items, err := listServed(ctx, dyn, live, "applications.argoproj.io")
+	items, err := listServed(ctx, dyn, live, argoapp.GVR.GroupResource().String())
 	if err != nil {
 		return nil, err
 	}
 	var out []Application
-	for _, o := range items {
-		sources, _, _ := unstructured.NestedSlice(o.Object, "spec", "sources")
-		if src, ok, _ := unstructured.NestedMap(o.Object, "spec", "source"); ok {
-			sources = append([]any{src}, sources...)
+	for i := range items {
+		app, err := argoapp.FromUnstructured(&items[i])
+		if err != nil {
+			return nil, err
 		}
-		for _, s := range sources {
-			m, _ := s.(map[string]any)
-			chart, _, _ := unstructured.NestedString(m, "chart")
-			if chart == "" {
-				continue // a Git path or a $values ref: not a Helm chart
-			}
-			a := Application{Namespace: o.GetNamespace(), Name: o.GetName(), Chart: chart}
-			a.TargetRevision, _, _ = unstructured.NestedString(m, "targetRevision")
-			a.Destination, _, _ = unstructured.NestedString(o.Object, "spec", "destination", "namespace")
-			a.Sync, _, _ = unstructured.NestedString(o.Object, "status", "sync", "status")
-			out = append(out, a)
+		a := Application{Namespace: app.Namespace, Name: app.Name, Destination: app.Spec.Destination.Namespace, Sync: app.Status.Sync.Status,
+			Status: app.Status.Recorded()}
+		if src, err := app.HelmSource(); err == nil {
+			a.RepoURL, a.Chart, a.Path, a.TargetRevision = withoutCredentials(src.RepoURL), src.Chart, src.Path, src.TargetRevision
 		}
+		out = append(out, a)
 	}
 	return out, nil
+}
+
+// withoutCredentials is a repository URL without the user information or query an URL
+// can carry credentials in.
+func withoutCredentials(repoURL string) string {
+	if !strings.Contains(repoURL, "://") { // a bare OCI host and path, or git's user@host:path
+		return repoURL[strings.LastIndex(repoURL, "@")+1:]
+	}
+	u, err := url.Parse(repoURL)
+	if err != nil {
+		return ""
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }
 
 // condition is the status of the object's condition of type typ, "" when it has none.
