@@ -72,23 +72,9 @@ func TestReviewArgoCDStatus(t *testing.T) {
 	needCluster(t)
 	own := testenv.ForTest(t)
 	ctx := t.Context()
-	fx := fixturesDir(t)
-	charts := filepath.Join(t.TempDir(), "charts")
-	for _, v := range []string{"0.7.0", "0.8.0"} {
-		// Both upstream Chart.yamls say 0.1.0: the release's version is given at packaging.
-		helmOn(t, own, "package", filepath.Join(fx, "charts", "lws-"+v), "--version", v, "-d", charts)
-	}
-	repo, err := servers.NewChartRepo(charts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(repo.Close)
 	// lws 0.7.0 as deployed, with 3 LeaderWorkerSets, and its CRD labelled with the
 	// Application's instance (as a chart that sets app.kubernetes.io/instance does).
-	helmOn(t, own, "install", "lws", filepath.Join(charts, "lws-0.7.0.tgz"), "-n", "lws-system", "--create-namespace")
-	if err := testenv.CreateLeaderWorkerSets(ctx, own.Config, testenv.LWSGroup, "lws-system", 3); err != nil {
-		t.Fatal(err)
-	}
+	repo := lwsDeployed(t, own)
 	ext := apiextclient.NewForConfigOrDie(own.Config)
 	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, testenv.LWSCRD, types.MergePatchType,
 		[]byte(`{"metadata":{"labels":{"`+predict.ArgoDefaultInstanceLabel+`":"lws"}}}`), metav1.PatchOptions{}); err != nil {
@@ -106,7 +92,8 @@ func TestReviewArgoCDStatus(t *testing.T) {
 	}
 	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "argocd-cm", Namespace: "argocd"},
 		Data: map[string]string{"application.resourceTrackingMethod": "label"}}
-	if settings, err = cs.CoreV1().ConfigMaps("argocd").Create(ctx, settings, metav1.CreateOptions{}); err != nil {
+	settings, err := cs.CoreV1().ConfigMaps("argocd").Create(ctx, settings, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	live := &unstructured.Unstructured{}

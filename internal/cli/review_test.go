@@ -197,6 +197,29 @@ func rowsBy(rows []review.Row) []string {
 	return out
 }
 
+// lwsDeployed serves the real lws 0.7.0 and 0.8.0 charts from a Helm repository on
+// loopback until the test ends, and installs 0.7.0 on cp as release lws in lws-system with
+// 3 LeaderWorkerSets.
+func lwsDeployed(t *testing.T, cp *testenv.ControlPlane) *servers.ChartRepo {
+	t.Helper()
+	fx := fixturesDir(t)
+	charts := filepath.Join(t.TempDir(), "charts")
+	for _, v := range []string{"0.7.0", "0.8.0"} {
+		// Both upstream Chart.yamls say 0.1.0: the release's version is given at packaging.
+		helmOn(t, cp, "package", filepath.Join(fx, "charts", "lws-"+v), "--version", v, "-d", charts)
+	}
+	repo, err := servers.NewChartRepo(charts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(repo.Close)
+	helmOn(t, cp, "install", "lws", filepath.Join(charts, "lws-0.7.0.tgz"), "-n", "lws-system", "--create-namespace")
+	if err := testenv.CreateLeaderWorkerSets(t.Context(), cp.Config, testenv.LWSGroup, "lws-system", 3); err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
 // TestReviewLWSDeletion: the real lws chart moved its CRD from templates/ to crds/ in
 // 0.8.0 (kubernetes-sigs/lws#880), so the upgrade deletes every LeaderWorkerSet. A bump
 // of the HelmRelease from 0.7.0 to 0.8.0 fails the review with the deletion and its object
@@ -205,21 +228,7 @@ func rowsBy(rows []review.Row) []string {
 func TestReviewLWSDeletion(t *testing.T) {
 	needCluster(t)
 	own := testenv.ForTest(t)
-	fx := fixturesDir(t)
-	charts := filepath.Join(t.TempDir(), "charts")
-	for _, v := range []string{"0.7.0", "0.8.0"} {
-		// Both upstream Chart.yamls say 0.1.0: the release's version is given at packaging.
-		helmOn(t, own, "package", filepath.Join(fx, "charts", "lws-"+v), "--version", v, "-d", charts)
-	}
-	repo, err := servers.NewChartRepo(charts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(repo.Close)
-	helmOn(t, own, "install", "lws", filepath.Join(charts, "lws-0.7.0.tgz"), "-n", "lws-system", "--create-namespace")
-	if err := testenv.CreateLeaderWorkerSets(t.Context(), own.Config, testenv.LWSGroup, "lws-system", 3); err != nil {
-		t.Fatal(err)
-	}
+	repo := lwsDeployed(t, own)
 
 	g := servers.NewGitRepo(t)
 	hr := func(version, annotation string) map[string]string {
