@@ -1,5 +1,15 @@
 package v1alpha1
 
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// CauseGateDenied is the status cause type upgradeguard's admission gate sets on every
+// denial it answers (the response's status details), with the denial's event reason as
+// the cause's message. The API server passes it on to the client, so a client that asked
+// with a dry-run write (check asks whether the API server accepts each incoming CRD) knows
+// the denial is the gate's own decision, which the client predicts itself, and not an
+// unknown webhook's refusal. Programs read the type, never the message.
+const CauseGateDenied metav1.CauseType = "upgradeguard.io/GateDenied"
+
 // Condition reasons, declared once for every writer: the controller on StorageMigrations
 // and StorageMigrationPolicies, pkg/gate (and so the admission gate) on what a gate holds.
 const (

@@ -58,8 +58,15 @@ newer one. --rollback lists every revision of the release as reachable now, reac
 after named steps, or unreachable and why. --upgrade-keeps-rollback says whether the
 running revision stays reachable by a rollback once the plan is carried out.
 
+The cluster's ValidatingAdmissionPolicies are evaluated for every CRD write a step makes
+(as check does, with the API server's own policy code): a step a policy denies is not
+taken, and the plan goes through other versions where they offer a way around it. A
+rollback target the policies deny is denied-by-policy, with the policy's way on. When the
+policies cannot be read, the plan says NOT ALL ASKED.
+
 plan only reads. Exit codes: 0 the target is reached in one step, 1 a path of several
-steps exists, 2 no path (the message names the blocking CRD and version) or could not run.`,
+steps exists, or admission policies alone deny every path (their way on is printed),
+2 no path (the message names the blocking CRD and version) or could not run.`,
 		Example: `  # The path from what runs now to 2.18.2, from a chart repository
   upgradeguard plan --release flux -n flux-system --chart flux2 \
     --repo https://fluxcd-community.github.io/helm-charts --version 2.18.2
@@ -89,7 +96,7 @@ steps exists, 2 no path (the message names the blocking CRD and version) or coul
 	o.addManifestsFlag(cmd, streams)
 	f := cmd.Flags()
 	f.Lookup(cliflag.ManifestsFlag).Hidden = true // refused with advice: plan needs chart versions
-	f.Lookup("rollback").Usage = "also list every revision of the release as a rollback target: reachable now, after named steps, or unreachable"
+	f.Lookup("rollback").Usage = "also list every revision of the release as a rollback target: reachable now, after named steps, unreachable, or denied by an admission policy"
 	f.Lookup("version").Usage = "target chart version or semver range (default: the newest stable one)"
 	_ = f.MarkHidden("to-revision")
 	f.BoolVar(&o.latest, "latest", false, "target the newest version, and name the newest one that is safe in one step now and what blocks each newer one")
@@ -149,6 +156,9 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 	}
 	var noPath *plan.NoPathError
 	switch {
+	case errors.As(err, &noPath) && p.DeniedByPolicy():
+		// A finding, not a failure to run: the policies' way on opens the path.
+		return finish(streams, o.output, p, planText(p, hr), true)
 	case errors.As(err, &noPath):
 		if werr := finish(streams, o.output, p, planText(p, hr), false); werr != nil {
 			return werr
@@ -297,15 +307,24 @@ func renderPlanText(w io.Writer, p *plan.Plan, hr *plan.HelmRelease) error {
 	}
 	fmt.Fprintf(w, "Plan for %s in %s: chart %s -> %s\n", subject, orDash(p.Namespace), from, p.Target)
 	switch {
+	case p.DeniedByPolicy():
+		fmt.Fprintf(w, "DENIED BY POLICY: the cluster's admission policies deny every path to %s; no migration helps, their way on below does.\n", p.Target)
+		renderBlocking(w, p.Blocking)
 	case !p.Reachable:
 		fmt.Fprintf(w, "NO PATH: nothing the plan can do reaches %s.\n", p.Target)
-		for _, b := range p.Blocking {
-			fmt.Fprintf(w, "  blocked by %s at %s (%s): %s\n", b.CRD, b.Version, b.Verdict, b.Reason)
-		}
+		renderBlocking(w, p.Blocking)
 	case len(p.Steps) == 0:
 		fmt.Fprintln(w, "Nothing to do: the release already runs the target version.")
 	default:
 		fmt.Fprintf(w, "%d step(s), %d chart upgrade(s); each upgrade is checked against the state the steps before it leave.\n", len(p.Steps), p.Upgrades())
+	}
+	if len(p.Unasked) > 0 {
+		fmt.Fprintln(w, "NOT ALL ASKED: the cluster's ValidatingAdmissionPolicies could not be read, so no step was judged against them; the plan rests on what was asked.")
+		renderUnasked(w, p.Unasked)
+	}
+	if detour := p.Detour(); len(detour) > 0 {
+		fmt.Fprintf(w, "\nThe direct upgrade to %s is denied by the cluster's admission policies; the path goes around it.\n", p.Target)
+		renderDenials(w, blockedWrites(detour))
 	}
 	for i, s := range p.Steps {
 		renderStep(w, i+1, s, hr)
@@ -331,6 +350,26 @@ func renderPlanText(w io.Writer, p *plan.Plan, hr *plan.HelmRelease) error {
 	}
 	fmt.Fprintf(w, "\n(%d chart version(s) loaded; helm upgrade commands name values files but not --set values: add yours)\n", p.ChartLoads)
 	return nil
+}
+
+// renderBlocking lists what blocks the target, then each admission policy's denial among
+// it once, with its way on.
+func renderBlocking(w io.Writer, blocking []plan.Blocker) {
+	for _, b := range blocking {
+		fmt.Fprintf(w, "  blocked by %s at %s (%s): %s\n", b.CRD, b.Version, b.Verdict, b.Reason)
+	}
+	renderDenials(w, blockedWrites(blocking))
+}
+
+// blockedWrites are the CRD writes of blockers that admission policies deny.
+func blockedWrites(blocking []plan.Blocker) []deniedWrite {
+	var out []deniedWrite
+	for _, b := range blocking {
+		for _, d := range b.Policies {
+			out = append(out, deniedWrite{crd: b.CRD, denial: d})
+		}
+	}
+	return out
 }
 
 func renderStep(w io.Writer, n int, s plan.Step, hr *plan.HelmRelease) {
@@ -372,6 +411,10 @@ func renderRollback(w io.Writer, label string, r plan.Rollback) {
 	}
 	for _, why := range r.Why {
 		fmt.Fprintf(w, "    why: %s\n", why)
+	}
+	for _, d := range r.Policies {
+		fmt.Fprintf(w, "    ValidatingAdmissionPolicy %s (binding %s): %s\n", d.Policy, orDash(d.Binding), d.Message)
+		renderWayOn(w, "      ", d.WayOn)
 	}
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -181,30 +182,55 @@ func renderUnasked(w io.Writer, unasked []check.Unasked) {
 // renderPolicies lists each admission policy denial once, with the CRDs it denies, its
 // binding, its message and the way past it.
 func renderPolicies(w io.Writer, crds []check.CRDReport) {
+	var writes []deniedWrite
+	for _, c := range crds {
+		for _, d := range c.Policies {
+			writes = append(writes, deniedWrite{crd: c.Name, denial: d})
+		}
+	}
+	renderDenials(w, writes)
+}
+
+// deniedWrite is one CRD write that an admission policy denies.
+type deniedWrite struct {
+	crd    string
+	denial admissionpolicy.Denial
+}
+
+// renderDenials lists each denial once, with the CRDs whose writes it denies, its binding,
+// its message and the way past it (admissionpolicy.WayOn): for check's report and for a
+// plan's blocked or detoured steps alike.
+func renderDenials(w io.Writer, writes []deniedWrite) {
 	type key struct{ policy, binding, message string }
 	var order []key
 	denied := map[key][]string{}
 	way := map[key]admissionpolicy.WayOn{}
-	for _, c := range crds {
-		for _, d := range c.Policies {
-			k := key{d.Policy, d.Binding, d.Message}
-			if _, ok := denied[k]; !ok {
-				order = append(order, k)
-				way[k] = d.WayOn
-			}
-			denied[k] = append(denied[k], c.Name)
+	for _, dw := range writes {
+		d := dw.denial
+		k := key{d.Policy, d.Binding, d.Message}
+		if _, ok := denied[k]; !ok {
+			order = append(order, k)
+			way[k] = d.WayOn
+		}
+		if !slices.Contains(denied[k], dw.crd) {
+			denied[k] = append(denied[k], dw.crd)
 		}
 	}
 	for _, k := range order {
 		fmt.Fprintf(w, "\nValidatingAdmissionPolicy %s (binding %s) denies writing %s:\n  %s\n", k.policy, orDash(k.binding), strings.Join(denied[k], ", "), k.message)
-		wo := way[k]
-		fmt.Fprintf(w, "  way on (%s): %s\n", wo.Kind, wo.Advice)
-		if wo.Command != "" {
-			fmt.Fprintf(w, "    %s\n", wo.Command)
-		}
-		if wo.Source != "" {
-			fmt.Fprintf(w, "    documented: %s\n", wo.Source)
-		}
+		renderWayOn(w, "  ", way[k])
+	}
+}
+
+// renderWayOn is the way past one denial: its advice, the command that starts it and
+// where the policy's authors document it.
+func renderWayOn(w io.Writer, indent string, wo admissionpolicy.WayOn) {
+	fmt.Fprintf(w, "%sway on (%s): %s\n", indent, wo.Kind, wo.Advice)
+	if wo.Command != "" {
+		fmt.Fprintf(w, "%s  %s\n", indent, wo.Command)
+	}
+	if wo.Source != "" {
+		fmt.Fprintf(w, "%s  documented: %s\n", indent, wo.Source)
 	}
 }
 

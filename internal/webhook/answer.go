@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/internal/storagemigration"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
@@ -101,12 +102,15 @@ func (k kind) outcome() string {
 
 // respond is the one place a decision becomes the admission response: allowed (HTTP
 // 200) or denied (403, reason Forbidden) with the decision's message, and its warnings
-// either way.
+// either way. A denial carries the cause v1alpha1.CauseGateDenied (with the event reason):
+// a dry run that check makes recognises it as the gate's own answer.
 func respond(d decision) admission.Response {
 	if d.kind.allowed() {
 		return admission.Allowed(d.message).WithWarnings(d.warnings...)
 	}
-	return admission.Denied(d.message).WithWarnings(d.warnings...)
+	r := admission.Denied(d.message).WithWarnings(d.warnings...)
+	r.Result.Details = &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: v1alpha1.CauseGateDenied, Message: d.reason}}}
+	return r
 }
 
 // Event reasons on a HelmRelease, for every door of the gate.

@@ -202,7 +202,9 @@ func askEach[T any](ctx context.Context, js []judgement, ask func(ctx context.Co
 // the PolicyDenied verdict, and a CRD the API server refuses (its dry run) the Refused
 // one. A dry run refused by admission, for a CRD the policies deny, is the same denial
 // seen both ways (the API server's policies run before its webhooks, and its first
-// denial is its answer): reported once, as the policy's. A CRD's own validation runs
+// denial is its answer): reported once, as the policy's. So is a dry run that
+// upgradeguard's own gate denied, for a CRD whose verdict already blocks: the gate's
+// answer is that verdict (crdschema.Refusal.Gate). A CRD's own validation runs
 // before admission, so its refusal stands beside a policy's denial. What could not be
 // asked is returned (Report.Unasked): the dry run, for a CRD no policy denies (webhooks
 // and the CRD's own validation answer only to it), with the policies when they could
@@ -245,6 +247,9 @@ func joinAdmission(answers []admission, policies []policyAnswer, crds []CRDRepor
 			if err := policyErr[a.name]; err != nil {
 				add(UnaskedPolicies, err.Error(), a.name)
 			}
+		case a.v != nil && a.v.Gate && c.Verdict.Blocks():
+			// upgradeguard's own gate denied the dry run for the finding reported here
+			// (it decides with this same engine): one finding, not a second refusal.
 		case a.v != nil && a.v.Admission && len(c.Policies) > 0:
 			// The policy's denial, seen by the dry run too.
 		case a.v != nil:

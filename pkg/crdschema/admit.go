@@ -2,6 +2,7 @@ package crdschema
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/upgradeguard/upgradeguard/api/v1alpha1"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 )
 
@@ -28,6 +30,12 @@ type Refusal struct {
 	// validates the CRD first and admits it after, so a CRD that admission refuses
 	// passed its own validation.
 	Admission bool `json:"admission,omitempty"`
+	// Gate says the refusal is upgradeguard's own admission gate's (the CRD gate, which
+	// denies an update that drops a stored version or loses stored fields), recognised by
+	// the cause it sets (v1alpha1.CauseGateDenied): the same decision the caller makes
+	// itself. It runs as a mutating webhook, before the CRD's own validation, so nothing
+	// after it was asked.
+	Gate bool `json:"gate,omitempty"`
 }
 
 // Message is the causes in one line.
@@ -79,6 +87,9 @@ func ask(ctx context.Context, crds apiextv1client.CustomResourceDefinitionInterf
 	if err == nil {
 		return nil, nil
 	}
+	if gateDenied(err) {
+		return &Refusal{Causes: []string{err.Error()}, Admission: true, Gate: true}, nil
+	}
 	if !apierrors.IsInvalid(err) {
 		return nil, fmt.Errorf("ask the API server whether it accepts CRD %s (a dry-run write): %w", next.Name, err)
 	}
@@ -105,4 +116,19 @@ func ask(ctx context.Context, crds apiextv1client.CustomResourceDefinitionInterf
 		causes, admission = []string{err.Error()}, false
 	}
 	return &Refusal{Causes: causes, Admission: admission}, nil
+}
+
+// gateDenied says whether err is upgradeguard's admission gate's denial: its status
+// carries the cause the gate sets on every denial.
+func gateDenied(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Type == v1alpha1.CauseGateDenied {
+			return true
+		}
+	}
+	return false
 }

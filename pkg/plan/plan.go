@@ -4,8 +4,10 @@
 // safe in one step, and which release revisions a rollback can still reach. It is a pure
 // search over predicted states (storedVersions and the storage version of every CRD
 // after each step), and every upgrade step is judged by package check's decision on the
-// state the steps before it leave. It only reads from the cluster; callers render the
-// typed Plan.
+// state the steps before it leave, the cluster's admission policies included: a step a
+// ValidatingAdmissionPolicy denies is impassable, and the search goes around it through
+// other versions where it can. It only reads from the cluster; callers render the typed
+// Plan.
 package plan
 
 import (
@@ -19,6 +21,7 @@ import (
 	"github.com/Masterminds/semver/v3"
 	release "helm.sh/helm/v4/pkg/release/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
@@ -81,6 +84,14 @@ type Blocker struct {
 	CRD     string `json:"crd"`
 	Verdict string `json:"verdict"`
 	Reason  string `json:"reason"`
+	// Policies are, for the policy verdict, the admission policies that deny writing
+	// the CRD at this version, each with its binding, message and way on.
+	Policies []admissionpolicy.Denial `json:"policies,omitempty"`
+}
+
+// blocker is what blocks one CRD of a report on the way to version.
+func blocker(version string, c check.CRDReport) Blocker {
+	return Blocker{Version: version, CRD: c.Name, Verdict: string(c.Verdict), Reason: c.Reason, Policies: c.Policies}
 }
 
 // Latest is the answer to --latest.
@@ -104,6 +115,9 @@ const (
 	ReachableAfterSteps Reach = "reachable-after-steps"
 	// Unreachable means no step makes helm rollback succeed.
 	Unreachable Reach = "unreachable"
+	// DeniedByPolicy means an admission policy of the cluster denies the CRDs the
+	// rollback writes: no migration helps, the policy's way on (Rollback.Policies) does.
+	DeniedByPolicy Reach = "denied-by-policy"
 )
 
 // Rollback is one revision of the release's history, as a rollback target.
@@ -114,8 +128,11 @@ type Rollback struct {
 	Reach        Reach  `json:"reach"`
 	// Steps are the commands to run, the rollback itself last; none when unreachable.
 	Steps []string `json:"steps,omitempty"`
-	// Why says what makes it unreachable, per CRD.
+	// Why says what makes it unreachable or denied, per CRD.
 	Why []string `json:"why,omitempty"`
+	// Policies are, when DeniedByPolicy, the admission policies' denials (each once),
+	// with their way on.
+	Policies []admissionpolicy.Denial `json:"policies,omitempty"`
 }
 
 // Plan is the result of Run.
@@ -136,7 +153,8 @@ type Plan struct {
 	// Reachable says whether a path was found; Steps is empty when not.
 	Reachable bool   `json:"reachable"`
 	Steps     []Step `json:"steps"`
-	// Blocking names what blocks the target when no path exists.
+	// Blocking names what blocks a direct upgrade to the target: what blocks the target
+	// when no path exists, and what the path goes around when one does.
 	Blocking []Blocker `json:"blocking,omitempty"`
 	Latest   *Latest   `json:"latest,omitempty"`
 	// Rollbacks are every revision of the history (but the running one) as rollback
@@ -149,6 +167,10 @@ type Plan struct {
 	ChartLoads int `json:"chartLoads"`
 	// VersionsConsidered is how many versions of the source lay on the way.
 	VersionsConsidered int `json:"versionsConsidered"`
+	// Unasked are the questions about admission the plan could not ask: the cluster's
+	// ValidatingAdmissionPolicies, when this identity may not read them (check's
+	// UnaskedPolicies). The steps rest on what was asked.
+	Unasked []check.Unasked `json:"unasked,omitempty"`
 }
 
 // Upgrades counts the upgrade steps.
@@ -164,6 +186,36 @@ func (p *Plan) Upgrades() int {
 
 // OneStep says whether the target is reached by a single step (or is already running).
 func (p *Plan) OneStep() bool { return p.Reachable && len(p.Steps) <= 1 }
+
+// DeniedByPolicy says that no path reaches the target and that admission policies alone
+// deny the upgrade to it (every Blocker has the policy verdict): the policies' way on,
+// not a migration, opens it.
+func (p *Plan) DeniedByPolicy() bool {
+	if p.Reachable || len(p.Blocking) == 0 {
+		return false
+	}
+	for _, b := range p.Blocking {
+		if predict.Verdict(b.Verdict) != predict.PolicyDenied {
+			return false
+		}
+	}
+	return true
+}
+
+// Detour are the blockers of the direct upgrade that a path goes around: admission
+// policies' denials, when the plan reaches the target by another way.
+func (p *Plan) Detour() []Blocker {
+	if !p.Reachable {
+		return nil
+	}
+	var out []Blocker
+	for _, b := range p.Blocking {
+		if len(b.Policies) > 0 {
+			out = append(out, b)
+		}
+	}
+	return out
+}
 
 // Commands builds the commands a plan's steps name. The defaults are those of plain Helm
 // and upgradeguard's CLI.
@@ -253,7 +305,7 @@ func Run(ctx context.Context, req Request) (*Plan, error) {
 	if r.deployed == nil && p.From != "" {
 		p.FromSource = req.FromSource
 	}
-	defer func() { p.ChartLoads = r.loads.n }()
+	defer func() { p.ChartLoads, p.Unasked = r.loads.n, r.counts.unasked() }()
 	if p.Target, err = r.target(); err != nil {
 		return p, err
 	}
@@ -442,8 +494,8 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 				st.Objects = *c.Objects
 			}
 			steps = append(steps, st)
-		default:
-			blockers = append(blockers, Blocker{Version: version, CRD: c.Name, Verdict: string(c.Verdict), Reason: c.Reason})
+		default: // a policy's denial among them: impassable, the search goes around it
+			blockers = append(blockers, blocker(version, c))
 		}
 	}
 	if len(blockers) > 0 {
@@ -473,7 +525,7 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 			return nil, nil, nil, err
 		}
 		for _, c := range rep.Findings() {
-			blockers = append(blockers, Blocker{Version: version, CRD: c.Name, Verdict: string(c.Verdict), Reason: c.Reason})
+			blockers = append(blockers, blocker(version, c))
 		}
 		if len(blockers) > 0 {
 			return nil, nil, blockers, nil
@@ -633,7 +685,7 @@ func (r *runner) latest(ctx context.Context) (*Latest, error) {
 			return l, nil
 		}
 		for _, c := range rep.Findings() {
-			l.Blocked = append(l.Blocked, Blocker{Version: v.Original(), CRD: c.Name, Verdict: string(c.Verdict), Reason: c.Reason})
+			l.Blocked = append(l.Blocked, blocker(v.Original(), c))
 		}
 	}
 	return l, nil
@@ -685,13 +737,27 @@ func (r *runner) rollbackFrom(ctx context.Context, s *state, rel *release.Releas
 		rb.Reach, rb.Steps = ReachableNow, []string{rollback}
 		return rb, nil
 	}
+	var denied []string
+	var denials []admissionpolicy.Denial
 	for _, c := range rep.Findings() {
-		if predict.FixFor(c.Decision) == predict.FixSteppingStone {
+		switch predict.FixFor(c.Decision) {
+		case predict.FixSteppingStone:
 			rb.Why = append(rb.Why, c.Name+": "+c.Reason)
+		case predict.FixPolicy:
+			denied = append(denied, c.Name+": "+c.Reason)
+			for _, d := range c.Policies {
+				if !slices.Contains(denials, d) {
+					denials = append(denials, d)
+				}
+			}
 		}
 	}
 	if len(rb.Why) > 0 {
 		rb.Reach = Unreachable
+		return rb, nil
+	}
+	if len(denied) > 0 {
+		rb.Reach, rb.Why, rb.Policies = DeniedByPolicy, denied, denials
 		return rb, nil
 	}
 	rb.Reach, rb.Steps = ReachableAfterSteps, append(slices.Clone(rep.NextSteps), rollback)

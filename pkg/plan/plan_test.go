@@ -3,6 +3,7 @@ package plan
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,8 +11,10 @@ import (
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -274,5 +277,76 @@ func TestEdgeMovesACRDIn(t *testing.T) {
 	c := next.crds["widgets.example.com"]
 	if owner, _ := predict.HelmOwner(c.Annotations); owner != (predict.ReleaseRef{Namespace: "apps", Name: "widgets-crds"}) || c.Annotations[predict.KeepAnnotation] != predict.KeepValue {
 		t.Errorf("after the upgrade the CRD carries %v, want it widgets-crds' and kept", c.Annotations)
+	}
+}
+
+// policyCluster is cluster with the admission policy port: deny is the policy (a stand-in
+// for admissionpolicy, which the real API server's tests cover), err an identity that may
+// not read the policies.
+type policyCluster struct {
+	cluster
+	deny func(live, next *apiextv1.CustomResourceDefinition) bool
+	err  error
+}
+
+func (c policyCluster) PolicyDenials(_ context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	if live == nil || !c.deny(live, next) {
+		return nil, nil
+	}
+	return []admissionpolicy.Denial{{Policy: "one-change", Binding: "one-change", Message: "move the storage or remove versions, not both",
+		WayOn: admissionpolicy.WayOn{Kind: admissionpolicy.WayChart}}}, nil
+}
+
+// oneChange denies an update that moves the storage version and removes a version.
+func oneChange(live, next *apiextv1.CustomResourceDefinition) bool {
+	if crdversions.StorageVersion(live) == crdversions.StorageVersion(next) {
+		return false
+	}
+	for _, v := range live.Spec.Versions {
+		if !slices.ContainsFunc(next.Spec.Versions, func(n apiextv1.CustomResourceDefinitionVersion) bool { return n.Name == v.Name }) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRunRoutesAroundPolicy: an upgrade a policy denies is impassable. The search goes
+// through a version the policy admits; offered none, the plan is denied by the policy;
+// with policies it may not read, it takes the direct step and says the policies were not
+// asked.
+func TestRunRoutesAroundPolicy(t *testing.T) {
+	live := crd([]string{"v1beta1"}, "v1alpha1", "v1beta1*")
+	series := map[string][]string{"2.0.0": {"v1alpha1", "v1beta1", "v1*"}, "3.0.0": {"v1beta1", "v1*"}}
+	run := func(c check.Cluster, charts map[string][]string) (*Plan, error) {
+		return Run(t.Context(), Request{Cluster: c, Versions: &source{charts: charts}, Target: "3.0.0", Release: "r"})
+	}
+
+	p, err := run(cluster{live}, series)
+	if err != nil || !cmp.Equal(steps(p), []string{"upgrade 3.0.0"}) {
+		t.Fatalf("without a policy: steps %v, %v; want the direct upgrade", steps(p), err)
+	}
+
+	p, err = run(policyCluster{cluster: cluster{live}, deny: oneChange}, series)
+	if err != nil || !cmp.Equal(steps(p), []string{"upgrade 2.0.0", "upgrade 3.0.0"}) {
+		t.Fatalf("with the policy: steps %v, %v; want the way around through 2.0.0", steps(p), err)
+	}
+	if d := p.Detour(); len(d) != 1 || d[0].Verdict != string(predict.PolicyDenied) || len(d[0].Policies) != 1 || d[0].Policies[0].Policy != "one-change" {
+		t.Errorf("detour %+v, want the direct upgrade denied by one-change", d)
+	}
+
+	p, err = run(policyCluster{cluster: cluster{live}, deny: oneChange}, map[string][]string{"3.0.0": series["3.0.0"]})
+	var np *NoPathError
+	if !errors.As(err, &np) || !p.DeniedByPolicy() || len(p.Detour()) != 0 {
+		t.Errorf("offered no way around: %v, denied by policy %v; want no path, denied by the policy", err, p.DeniedByPolicy())
+	}
+
+	forbidden := errors.New(`validatingadmissionpolicies.admissionregistration.k8s.io is forbidden`)
+	p, err = run(policyCluster{cluster: cluster{live}, err: forbidden}, series)
+	want := []check.Unasked{{What: check.UnaskedPolicies, Why: forbidden.Error(), CRDs: []string{"widgets.example.com"}}}
+	if err != nil || !cmp.Equal(steps(p), []string{"upgrade 3.0.0"}) || !cmp.Equal(p.Unasked, want) {
+		t.Errorf("policies unreadable: steps %v, unasked %+v, %v; want the direct upgrade and %+v", steps(p), p.Unasked, err, want)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -167,6 +168,17 @@ func (p predicted) CountObjects(ctx context.Context, crd *apiextv1.CustomResourc
 	return p.counts.count(ctx, crd.Name)
 }
 
+// A predicted state answers check's question about admission policies.
+var _ check.PolicyEvaluator = predicted{}
+
+// PolicyDenials evaluates the live cluster's admission policies for a planned CRD write:
+// live is the CRD as the steps before it leave it (nil: the step creates it), next the
+// CRD the step writes. The policies are those of the live cluster (read once, by it),
+// and the writes are the plan's: a policy that denies one makes the step impassable.
+func (p predicted) PolicyDenials(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error) {
+	return p.counts.policyDenials(ctx, live, next)
+}
+
 // Memory is nil: a predicted CRD may carry the live one's UID and resourceVersion with
 // another spec (after a storage switch), so a judge kept for the live CRD would be wrong
 // for it.
@@ -241,8 +253,45 @@ func (c *counter) list(ctx context.Context, gvr schema.GroupVersionResource, opt
 	return l, nil
 }
 
+// policyDenials asks the live cluster's policies (check.PolicyEvaluator; none when the
+// cluster cannot evaluate them) about a planned write. When they cannot be read (RBAC),
+// check keeps the error on the CRD's report, and the plan names the question as not
+// asked (unasked): no dry run of a predicted write reaches the API server's own
+// admission to ask it instead.
+func (c *counter) policyDenials(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error) {
+	pe, ok := c.live.(check.PolicyEvaluator)
+	if !ok {
+		return nil, nil
+	}
+	d, err := pe.PolicyDenials(ctx, live, next)
+	if err != nil && ctx.Err() == nil {
+		c.mu.Lock()
+		if c.policyErr == nil {
+			c.policyErr = err
+		}
+		if !slices.Contains(c.policyCRDs, next.Name) {
+			c.policyCRDs = append(c.policyCRDs, next.Name)
+		}
+		c.mu.Unlock()
+	}
+	return d, err
+}
+
+// unasked are the questions the plan could not ask: the policies, for the CRDs whose
+// writes they were not evaluated for (the first error stands for the rest).
+func (c *counter) unasked() []check.Unasked {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.policyErr == nil {
+		return nil
+	}
+	crds := slices.Clone(c.policyCRDs)
+	slices.Sort(crds)
+	return []check.Unasked{{What: check.UnaskedPolicies, Why: c.policyErr.Error(), CRDs: crds}}
+}
+
 // counter counts a CRD's objects on the live cluster once; a CRD the cluster does not
-// have yet has none.
+// have yet has none. It also keeps what the plan could not ask the live cluster.
 type counter struct {
 	live    check.Cluster
 	liveMap map[string]*apiextv1.CustomResourceDefinition
@@ -250,6 +299,10 @@ type counter struct {
 	memo    map[string]countResult
 	pages   map[string]*unstructured.UnstructuredList
 	svms    *liveMigrations
+	// policyErr is why the admission policies could not be evaluated, and policyCRDs
+	// the CRDs whose writes they were not evaluated for.
+	policyErr  error
+	policyCRDs []string
 }
 
 type countResult struct {
