@@ -412,8 +412,11 @@ func renderRollback(w io.Writer, label string, r plan.Rollback) {
 	for _, why := range r.Why {
 		fmt.Fprintf(w, "    why: %s\n", why)
 	}
+	if len(r.Denied) > 0 {
+		fmt.Fprintf(w, "    denied: %s\n", strings.Join(r.Denied, ", "))
+	}
 	for _, d := range r.Policies {
-		fmt.Fprintf(w, "    ValidatingAdmissionPolicy %s (binding %s): %s\n", d.Policy, orDash(d.Binding), d.Message)
+		fmt.Fprintf(w, "    by ValidatingAdmissionPolicy %s (binding %s): %s\n", d.Policy, orDash(d.Binding), d.Message)
 		renderWayOn(w, "      ", d.WayOn)
 	}
 }

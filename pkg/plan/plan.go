@@ -128,10 +128,11 @@ type Rollback struct {
 	Reach        Reach  `json:"reach"`
 	// Steps are the commands to run, the rollback itself last; none when unreachable.
 	Steps []string `json:"steps,omitempty"`
-	// Why says what makes it unreachable or denied, per CRD.
+	// Why says what makes it unreachable, per CRD.
 	Why []string `json:"why,omitempty"`
-	// Policies are, when DeniedByPolicy, the admission policies' denials (each once),
-	// with their way on.
+	// Denied are, when DeniedByPolicy, the CRDs whose writes the policies deny, and
+	// Policies the denials (each once), with their way on.
+	Denied   []string                 `json:"denied,omitempty"`
 	Policies []admissionpolicy.Denial `json:"policies,omitempty"`
 }
 
@@ -744,7 +745,7 @@ func (r *runner) rollbackFrom(ctx context.Context, s *state, rel *release.Releas
 		case predict.FixSteppingStone:
 			rb.Why = append(rb.Why, c.Name+": "+c.Reason)
 		case predict.FixPolicy:
-			denied = append(denied, c.Name+": "+c.Reason)
+			denied = append(denied, c.Name)
 			for _, d := range c.Policies {
 				if !slices.Contains(denials, d) {
 					denials = append(denials, d)
@@ -757,7 +758,7 @@ func (r *runner) rollbackFrom(ctx context.Context, s *state, rel *release.Releas
 		return rb, nil
 	}
 	if len(denied) > 0 {
-		rb.Reach, rb.Why, rb.Policies = DeniedByPolicy, denied, denials
+		rb.Reach, rb.Denied, rb.Policies = DeniedByPolicy, denied, denials
 		return rb, nil
 	}
 	rb.Reach, rb.Steps = ReachableAfterSteps, append(slices.Clone(rep.NextSteps), rollback)
