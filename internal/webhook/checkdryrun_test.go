@@ -61,7 +61,7 @@ func TestCheckRecognisesGateDryRun(t *testing.T) {
 	for _, next := range []*apiextv1.CustomResourceDefinition{dropped, &narrowed} {
 		r, err := crdschema.Admit(ctx, crds, liveCRD(t, next.Name), next)
 		if err != nil || r == nil || !r.Gate || !r.Admission || !strings.Contains(r.Message(), `admission webhook "crd.upgradeguard.io" denied the request`) {
-			t.Fatalf("dry run of %s: refusal %+v, %v; want the CRD gate's denial, recognised as the gate's", next.Name, r, err)
+			t.Errorf("dry run of %s: refusal %+v, %v; want the CRD gate's denial, recognised as the gate's", next.Name, r, err)
 		}
 	}
 
