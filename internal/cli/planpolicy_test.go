@@ -244,22 +244,12 @@ func slicesEqual(a, b []string) bool { return strings.Join(a, "\x00") == strings
 func TestPlanGatewayAPIRollbackDenied(t *testing.T) {
 	needCluster(t)
 	cleanCRDs(t, "gateway.networking.k8s.io")
-	oldChart, err := testenv.GatewayAPIChart(t.TempDir(), testenv.GatewayAPIOld)
-	if err != nil {
-		t.Fatal(err)
-	}
-	newChart, err := testenv.GatewayAPIChart(t.TempDir(), testenv.GatewayAPINew)
-	if err != nil {
-		t.Fatal(err)
-	}
+	const ns = "plan-gw"
+	oldChart, newChart := gatewayAPIUpgraded(t, "gwplan", ns)
 	oldCRDs, err := testenv.GatewayAPICRDNames(testenv.GatewayAPIOld)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ns = "plan-gw"
-	mustHelm(t, nil, "install", "gwplan", oldChart, "-n", ns, "--create-namespace")
-	uninstallOnCleanup(t, nil, "gwplan", ns)
-	mustHelm(t, nil, "upgrade", "gwplan", newChart, "-n", ns)
 	cp.InstallSafeUpgrades(t)
 	reader := readOnlyUser(t, "plan-gw-reader")
 	args := []string{"plan", "--release", "gwplan", "-n", ns, "--rollback", oldChart, newChart}

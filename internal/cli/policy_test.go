@@ -20,21 +20,11 @@ import (
 // refused by the same policy.
 func TestGatewayAPIRollbackPolicy(t *testing.T) {
 	needCluster(t)
-	oldChart, err := testenv.GatewayAPIChart(t.TempDir(), testenv.GatewayAPIOld)
-	if err != nil {
-		t.Fatal(err)
-	}
-	newChart, err := testenv.GatewayAPIChart(t.TempDir(), testenv.GatewayAPINew)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gatewayAPIUpgraded(t, "gw", "gw")
 	oldCRDs, err := testenv.GatewayAPICRDNames(testenv.GatewayAPIOld)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustHelm(t, nil, "install", "gw", oldChart, "-n", "gw", "--create-namespace")
-	uninstallOnCleanup(t, nil, "gw", "gw")
-	mustHelm(t, nil, "upgrade", "gw", newChart, "-n", "gw")
 	reader := readOnlyUser(t, "gw-reader")
 
 	// Without the policy: every CRD is ok, and the rollback-check agrees.
@@ -109,6 +99,25 @@ func TestGatewayAPIRollbackPolicy(t *testing.T) {
 	if err == nil || !strings.Contains(out, "ValidatingAdmissionPolicy '"+testenv.SafeUpgrades+"' with binding '"+testenv.SafeUpgrades+"' denied request: "+testenv.SafeUpgradesRefusal) {
 		t.Errorf("helm rollback: %v; want the policy's denial:\n%s", err, out)
 	}
+}
+
+// gatewayAPIUpgraded installs release in ns from a chart of Gateway API v1.4.1's standard
+// CRDs and upgrades it to v1.5.1's (revision 2), uninstalled when the test ends; it
+// returns both charts.
+func gatewayAPIUpgraded(t *testing.T, release, ns string) (oldChart, newChart string) {
+	t.Helper()
+	oldChart, err := testenv.GatewayAPIChart(t.TempDir(), testenv.GatewayAPIOld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newChart, err = testenv.GatewayAPIChart(t.TempDir(), testenv.GatewayAPINew)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustHelm(t, nil, "install", release, oldChart, "-n", ns, "--create-namespace")
+	uninstallOnCleanup(t, nil, release, ns)
+	mustHelm(t, nil, "upgrade", release, newChart, "-n", ns)
+	return oldChart, newChart
 }
 
 // assertPolicyDenied checks a report of the Gateway API rollback: every CRD v1.4.1
