@@ -75,6 +75,7 @@ func (o *reviewOptions) run(ctx context.Context, streams Streams, kube *genericc
 	if err != nil {
 		return couldNot("%w", err)
 	}
+	defer func() { _ = d.Close() }()
 	rep := &review.Report{Base: d.Base, Head: d.Head, Rows: []review.Row{}}
 	if len(d.Changes) > 0 || clusters != nil {
 		if clusters == nil {
@@ -86,6 +87,7 @@ func (o *reviewOptions) run(ctx context.Context, streams Streams, kube *genericc
 			return couldNot("%w (check --kubeconfig, --cluster and that the cluster is up)", err)
 		}
 	}
+	o.charts.Deployed = d.DeployedCharts()
 	if rep.Charts, err = review.Charts(ctx, o.o, o.charts); err != nil {
 		return couldNot("%w", err)
 	}
@@ -234,6 +236,8 @@ func reviewChange(c review.Change) string {
 		return "values"
 	case review.WhatCRDs:
 		return "CRD manifests"
+	case review.WhatChartFiles:
+		return "chart files " + c.From + " -> " + c.To
 	}
 	return c.From + " -> " + c.To
 }
@@ -264,7 +268,11 @@ kustomize-controller builds them (postBuild.substitute included), judging each
 HelmRelease the build changes at the file the change touched; Argo CD Applications with
 a Helm source (a targetRevision bump, a $values file in the repository), judged as check
 --argocd-app judges them with the live Application's status; and files of CRD manifests
-the change adds or changes, judged as check --manifests judges them.
+the change adds or changes, judged as check --manifests judges them; and umbrella charts
+in the repository: a HelmRelease whose GitRepository source names this repository and
+whose chart folder the change touches (a dependency moved in Chart.yaml or Chart.lock, a
+subchart vendored in charts/) is judged with the head's chart, its dependencies fetched
+as source-controller builds them (Chart.lock first; a stale lock is said).
 
 Only the touched HelmReleases are rendered and judged. A HelmRelease whose source or
 values are not in the repository is reported "not judged" with why.

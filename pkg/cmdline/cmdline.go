@@ -384,6 +384,14 @@ func (c HelmDependencyBuild) String() string {
 	return start(helm, "dependency", "build", c.Path).String()
 }
 
+// HelmDependencyUpdate is `helm dependency update PATH`: resolves Chart.yaml's
+// dependencies again and rewrites Chart.lock.
+type HelmDependencyUpdate struct{ Path string }
+
+func (c HelmDependencyUpdate) String() string {
+	return start(helm, "dependency", "update", c.Path).String()
+}
+
 // HelmVersion is `helm version --short`: the version of the Helm that runs.
 type HelmVersion struct{}
 

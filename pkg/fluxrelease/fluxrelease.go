@@ -153,13 +153,36 @@ func Source(ctx context.Context, r Reader, hr *helmv2.HelmRelease) (chartsource.
 	return chartsource.Options{}, &UnsupportedError{Reason: "the HelmRelease sets neither spec.chart nor spec.chartRef"}
 }
 
+// GitChartReader is a Reader that also holds the files of GitRepository sources: a Git
+// change read before Flux fetches it (package review reads the head revision). Source
+// resolves a HelmRelease whose chart comes from a GitRepository only through one.
+type GitChartReader interface {
+	Reader
+	// GitChart returns the local folder of the chart at chartPath in the GitRepository's
+	// files, with its dependencies in charts/ as source-controller builds them. An
+	// *UnsupportedError says why the GitRepository's files are not at hand.
+	GitChart(ctx context.Context, repo *sourcev1.GitRepository, chartPath string) (string, error)
+}
+
 func templateSource(ctx context.Context, r Reader, hr *helmv2.HelmRelease) (chartsource.Options, error) {
 	spec := hr.Spec.Chart.Spec
 	ref := spec.SourceRef
+	ns := hr.Spec.Chart.GetNamespace(hr.Namespace)
+	if g, ok := r.(GitChartReader); ok && ref.Kind == sourcev1.GitRepositoryKind {
+		// spec.chart.spec.version does not apply: the chart is the one at the path.
+		var repo sourcev1.GitRepository
+		if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &repo); err != nil {
+			return chartsource.Options{}, fmt.Errorf("GitRepository %s/%s: %w", ns, ref.Name, err)
+		}
+		dir, err := g.GitChart(ctx, &repo, spec.Chart)
+		if err != nil {
+			return chartsource.Options{}, err
+		}
+		return chartsource.Options{Ref: dir}, nil
+	}
 	if ref.Kind != sourcev1.HelmRepositoryKind {
 		return chartsource.Options{}, &UnsupportedError{Reason: fmt.Sprintf("chart source kind %s is not resolved by the gate (only HelmRepository, and OCIRepository through spec.chartRef)", ref.Kind)}
 	}
-	ns := hr.Spec.Chart.GetNamespace(hr.Namespace)
 	var repo sourcev1.HelmRepository
 	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &repo); err != nil {
 		return chartsource.Options{}, fmt.Errorf("HelmRepository %s/%s: %w", ns, ref.Name, err)

@@ -105,7 +105,7 @@ func Charts(ctx context.Context, o Options, co ChartOptions) ([]ChartReview, err
 		if err != nil {
 			return nil, err
 		}
-		if sameFiles(hf, bf) {
+		if slices.Contains(co.Deployed, dir) || sameFiles(hf, bf) {
 			continue
 		}
 		meta, ok := readMeta(hf)
@@ -113,7 +113,7 @@ func Charts(ctx context.Context, o Options, co ChartOptions) ([]ChartReview, err
 			return nil, fmt.Errorf("%s: no chart name: fix the Chart.yaml (%s)", repoPath(dir, "Chart.yaml"), cmdline.HelmLint{Path: dir})
 		}
 		cr := ChartReview{Chart: meta.Name, Dir: dir, Version: meta.Version, Baselines: []Baseline{}, Findings: []finding.Finding{},
-			Acknowledge: strings.FieldsFunc(meta.Annotations[AcknowledgeAnnotation], func(r rune) bool { return r == ',' || unicode.IsSpace(r) })}
+			Acknowledge: acknowledged(meta.Annotations)}
 		cr.Baselines, err = co.baselines(repo, base, dir, meta.Name)
 		if err != nil {
 			return nil, fmt.Errorf("chart %s: %w", meta.Name, err)
@@ -123,6 +123,12 @@ func Charts(ctx context.Context, o Options, co ChartOptions) ([]ChartReview, err
 				meta.Name, strings.Join(tagPatternsShown(co, meta.Name), ", "))
 			out = append(out, cr)
 			continue
+		}
+		if deps, err := readDependencies(dir, hf); err != nil {
+			return nil, fmt.Errorf("chart %s: %w", meta.Name, err)
+		} else if why := deps.staleLock(); why != "" {
+			cr.Findings = append(cr.Findings, finding.Finding{Check: CheckStaleLock, Subject: dir, Severity: finding.Warning, Message: why,
+				Location: &finding.Location{File: repoPath(dir, "Chart.lock"), Line: 1}})
 		}
 		j := &chartJudge{o: co, review: &cr, headFiles: hf}
 		if err := j.load(ctx, repo, hf); err != nil {

@@ -54,6 +54,9 @@ type ChartOptions struct {
 	Settings *cli.EnvSettings
 	// Registry knows the charts' own migration hooks (nil: registry.Default()).
 	Registry *registry.Registry
+	// Deployed are chart folders that a HelmRelease in the repository renders
+	// (Diff.DeployedCharts): judged on the clusters they land on, not here.
+	Deployed []string
 }
 
 // DefaultMaxBaselines is how many releases BaselineTags and BaselineBranches give unless
@@ -490,22 +493,21 @@ func sortByVersion(bs []Baseline) {
 	})
 }
 
-// render writes a chart's files to a temporary folder and loads them with the Helm
-// SDK, as helm reads a chart folder (.helmignore included), then renders it.
+// render writes a chart's files to a temporary folder, fetches the dependencies it does
+// not vendor (buildDependencies) and loads them with the Helm SDK, as helm reads a chart
+// folder (.helmignore included), then renders it.
 func (o ChartOptions) render(ctx context.Context, files map[string][]byte, name string, upgrade bool) (*chartsource.Chart, error) {
 	dir, err := os.MkdirTemp("", "upgradeguard-chart-")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	for _, p := range slices.Sorted(maps.Keys(files)) {
-		full := filepath.Join(dir, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(full, files[p], 0o644); err != nil {
-			return nil, err
-		}
+	if err := writeFiles(dir, files); err != nil {
+		return nil, err
+	}
+	// An umbrella chart's dependencies, as a Git source's chart is built (umbrella.go).
+	if err := buildDependencies(ctx, dir, files, o.Settings, nil); err != nil {
+		return nil, fmt.Errorf("the chart's dependencies: %w", err)
 	}
 	ch, err := loader.Load(dir)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	"helm.sh/helm/v4/pkg/cli"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +32,8 @@ var scheme = sync.OnceValue(func() *runtime.Scheme {
 type treeReader struct {
 	tree *Tree
 	near string
+	// settings carry Helm's paths for fetching a GitRepository chart's dependencies.
+	settings *cli.EnvSettings
 }
 
 var _ client.Reader = treeReader{}

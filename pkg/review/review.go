@@ -55,8 +55,16 @@ type Change struct {
 	// HelmRelease the change adds, or one with a chartRef).
 	From string `json:"from,omitempty"`
 	To   string `json:"to,omitempty"`
-	// What says what changed: "chart", "values" or "new".
+	// What says what changed: "chart", "values" or "new"; for a HelmRelease whose chart
+	// is a folder of this repository, WhatDependencies or WhatChartFiles (umbrella.go),
+	// with File and Line in that folder and From and To its dependencies' versions (or
+	// the chart's versions).
 	What string `json:"what"`
+	// Dependencies are the chart's dependencies the change moves (WhatDependencies).
+	Dependencies []DependencyMove `json:"dependencies,omitempty"`
+	// StaleLock says that the head's Chart.lock of that chart does not match its
+	// Chart.yaml, and what Flux deploys then.
+	StaleLock string `json:"staleLock,omitempty"`
 	// Acknowledge are the findings the HelmRelease acknowledges (AcknowledgeAnnotation).
 	Acknowledge []string            `json:"acknowledge,omitempty"`
 	HelmRelease *helmv2.HelmRelease `json:"-"`
@@ -69,6 +77,9 @@ type Change struct {
 	reader client.Reader
 	// notJudged says why a HelmRelease the change touches cannot be judged at all.
 	notJudged string
+	// chart is the folder of the HelmRelease's chart in this repository, for a change to
+	// that folder (umbrella.go).
+	chart string
 	// place, when set, is the file that says where the change lands (Cluster.Paths) when
 	// File, where the change was made, does not: a kustomize overlay's or a Flux
 	// Kustomization's file, for a change to a base that overlay builds.
@@ -80,6 +91,8 @@ type Diff struct {
 	Base, Head string
 	Changes    []Change
 	head       *Tree
+	// deployed are the chart folders HelmReleases render from this repository.
+	deployed []string
 }
 
 // AcknowledgeAnnotation on a HelmRelease accepts findings of its upgrade on purpose: a
@@ -87,6 +100,11 @@ type Diff struct {
 // "delete/leaderworkersets.leaderworkerset.x-k8s.io". An acknowledged finding is still
 // reported, marked, and does not fail the review.
 const AcknowledgeAnnotation = "upgradeguard.io/acknowledge"
+
+// acknowledged are the findings an object's AcknowledgeAnnotation acknowledges.
+func acknowledged(annotations map[string]string) []string {
+	return strings.FieldsFunc(annotations[AcknowledgeAnnotation], func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+}
 
 var helmReleaseKind = schema.GroupKind{Group: helmv2.GroupVersion.Group, Kind: helmv2.HelmReleaseKind}
 
@@ -112,6 +130,9 @@ func Changes(ctx context.Context, o Options) (*Diff, error) {
 	if err != nil {
 		return nil, err
 	}
+	if headTree.git, err = newGitCharts(repo); err != nil {
+		return nil, err
+	}
 	d := &Diff{Base: base.Hash.String(), Head: headTree.Revision, head: headTree}
 	// Kustomize builds, Argo CD Applications and CRD manifests (inputs.go); a HelmRelease
 	// in a file a build reads is judged as built.
@@ -131,6 +152,14 @@ func Changes(ctx context.Context, o Options) (*Diff, error) {
 			d.Changes = append(d.Changes, c)
 		}
 	}
+	// HelmReleases whose chart is a folder of this repository that the change touches
+	// (umbrella.go).
+	umbrellas, deployed, err := umbrellaChanges(baseTree, headTree, more.built, d.Changes)
+	if err != nil {
+		return nil, err
+	}
+	d.Changes = append(d.Changes, umbrellas...)
+	d.deployed = deployed
 	d.Changes = append(d.Changes, more.changes...)
 	return d, nil
 }
@@ -143,7 +172,7 @@ func touched(obj Object, base *Tree) (Change, bool, error) {
 		return Change{}, false, err
 	}
 	c := Change{Subject: "HelmRelease/" + hr.Namespace + "/" + hr.Name, File: obj.File, HelmRelease: hr, To: version(hr),
-		Acknowledge: strings.FieldsFunc(hr.Annotations[AcknowledgeAnnotation], func(r rune) bool { return r == ',' || unicode.IsSpace(r) })}
+		Acknowledge: acknowledged(hr.Annotations)}
 	c.Line = obj.Line("spec", "chart", "spec", "version")
 	if hr.Spec.ChartRef != nil {
 		c.Line = obj.Line("spec", "chartRef")
@@ -318,7 +347,7 @@ func Judge(ctx context.Context, d *Diff, clusters []Cluster, settings *cli.EnvSe
 				rep.Rows = append(rep.Rows, row)
 				continue
 			}
-			var reader client.Reader = treeReader{tree: d.head, near: c.File}
+			var reader client.Reader = treeReader{tree: d.head, near: c.placeFile(), settings: settings}
 			if c.reader != nil {
 				reader = c.reader
 			}
@@ -364,6 +393,10 @@ func (r *Report) FindingReport() finding.Report {
 		if row.NotJudged != "" {
 			c.Findings = append(c.Findings, finding.Finding{Check: CheckNotJudged, Subject: row.Subject, Severity: finding.Warning, Message: row.NotJudged, Location: loc})
 		}
+		if row.StaleLock != "" {
+			c.Findings = append(c.Findings, finding.Finding{Check: CheckStaleLock, Subject: row.chart, Severity: finding.Warning, Message: row.StaleLock,
+				Location: &finding.Location{File: repoPath(row.chart, "Chart.lock"), Line: 1}})
+		}
 		if row.Report != nil {
 			for _, cc := range row.Report.FindingReport().Cases {
 				for _, f := range cc.Findings {
@@ -386,6 +419,8 @@ func (c Change) fromTo() string {
 		return "(" + c.What + ", " + orChartRef(c.To) + ")"
 	case WhatCRDs:
 		return "(CRD manifests)"
+	case WhatDependencies, WhatChartFiles:
+		return "(" + c.What + ": " + c.From + " → " + c.To + ")"
 	}
 	return "(" + orChartRef(c.From) + " → " + orChartRef(c.To) + ")"
 }

@@ -94,6 +94,9 @@ type Tree struct {
 	// other reads each file that is not YAML, when a kustomize build needs it (a
 	// configMapGenerator's files).
 	other map[string]func() ([]byte, error)
+	// git builds the charts of GitRepository sources naming this repository (the head
+	// revision's only).
+	git *gitCharts
 }
 
 func newTree(rev string) *Tree {
