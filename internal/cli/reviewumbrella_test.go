@@ -289,3 +289,50 @@ func TestReviewUmbrellaLWS(t *testing.T) {
 	}
 }
 
+
+// lwsChartRepo serves the real lws 0.7.0 and 0.8.0 charts from a Helm repository on
+// loopback; both upstream Chart.yamls say 0.1.0, so each is packaged with its release's
+// version, as helm package --version does.
+func lwsChartRepo(t *testing.T) *servers.ChartRepo {
+	t.Helper()
+	fx := fixturesDir(t)
+	repo, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "charts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(repo.Close)
+	for _, v := range []string{"0.7.0", "0.8.0"} {
+		dir := filepath.Join(t.TempDir(), "lws")
+		if err := os.CopyFS(dir, os.DirFS(filepath.Join(fx, "charts", "lws-"+v))); err != nil {
+			t.Fatal(err)
+		}
+		meta := filepath.Join(dir, "Chart.yaml")
+		data := readFile(t, meta)
+		if !strings.Contains(data, "\nversion: 0.1.0\n") {
+			t.Fatalf("lws-%s/Chart.yaml does not say version: 0.1.0", v)
+		}
+		if err := os.WriteFile(meta, []byte(strings.Replace(data, "\nversion: 0.1.0\n", "\nversion: "+v+"\n", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := repo.Add(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return repo
+}
+
+// TestReviewUmbrellaChartRepository: an umbrella chart that no HelmRelease of the
+// repository deploys is judged as a chart repository's chart, against its last release,
+// with its dependencies fetched from their Helm repository: its lws dependency moving
+// from 0.7.0 to 0.8.0 deletes the LeaderWorkerSet CRD on the upgrade. No cluster.
+func TestReviewUmbrellaChartRepository(t *testing.T) {
+	repo := lwsChartRepo(t)
+	g := servers.NewGitRepo(t)
+	released := g.Commit("platform 0.1.0", map[string]string{"charts/platform/Chart.yaml": umbrellaYAML("lws", "0.7.0", repo.URL)})
+	g.Tag("platform-0.1.0", released)
+	head := g.Commit("Update lws to 0.8.0", map[string]string{"charts/platform/Chart.yaml": strings.Replace(umbrellaYAML("lws", "0.8.0", repo.URL), "version: 0.1.0", "version: 0.2.0", 1)})
+	r, charts := reviewCharts(t, g.Dir, "--base", released.String(), "--head", head.String())
+	if got := findingsOf(charts, "delete"); r.code != cli.ExitFindings || !slices.Equal(got, []string{"delete " + testenv.LWSCRD}) {
+		t.Errorf("exit %d, findings %v, want 1 and the deletion of %s\n%s%s", r.code, got, testenv.LWSCRD, r.stdout, r.stderr)
+	}
+}

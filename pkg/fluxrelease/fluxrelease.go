@@ -142,7 +142,8 @@ func (e *UnsupportedError) Error() string { return e.Reason }
 // with the same version rule as source-controller (an exact version, or the highest
 // version matching a semver range; "*" or empty is the newest stable one). It reads the
 // HelmRepository or OCIRepository and, for a HelmRepository's secretRef, the username and
-// password keys of the Secret.
+// password keys of the Secret. A GitRepository's chart resolves only through a Reader
+// that holds the repository's files (GitChartReader): a cluster's client does not.
 func Source(ctx context.Context, r Reader, hr *helmv2.HelmRelease) (chartsource.Options, error) {
 	switch {
 	case hr.Spec.Chart != nil:

@@ -462,7 +462,10 @@ func (g *gitCharts) rendersOurs(t *Tree, obj Object) bool {
 	}
 	gr, ok := t.Find(Key{GroupKind: gitRepositoryKind, Namespace: ns, Name: name}, obj.File)
 	if !ok {
-		return true
+		// A manifest without a namespace takes the one its Kustomization gives it.
+		if gr, ok = t.Find(Key{GroupKind: gitRepositoryKind, Name: name}, obj.File); !ok {
+			return true
+		}
 	}
 	url, _, _ := unstructured.NestedString(gr.Object, "spec", "url")
 	return g.ours(url)
