@@ -289,7 +289,6 @@ func TestReviewUmbrellaLWS(t *testing.T) {
 	}
 }
 
-
 // lwsChartRepo serves the real lws 0.7.0 and 0.8.0 charts from a Helm repository on
 // loopback; both upstream Chart.yamls say 0.1.0, so each is packaged with its release's
 // version, as helm package --version does.
