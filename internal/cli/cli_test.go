@@ -14,7 +14,6 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,6 +25,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
+	"github.com/upgradeguard/upgradeguard/test/scenario"
 )
 
 var cp *testenv.ControlPlane
@@ -176,14 +176,7 @@ func TestFluxIncident(t *testing.T) {
 	target := filepath.Join(fx, "charts/flux2-2.18.2")
 
 	mustHelm(t, nil, "install", "flux", rev1, "-n", "flux-system", "--create-namespace")
-	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(cp.Config), helmrepos); err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.CreateObjects(t.Context(), cp.Config, testenv.Objects{
-		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
-		Kind: "HelmRepository", Namespaces: []string{"flux-system"}, PerNS: 2,
-		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
-	}); err != nil {
+	if err := scenario.HelmRepositoriesAtV1beta2(t.Context(), cp); err != nil {
 		t.Fatal(err)
 	}
 	mustHelm(t, nil, "upgrade", "flux", rev2, "-n", "flux-system")

@@ -8,15 +8,13 @@ import (
 	"strings"
 	"testing"
 
-	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/review"
+	"github.com/upgradeguard/upgradeguard/test/scenario"
 )
 
 // umbrellaYAML is the Chart.yaml of the umbrella chart "platform" with one dependency;
@@ -124,14 +122,7 @@ func TestReviewUmbrellaFlux(t *testing.T) {
 
 	// The cluster: platform with flux2 1.0.0, HelmRepositories at v1beta2, then 2.17.2.
 	helmOn(t, prod, "install", "platform", umbrellaDir(t, prod, pinned("1.0.0")), "-n", "flux-system", "--create-namespace")
-	if err := testenv.WaitEstablished(t.Context(), apiextclient.NewForConfigOrDie(prod.Config), helmrepos); err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.CreateObjects(t.Context(), prod.Config, testenv.Objects{
-		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
-		Kind: "HelmRepository", Namespaces: []string{"flux-system"}, PerNS: 2,
-		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
-	}); err != nil {
+	if err := scenario.HelmRepositoriesAtV1beta2(t.Context(), prod); err != nil {
 		t.Fatal(err)
 	}
 	at2172 := umbrellaDir(t, prod, pinned("2.17.2"))

@@ -35,17 +35,24 @@ func FluxStoredV1beta2(ctx context.Context, cp *testenv.ControlPlane, dir string
 	if err := helm(cp, "install", "flux2", old, "-n", "flux-system", "--create-namespace"); err != nil {
 		return err
 	}
-	if err := testenv.WaitEstablished(ctx, apiextclient.NewForConfigOrDie(cp.Config), FluxStoredCRDs[2]); err != nil {
-		return err
-	}
-	if err := testenv.CreateObjects(ctx, cp.Config, testenv.Objects{
-		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
-		Kind: "HelmRepository", Namespaces: []string{"flux-system"}, PerNS: 2,
-		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
-	}); err != nil {
+	if err := HelmRepositoriesAtV1beta2(ctx, cp); err != nil {
 		return err
 	}
 	return helm(cp, "upgrade", "flux2", installed, "-n", "flux-system")
+}
+
+// HelmRepositoriesAtV1beta2 creates two HelmRepositories in flux-system at v1beta2, once
+// the HelmRepository CRD is established: stored at v1beta2 when that is its storage
+// version (source-controller v1.2.0's CRD).
+func HelmRepositoriesAtV1beta2(ctx context.Context, cp *testenv.ControlPlane) error {
+	if err := testenv.WaitEstablished(ctx, apiextclient.NewForConfigOrDie(cp.Config), FluxStoredCRDs[2]); err != nil {
+		return err
+	}
+	return testenv.CreateObjects(ctx, cp.Config, testenv.Objects{
+		GVR:  schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1beta2", Resource: "helmrepositories"},
+		Kind: "HelmRepository", Namespaces: []string{"flux-system"}, PerNS: 2,
+		Spec: map[string]any{"url": "https://charts.example.com", "interval": "10m"},
+	})
 }
 
 // FluxGitManifests is a HelmRepository (fluxcd, at url) and a HelmRelease (flux2, of the
