@@ -2,6 +2,8 @@ package cli_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,6 +78,25 @@ func umbrellaDir(t *testing.T, cp *testenv.ControlPlane, chartYAML string) strin
 	}
 	helmOn(t, cp, "dependency", "update", dir)
 	return dir
+}
+
+// download GETs url.
+func download(t *testing.T, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v", url, resp.Status, err)
+	}
+	return string(data)
 }
 
 func readFile(t *testing.T, p string) string {
@@ -235,17 +256,7 @@ func TestReviewUmbrellaFlux(t *testing.T) {
 func TestReviewUmbrellaLWS(t *testing.T) {
 	needCluster(t)
 	own := testenv.ForTest(t)
-	fx := fixturesDir(t)
-	dir := filepath.Join(t.TempDir(), "charts")
-	for _, v := range []string{"0.7.0", "0.8.0"} {
-		// Both upstream Chart.yamls say 0.1.0: the release's version is given at packaging.
-		helmOn(t, own, "package", filepath.Join(fx, "charts", "lws-"+v), "--version", v, "-d", dir)
-	}
-	repo, err := servers.NewChartRepo(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(repo.Close)
+	repo := lwsChartRepo(t)
 	helmOn(t, own, "install", "platform", umbrellaDir(t, own, umbrellaYAML("lws", "0.7.0", repo.URL)), "-n", "lws-system", "--create-namespace")
 	if err := testenv.CreateLeaderWorkerSets(t.Context(), own.Config, testenv.LWSGroup, "lws-system", 3); err != nil {
 		t.Fatal(err)
@@ -260,9 +271,9 @@ func TestReviewUmbrellaLWS(t *testing.T) {
 	// The same chart with lws vendored in charts/ and no dependencies declared.
 	vendoredYAML := "apiVersion: v2\nname: platform\nversion: 0.1.0\n"
 	vendoredBase := g.Commit("vendor lws 0.7.0", map[string]string{"charts/platform/Chart.yaml": vendoredYAML,
-		"charts/platform/charts/lws-0.7.0.tgz": readFile(t, filepath.Join(dir, "lws-0.7.0.tgz"))})
+		"charts/platform/charts/lws-0.7.0.tgz": download(t, repo.URL+"/lws-0.7.0.tgz")})
 	vendoredHead := g.Commit("vendor lws 0.8.0", map[string]string{"charts/platform/charts/lws-0.7.0.tgz": "",
-		"charts/platform/charts/lws-0.8.0.tgz": readFile(t, filepath.Join(dir, "lws-0.8.0.tgz"))})
+		"charts/platform/charts/lws-0.8.0.tgz": download(t, repo.URL+"/lws-0.8.0.tgz")})
 
 	for name, c := range map[string]struct {
 		base, head plumbing.Hash
