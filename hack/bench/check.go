@@ -73,7 +73,11 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	if err != nil {
 		return err
 	}
-	cluster, err := livecluster.NewKubeCluster(cp.Config)
+	// Every check's clients count their requests, so that one round of each case can be
+	// traced: which requests, when each started and how long it took.
+	counter := &apiCounter{}
+	counted := counter.wrap(cp.Config)
+	cluster, err := livecluster.NewKubeCluster(counted)
 	if err != nil {
 		return err
 	}
@@ -121,14 +125,14 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	// to the dry runs (crdschema.Admissions). A CLI process checks once: each round here
 	// gets clients of its own (built before the clock starts), so every changed CRD is
 	// dry-run again.
-	fresh := make([]*livecluster.KubeCluster, rounds+1)
+	fresh := make([]*livecluster.KubeCluster, rounds+2) // the last for the trace
 	for i := range fresh {
-		if fresh[i], err = livecluster.NewKubeCluster(cp.Config); err != nil {
+		if fresh[i], err = livecluster.NewKubeCluster(counted); err != nil {
 			return err
 		}
 	}
 	next := 0
-	firstInProcess, err := measure(fmt.Sprintf("check flux2 2.18.2 (%d CRDs), storedVersions only, first in a process", len(ch.CRDs)), rounds, func() error {
+	firstCheck := func() error {
 		c := fresh[next]
 		next++
 		rep, err := check.Run(ctx, c, check.Request{Operation: predict.Upgrade, Incoming: changed, NoSchemaCheck: true})
@@ -136,16 +140,37 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 			err = fmt.Errorf("expected findings")
 		}
 		return err
-	})
+	}
+	firstInProcess, err := measure(fmt.Sprintf("check flux2 2.18.2 (%d CRDs), storedVersions only, first in a process", len(ch.CRDs)), rounds, firstCheck)
 	if err != nil {
 		return err
 	}
-	asShipped, err := measure("check flux2 2.18.2 as shipped (no schema of a stored version changes)", rounds, func() error {
+	shipped := func() error {
 		_, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: ch.CRDs})
 		return err
-	})
+	}
+	asShipped, err := measure("check flux2 2.18.2 as shipped (no schema of a stored version changes)", rounds, shipped)
 	if err != nil {
 		return err
+	}
+	// One more round of each, traced (untimed: the trace itself costs a little).
+	var traces []string
+	for _, c := range []struct {
+		r result
+		f func() error
+	}{{baseline, func() error {
+		_, err := apiextclient.NewForConfigOrDie(counted).ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+		return err
+	}}, {storedOnly, func() error {
+		_, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: changed, NoSchemaCheck: true})
+		return err
+	}}, {firstInProcess, firstCheck}, {asShipped, shipped}} {
+		trace, elapsed, err := counter.traceOf(c.f)
+		if err != nil {
+			return err
+		}
+		traces = append(traces, fmt.Sprintf("requests of one round, %s (%s; start, duration, request):\n%s",
+			c.r.name, elapsed.Round(time.Microsecond), trace))
 	}
 	dyn := dynamic.NewForConfigOrDie(cp.Config)
 	listAll, err := measure(fmt.Sprintf("one LIST of the %d objects (pages of 500)", objects), rounds, func() error {
@@ -199,6 +224,10 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 		(2 * floor).Round(time.Microsecond), hitOrMiss(checkRun.median <= 2*floor))
 	for _, r := range []result{naive, count} {
 		fmt.Printf("%-52s %12s %9.2fx %11d KiB\n", r.name, r.median.Round(time.Microsecond), float64(r.median)/float64(naive.median), r.allocs/1024)
+	}
+	fmt.Println()
+	for _, t := range traces {
+		fmt.Print(t)
 	}
 	fmt.Printf("\nratios: check vs one CRD LIST; counting vs naive paging (lower is better). %d rounds, median.\n", rounds)
 	return nil

@@ -35,6 +35,16 @@ type apiCounter struct {
 	mu            sync.Mutex
 	reads, writes int
 	seen          map[string]int // "GET /path" -> count since the last reset
+	// trace, when set (tracing), records each request's start and end (its body read to
+	// the end or closed), for a timeline of one round.
+	trace   []*traced
+	tracing bool
+}
+
+// traced is one request of a trace.
+type traced struct {
+	what       string
+	start, end time.Time
 }
 
 // wrap returns a copy of cfg whose clients count their requests in c.
@@ -69,10 +79,80 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		if t.c.seen == nil {
 			t.c.seen = map[string]int{}
 		}
-		t.c.seen[req.Method+" "+req.URL.Path+queryNames(req.URL.Query())]++
+		what := req.Method + " " + req.URL.Path + queryNames(req.URL.Query())
+		if strings.Contains(req.Header.Get("Accept"), "as=PartialObjectMetadata") {
+			what += " (metadata)"
+		}
+		t.c.seen[what]++
+		var tr *traced
+		if t.c.tracing {
+			tr = &traced{what: what, start: time.Now()}
+			t.c.trace = append(t.c.trace, tr)
+		}
 		t.c.mu.Unlock()
+		if tr != nil {
+			resp, err := t.rt.RoundTrip(req)
+			if err != nil || resp.Body == nil {
+				t.c.ended(tr)
+				return resp, err
+			}
+			resp.Body = &tracedBody{ReadCloser: resp.Body, end: func() { t.c.ended(tr) }}
+			return resp, nil
+		}
 	}
 	return t.rt.RoundTrip(req)
+}
+
+// ended records the end of a traced request, once.
+func (c *apiCounter) ended(tr *traced) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if tr.end.IsZero() {
+		tr.end = time.Now()
+	}
+}
+
+// tracedBody calls end when its body has been read to the end or closed.
+type tracedBody struct {
+	io.ReadCloser
+	end func()
+}
+
+func (b *tracedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.end()
+	}
+	return n, err
+}
+
+func (b *tracedBody) Close() error {
+	b.end()
+	return b.ReadCloser.Close()
+}
+
+// traceOf runs f once with every request traced, and returns the requests' timeline:
+// each request's start and duration from f's start, in the order started.
+func (c *apiCounter) traceOf(f func() error) (string, time.Duration, error) {
+	c.mu.Lock()
+	c.trace, c.tracing = nil, true
+	c.mu.Unlock()
+	start := time.Now()
+	err := f()
+	elapsed := time.Since(start)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	trace := c.trace
+	c.trace, c.tracing = nil, false
+	var b strings.Builder
+	for _, tr := range trace {
+		end := "unfinished"
+		if !tr.end.IsZero() {
+			end = fmt.Sprintf("%6.1f ms", float64(tr.end.Sub(tr.start).Microseconds())/1000)
+		}
+		fmt.Fprintf(&b, "  +%6.1f ms %s  %s\n", float64(tr.start.Sub(start).Microseconds())/1000, end, tr.what)
+	}
+	return b.String(), elapsed, err
 }
 
 // describeSeen lists the requests of a snapshot, most frequent first.
