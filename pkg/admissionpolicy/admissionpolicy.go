@@ -90,8 +90,9 @@ type hook struct {
 }
 
 // Load reads every ValidatingAdmissionPolicy and binding with the caller's rights (a
-// list of each; RBAC: list on validatingadmissionpolicies and
-// validatingadmissionpolicybindings in admissionregistration.k8s.io), asks the API server
+// list of each, the bindings only when a policy exists; RBAC: list on
+// validatingadmissionpolicies and validatingadmissionpolicybindings in
+// admissionregistration.k8s.io), asks the API server
 // who the caller is when a policy is bound (a SelfSubjectReview, which every
 // authenticated identity may make) and compiles each policy. A read the API server refuses is an error apierrors can
 // classify (IsForbidden): the caller then reports the question as not asked.
@@ -99,6 +100,11 @@ func Load(ctx context.Context, c *kubeclient.Clients, dyn dynamic.Interface) (*P
 	policies, err := listPolicies(ctx, c.Kube)
 	if err != nil {
 		return nil, err
+	}
+	if len(policies) == 0 {
+		// A binding binds nothing without its policy: a cluster without policies (most of
+		// them) costs one LIST.
+		return From(ctx, c, dyn, nil, nil, nil)
 	}
 	bindings, err := listBindings(ctx, c.Kube)
 	if err != nil {

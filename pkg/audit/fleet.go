@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
@@ -287,15 +286,11 @@ func lastMigrations(ctx context.Context, dyn dynamic.Interface) (map[string]*Mig
 
 // inProgress are the target's StorageVersionMigrations in progress, by CRD.
 func inProgress(ctx context.Context, cfg *rest.Config) (map[string][]svm.Migration, error) {
-	disco, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return svm.Active(ctx, disco, dyn)
+	return svm.Active(ctx, dyn)
 }
 
 // svmNames are the migrations' names, nil for none (omitted from JSON).

@@ -13,11 +13,14 @@ package livecluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sync/errgroup"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -48,8 +51,7 @@ type KubeCluster struct {
 	kept *check.Memory
 	// watch, when set (Clusters), keeps informers that answer repeated reads.
 	watch *watches
-	// version is the API server's version once read, for a kept target: its decisions
-	// are made with no API request.
+	// version is the API server's version once read: a check asks for it no more.
 	version atomic.Pointer[string]
 	// admissions keeps the API server's answers to AdmitCRD's dry runs, for a process
 	// that asks again about the same CRDs (a second check, a review of releases that
@@ -57,7 +59,13 @@ type KubeCluster struct {
 	admissions *crdschema.Admissions
 	// clients are the clients the KubeCluster was built from; policies are the cluster's
 	// ValidatingAdmissionPolicies, read once (PolicyDenials).
-	clients  *kubeclient.Clients
+	clients *kubeclient.Clients
+	// last are the CRDs the last read from the API server gave (CRDs, crdsSince); their
+	// objects are shared with every caller, which never changes a live CRD.
+	last struct {
+		sync.Mutex
+		crds map[string]*apiextv1.CustomResourceDefinition
+	}
 	policies struct {
 		sync.Mutex
 		loaded bool
@@ -68,9 +76,13 @@ type KubeCluster struct {
 	}
 }
 
-// NewKubeCluster builds a KubeCluster from a REST config, kept nowhere: every read asks
-// the API server (only the answers to AdmitCRD's dry runs are kept, by the live CRD's
-// resourceVersion, for as long as the KubeCluster lives).
+// NewKubeCluster builds a KubeCluster from a REST config, kept nowhere: every check asks
+// the API server what it decides on. What it keeps, for as long as the KubeCluster lives,
+// is kept by what the answer depends on, so that a process that checks again (plan,
+// review, the bench) asks only what changed: the CRDs by resourceVersion (a repeated
+// read lists their metadata and reads again only those that changed, CRDs), the answers
+// to AdmitCRD's dry runs by the live CRD's resourceVersion and the incoming CRD, the API
+// server's version, and the admission policies (read at the first question).
 func NewKubeCluster(cfg *rest.Config) (*KubeCluster, error) {
 	c, err := kubeclient.New(cfg)
 	if err != nil {
@@ -120,12 +132,13 @@ func (k *KubeCluster) ExistingMigrations(ctx context.Context) (map[string]svm.Ex
 	if k.dynamic == nil {
 		return nil, false, nil
 	}
-	return svm.All(ctx, k.disco, k.dynamic)
+	return svm.All(ctx, k.dynamic)
 }
 
-// ServerVersion returns the API server's git version, for rendering charts against it.
-// A kept target reads it once (a control plane upgrade is seen when the target is kept
-// again).
+// ServerVersion returns the API server's git version, for rendering charts against it
+// and wording the schema findings. A KubeCluster reads it once (Connect does, to prove
+// the API server answers), so its checks ask for it no more; a control plane upgrade is
+// seen by a KubeCluster built after it (a target kept again).
 func (k *KubeCluster) ServerVersion(_ context.Context) (string, error) {
 	if v := k.version.Load(); v != nil {
 		return *v, nil
@@ -134,9 +147,7 @@ func (k *KubeCluster) ServerVersion(_ context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if k.kept != nil {
-		k.version.Store(&v.GitVersion)
-	}
+	k.version.Store(&v.GitVersion)
 	return v.GitVersion, nil
 }
 
@@ -185,7 +196,9 @@ func (k *KubeCluster) PolicyDenials(ctx context.Context, live, next *apiextv1.Cu
 
 // CRDs lists every CRD in pages, or reads them from memory for a cluster of Clusters
 // whose informer has synced (checked against a metadata LIST first with
-// ClustersOptions.VerifyCRDs).
+// ClustersOptions.VerifyCRDs). A KubeCluster that has listed them once lists only their
+// metadata afterwards, and reads again only the CRDs whose resourceVersion moved
+// (crdsSince). The CRDs returned are shared: a caller must not change them.
 func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
 	m, ok, err := k.crdsFromMemory(ctx)
 	if err != nil {
@@ -194,6 +207,28 @@ func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomReso
 	if ok {
 		return m, nil
 	}
+	k.last.Lock()
+	last := k.last.crds
+	k.last.Unlock()
+	var out map[string]*apiextv1.CustomResourceDefinition
+	if last != nil {
+		if out, ok, err = k.crdsSince(ctx, last); err != nil {
+			return nil, err
+		}
+	}
+	if !ok {
+		if out, err = k.listCRDs(ctx); err != nil {
+			return nil, err
+		}
+	}
+	k.last.Lock()
+	k.last.crds = out
+	k.last.Unlock()
+	return maps.Clone(out), nil
+}
+
+// listCRDs lists every CRD in pages.
+func (k *KubeCluster) listCRDs(ctx context.Context) (map[string]*apiextv1.CustomResourceDefinition, error) {
 	out := map[string]*apiextv1.CustomResourceDefinition{}
 	for list, err := range kubeclient.Pages(ctx, k.crds.ApiextensionsV1().CustomResourceDefinitions().List, metav1.ListOptions{}) {
 		if err != nil {
@@ -201,6 +236,73 @@ func (k *KubeCluster) CRDs(ctx context.Context) (map[string]*apiextv1.CustomReso
 		}
 		for i := range list.Items {
 			out[list.Items[i].Name] = &list.Items[i]
+		}
+	}
+	return out, nil
+}
+
+// maxCRDReads bounds the CRDs crdsSince reads again one by one; when more have changed
+// (a chart applied a moment ago), one LIST of all is cheaper.
+const maxCRDReads = 8
+
+// crdsSince are the CRDs now, from those read last and the API server's resourceVersions
+// of its CRDs (one LIST of their metadata, crdVersions): a CRD whose resourceVersion has
+// not moved is the one read last, and every other (created or written since: a new
+// storage version, storedVersions pruned) is read again, with a GET. A CRD deleted since
+// is gone. So nothing a check decides on is older than that LIST, and a repeated check
+// of a large cluster reads a fraction of a full LIST. ok is false when more than
+// maxCRDReads changed.
+func (k *KubeCluster) crdsSince(ctx context.Context, last map[string]*apiextv1.CustomResourceDefinition) (map[string]*apiextv1.CustomResourceDefinition, bool, error) {
+	versions, err := k.crdVersions(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	out := make(map[string]*apiextv1.CustomResourceDefinition, len(versions))
+	var changed []string
+	for name, rv := range versions {
+		if c := last[name]; c != nil && c.ResourceVersion == rv {
+			out[name] = c
+		} else {
+			changed = append(changed, name)
+		}
+	}
+	if len(changed) > maxCRDReads {
+		return nil, false, nil
+	}
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for _, name := range changed {
+		g.Go(func() error {
+			c, err := k.CRD(gctx, name)
+			if apierrors.IsNotFound(err) {
+				return nil // deleted since the LIST
+			}
+			if err != nil {
+				return fmt.Errorf("read CustomResourceDefinition %s: %w", name, err)
+			}
+			mu.Lock()
+			out[name] = c
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
+}
+
+// crdVersions are the API server's CRDs' resourceVersions, by name, from one LIST of
+// their metadata (a small fraction of the full objects).
+func (k *KubeCluster) crdVersions(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	for list, err := range kubeclient.Pages(ctx, k.metadata.Resource(crdResource).List, metav1.ListOptions{}) {
+		if err != nil {
+			return nil, fmt.Errorf("list CustomResourceDefinitions: %w", err)
+		}
+		for _, item := range list.Items {
+			out[item.Name] = item.ResourceVersion
 		}
 	}
 	return out, nil
@@ -296,18 +398,14 @@ var crdResource = schema.GroupVersionResource{Group: apiextv1.GroupName, Version
 // the full objects). A decision is about status.storedVersions, so an informer that lags
 // a migration or a chart applied a moment ago must not answer it.
 func (k *KubeCluster) fresh(ctx context.Context, m map[string]*apiextv1.CustomResourceDefinition) (bool, error) {
-	n := 0
-	for list, err := range kubeclient.Pages(ctx, k.metadata.Resource(crdResource).List, metav1.ListOptions{}) {
-		if err != nil {
-			return false, fmt.Errorf("list CustomResourceDefinitions: %w", err)
-		}
-		for _, item := range list.Items {
-			c := m[item.Name]
-			if c == nil || c.ResourceVersion != item.ResourceVersion {
-				return false, nil
-			}
-			n++
+	versions, err := k.crdVersions(ctx)
+	if err != nil || len(versions) != len(m) {
+		return false, err
+	}
+	for name, rv := range versions {
+		if c := m[name]; c == nil || c.ResourceVersion != rv {
+			return false, nil
 		}
 	}
-	return n == len(m), nil
+	return true, nil
 }

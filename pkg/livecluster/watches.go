@@ -372,18 +372,18 @@ const svmTTL = 5 * time.Minute
 // once it has synced.
 func (w *watches) migrationsInProgress(ctx context.Context, k *KubeCluster) (map[string][]svm.Migration, error) {
 	if w == nil {
-		return svm.Active(ctx, k.disco, k.dynamic)
+		return svm.Active(ctx, k.dynamic)
 	}
 	gvr, ok := w.svmResource(k)
 	if !ok {
-		return svm.Active(ctx, k.disco, k.dynamic)
+		return svm.Active(ctx, k.dynamic)
 	}
 	if gvr.Empty() {
 		return map[string][]svm.Migration{}, nil
 	}
 	wd := w.migrations(k, gvr)
 	if wd == nil || !wd.inf.HasSynced() {
-		return svm.Active(ctx, k.disco, k.dynamic)
+		return svm.Active(ctx, k.dynamic)
 	}
 	var items []unstructured.Unstructured
 	for _, o := range wd.inf.GetStore().List() {

@@ -184,7 +184,7 @@ func (e *InProgressError) Error() string {
 // waiting while wait is true and ctx allows; otherwise *InProgressError.
 func (m *Migrator) awaitOthers(ctx context.Context, crd string, wait bool) error {
 	for {
-		active, err := svm.Active(ctx, m.discovery, m.dynamic)
+		active, err := svm.Active(ctx, m.dynamic)
 		if err != nil {
 			return err
 		}

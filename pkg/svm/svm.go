@@ -89,19 +89,35 @@ func Terminal(s *svmv1.StorageVersionMigration) bool {
 // Active are the StorageVersionMigrations in progress (neither Succeeded nor Failed), by
 // the CRD they migrate. None when the server serves no StorageVersionMigrations or the
 // caller may not list them: that is "nothing known to be in progress", not an error.
-func Active(ctx context.Context, disco discovery.DiscoveryInterface, dyn dynamic.Interface) (map[string][]Migration, error) {
-	gvr, err := Resource(disco)
-	if err != nil || gvr.Empty() {
+func Active(ctx context.Context, dyn dynamic.Interface) (map[string][]Migration, error) {
+	items, ok, err := list(ctx, dyn)
+	if err != nil || !ok {
 		return map[string][]Migration{}, err
 	}
-	list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-		return map[string][]Migration{}, nil
+	return ActiveOf(items)
+}
+
+// list lists the StorageVersionMigrations of the first of Versions the server serves,
+// without asking discovery first: a LIST of a version the server does not serve is
+// answered "not served" (kubeclient.IsNotServed), so a check pays one request where
+// discovery and a LIST were two in a row. ok is false when the server serves none or the
+// caller may not list them (RBAC names no version: a LIST refused at one version is
+// refused at every one).
+func list(ctx context.Context, dyn dynamic.Interface) (items []unstructured.Unstructured, ok bool, err error) {
+	for _, v := range Versions {
+		gvr := schema.GroupVersionResource{Group: Group, Version: v, Resource: "storageversionmigrations"}
+		l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		switch {
+		case kubeclient.IsNotServed(err):
+			continue
+		case apierrors.IsForbidden(err):
+			return nil, false, nil
+		case err != nil:
+			return nil, false, fmt.Errorf("list StorageVersionMigrations (%s): %w", gvr.GroupVersion(), err)
+		}
+		return l.Items, true, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list StorageVersionMigrations: %w", err)
-	}
-	return ActiveOf(list.Items)
+	return nil, false, nil
 }
 
 // ActiveOf is Active over StorageVersionMigrations already read (an informer's).
@@ -159,21 +175,14 @@ type Existing struct {
 // All are the StorageVersionMigrations on the cluster, by name, whatever their state. ok
 // is false when the server serves none or the caller may not list them: then nobody can
 // tell which names are taken.
-func All(ctx context.Context, disco discovery.DiscoveryInterface, dyn dynamic.Interface) (out map[string]Existing, ok bool, err error) {
-	gvr, err := Resource(disco)
-	if err != nil || gvr.Empty() {
+func All(ctx context.Context, dyn dynamic.Interface) (out map[string]Existing, ok bool, err error) {
+	items, ok, err := list(ctx, dyn)
+	if err != nil || !ok {
 		return nil, false, err
 	}
-	list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
-	if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("list StorageVersionMigrations: %w", err)
-	}
-	out = make(map[string]Existing, len(list.Items))
-	for i := range list.Items {
-		s, err := Convert(list.Items[i].Object)
+	out = make(map[string]Existing, len(items))
+	for i := range items {
+		s, err := Convert(items[i].Object)
 		if err != nil {
 			return nil, false, err
 		}
