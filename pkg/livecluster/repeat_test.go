@@ -51,7 +51,9 @@ func TestRepeatedChecksReadWhatChanged(t *testing.T) {
 	var lists, discovery atomic.Int64
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return counted{rt: rt, n: &lists, count: crdLists} })
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return counted{rt: rt, n: &discovery, count: svmDiscovery} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return counted{rt: rt, n: &discovery, count: svmDiscovery}
+	})
 	kc, err := livecluster.NewKubeCluster(cfg)
 	if err != nil {
 		t.Fatal(err)
