@@ -201,13 +201,16 @@ type deniedWrite struct {
 // its message and the way past it (admissionpolicy.WayOn): for check's report and for a
 // plan's blocked or detoured steps alike.
 func renderDenials(w io.Writer, writes []deniedWrite) {
-	type key struct{ policy, binding, message string }
+	type key struct {
+		policy, binding, message string
+		deletion                 bool
+	}
 	var order []key
 	denied := map[key][]string{}
 	way := map[key]admissionpolicy.WayOn{}
 	for _, dw := range writes {
 		d := dw.denial
-		k := key{d.Policy, d.Binding, d.Message}
+		k := key{d.Policy, d.Binding, d.Message, d.Deletion()}
 		if _, ok := denied[k]; !ok {
 			order = append(order, k)
 			way[k] = d.WayOn
@@ -217,7 +220,11 @@ func renderDenials(w io.Writer, writes []deniedWrite) {
 		}
 	}
 	for _, k := range order {
-		fmt.Fprintf(w, "\nValidatingAdmissionPolicy %s (binding %s) denies writing %s:\n  %s\n", k.policy, orDash(k.binding), strings.Join(denied[k], ", "), k.message)
+		verb := "writing"
+		if k.deletion {
+			verb = "deleting"
+		}
+		fmt.Fprintf(w, "\nValidatingAdmissionPolicy %s (binding %s) denies %s %s:\n  %s\n", k.policy, orDash(k.binding), verb, strings.Join(denied[k], ", "), k.message)
 		renderWayOn(w, "  ", way[k])
 	}
 }

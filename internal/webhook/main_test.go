@@ -158,6 +158,18 @@ func setup() (stop func(), err error) {
 		}
 		s.charts[fc.name+"-"+fc.version] = tgz
 	}
+	// Gateway API's standard CRDs at two releases, for the policy verdict.
+	for _, tag := range []string{testenv.GatewayAPIOld, testenv.GatewayAPINew} {
+		chartDir, err := testenv.GatewayAPIChart(filepath.Join(dir, "src", "gateway-api-"+tag), tag)
+		if err != nil {
+			return stop, err
+		}
+		tgz, err := testenv.Package(chartDir, repoDir)
+		if err != nil {
+			return stop, err
+		}
+		s.charts["gateway-api-crds-"+strings.TrimPrefix(tag, "v")] = tgz
+	}
 	if err := widgetCharts(filepath.Join(dir, "src"), repoDir); err != nil {
 		return stop, err
 	}

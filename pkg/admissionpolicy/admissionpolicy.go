@@ -35,12 +35,15 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 )
 
-// Denial is one binding of one policy denying a CRD write: what the API server would
-// answer the write with (its first denial), and every other denial beside it.
+// Denial is one binding of one policy denying a CRD write (a create, an update or a
+// deletion): what the API server would answer the write with (its first denial), and
+// every other denial beside it.
 type Denial struct {
 	// Policy and Binding name the ValidatingAdmissionPolicy and its binding.
 	Policy  string `json:"policy"`
 	Binding string `json:"binding"`
+	// Operation is the write denied: CREATE, UPDATE or DELETE.
+	Operation admissionregistrationv1.OperationType `json:"operation"`
 	// Message is the policy's own message (its message, or its messageExpression's value),
 	// or why the policy could not be evaluated when its failurePolicy is Fail.
 	Message string `json:"message"`
@@ -222,14 +225,37 @@ var (
 )
 
 // Evaluate returns the denials of every bound policy that matches writing next over live
-// (nil live: a create), in the order the policies and bindings were listed. The object
-// the policies see is the one the API server would store: next's spec, next's labels and
-// annotations over the live ones (a Helm patch keeps what others added), the live
-// identity and status, and the API server's defaults. A policy whose parameters cannot
-// be read is an error (the question was not asked), unless its failurePolicy is Ignore.
+// (nil live: a create; nil next: the deletion of live), in the order the policies and
+// bindings were listed. The object the policies see is the one the API server would
+// store: next's spec, next's labels and annotations over the live ones (a Helm patch
+// keeps what others added), the live identity and status, and the API server's
+// defaults. A deletion's policies see the live CRD as oldObject and a null object, as the
+// API server's DELETE does. A policy whose parameters cannot be read is an error (the
+// question was not asked), unless its failurePolicy is Ignore.
 func (p *Policies) Evaluate(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]Denial, error) {
-	if p == nil || len(p.hooks) == 0 {
+	if p == nil || len(p.hooks) == 0 || (live == nil && next == nil) {
 		return nil, nil
+	}
+	attrs, name := p.attributes(live, next)
+	var out []Denial
+	for _, h := range p.hooks {
+		d, err := p.evaluate(ctx, h, attrs)
+		if err != nil {
+			return nil, fmt.Errorf("evaluate ValidatingAdmissionPolicy %s for CRD %s: %w", h.policy.Name, name, err)
+		}
+		out = append(out, d...)
+	}
+	return out, nil
+}
+
+// attributes are the admission attributes of writing next over live (nil live: a create;
+// nil next: a deletion), as the API server makes them for the writer, and the CRD's name.
+func (p *Policies) attributes(live, next *apiextv1.CustomResourceDefinition) (admission.Attributes, string) {
+	if next == nil {
+		old := live.DeepCopy()
+		old.TypeMeta = metav1.TypeMeta{APIVersion: apiextv1.SchemeGroupVersion.String(), Kind: "CustomResourceDefinition"}
+		return admission.NewAttributesRecord(nil, old, crdKind, "", live.Name, crdResource, "", admission.Delete,
+			&metav1.DeleteOptions{}, false, p.writer), live.Name
 	}
 	obj, old := written(live, next)
 	op := admission.Create
@@ -238,16 +264,7 @@ func (p *Policies) Evaluate(ctx context.Context, live, next *apiextv1.CustomReso
 	if old != nil {
 		op, oldObj, opts = admission.Update, old, &metav1.UpdateOptions{}
 	}
-	attrs := admission.NewAttributesRecord(obj, oldObj, crdKind, "", next.Name, crdResource, "", op, opts, false, p.writer)
-	var out []Denial
-	for _, h := range p.hooks {
-		d, err := p.evaluate(ctx, h, attrs)
-		if err != nil {
-			return nil, fmt.Errorf("evaluate ValidatingAdmissionPolicy %s for CRD %s: %w", h.policy.Name, next.Name, err)
-		}
-		out = append(out, d...)
-	}
-	return out, nil
+	return admission.NewAttributesRecord(obj, oldObj, crdKind, "", next.Name, crdResource, "", op, opts, false, p.writer), next.Name
 }
 
 // evaluate is one policy's denials, as the API server's dispatcher makes them
@@ -257,13 +274,13 @@ func (p *Policies) Evaluate(ctx context.Context, live, next *apiextv1.CustomReso
 func (p *Policies) evaluate(ctx context.Context, h hook, attrs admission.Attributes) ([]Denial, error) {
 	matches, matchResource, matchKind, err := p.matcher.DefinitionMatches(attrs, p.objects, validating.NewValidatingAdmissionPolicyAccessor(h.policy))
 	if err != nil {
-		return configError(h, nil, err), nil
+		return configError(h, nil, attrs, err), nil
 	}
 	if !matches {
 		return nil, nil
 	}
 	if err := h.validator.CompileError(); err != nil {
-		return configError(h, nil, err), nil
+		return configError(h, nil, attrs, err), nil
 	}
 	versioned, err := admission.NewVersionedAttributes(attrs, matchKind, p.objects)
 	if err != nil {
@@ -273,7 +290,7 @@ func (p *Policies) evaluate(ctx context.Context, h hook, attrs admission.Attribu
 	for _, b := range h.bindings {
 		ok, err := p.matcher.BindingMatches(attrs, p.objects, validating.NewValidatingAdmissionPolicyBindingAccessor(b))
 		if err != nil {
-			out = append(out, configError(h, b, err)...)
+			out = append(out, configError(h, b, attrs, err)...)
 			continue
 		}
 		if !ok || !slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny) {
@@ -284,7 +301,7 @@ func (p *Policies) evaluate(ctx context.Context, h hook, attrs admission.Attribu
 			if apierrors.IsForbidden(err) {
 				return nil, err // not asked: the caller may not read the parameters
 			}
-			out = append(out, configError(h, b, err)...)
+			out = append(out, configError(h, b, attrs, err)...)
 			continue
 		}
 		for _, param := range params {
@@ -297,7 +314,7 @@ func (p *Policies) evaluate(ctx context.Context, h hook, attrs admission.Attribu
 				if reason == "" {
 					reason = metav1.StatusReasonInvalid
 				}
-				den := Denial{Policy: h.policy.Name, Binding: b.Name, Message: d.Message, Reason: reason, Param: param.name}
+				den := Denial{Policy: h.policy.Name, Binding: b.Name, Operation: operation(attrs), Message: d.Message, Reason: reason, Param: param.name}
 				den.WayOn = wayOn(h.policy, b, den)
 				out = append(out, den)
 			}
@@ -308,11 +325,11 @@ func (p *Policies) evaluate(ctx context.Context, h hook, attrs admission.Attribu
 
 // configError is what the API server answers when a policy or binding cannot be
 // evaluated: a denial under failurePolicy Fail (the default), nothing under Ignore.
-func configError(h hook, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, err error) []Denial {
+func configError(h hook, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, attrs admission.Attributes, err error) []Denial {
 	if fp := h.policy.Spec.FailurePolicy; fp != nil && *fp == admissionregistrationv1.Ignore {
 		return nil
 	}
-	d := Denial{Policy: h.policy.Name, Reason: metav1.StatusReasonInvalid}
+	d := Denial{Policy: h.policy.Name, Operation: operation(attrs), Reason: metav1.StatusReasonInvalid}
 	if b == nil {
 		d.Message = fmt.Errorf("failed to configure policy: %w", err).Error()
 	} else {
@@ -321,6 +338,11 @@ func configError(h hook, b *admissionregistrationv1.ValidatingAdmissionPolicyBin
 	}
 	d.WayOn = wayOn(h.policy, b, d)
 	return []Denial{d}
+}
+
+// operation is the write of attrs as a policy's rules name it (CREATE, UPDATE, DELETE).
+func operation(attrs admission.Attributes) admissionregistrationv1.OperationType {
+	return admissionregistrationv1.OperationType(attrs.GetOperation())
 }
 
 // written is the object and old object the API server's admission sees for writing next
@@ -371,10 +393,24 @@ func Message(ds []Denial) string {
 		if d.Binding != "" {
 			s += fmt.Sprintf(" (binding %s)", d.Binding)
 		}
-		parts = append(parts, s+" denies the write: "+d.Message)
+		parts = append(parts, s+" denies the "+d.Write()+": "+d.Message)
 	}
 	return strings.Join(parts, "; ")
 }
+
+// Write words the write denied, for people: "deletion" or "write".
+func (d Denial) Write() string {
+	if d.Operation == admissionregistrationv1.Delete {
+		return "deletion"
+	}
+	return "write"
+}
+
+// Deletion reports whether the denial is of a deletion.
+func (d Denial) Deletion() bool { return d.Operation == admissionregistrationv1.Delete }
+
+// Deletions reports whether any of the denials is of a deletion.
+func Deletions(ds []Denial) bool { return slices.ContainsFunc(ds, Denial.Deletion) }
 
 // errNoParamKind is a binding's paramRef whose policy's paramKind no resource serves.
 var errNoParamKind = errors.New("paramKind is not served")

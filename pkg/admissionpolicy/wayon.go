@@ -18,6 +18,10 @@ const (
 	WayParam WayKind = "param"
 	// WayChart is the chart change: the CRD the operation writes must satisfy the policy.
 	WayChart WayKind = "chart"
+	// WayKeep keeps a CRD whose deletion the policy denies: the operation leaves it (its
+	// deployer's keep annotation, which the caller names), so the deletion is never asked
+	// for; or the deletion goes through the exception the policy's rule allows.
+	WayKeep WayKind = "keep"
 )
 
 // WayOn is the way past a denial, for people, with the command that starts it when there
@@ -51,7 +55,8 @@ var known = map[string]Known{
 }
 
 // wayOn is the way past one denial: the documented exception of a Known policy, else the
-// binding's parameter when it has one, else the chart change.
+// binding's parameter when it has one, else the chart change (for a deletion: keeping
+// the CRD).
 func wayOn(policy *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, d Denial) WayOn {
 	if k, ok := known[policy.Name]; ok {
 		return WayOn{Kind: WayDocumented, Advice: k.Advice, Source: k.Source,
@@ -66,6 +71,12 @@ func wayOn(policy *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissi
 		return WayOn{Kind: WayParam,
 			Advice:  "the policy reads its limits from " + d.Param + ", which binding " + b.Name + " gives it: change it there (its owner decides), and the write is judged again",
 			Command: cmdline.Edit{Resource: strings.ToLower(kind), Name: name, Namespace: ns}.String()}
+	}
+	if d.Deletion() {
+		return WayOn{Kind: WayKeep,
+			Advice: "keep the CRD, so that the operation leaves it and its objects and never asks to delete it; to delete it all the same, " +
+				"meet the exception the policy's rule allows (its message above) or ask the policy's owner for one",
+			Command: cmdline.Get{Resource: "validatingadmissionpolicy", Name: policy.Name, Output: "yaml"}.String()}
 	}
 	return WayOn{Kind: WayChart,
 		Advice: "change the chart so that the CRD it writes satisfies the policy's rule (the message above), or ask the policy's owner to exclude this CRD " +

@@ -283,12 +283,17 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 			admitted = append(admitted, judgement{live: live[in.CRD.Name], next: in.CRD})
 		}
 	}
-	for name := range removed {
+	var deleted []judgement
+	for name, r := range removed {
 		rep.CRDs = append(rep.CRDs, CRDReport{Decision: predict.Decision{Name: name}})
+		if r.Deletes() && !req.NoAdmission {
+			// The admission policies judge the DELETE the operation would send.
+			deleted = append(deleted, judgement{live: r.Live})
+		}
 	}
 	slices.SortFunc(rep.CRDs, func(a, b CRDReport) int { return strings.Compare(a.Name, b.Name) })
 
-	unasked, err := askCluster(ctx, cluster, req, live, removed, judged, admitted, rep.CRDs)
+	unasked, err := askCluster(ctx, cluster, req, live, removed, judged, admitted, deleted, rep.CRDs)
 	if err != nil {
 		return nil, err
 	}
@@ -299,6 +304,9 @@ func Run(ctx context.Context, cluster Cluster, req Request) (*Report, error) {
 			rep.CRDs[i].Decision = predict.DecideRemoved(req.Operation, req.Deployer, r, rep.CRDs[i].Objects)
 			if to, ok := movedAway(req, r); ok {
 				rep.CRDs[i].Decision = predict.DecideMovedAway(req.Operation, rep.CRDs[i].Decision, r, this, to)
+			}
+			if ps := rep.CRDs[i].Policies; len(ps) > 0 {
+				rep.CRDs[i].Decision = predict.WithDeletionDenied(req.Operation, req.Deployer, rep.CRDs[i].Decision, admissionpolicy.Message(ps))
 			}
 		}
 		if from, ok := movedIn[rep.CRDs[i].Name]; ok {
@@ -449,6 +457,12 @@ func nextSteps(req Request, live map[string]*apiextv1.CustomResourceDefinition, 
 			migrate = append(migrate, c.Name)
 		case predict.FixKeep:
 			keep = append(keep, liveOrNamed(live, c.Name))
+		case predict.FixPolicy:
+			if admissionpolicy.Deletions(c.Policies) { // a denied deletion: keep the CRD (action)
+				keep = append(keep, liveOrNamed(live, c.Name))
+			} else if !slices.Contains(others, c.Action) {
+				others = append(others, c.Action)
+			}
 		default:
 			if !slices.Contains(others, c.Action) {
 				others = append(others, c.Action)
@@ -467,18 +481,15 @@ func nextSteps(req Request, live map[string]*apiextv1.CustomResourceDefinition, 
 	return append(steps, others...)
 }
 
-// migrating fills MigratingBy from the StorageVersionMigrations in progress, when the
-// cluster can tell. Only findings carry it, so a report with none (an admitted upgrade,
-// the gate's hot path) asks the API server nothing.
 // askCluster asks the cluster what the verdicts need beyond the CRDs: the stored objects
 // the new schemas meet (judgeSchemas), whether the API server accepts each CRD (admit),
-// what its admission policies decide about each (evaluatePolicies),
+// what its admission policies decide about each and about each deletion (evaluatePolicies),
 // how many objects each CRD holds (countObjects) and which StorageVersionMigrations are
 // in progress (migrating). The questions do not depend on each other, so they are asked
 // at once: a check waits for the slowest, not for their sum. Their answers are joined as
 // if asked in that order (a schema finding before a policy's denial, and that before a refusal), and so are their errors.
 func askCluster(ctx context.Context, cluster Cluster, req Request, live map[string]*apiextv1.CustomResourceDefinition,
-	removed map[string]predict.Removal, judged, admitted []judgement, crds []CRDReport) ([]Unasked, error) {
+	removed map[string]predict.Removal, judged, admitted, deleted []judgement, crds []CRDReport) ([]Unasked, error) {
 	var (
 		g                                        errgroup.Group
 		schemaErr, admitErr, countErr, activeErr error
@@ -497,7 +508,10 @@ func askCluster(ctx context.Context, cluster Cluster, req Request, live map[stri
 	}
 	g.Go(func() error { schemaErr = judgeSchemas(ctx, cluster, judged, crds); return nil })
 	g.Go(func() error { refusals, admitErr = admit(ctx, cluster, admitted); return nil })
-	g.Go(func() error { denials, policyErr = evaluatePolicies(ctx, cluster, admitted); return nil })
+	g.Go(func() error {
+		denials, policyErr = evaluatePolicies(ctx, cluster, slices.Concat(admitted, deleted))
+		return nil
+	})
 	g.Go(func() error {
 		countErr = countObjects(ctx, cluster, live, names, crds, func(name string) bool {
 			r, ok := removed[name]
@@ -512,7 +526,7 @@ func askCluster(ctx context.Context, cluster Cluster, req Request, live map[stri
 	if err := firstOf(schemaErr, admitErr, policyErr, countErr); err != nil {
 		return nil, err
 	}
-	unasked := joinAdmission(refusals, denials, crds)
+	unasked := joinAdmission(refusals, denials, deleted, crds)
 	if !asked && needsMigrations(crds) {
 		active, activeErr = migrationsInProgress(ctx, cluster)
 	}
@@ -690,6 +704,11 @@ func action(req Request, live map[string]*apiextv1.CustomResourceDefinition, c C
 		return "no migration helps: change the chart (a version whose CRD this API server accepts), or upgrade the control plane " +
 			"to a Kubernetes minor that accepts it first; then check again"
 	case predict.FixPolicy:
+		if admissionpolicy.Deletions(c.Policies) {
+			// A policy refuses the deletion: keeping the CRD means it is never asked.
+			return req.Deployer.KeepAdvice(req.Operation, []*apiextv1.CustomResourceDefinition{liveOrNamed(live, c.Name)}, req.Release, req.Namespace) +
+				"; or, to delete it as the chart means to: " + policyAction(c.Policies)
+		}
 		return policyAction(c.Policies)
 	case predict.FixSchema:
 		return fmt.Sprintf("keep the data: declare %s in the incoming CRD's schema (or mark them x-kubernetes-preserve-unknown-fields) and check again; "+

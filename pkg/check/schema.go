@@ -36,9 +36,18 @@ func skeletons(cluster Cluster) bool {
 	return ok && s.SkeletonObjects()
 }
 
-// judgement is one CRD the operation writes over a live one.
+// judgement is one CRD the operation writes over a live one (nil live: a create; nil
+// next: the deletion of live, which only the admission policies judge).
 type judgement struct {
 	live, next *apiextv1.CustomResourceDefinition
+}
+
+// name is the CRD's name.
+func (j judgement) name() string {
+	if j.next == nil {
+		return j.live.Name
+	}
+	return j.next.Name
 }
 
 type listerFunc func(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
@@ -134,7 +143,8 @@ func serverMinor(ctx context.Context, cluster Cluster) int {
 // PolicyEvaluator is what a Cluster implements when it can evaluate the cluster's
 // admission policies for a CRD write here, with the API server's own policy code, from
 // what the caller may read (livecluster.KubeCluster does): no write, so a read-only
-// identity gets the verdict an admin gets.
+// identity gets the verdict an admin gets. A nil live is a create, a nil next the
+// deletion of live (admissionpolicy.Policies.Evaluate).
 type PolicyEvaluator interface {
 	PolicyDenials(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error)
 }
@@ -154,7 +164,8 @@ type policyAnswer = answer[[]admissionpolicy.Denial]
 type admission = answer[*crdschema.Refusal]
 
 // evaluatePolicies evaluates the admission policies for every applied incoming CRD (the
-// same writes admit asks the API server about), bounded, in the order given. Policies
+// same writes admit asks the API server about) and every deletion, bounded, in the order
+// given. Policies
 // that cannot be read are an answer too: the run goes on, and the report says what was
 // not asked.
 func evaluatePolicies(ctx context.Context, cluster Cluster, admitted []judgement) ([]policyAnswer, error) {
@@ -191,7 +202,7 @@ func askEach[T any](ctx context.Context, js []judgement, ask func(ctx context.Co
 			if err != nil && gctx.Err() != nil {
 				return gctx.Err()
 			}
-			out[i] = answer[T]{name: j.next.Name, v: v, err: err}
+			out[i] = answer[T]{name: j.name(), v: v, err: err}
 			return nil
 		})
 	}
@@ -208,22 +219,13 @@ func askEach[T any](ctx context.Context, js []judgement, ask func(ctx context.Co
 // before admission, so its refusal stands beside a policy's denial. What could not be
 // asked is returned (Report.Unasked): the dry run, for a CRD no policy denies (webhooks
 // and the CRD's own validation answer only to it), with the policies when they could
-// not be read either.
-func joinAdmission(answers []admission, policies []policyAnswer, crds []CRDReport) []Unasked {
+// not be read either; the policies for a deletion, which no dry run asks about. A
+// deletion's denials are left in Policies for the removal's verdict, decided once its
+// objects are counted (predict.WithDeletionDenied, in Run).
+func joinAdmission(answers []admission, policies []policyAnswer, deleted []judgement, crds []CRDReport) []Unasked {
 	byName := map[string]int{}
 	for i := range crds {
 		byName[crds[i].Name] = i
-	}
-	policyErr := map[string]error{}
-	for _, p := range policies {
-		c := &crds[byName[p.name]]
-		switch {
-		case p.err != nil:
-			c.PolicyError, policyErr[p.name] = p.err.Error(), p.err
-		case len(p.v) > 0:
-			c.Policies = p.v
-			c.Decision = predict.WithPolicy(c.Decision, admissionpolicy.Message(p.v))
-		}
 	}
 	var unasked []Unasked
 	add := func(what, why, name string) {
@@ -234,6 +236,26 @@ func joinAdmission(answers []admission, policies []policyAnswer, crds []CRDRepor
 			}
 		}
 		unasked = append(unasked, Unasked{What: what, Why: why, CRDs: []string{name}})
+	}
+	deletion := map[string]bool{}
+	for _, j := range deleted {
+		deletion[j.name()] = true
+	}
+	policyErr := map[string]error{}
+	for _, p := range policies {
+		c := &crds[byName[p.name]]
+		switch {
+		case p.err != nil:
+			c.PolicyError, policyErr[p.name] = p.err.Error(), p.err
+			if deletion[p.name] {
+				add(UnaskedPolicies, p.err.Error(), p.name) // no dry run asks about a deletion
+			}
+		case len(p.v) > 0:
+			c.Policies = p.v
+			if !deletion[p.name] { // a deletion's verdict is joined with the removal's (Run)
+				c.Decision = predict.WithPolicy(c.Decision, admissionpolicy.Message(p.v))
+			}
+		}
 	}
 	for _, a := range answers {
 		c := &crds[byName[a.name]]

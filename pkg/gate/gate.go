@@ -145,7 +145,7 @@ const (
 	WhyDataLoss = "the incoming schema would drop fields that stored objects hold"
 	WhyRefused  = "the API server refuses the incoming CRD itself"
 	WhyMove     = "CRDs move between Helm releases: keep them and move their ownership first, or Helm deletes them or refuses them"
-	WhyPolicy   = "an admission policy of the cluster denies the incoming CRD"
+	WhyPolicy   = "an admission policy of the cluster denies a CRD write or deletion the operation makes"
 )
 
 // Decide checks the incoming CRDs against the target cluster and, when allowed, moves the

@@ -164,7 +164,7 @@ func (k *KubeCluster) AdmitCRD(ctx context.Context, live, next *apiextv1.CustomR
 }
 
 // PolicyDenials evaluates the cluster's ValidatingAdmissionPolicies for writing next over
-// live (nil: a new CRD), here, with the API server's own policy code
+// live (nil live: a new CRD; nil next: the deletion of live), here, with the API server's own policy code
 // (admissionpolicy.Policies.Evaluate), from the policies, bindings and parameters this
 // identity may read: no write, so a read-only identity gets an admin's answer. A
 // KubeCluster kept nowhere reads the policies once, at the first question. A target kept

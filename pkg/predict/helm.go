@@ -69,6 +69,15 @@ func (h HelmDeployer) version() string {
 	return h.Version
 }
 
+// major is the Helm major version (4 when the version does not parse).
+func (h HelmDeployer) major() uint64 {
+	v, err := semver.NewVersion(h.version())
+	if err != nil {
+		return 4
+	}
+	return v.Major()
+}
+
 // String names the deployer: "Helm 4.3.1".
 func (h HelmDeployer) String() string { return "Helm " + h.version() }
 

@@ -288,6 +288,26 @@ func WithPolicy(f Decision, message string) Decision {
 	return f
 }
 
+// WithDeletionDenied joins an admission policy's denial of deleting a CRD (message names
+// the policy, its binding and its message) to the verdict on the CRD that op removes
+// (DecideRemoved): the API server refuses the DELETE, so the CRD and its objects stay
+// whatever the verdict said. Helm 3's upgrade and rollback log a refused deletion and go
+// on (helm.sh/helm/v3 pkg/kube Client.Update): the operation succeeds with the CRD left
+// in place, outside the release, and that loses nothing (ok, the denial in the reason).
+// Every other deletion fails there (Helm 4 returns the refusal after applying the rest,
+// and marks the release failed; an uninstall fails; Argo CD's sync fails at the prune): the PolicyDenied verdict, what it said before in the reason.
+// It is the one owner of a denied deletion: no Delete verdict stands beside it.
+func WithDeletionDenied(op Operation, d Deployer, f Decision, message string) Decision {
+	if h, ok := orDefault(d).(HelmDeployer); ok && h.major() == 3 && op != Uninstall {
+		f.Verdict = OK
+		f.Reason = message + ": Helm 3 logs the refused deletion and goes on, so the CRD and its objects stay, outside the release; without the policy: " + f.Reason
+		return f
+	}
+	f.Reason = fmt.Sprintf("%s: the %s fails at the deletion; also: %s", message, op, f.Reason)
+	f.Verdict = PolicyDenied
+	return f
+}
+
 // KeepAnnotation and KeepValue are Helm's resource policy that stops it deleting an object.
 const (
 	KeepAnnotation = "helm.sh/resource-policy"
