@@ -13,35 +13,35 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// The deny-deletion policies users run on their clusters, as their authors wrote them.
+// Two deny-deletion policies modelled on those users run on their clusters: each keeps
+// the features of its model (the operations and resources it matches, how it binds, its
+// expression's shape, its failure policy and reason), with names and words of its own.
 const (
-	// ProtectCRDsName is sapcc/helm-charts' policy (ProtectCRDs); ProtectCRDsBinding its
-	// binding's name.
-	ProtectCRDsName    = "protect-crds.cloud.sap"
-	ProtectCRDsBinding = "protect-crds-binding.cloud.sap"
-	// ProtectCRDsConfirm is the annotation its rule asks for ("true").
-	ProtectCRDsConfirm = "confirmation.cloud.sap/deletion"
+	// ConfirmDeletionName is ConfirmDeletion's policy, ConfirmDeletionBinding its binding.
+	ConfirmDeletionName    = "confirm-crd-deletion.policies.test"
+	ConfirmDeletionBinding = "confirm-crd-deletion-binding.policies.test"
+	// ConfirmDeletionAnnotation is the annotation its rule asks for ("true").
+	ConfirmDeletionAnnotation = "policies.test/confirm-deletion"
 
-	// NoDeleteName is Cozystack's guardrail (NoDelete), and its binding's name.
-	NoDeleteName = "cozystack-no-delete-guardrail"
+	// NoDeleteName is NoDelete's policy, and its binding's name.
+	NoDeleteName = "no-delete-guardrail.policies.test"
 	// NoDeleteLabel set to "true" on an object puts it under the guardrail.
-	NoDeleteLabel = "platform.cozystack.io/no-delete"
+	NoDeleteLabel = "policies.test/no-delete"
 	// NoDeleteMessage is the guardrail's message.
-	NoDeleteMessage = "Deletion blocked: object carries platform.cozystack.io/no-delete=true. To bypass, first remove the label: " +
-		"kubectl label <kind> <name> --namespace <ns> platform.cozystack.io/no-delete- (omit --namespace for cluster-scoped resources)"
+	NoDeleteMessage = "Deletion blocked: the object carries policies.test/no-delete=true; remove that label first to delete it"
 )
 
-// ProtectCRDs is sapcc/helm-charts' protect-crds policy and binding
-// (system/validating-admission-policy/templates/protect-crds.yaml, pull request #9527),
-// as written there: every DELETE of a CRD is refused unless the CRD is annotated
-// confirmation.cloud.sap/deletion=true. Its expression indexes the annotations without a
-// guard, so a CRD with no annotations is refused by the evaluation error (failurePolicy
-// Fail), not by its message.
-func ProtectCRDs() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+// ConfirmDeletion is a policy and binding modelled on sapcc/helm-charts' protect-crds
+// (system/validating-admission-policy/templates/protect-crds.yaml, pull request #9527):
+// every DELETE of a CRD is refused unless the CRD carries ConfirmDeletionAnnotation=true,
+// with failurePolicy Fail and reason Forbidden, bound with an empty matchResources. As
+// in its model, the expression indexes the annotations without a guard, so a CRD with
+// no annotations is refused by the evaluation error, not by the message.
+func ConfirmDeletion() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	fail := admissionregistrationv1.Fail
 	forbidden := metav1.StatusReasonForbidden
 	return &admissionregistrationv1.ValidatingAdmissionPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: ProtectCRDsName},
+			ObjectMeta: metav1.ObjectMeta{Name: ConfirmDeletionName},
 			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 				FailurePolicy: &fail,
 				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
@@ -50,23 +50,24 @@ func ProtectCRDs() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissi
 						Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"customresourcedefinitions"}},
 					}}}},
 				Validations: []admissionregistrationv1.Validation{{
-					Expression: "oldObject.metadata.annotations['" + ProtectCRDsConfirm + "'] == 'true'",
-					Message:    "You need to add the '" + ProtectCRDsConfirm + "=true' annotation to delete the CRD",
+					Expression: "oldObject.metadata.annotations['" + ConfirmDeletionAnnotation + "'] == 'true'",
+					Message:    "annotate the CRD " + ConfirmDeletionAnnotation + "=true to confirm its deletion",
 					Reason:     &forbidden,
 				}},
 			},
 		}, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: ProtectCRDsBinding},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: ProtectCRDsName,
+			ObjectMeta: metav1.ObjectMeta{Name: ConfirmDeletionBinding},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: ConfirmDeletionName,
 				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, MatchResources: &admissionregistrationv1.MatchResources{}},
 		}
 }
 
-// NoDelete is Cozystack's deletion guardrail (packages/core/platform/templates/
-// deletion-protection.yaml, pull request cozystack/cozystack#2650), as written there: a
-// policy that refuses every DELETE (its expression is the literal false, and it leaves
-// failurePolicy unset), bound to the objects labelled NoDeleteLabel=true (Cozystack
-// stamps its own CRDs so). Its documented way past it is to remove the label.
+// NoDelete is a policy and binding modelled on Cozystack's deletion guardrail
+// (packages/core/platform/templates/deletion-protection.yaml, pull request
+// cozystack/cozystack#2650): a policy that refuses every DELETE of any resource, at any
+// scope (its expression is the literal false; failurePolicy left unset), bound to the
+// objects labelled NoDeleteLabel=true through the binding's objectSelector; Cozystack
+// labels its own CRDs so. Its way past it is to remove the label.
 func NoDelete() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	scope := admissionregistrationv1.AllScopes
 	labels := map[string]string{NoDeleteLabel: "true"}
@@ -125,8 +126,8 @@ func waitRefused(ctx context.Context, probe func(ctx context.Context) error, pol
 		last = probe(ctx)
 		return (last != nil && strings.Contains(last.Error(), "ValidatingAdmissionPolicy '"+policy+"'")) == refused, nil
 	})
-	if err != nil {
-		return fmt.Errorf("%w (last answer: %v)", err, last)
+	if err != nil && last != nil {
+		return fmt.Errorf("%w (last answer: %w)", err, last)
 	}
-	return nil
+	return err
 }

@@ -20,8 +20,8 @@ import (
 // TestGatePolicyDenied: a HelmRelease runs Gateway API v1.5.1's CRDs (a real Helm
 // release of a chart that renders them), and the cluster has Gateway API's safe-upgrades
 // policy. Moving the HelmRelease back to v1.4.1 (a Git revert) would write CRDs that the
-// policy refuses, and delete the two CRDs v1.4.1 does not have, one of which Cozystack's
-// deletion guardrail protects: the HelmRelease gate denies the change before
+// policy refuses, and delete the two CRDs v1.4.1 does not have, one of which a deletion
+// guardrail modelled on Cozystack's protects: the HelmRelease gate denies the change before
 // helm-controller sees it, with the policy verdict for both, each policy, binding and
 // message named, the way past each (safe-upgrades' documented exception, keeping the
 // protected CRD), and the gate's record on the HelmRelease says so. No CRD is written.
@@ -35,7 +35,7 @@ func TestGatePolicyDenied(t *testing.T) {
 	t.Cleanup(func() { _ = s.cp.Helm("uninstall", "gateway-api", "-n", ns).Run() })
 	const protected = "listenersets.gateway.networking.k8s.io" // v1.5.1's, not v1.4.1's
 	cs := apiextclient.NewForConfigOrDie(s.cp.Config).ApiextensionsV1().CustomResourceDefinitions()
-	patch := []byte(`{"metadata":{"labels":{"` + testenv.NoDeleteLabel + `":"true"}}}`) // as Cozystack stamps its CRDs
+	patch := []byte(`{"metadata":{"labels":{"` + testenv.NoDeleteLabel + `":"true"}}}`) // as Cozystack labels its CRDs
 	if _, err := cs.Patch(ctx, protected, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,13 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 )
 
-// TestDeletionPolicies: the deletion of a CRD, evaluated here against the deny-deletion
-// policies users run (sapcc's and Cozystack's), agrees with the API server's own answer
-// to the DELETE, for an admin and for a user who may only list the policies: the CRD the
-// policy protects is denied, named with the policy, its binding, the operation and the
-// message (for sapcc's, the evaluation error the API server answers with), and the way
-// on is to keep the CRD; the CRD the policy lets go is deleted, as predicted, for real.
+// TestDeletionPolicies: the deletion of a CRD, evaluated here against deny-deletion
+// policies modelled on those users run (sapcc's and Cozystack's: testenv.ConfirmDeletion,
+// testenv.NoDelete), agrees with the API server's own answer to the DELETE, for an admin
+// and for a user who may only list the policies: the CRD the policy protects is denied,
+// named with the policy, its binding, the operation and the message (for the sapcc-like
+// policy, the evaluation error the API server answers with), and the way on is to keep
+// the CRD; the CRD the policy lets go is deleted, as predicted, for real.
 func TestDeletionPolicies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs the control plane")
@@ -32,15 +33,15 @@ func TestDeletionPolicies(t *testing.T) {
 		letGo       *apiextv1.CustomResourceDefinition
 		messageSays string
 	}{
-		{name: "sapcc protect-crds", policy: testenv.ProtectCRDs,
-			protected: widgetCRD("sapcc.deletion.test", nil, nil),
+		{name: "confirm deletion (sapcc)", policy: testenv.ConfirmDeletion,
+			protected: widgetCRD("confirm.deletion.test", nil, nil),
 			// The API server's own words for the evaluation error (no annotations at all).
 			messageSays: "no such key",
-			letGo:       widgetCRD("sapcc-confirmed.deletion.test", nil, map[string]string{testenv.ProtectCRDsConfirm: "true"})},
-		{name: "cozystack no-delete", policy: testenv.NoDelete,
-			protected: widgetCRD("cozy.deletion.test", map[string]string{testenv.NoDeleteLabel: "true"}, nil),
+			letGo:       widgetCRD("confirmed.deletion.test", nil, map[string]string{testenv.ConfirmDeletionAnnotation: "true"})},
+		{name: "no-delete label (cozystack)", policy: testenv.NoDelete,
+			protected: widgetCRD("nodelete.deletion.test", map[string]string{testenv.NoDeleteLabel: "true"}, nil),
 			message:   testenv.NoDeleteMessage,
-			letGo:     widgetCRD("cozy-unlabelled.deletion.test", nil, nil)},
+			letGo:     widgetCRD("unlabelled.deletion.test", nil, nil)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			protected, letGo := createCRD(t, tc.protected), createCRD(t, tc.letGo)

@@ -66,9 +66,9 @@ func predictDrop(t *testing.T, cfg *rest.Config, ns, chart string, deployer pred
 	return p.Report
 }
 
-// TestDeletionDeniedByPolicy: an upgrade whose chart drops an empty CRD that Cozystack's
-// deletion guardrail protects (testenv.NoDelete, the CRD labelled as Cozystack labels its
-// own). Without the policy the deletion loses nothing: ok. With it, the API server
+// TestDeletionDeniedByPolicy: an upgrade whose chart drops an empty CRD that a deletion
+// guardrail modelled on Cozystack's protects (testenv.NoDelete, the CRD labelled as
+// Cozystack labels its own). Without the policy the deletion loses nothing: ok. With it, the API server
 // refuses the DELETE, and Helm 4 fails the upgrade there: check predicts the policy
 // verdict, naming the policy, its binding, the deletion and the message, for an admin
 // and for a user who may only read, and its next step is to keep the CRD; the real helm
@@ -119,7 +119,7 @@ func TestDeletionDeniedByPolicy(t *testing.T) {
 		c := &cases[i]
 		c.helm = run(c.cli)
 		crd := fieldsCRD(c.name + ".policydelete.check.test")
-		crd.Labels = map[string]string{testenv.NoDeleteLabel: "true"} // as Cozystack stamps its CRDs
+		crd.Labels = map[string]string{testenv.NoDeleteLabel: "true"} // as Cozystack labels its CRDs
 		v1, v2 := dropCharts(t, crd)
 		crds[c.name], charts[c.name] = crd, [2]string{v1, v2}
 		c.helm("install", "gadgets", v1, "-n", c.ns, "--create-namespace")
