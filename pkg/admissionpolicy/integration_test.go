@@ -75,8 +75,8 @@ func TestGatewayAPIRollbackDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := admissionpolicy.Denial{Policy: testenv.SafeUpgrades, Binding: testenv.SafeUpgrades, Message: testenv.SafeUpgradesRefusal,
-		Reason: metav1.StatusReasonInvalid}
+	want := admissionpolicy.Denial{Policy: testenv.SafeUpgrades, Binding: testenv.SafeUpgrades, Operation: admissionregistrationv1.Update,
+		Message: testenv.SafeUpgradesRefusal, Reason: metav1.StatusReasonInvalid}
 	for _, who := range []struct {
 		name string
 		cfg  *rest.Config
