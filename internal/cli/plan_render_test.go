@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
@@ -56,7 +58,7 @@ func TestPlanGolden(t *testing.T) {
 // target the policy denies, each with the policy's message and way on.
 func TestPlanGoldenDeniedByPolicy(t *testing.T) {
 	const policy, gw = "safe-upgrades.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io"
-	d := admissionpolicy.Denial{Policy: policy, Binding: policy, Reason: "Invalid",
+	d := admissionpolicy.Denial{Policy: policy, Binding: policy, Operation: admissionregistrationv1.Update, Reason: "Invalid",
 		Message: "Installing CRDs with version before v1.5.0 is prohibited by default.",
 		WayOn: admissionpolicy.WayOn{Kind: admissionpolicy.WayDocumented, Advice: "delete the policy first, then roll back",
 			Command: "kubectl delete validatingadmissionpolicy " + policy, Source: "https://example.com/CHANGELOG.md"}}
