@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -275,6 +276,16 @@ func TestReviewUmbrellaLWS(t *testing.T) {
 	vendoredHead := g.Commit("vendor lws 0.8.0", map[string]string{"charts/platform/charts/lws-0.7.0.tgz": "",
 		"charts/platform/charts/lws-0.8.0.tgz": download(t, repo.URL+"/lws-0.8.0.tgz")})
 
+	// The HelmRelease without its GitRepository in the repository: reported, not judged.
+	hrOnly := gitHelmRelease("lws-system")[strings.Index(gitHelmRelease("lws-system"), "---\n")+4:]
+	orphanBase := g.Commit("the GitRepository lives elsewhere", map[string]string{"clusters/prod/platform.yaml": hrOnly,
+		"charts/platform/Chart.yaml": umbrellaYAML("lws", "0.7.0", repo.URL), "charts/platform/charts/lws-0.8.0.tgz": ""})
+	orphanHead := g.Commit("Update lws to 0.8.0 again", map[string]string{"charts/platform/Chart.yaml": umbrellaYAML("lws", "0.8.0", repo.URL)})
+	r := run(t, "--kubeconfig", own.Kubeconfig, "review", "--repo", g.Dir, "--base", orphanBase.String(), "--head", orphanHead.String(), "-o", "json")
+	if rows := reviewRows(t, r); r.code != cli.ExitSafe || len(rows) != 1 || !strings.Contains(rows[0].NotJudged, "GitRepository lws-system/fleet is not in the repository") {
+		t.Errorf("without the GitRepository: exit %d, rows %+v, want 0 and one row not judged, naming the GitRepository", r.code, rows)
+	}
+
 	for name, c := range map[string]struct {
 		base, head plumbing.Hash
 		file       string
@@ -288,6 +299,23 @@ func TestReviewUmbrellaLWS(t *testing.T) {
 				t.Errorf("%s: exit %d, want 1 and %q\n%s%s", name, r.code, want, r.stdout, r.stderr)
 			}
 		}
+	}
+
+	// Once the repository has a remote, a GitRepository that fetches another repository
+	// does not render this one's chart: its bump touches no HelmRelease.
+	if out, err := exec.CommandContext(t.Context(), "git", "-C", g.Dir, "remote", "add", "origin", "git@git.example.com:platform/fleet.git").CombinedOutput(); err != nil {
+		t.Fatalf("git remote add: %v\n%s", err, out)
+	}
+	r = run(t, "--kubeconfig", own.Kubeconfig, "review", "--repo", g.Dir, "--base", base.String(), "--head", head.String(), "-o", "json")
+	if rows := reviewRows(t, r); r.code != cli.ExitFindings || len(rows) != 1 {
+		t.Errorf("with the repository's own remote: exit %d, %d rows, want 1 and the deletion", r.code, len(rows))
+	}
+	other := g.Commit("the platform chart from another repository", map[string]string{"clusters/prod/platform.yaml": strings.Replace(gitHelmRelease("lws-system"), "platform/fleet.git", "platform/other.git", 1),
+		"charts/platform/Chart.yaml": umbrellaYAML("lws", "0.7.0", repo.URL)})
+	otherHead := g.Commit("Update lws to 0.8.0 once more", map[string]string{"charts/platform/Chart.yaml": umbrellaYAML("lws", "0.8.0", repo.URL)})
+	r = run(t, "--kubeconfig", own.Kubeconfig, "review", "--repo", g.Dir, "--base", other.String(), "--head", otherHead.String(), "-o", "json")
+	if rows := reviewRows(t, r); r.code == cli.ExitCouldNot || len(rows) != 0 {
+		t.Errorf("a GitRepository of another repository: exit %d, rows %+v, want no row", r.code, rows)
 	}
 }
 

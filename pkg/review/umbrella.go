@@ -90,7 +90,11 @@ func umbrellaChanges(base, head *Tree, built map[string]bool, seen []Change) ([]
 			continue
 		}
 		dir := gitChartPath(obj)
-		if dir == "" || !head.git.rendersOurs(head, obj) {
+		if dir == "" {
+			continue
+		}
+		ours, missing := head.git.rendersOurs(head, obj)
+		if !ours {
 			continue
 		}
 		if !slices.Contains(deployed, dir) {
@@ -115,8 +119,13 @@ func umbrellaChanges(base, head *Tree, built map[string]bool, seen []Change) ([]
 		if slices.ContainsFunc(seen, func(c Change) bool { return c.Subject == subject && c.File == obj.File }) {
 			continue // judged as its own change, with the same head chart
 		}
-		changes = append(changes, Change{Subject: subject, File: cc.file, Line: cc.line, From: cc.from, To: cc.to, What: cc.what,
-			Dependencies: cc.moves, StaleLock: cc.stale, Acknowledge: acknowledged(hr.Annotations), HelmRelease: hr, place: obj.File, chart: dir})
+		c := Change{Subject: subject, File: cc.file, Line: cc.line, From: cc.from, To: cc.to, What: cc.what,
+			Dependencies: cc.moves, StaleLock: cc.stale, Acknowledge: acknowledged(hr.Annotations), HelmRelease: hr, place: obj.File, chart: dir}
+		if missing != "" {
+			c.notJudged = fmt.Sprintf("its GitRepository %s is not in the repository, so review cannot tell whether it fetches this repository's %s: "+
+				"commit the GitRepository (flux bootstrap writes it to clusters/NAME/flux-system/gotk-sync.yaml) to have the change judged", missing, dir)
+		}
+		changes = append(changes, c)
 	}
 	slices.Sort(deployed)
 	return changes, deployed, nil
@@ -449,11 +458,11 @@ func (g *gitCharts) ours(url string) bool {
 }
 
 // rendersOurs says whether the HelmRelease obj's GitRepository, as the tree holds it
-// nearest to obj, names this repository; one the tree lacks is taken to (Flux's
-// bootstrap keeps it elsewhere), and judging says so if it does not resolve.
-func (g *gitCharts) rendersOurs(t *Tree, obj Object) bool {
+// nearest to obj, names this repository. One the tree lacks may (missing names it): the
+// change is then reported, not judged.
+func (g *gitCharts) rendersOurs(t *Tree, obj Object) (ours bool, missing string) {
 	if g == nil {
-		return false
+		return false, ""
 	}
 	name, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "spec", "sourceRef", "name")
 	ns, _, _ := unstructured.NestedString(obj.Object, "spec", "chart", "spec", "sourceRef", "namespace")
@@ -464,11 +473,11 @@ func (g *gitCharts) rendersOurs(t *Tree, obj Object) bool {
 	if !ok {
 		// A manifest without a namespace takes the one its Kustomization gives it.
 		if gr, ok = t.Find(Key{GroupKind: gitRepositoryKind, Name: name}, obj.File); !ok {
-			return true
+			return true, ns + "/" + name
 		}
 	}
 	url, _, _ := unstructured.NestedString(gr.Object, "spec", "url")
-	return g.ours(url)
+	return g.ours(url), ""
 }
 
 var gitRepositoryKind = sourcev1.GroupVersion.WithKind(sourcev1.GitRepositoryKind).GroupKind()
