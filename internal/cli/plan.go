@@ -64,9 +64,11 @@ taken, and the plan goes through other versions where they offer a way around it
 rollback target the policies deny is denied-by-policy, with the policy's way on. When the
 policies cannot be read, the plan says NOT ALL ASKED.
 
-plan only reads. Exit codes: 0 the target is reached in one step, 1 a path of several
-steps exists, or admission policies alone deny every path (their way on is printed),
-2 no path (the message names the blocking CRD and version) or could not run.`,
+plan only reads. Exit codes: 0 the target is reached in one step, 1 findings: a path of
+several steps exists (each step before an upgrade answers a finding), admission policies
+alone deny every path (their way on is printed), or no path does (the message names the
+blocking CRD and version), 2 could not run. -o markdown, sarif, junit and github give a
+case per chart upgrade of the path and a finding per step it needs.`,
 		Example: `  # The path from what runs now to 2.18.2, from a chart repository
   upgradeguard plan --release flux -n flux-system --chart flux2 \
     --repo https://fluxcd-community.github.io/helm-charts --version 2.18.2
@@ -104,7 +106,7 @@ steps exists, or admission policies alone deny every path (their way on is print
 	f.BoolVar(&o.keepsRollback, "upgrade-keeps-rollback", false, "say whether the running revision stays reachable by a rollback after the plan")
 	f.StringVar(&o.helmRelease, "helmrelease", "", "plan for a Flux HelmRelease NAMESPACE/NAME: steps are spec.chart.spec.version values to commit")
 	o.argo.addFlags(cmd)
-	output.AddFlag(f, &o.output)
+	output.AddReportFlag(f, &o.output)
 	return cmd
 }
 
@@ -158,12 +160,13 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 	switch {
 	case errors.As(err, &noPath) && p.DeniedByPolicy():
 		// A finding, not a failure to run: the policies' way on opens the path.
-		return finish(streams, o.output, p, planText(p, hr), true)
+		return finishReport(streams, o.output, p, planText(p, hr), p.FindingReport, true)
 	case errors.As(err, &noPath):
-		if werr := finish(streams, o.output, p, planText(p, hr), false); werr != nil {
+		// No path is a finding, not a failure to run: the plan names what blocks it.
+		if werr := finishReport(streams, o.output, p, planText(p, hr), p.FindingReport, false); werr != nil {
 			return werr
 		}
-		return couldNot("%w; run `%s` on the blocked version for the details", err, cmdline.Check{})
+		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("%w; run `%s` on the blocked version for the details", err, cmdline.Check{})}
 	case err != nil:
 		var load *chartsource.LoadError
 		var pl *plan.LoadError
@@ -172,7 +175,7 @@ func (o *planOptions) run(ctx context.Context, streams Streams, kube *genericcli
 		}
 		return classifyAs(cmdPlan, err, conn)
 	}
-	return finish(streams, o.output, p, planText(p, hr), !p.OneStep())
+	return finishReport(streams, o.output, p, planText(p, hr), p.FindingReport, !p.OneStep())
 }
 
 // request turns the flags into one plan.Request.

@@ -20,7 +20,8 @@ func goldenPlan() *plan.Plan {
 				Commands: []string{"helm upgrade flux flux2 --repo https://charts.example.com --version 2.17.2 -n flux-system"},
 				After:    []plan.CRDState{{Name: hr, StorageVersion: "v1", StoredVersions: []string{"v1beta2", "v1"}}}},
 			{Kind: plan.Migrate, CRDs: []string{hr}, Objects: 143, Commands: []string{"upgradeguard migrate --crd " + hr},
-				After: []plan.CRDState{{Name: hr, StorageVersion: "v1", StoredVersions: []string{"v1"}}}},
+				After:   []plan.CRDState{{Name: hr, StorageVersion: "v1", StoredVersions: []string{"v1"}}},
+				Because: []plan.Cause{{CRD: hr, Verdict: "migrate", Reason: "stored v1beta2 dropped by the incoming CRD: migrate objects to v1 and prune storedVersions first"}}},
 			{Kind: plan.Upgrade, ChartVersion: "2.18.2", CRDs: []string{hr},
 				Commands: []string{"helm upgrade flux flux2 --repo https://charts.example.com --version 2.18.2 -n flux-system"},
 				After:    []plan.CRDState{{Name: hr, StorageVersion: "v1", StoredVersions: []string{"v1"}}}},
@@ -46,8 +47,7 @@ func TestPlanGolden(t *testing.T) {
 	}
 	var b bytes.Buffer
 	hr := &plan.HelmRelease{Name: "flux", Namespace: "flux-system", Release: "flux-system-flux"}
-	p := &plan.Plan{Release: "flux-system-flux", Namespace: "flux-system", From: "2.12.0", Target: "2.18.2",
-		Blocking: []plan.Blocker{{Version: "2.18.2", CRD: "buckets.source.toolkit.fluxcd.io", Verdict: "bridge", Reason: "live storage version v1beta2 is dropped"}}}
+	p := goldenNoPath()
 	if err := output.Write(&b, output.Text, p, planText(p, hr)); err != nil {
 		t.Fatal(err)
 	}
@@ -79,4 +79,11 @@ func TestPlanGoldenDeniedByPolicy(t *testing.T) {
 		}
 		checkGolden(t, "plan-policy."+map[string]string{"text": "txt", "json": "json"}[f], b.String())
 	}
+}
+
+// goldenNoPath is a plan that finds no path: a bridge with no stepping stone.
+func goldenNoPath() *plan.Plan {
+	return &plan.Plan{Release: "flux-system-flux", Namespace: "flux-system", From: "2.12.0", Target: "2.18.2",
+		Blocking: []plan.Blocker{{Version: "2.18.2", CRD: "buckets.source.toolkit.fluxcd.io", Verdict: "bridge", Reason: "live storage version v1beta2 is dropped",
+			Action: "go through a chart version whose CRD serves v1beta2 and stores at one of [v1]: upgrade to it, migrate, then upgrade to 2.18.2"}}}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/output/citest"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
@@ -445,8 +446,9 @@ func TestPlanKyvernoFromRepository(t *testing.T) {
 
 // TestPlanStorageSwitch: the live CRD stores at v1alpha1 and serves v1beta1; the only
 // newer chart keeps v1beta1 alone. Without --allow-storage-switch there is no path: exit
-// 2 naming the CRD and the version. With it, the plan switches storage to v1beta1
-// first, and both steps succeed on the real API server with the real helm CLI.
+// 1 naming the CRD and the version, and the CI formats fail on it. With it, the plan
+// switches storage to v1beta1 first (a warning in CI, with the switch as its fix), and
+// both steps succeed on the real API server with the real helm CLI.
 func TestPlanStorageSwitch(t *testing.T) {
 	needCluster(t)
 	dir := t.TempDir()
@@ -492,8 +494,22 @@ func TestPlanStorageSwitch(t *testing.T) {
 	}
 
 	r := ug(t, "plan", "--release", "sw", "-n", ns, one, tgz)
-	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, crd) || !strings.Contains(r.stderr, "2.0.0") || !strings.Contains(r.stdout, "NO PATH") {
-		t.Fatalf("plan without --allow-storage-switch: exit %d, want 2 naming %s and 2.0.0\n%s%s", r.code, crd, r.stdout, r.stderr)
+	if r.code != cli.ExitFindings || !strings.Contains(r.stderr, crd) || !strings.Contains(r.stderr, "2.0.0") || !strings.Contains(r.stdout, "NO PATH") {
+		t.Fatalf("plan without --allow-storage-switch: exit %d, want 1 naming %s and 2.0.0\n%s%s", r.code, crd, r.stdout, r.stderr)
+	}
+	// CI reads the same verdicts: the blocked plan fails on the bridge; the path through a
+	// storage switch is a finding with its fix that fails nothing.
+	r = ug(t, "plan", "--release", "sw", "-n", ns, "-o", "sarif", one, tgz)
+	if diff := cmp.Diff([]string{"bridge error " + crd}, citest.SARIF(t, r.stdout)); diff != "" || r.code != cli.ExitFindings {
+		t.Errorf("no path, -o sarif: exit %d (want 1), results (-want +got):\n%s", r.code, diff)
+	}
+	r = ug(t, "plan", "--release", "sw", "-n", ns, "--allow-storage-switch", "-o", "junit", one, tgz)
+	if diff := cmp.Diff([]string{"Release/" + ns + "/sw: 1.0.0 → 2.0.0 out"}, citest.JUnit(t, r.stdout)); diff != "" || r.code != cli.ExitFindings {
+		t.Errorf("storage switch, -o junit: exit %d (want 1), cases (-want +got):\n%s", r.code, diff)
+	}
+	r = ug(t, "plan", "--release", "sw", "-n", ns, "--allow-storage-switch", "-o", "markdown", one, tgz)
+	if want := "| ⚠️ warning | 1.0.0 → 2.0.0 | `bridge` |"; !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "upgradeguard migrate") {
+		t.Errorf("storage switch, -o markdown: no %q with the switch's command:\n%s", want, r.stdout)
 	}
 	p := planOf(t, cli.ExitFindings, "--release", "sw", "-n", ns, "--allow-storage-switch", one, tgz)
 	if len(p.Steps) != 2 || p.Steps[0].Kind != plan.StorageSwitch || p.Steps[0].Objects != 2 || p.Steps[1].ChartVersion != "2.0.0" {

@@ -21,6 +21,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
@@ -110,7 +111,7 @@ func (o *applyCheckOptions) addApplyFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.flags.ForceConflicts, "force-conflicts", false, "as helm --force-conflicts (Flux helm-controller always forces)")
 	f.BoolVar(&o.flags.ForceReplace, "force-replace", false, "as helm --force-replace")
 	f.StringVar(&o.flags.ServerSide, "server-side", "auto", "as helm --server-side: auto (the recorded apply_method), true or false")
-	output.AddFlag(f, &o.output)
+	output.AddReportFlag(f, &o.output)
 }
 
 func (o *applyCheckOptions) run(ctx context.Context, streams Streams, kube *genericclioptions.ConfigFlags) error {
@@ -147,12 +148,12 @@ func (o *applyCheckOptions) runOperation(ctx context.Context, streams Streams, k
 		return chartFailed(o.command(), err)
 	case errors.As(err, &notAsked):
 		out := &replayNotAskedOutput{Replay: unaskedReplay{Why: notAsked.Err.Error()}, CRDCheck: notAsked.CRDCheck}
-		return finish(streams, o.output, out, out.text, true)
+		return finishReport(streams, o.output, out, out.text, func() finding.Report { return notAsked.FindingReport(op) }, true)
 	case err != nil:
 		return classifyAs(o.command(), err, conn)
 	}
 	out := &applyCheckOutput{Prediction: p, command: append(args, "-n", conn.namespace)}
-	return finish(streams, o.output, out, out.text, !p.Safe)
+	return finishReport(streams, o.output, out, out.text, p.FindingReport, !p.Safe)
 }
 
 // replayNotAskedOutput is what apply-check and rollback-check print when this identity
@@ -265,7 +266,7 @@ func renderObjects(w io.Writer, a *applycheck.Report) {
 func objectDetail(obj applycheck.Object) string {
 	switch {
 	case len(obj.Conflicts) > 0:
-		return fieldOwners(obj.Conflicts, " is owned by ")
+		return applycheck.FieldOwners(obj.Conflicts, " is owned by ")
 	case obj.Error != "":
 		return obj.Error
 	case obj.Outcome == applycheck.NotReached && obj.Note != "":
@@ -273,19 +274,11 @@ func objectDetail(obj applycheck.Object) string {
 	case obj.Outcome == applycheck.NotReached:
 		return "Helm stops at the failed create before it (the dry run says: " + string(obj.DryRun) + ")"
 	case len(obj.NotReverted) > 0:
-		return "NOT REVERTED, other managers keep: " + fieldOwners(obj.NotReverted, " by ")
+		return "NOT REVERTED, other managers keep: " + applycheck.FieldOwners(obj.NotReverted, " by ")
 	case len(obj.Overwrites) > 0:
-		return "overwrites, without a conflict: " + fieldOwners(obj.Overwrites, " of ")
+		return "overwrites, without a conflict: " + applycheck.FieldOwners(obj.Overwrites, " of ")
 	}
 	return obj.Note
-}
-
-func fieldOwners(fs []applycheck.FieldConflict, sep string) string {
-	parts := make([]string, 0, len(fs))
-	for _, c := range fs {
-		parts = append(parts, fmt.Sprintf("%s%s%q", c.Field, sep, c.Manager))
-	}
-	return strings.Join(parts, "; ")
 }
 
 func renderResult(w io.Writer, a *applycheck.Report, flagError bool) {
@@ -337,7 +330,7 @@ func renderServerSideMove(w io.Writer, s *applycheck.Report) {
 			fmt.Fprintf(w, "  %s: Helm's client-side fields move to its server-side apply: %s\n", obj.Object, strings.Join(obj.TakenOver, ", "))
 		}
 		if len(obj.Conflicts) > 0 {
-			fmt.Fprintf(w, "  %s: CONFLICT: %s\n", obj.Object, fieldOwners(obj.Conflicts, " is owned by "))
+			fmt.Fprintf(w, "  %s: CONFLICT: %s\n", obj.Object, applycheck.FieldOwners(obj.Conflicts, " is owned by "))
 		}
 	}
 	if s.Error != "" {

@@ -29,7 +29,7 @@ func newDiffFailedCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cob
 	f := cmd.Flags()
 	f.IntVar(&o.revision, "revision", 0, "revision to compare with the one before it (default: the last one, which must have failed)")
 	o.helmDriver = cliflag.AddHelmDriver(cmd)
-	output.AddFlag(f, &o.output)
+	output.AddReportFlag(f, &o.output)
 	return cmd
 }
 
@@ -50,7 +50,7 @@ func (o *diffFailedOptions) run(ctx context.Context, streams Streams, kube *gene
 	if err != nil {
 		return classifyAs(cmdDiffFailed, err, conn)
 	}
-	return finish(streams, o.output, rep, func(w io.Writer) error { return renderDiffFailed(w, rep) }, !rep.Clean())
+	return finishReport(streams, o.output, rep, func(w io.Writer) error { return renderDiffFailed(w, rep) }, rep.FindingReport, !rep.Clean())
 }
 
 func renderDiffFailed(w io.Writer, rep *releasediff.Report) error {

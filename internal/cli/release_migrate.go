@@ -70,7 +70,7 @@ func (o *releaseMigrateOptions) addFlags(f *pflag.FlagSet) {
 	f.StringToStringVar(&o.mapPVC, "map-pvc", nil, "pair an old claim with a new one: OLD=NEW (can repeat)")
 	f.StringToStringVar(&o.mapSecret, "map-secret", nil, "restore an old Secret under a new name: OLD=NEW (can repeat)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "how long to wait for claims to go and to bind")
-	output.AddFlag(f, &o.output)
+	output.AddReportFlag(f, &o.output)
 }
 
 type releaseMigrateOutput struct {
@@ -114,7 +114,7 @@ func (o *releaseMigrateOptions) run(ctx context.Context, streams Streams, kube *
 	}
 	if o.plan {
 		out := &releaseMigrateOutput{Plan: st.Plan}
-		return finish(streams, o.output, out, out.text, !st.Plan.Safe)
+		return finishReport(streams, o.output, out, out.text, st.Plan.FindingReport, !st.Plan.Safe)
 	}
 	return o.executePlan(ctx, streams, kube, conn, src, st, ch)
 }
@@ -167,13 +167,13 @@ func (o *releaseMigrateOptions) executePlan(ctx context.Context, streams Streams
 	if errors.Is(err, chartmigrate.ErrBlocked) {
 		// Refused before any step: the plan and its findings are the answer.
 		out := &releaseMigrateOutput{Plan: st.Plan}
-		if werr := finish(streams, o.output, out, out.text, false); werr != nil {
+		if werr := finishReport(streams, o.output, out, out.text, st.Plan.FindingReport, false); werr != nil {
 			return werr
 		}
 		return &ExitError{Code: ExitFindings, Err: fmt.Errorf("%w%s", err, advice(cmdReleaseMigrate, err))}
 	}
 	out := &releaseMigrateOutput{Plan: st.Plan, Result: res}
-	if rerr := output.Write(streams.Out, o.output, out, out.text); rerr != nil && err == nil {
+	if rerr := output.WriteReport(streams.Out, o.output, out, out.text, st.Plan.FindingReport); rerr != nil && err == nil {
 		return couldNot("write output: %w", rerr)
 	}
 	if err != nil {

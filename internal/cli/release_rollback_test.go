@@ -5,12 +5,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/output/citest"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/applycheck"
 )
@@ -97,6 +99,12 @@ func TestReleaseApplyCheckHelm3Release(t *testing.T) {
 	if r.code != cli.ExitFindings || strings.Contains(r.stdout+r.stderr, rbSentinel) {
 		t.Errorf("the Secret's type changed: exit %d (want 1), or the password leaked:\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// CI reads the same verdict: an error annotation on the refused Secret.
+	r = ug(t, "release", "apply-check", "h3", "--chart", v3, "-n", "h3", "-o", "github")
+	if want := "::error title=" + applycheck.CheckRejected + "%3A Secret/h3/creds::apply fails: "; r.code != cli.ExitFindings ||
+		!strings.HasPrefix(r.stdout, want) || strings.Count(r.stdout, "\n") != 1 || strings.Contains(r.stdout+r.stderr, rbSentinel) {
+		t.Errorf("-o github: exit %d (want 1 and one annotation starting %q), or the password leaked:\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
 
 	// Could not run: a user who may read everything but write nothing. Helm's client-side
 	// patch needs patch rights, so the dry run cannot tell: exit 2, never a verdict.
@@ -175,6 +183,15 @@ func TestReleaseRollbackCheck(t *testing.T) {
 	}
 	if got.Apply.Operation != applycheck.OpRollback || strings.Contains(r.stdout+r.stderr, rbSentinel) {
 		t.Errorf("operation %s, or the password leaked", got.Apply.Operation)
+	}
+	// CI reads the same verdict: one result, the field not reverted; the release's case fails.
+	r = ug(t, "release", "rollback-check", "rb", "1", "-n", "rb", "-o", "sarif")
+	if diff := cmp.Diff([]string{applycheck.CheckNotReverted + " error ConfigMap/rb/cfg"}, citest.SARIF(t, r.stdout)); diff != "" || r.code != cli.ExitFindings {
+		t.Errorf("-o sarif: exit %d (want 1), results (-want +got):\n%s", r.code, diff)
+	}
+	r = ug(t, "release", "rollback-check", "rb", "1", "-n", "rb", "-o", "junit")
+	if diff := cmp.Diff([]string{"rollback-check: Release/rb/rb FAIL " + applycheck.CheckNotReverted}, citest.JUnit(t, r.stdout)); diff != "" || r.code != cli.ExitFindings {
+		t.Errorf("-o junit: exit %d (want 1), cases (-want +got):\n%s", r.code, diff)
 	}
 	mustHelm(t, nil, "rollback", "rb", "1", "-n", "rb")
 	cm, err := cs.CoreV1().ConfigMaps("rb").Get(t.Context(), "cfg", metav1.GetOptions{})

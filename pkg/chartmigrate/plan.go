@@ -662,3 +662,11 @@ func orNone(s []string) string {
 // ErrBlocked says the plan has blocking findings: Execute refuses it, having changed
 // nothing (ExecOptions.Override runs it anyway, once they are read and accepted).
 var ErrBlocked = errors.New("the plan has blocking findings")
+
+// FindingReport is the migration plan as CI reads it: one case, the release, with the
+// plan's findings (blocking ones stop Execute; the notes are what it takes care of).
+func (p *Plan) FindingReport() finding.Report {
+	return finding.Report{Tool: "release-migrate", Cases: []finding.Case{{
+		Name: manifest.SubjectOf("Release", p.Namespace, p.Release), Findings: p.Findings,
+	}}}
+}

@@ -75,6 +75,21 @@ type Step struct {
 	// Check is, for an upgrade step, check's report on the state the steps before it
 	// leave: the report `upgradeguard check` gives when the step is reached. It is safe.
 	Check *check.Report `json:"check,omitempty"`
+	// Because are, for a step before an upgrade, the findings of check's on that upgrade
+	// that the step answers.
+	Because []Cause `json:"because,omitempty"`
+}
+
+// Cause is one finding of check's that a step answers: the CRD, the verdict (the check
+// ID of the finding) and check's reason.
+type Cause struct {
+	CRD     string `json:"crd"`
+	Verdict string `json:"verdict"`
+	Reason  string `json:"reason"`
+}
+
+func causeOf(c check.CRDReport) Cause {
+	return Cause{CRD: c.Name, Verdict: string(c.Verdict), Reason: c.Reason}
 }
 
 // Blocker says why a chart version cannot be reached: the CRD and the version that
@@ -87,11 +102,13 @@ type Blocker struct {
 	// Policies are, for the policy verdict, the admission policies that deny writing
 	// the CRD at this version, each with its binding, message and way on.
 	Policies []admissionpolicy.Denial `json:"policies,omitempty"`
+	// Action is check's next action for the CRD, when it has one.
+	Action string `json:"action,omitempty"`
 }
 
 // blocker is what blocks one CRD of a report on the way to version.
 func blocker(version string, c check.CRDReport) Blocker {
-	return Blocker{Version: version, CRD: c.Name, Verdict: string(c.Verdict), Reason: c.Reason, Policies: c.Policies}
+	return Blocker{Version: version, CRD: c.Name, Verdict: string(c.Verdict), Reason: c.Reason, Policies: c.Policies, Action: c.Action}
 }
 
 // Latest is the answer to --latest.
@@ -469,7 +486,8 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 	}
 	var steps []Step
 	var migrate, keep []string
-	var moves []predict.CRDMove
+	var migrateWhy, keepWhy []Cause
+	var moves []check.CRDReport
 	var objects int64
 	var blockers []Blocker
 	cur := s
@@ -479,17 +497,17 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 		}
 		switch fix := predict.FixFor(c.Decision); {
 		case fix == predict.FixMigrate:
-			migrate = append(migrate, c.Name)
+			migrate, migrateWhy = append(migrate, c.Name), append(migrateWhy, causeOf(c))
 			if c.Objects != nil {
 				objects += *c.Objects
 			}
 		case fix == predict.FixKeep:
-			keep = append(keep, c.Name)
+			keep, keepWhy = append(keep, c.Name), append(keepWhy, causeOf(c))
 		case fix == predict.FixMove:
-			moves = append(moves, *c.Move)
+			moves = append(moves, c)
 		case fix == predict.FixStorageSwitch && r.req.AllowStorageSwitch:
 			cur = cur.switched(c.Name, c.StorageSwitchTo)
-			st := Step{Kind: StorageSwitch, CRDs: []string{c.Name}, After: states(cur, c.Name),
+			st := Step{Kind: StorageSwitch, CRDs: []string{c.Name}, After: states(cur, c.Name), Because: []Cause{causeOf(c)},
 				Commands: []string{cmdline.StorageSwitch{CRDs: []string{c.Name}, StorageVersion: c.StorageSwitchTo}.String()}}
 			if c.Objects != nil {
 				st.Objects = *c.Objects
@@ -508,17 +526,18 @@ func (r *runner) edge(ctx context.Context, s *state, version string) ([]Step, *s
 			commands = append(commands, c.String())
 		}
 		cur = cur.kept(r.req.deployer(), keep)
-		steps = append(steps, Step{Kind: Keep, CRDs: keep, After: states(cur, keep...), Commands: commands})
+		steps = append(steps, Step{Kind: Keep, CRDs: keep, After: states(cur, keep...), Commands: commands, Because: keepWhy})
 	}
-	for _, m := range moves {
+	for _, c := range moves {
+		m := *c.Move
 		cur = cur.moved(m)
 		steps = append(steps, Step{Kind: Move, CRDs: []string{m.CRD}, After: states(cur, m.CRD),
-			Commands: []string{predict.AdoptCommand(m, "").String()}})
+			Commands: []string{predict.AdoptCommand(m, "").String()}, Because: []Cause{causeOf(c)}})
 	}
 	if len(migrate) > 0 {
 		cur = cur.migrated(migrate)
 		steps = append(steps, Step{Kind: Migrate, CRDs: migrate, Objects: objects, After: states(cur, migrate...),
-			Commands: []string{cmdline.Migrate{CRDs: migrate}.String()}})
+			Commands: []string{cmdline.Migrate{CRDs: migrate}.String()}, Because: migrateWhy})
 	}
 	if len(steps) > 0 {
 		// The upgrade is judged again on the state the steps before it leave.

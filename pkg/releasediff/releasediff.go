@@ -32,6 +32,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/manifest"
 	"github.com/upgradeguard/upgradeguard/pkg/redact"
 )
@@ -114,6 +115,71 @@ type Report struct {
 
 // Clean says that the release is wholly at one revision: not mixed and nothing drifted.
 func (r *Report) Clean() bool { return !r.Mixed && len(r.Drifted) == 0 }
+
+// Check IDs of the findings of a failed revision (FindingReport).
+const (
+	// CheckHalfApplied: some changes of the failed revision landed and others did not.
+	CheckHalfApplied = "half-applied"
+	// CheckDrifted: an object matches neither revision, is missing, or could not be
+	// compared.
+	CheckDrifted = "drifted"
+	// CheckStoredVersionsRejected: the API server refuses the failed revision's CRD because
+	// it drops a version status.storedVersions still lists (StoredVersionsRunbook).
+	CheckStoredVersionsRejected = "storedversions-rejected"
+)
+
+// FindingReport is the state as CI reads it: one case, the release, with a finding for a
+// half-applied release, one per object that drifted, and one per storedVersions
+// rejection. Each is a danger while the release is not wholly at one revision (Clean);
+// a rejection of a release that is clean is a warning: the next upgrade meets it again.
+func (r *Report) FindingReport() finding.Report {
+	subject := manifest.SubjectOf("Release", r.Namespace, r.Release)
+	fix := map[NextAction]string{}
+	for _, n := range r.NextSteps() {
+		switch n.Action {
+		case MigrateStoredVersions:
+			fix[n.Action] = fmt.Sprintf("migrate the objects off the dropped versions, then retry: %s names the migrate commands (runbook: %s)", n.Command, n.Runbook)
+		case SettleFieldOwners:
+			fix[n.Action] = fmt.Sprintf("find who owns the fields that did not land (%s), then re-run the upgrade or roll back: both finish the half-applied objects", cmdline.ApplyCheck{})
+		}
+	}
+	c := finding.Case{Name: subject}
+	if r.Mixed {
+		c.Findings = append(c.Findings, finding.Finding{Check: CheckHalfApplied, Subject: subject, Severity: finding.Danger,
+			Message: fmt.Sprintf("revision %d is half-applied: %d change(s) landed and %d did not (%s)", r.FailedRevision, len(r.Landed),
+				len(r.NotLanded), strings.Join(r.NotLanded, ", ")),
+			Remediation: fix[SettleFieldOwners]})
+	}
+	for _, o := range r.Objects {
+		if !slices.Contains(r.Drifted, o.Object) {
+			continue
+		}
+		msg := fmt.Sprintf("the live object matches neither revision %d nor %d", r.FailedRevision, r.PreviousRevision)
+		switch {
+		case o.Error != "":
+			msg = "it could not be compared: " + o.Error
+		case o.Verdict == Missing:
+			msg = "there is no live object, although the revisions have it"
+		case len(o.Differs) > 0:
+			msg += ": " + strings.Join(o.Differs, ", ")
+		}
+		c.Findings = append(c.Findings, finding.Finding{Check: CheckDrifted, Subject: o.Object, Severity: finding.Danger, Message: msg,
+			Remediation: fix[SettleFieldOwners]})
+	}
+	sev := finding.Danger
+	if r.Clean() {
+		sev = finding.Warning
+	}
+	for _, rej := range r.StoredVersionsRejected {
+		crd := subject
+		if rej.CRD != "" {
+			crd = manifest.SubjectOf("CustomResourceDefinition", "", rej.CRD)
+		}
+		c.Findings = append(c.Findings, finding.Finding{Check: CheckStoredVersionsRejected, Subject: crd, Severity: sev,
+			Message: fmt.Sprintf("the API server refuses revision %d's CRD: %s", r.FailedRevision, rej), Remediation: fix[MigrateStoredVersions]})
+	}
+	return finding.Report{Tool: "diff-failed", Cases: []finding.Case{c}}
+}
 
 // NextAction is a step that brings a half-applied release back to one revision.
 type NextAction string
