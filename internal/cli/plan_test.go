@@ -508,7 +508,7 @@ func TestPlanStorageSwitch(t *testing.T) {
 		t.Errorf("storage switch, -o junit: exit %d (want 1), cases (-want +got):\n%s", r.code, diff)
 	}
 	r = ug(t, "plan", "--release", "sw", "-n", ns, "--allow-storage-switch", "-o", "markdown", one, tgz)
-	if want := "| ⚠️ warning | 1.0.0 → 2.0.0 | `bridge` |"; !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "upgradeguard migrate") {
+	if want := "| ⚠️ warning | 1.0.0 → 2.0.0: " + crd + " | `bridge` |"; !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "upgradeguard migrate") {
 		t.Errorf("storage switch, -o markdown: no %q with the switch's command:\n%s", want, r.stdout)
 	}
 	p := planOf(t, cli.ExitFindings, "--release", "sw", "-n", ns, "--allow-storage-switch", one, tgz)

@@ -17,7 +17,8 @@ import (
 const MarkdownMarker = "<!-- upgradeguard:"
 
 // WriteMarkdown writes rep as a pull-request comment: the marker, a one-line summary, then
-// a table per group of every case, its verdict, what was found and the fix.
+// a table per group of every case (with what inside it each finding is about), its
+// verdict, what was found and the fix.
 func WriteMarkdown(w io.Writer, rep finding.Report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s%s -->\n", MarkdownMarker, rep.Tool)
@@ -38,12 +39,22 @@ func WriteMarkdown(w io.Writer, rep finding.Report) error {
 				fmt.Fprintf(&b, "| ✅ | %s | | no finding | |\n", cell(c.Name))
 			}
 			for _, f := range c.Findings {
-				fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s |\n", mark(f), cell(c.Name), f.Check, cell(f.Message), cell(f.Remediation))
+				fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s |\n", mark(f), cell(rowSubject(c, f)), f.Check, cell(f.Message), cell(f.Remediation))
 			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// rowSubject is what a markdown row is about: the case, and the finding's own subject
+// when it names something inside the case (a CRD of a release, an object of a rollback)
+// rather than the case itself.
+func rowSubject(c finding.Case, f finding.Finding) string {
+	if f.Subject == "" || strings.HasPrefix(c.Name, f.Subject) {
+		return c.Name
+	}
+	return c.Name + ": " + f.Subject
 }
 
 // summary is the report in one line: how many cases, how many failed, how many findings.

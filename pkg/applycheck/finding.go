@@ -123,7 +123,11 @@ func alternatives(alts []Alternative) string {
 	}
 	parts := make([]string, 0, len(alts))
 	for _, a := range alts {
-		parts = append(parts, fmt.Sprintf("with %s (%s)", strings.Join(a.Flags, " "), a.Why))
+		flags := strings.Join(a.Flags, " ")
+		if flags == "" {
+			flags = "no apply flag"
+		}
+		parts = append(parts, fmt.Sprintf("with %s (%s)", flags, a.Why))
 	}
-	return "run it " + strings.Join(parts, ", or ")
+	return "run it " + strings.Join(parts, "; or ")
 }

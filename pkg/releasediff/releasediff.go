@@ -135,6 +135,7 @@ const (
 func (r *Report) FindingReport() finding.Report {
 	subject := manifest.SubjectOf("Release", r.Namespace, r.Release)
 	fix := map[NextAction]string{}
+	var all []string
 	for _, n := range r.NextSteps() {
 		switch n.Action {
 		case MigrateStoredVersions:
@@ -142,13 +143,14 @@ func (r *Report) FindingReport() finding.Report {
 		case SettleFieldOwners:
 			fix[n.Action] = fmt.Sprintf("find who owns the fields that did not land (%s), then re-run the upgrade or roll back: both finish the half-applied objects", cmdline.ApplyCheck{})
 		}
+		all = append(all, fix[n.Action])
 	}
 	c := finding.Case{Name: subject}
 	if r.Mixed {
 		c.Findings = append(c.Findings, finding.Finding{Check: CheckHalfApplied, Subject: subject, Severity: finding.Danger,
 			Message: fmt.Sprintf("revision %d is half-applied: %d change(s) landed and %d did not (%s)", r.FailedRevision, len(r.Landed),
 				len(r.NotLanded), strings.Join(r.NotLanded, ", ")),
-			Remediation: fix[SettleFieldOwners]})
+			Remediation: strings.Join(all, "; and ")})
 	}
 	for _, o := range r.Objects {
 		if !slices.Contains(r.Drifted, o.Object) {
