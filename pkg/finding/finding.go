@@ -2,8 +2,9 @@
 // it is about (Subject, "Kind/namespace/name" where it is an object), which check found
 // it, how bad it is, what is wrong and what to do (with the operation's input that does
 // it, for each front end to word as its own flag or field). The uninstall pre-flight, the
-// chart migration plan, the audit and the slots check all report this shape, so a caller
-// renders, filters or counts findings one way.
+// chart migration plan, the audit and the slots check all report this shape, and check,
+// plan, the apply and rollback pre-flights and the failed-upgrade diff map their results
+// onto a Report, so a caller renders, filters or counts findings one way.
 package finding
 
 // Severity says how much a finding matters.

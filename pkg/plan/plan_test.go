@@ -15,6 +15,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
+	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -348,5 +349,49 @@ func TestRunRoutesAroundPolicy(t *testing.T) {
 	want := []check.Unasked{{What: check.UnaskedPolicies, Why: forbidden.Error(), CRDs: []string{"widgets.example.com"}}}
 	if err != nil || !cmp.Equal(steps(p), []string{"upgrade 3.0.0"}) || !cmp.Equal(p.Unasked, want) {
 		t.Errorf("policies unreadable: steps %v, unasked %+v, %v; want the direct upgrade and %+v", steps(p), p.Unasked, err, want)
+	}
+}
+
+// TestFindingReport: the plan as CI reads it. A path through a stepping stone is a case
+// per upgrade, the migration before the second a warning with the migrate command as its
+// fix, and the bridge that blocks the direct upgrade a warning on a case of its own: the
+// path fails nothing. A target no path reaches fails on its blocker.
+func TestFindingReport(t *testing.T) {
+	lines := func(rep finding.Report) []string {
+		var out []string
+		for _, c := range rep.Cases {
+			line := c.Group + " | " + c.Name
+			for _, f := range c.Findings {
+				line += " | " + strings.Join([]string{f.Check, string(f.Severity), f.Subject, f.Remediation}, " ")
+			}
+			out = append(out, line)
+		}
+		return out
+	}
+	src := &source{charts: map[string][]string{"2.0.0": {"v1alpha1", "v1beta1*"}, "3.0.0": {"v1beta1*"}}}
+	p, err := Run(t.Context(), Request{Cluster: cluster{crd([]string{"v1alpha1"}, "v1alpha1*")}, Versions: src, Target: "3.0.0", Release: "r", Namespace: "ns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"Release/ns/r | (not installed) → 3.0.0 directly | bridge warning widgets.example.com take the plan's path: (not installed) → 2.0.0 → 3.0.0, with the steps it names before each upgrade",
+		"Release/ns/r | (not installed) → 2.0.0",
+		"Release/ns/r | 2.0.0 → 3.0.0 | migrate warning widgets.example.com step 2 of the plan, before the upgrade to 3.0.0: upgradeguard migrate --crd widgets.example.com",
+	}
+	rep := p.FindingReport()
+	if diff := cmp.Diff(want, lines(rep)); diff != "" || rep.Failed() {
+		t.Errorf("path: failed %v, cases (-want +got):\n%s", rep.Failed(), diff)
+	}
+
+	src = &source{charts: map[string][]string{"3.0.0": {"v1beta1*"}}}
+	p, err = Run(t.Context(), Request{Cluster: cluster{crd([]string{"v1alpha1"}, "v1alpha1*")}, Versions: src, Target: "3.0.0", Release: "r", Namespace: "ns"})
+	var np *NoPathError
+	if !errors.As(err, &np) {
+		t.Fatalf("err %v, want no path", err)
+	}
+	rep = p.FindingReport()
+	if len(rep.Cases) != 1 || len(rep.Cases[0].Findings) != 1 || rep.Cases[0].Findings[0].Check != string(predict.Bridge) ||
+		rep.Cases[0].Findings[0].Severity != finding.Blocking || rep.Cases[0].Findings[0].Remediation == "" || !rep.Failed() {
+		t.Errorf("no path: %+v, want one failing case blocked by the bridge, with check's action", rep.Cases)
 	}
 }
