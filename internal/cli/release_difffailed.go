@@ -11,7 +11,6 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
-	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
 )
@@ -103,13 +102,7 @@ func diffFailedSummary(w io.Writer, rep *releasediff.Report) {
 		}
 	}
 	for _, n := range rep.NextSteps() {
-		switch n.Action {
-		case releasediff.MigrateStoredVersions:
-			fmt.Fprintf(w, "Next: migrate those objects off the dropped versions, then retry: `%s` names the migrate commands (runbook: %s).\n", n.Command, n.Runbook)
-		case releasediff.SettleFieldOwners:
-			fmt.Fprintf(w, "Next: find who owns the fields that did not land (`%s`), then re-run the upgrade or roll back; "+
-				"both finish the half-applied objects.\n", cmdline.ApplyCheck{})
-		}
+		fmt.Fprintf(w, "Next: %s.\n", n.Advice())
 	}
 }
 

@@ -137,13 +137,8 @@ func (r *Report) FindingReport() finding.Report {
 	fix := map[NextAction]string{}
 	var all []string
 	for _, n := range r.NextSteps() {
-		switch n.Action {
-		case MigrateStoredVersions:
-			fix[n.Action] = fmt.Sprintf("migrate the objects off the dropped versions, then retry: %s names the migrate commands (runbook: %s)", n.Command, n.Runbook)
-		case SettleFieldOwners:
-			fix[n.Action] = fmt.Sprintf("find who owns the fields that did not land (%s), then re-run the upgrade or roll back: both finish the half-applied objects", cmdline.ApplyCheck{})
-		}
-		all = append(all, fix[n.Action])
+		fix[n.Action] = n.Advice()
+		all = append(all, n.Advice())
 	}
 	c := finding.Case{Name: subject}
 	if r.Mixed {
@@ -207,6 +202,17 @@ type NextStep struct {
 	Command string `json:"command,omitempty"`
 	// Runbook names the runbook of the step, when there is one.
 	Runbook string `json:"runbook,omitempty"`
+}
+
+// Advice says the step to a person: what to do, and the command that starts it.
+func (n NextStep) Advice() string {
+	switch n.Action {
+	case MigrateStoredVersions:
+		return fmt.Sprintf("migrate those objects off the dropped versions, then retry: `%s` names the migrate commands (runbook: %s)", n.Command, n.Runbook)
+	case SettleFieldOwners:
+		return fmt.Sprintf("find who owns the fields that did not land (`%s`), then re-run the upgrade or roll back; both finish the half-applied objects", cmdline.ApplyCheck{})
+	}
+	return string(n.Action)
 }
 
 // NextSteps are what to do about the release, in order; none when it is Clean. A
