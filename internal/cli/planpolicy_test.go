@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/output/citest"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
@@ -168,6 +169,16 @@ func TestPlanRoutesAroundPolicy(t *testing.T) {
 		}
 	}
 
+	// CI reads the detour as a warning per denied CRD on the direct upgrade: nothing fails.
+	var want []string
+	for _, b := range p.Detour() {
+		want = append(want, string(predict.PolicyDenied)+" warning "+b.CRD)
+	}
+	sarif := ug(t, append([]string{"plan", "-o", "sarif"}, all...)...)
+	if diff := cmp.Diff(want, citest.SARIF(t, sarif.stdout)); diff != "" || sarif.code != cli.ExitFindings {
+		t.Errorf("the detour, -o sarif: exit %d (want 1), results (-want +got):\n%s", sarif.code, diff)
+	}
+
 	// Offered no version in between: denied by the policy, a finding with its way on.
 	direct := []string{"--release", "fluxpol", "-n", ns, "--version", "2.17.2", c212, c2172}
 	blocked := planOf(t, cli.ExitFindings, direct...)
@@ -175,6 +186,14 @@ func TestPlanRoutesAroundPolicy(t *testing.T) {
 		t.Errorf("without 2.16.0: reachable %v, denied by policy %v, steps %v; want denied by the policy", blocked.Reachable, blocked.DeniedByPolicy(), kinds(blocked))
 	}
 	assertDeniedBy(t, "without 2.16.0", blocked.Blocking, denied)
+	want = nil
+	for _, b := range blocked.Blocking {
+		want = append(want, string(predict.PolicyDenied)+" error "+b.CRD)
+	}
+	sarif = ug(t, append([]string{"plan", "-o", "sarif"}, direct...)...)
+	if diff := cmp.Diff(want, citest.SARIF(t, sarif.stdout)); diff != "" || sarif.code != cli.ExitFindings {
+		t.Errorf("without 2.16.0, -o sarif: exit %d (want 1), results (-want +got):\n%s", sarif.code, diff)
+	}
 	text = ug(t, append([]string{"plan"}, direct...)...)
 	for _, w := range []string{
 		"DENIED BY POLICY: the cluster's admission policies deny every path to 2.17.2",
