@@ -7,6 +7,7 @@
 //	go run ./hack/bench gate      # latency the HelmRelease admission gate adds to an update
 //	go run ./hack/bench binary    # binary size and the start-up RSS of version, against kubectl
 //	go run ./hack/bench plan      # plan over a repository of 100 chart versions, chart loads counted
+//	go run ./hack/bench review    # review of one bump among 50 HelmReleases, against one check of it
 //	go run ./hack/bench fleet     # one controller keeping 10 target clusters migrated
 //	go run ./hack/bench -servers 30 -targets 300 fleetscale   # a fleet shared by 1 and 3 replicas
 package main
@@ -32,7 +33,7 @@ func main() {
 }
 
 func run() error {
-	rounds := flag.Int("rounds", 30, "check and gate: measured rounds per case")
+	rounds := flag.Int("rounds", 30, "check, gate and review: measured rounds per case")
 	objects := flag.Int("objects", 2000, "check: HelmRepository objects to count")
 	n := flag.Int("n", 20000, "migrate: objects stored at the old version")
 	concurrency := flag.Int("concurrency", migrate.DefaultConcurrency, "migrate: patch concurrency for the raw loop and migrate --qps 0")
@@ -79,6 +80,9 @@ func run() error {
 		if err := benchPlan(ctx, min(*rounds, 5)); err != nil {
 			return err
 		}
+		if err := benchReview(ctx, *rounds); err != nil {
+			return err
+		}
 		return benchBinary(*rounds, *ug, nil)
 	case "binary":
 		return benchBinary(*rounds, *ug, flag.Args()[1:])
@@ -90,6 +94,8 @@ func run() error {
 		return benchGate(ctx, *rounds, *coldRuns, *gateCache)
 	case "plan":
 		return benchPlan(ctx, min(*rounds, 5))
+	case "review":
+		return benchReview(ctx, *rounds)
 	case "fleet":
 		return benchFleet(ctx, *targets, *fleetObjects)
 	case "fleetscale":
@@ -99,7 +105,7 @@ func run() error {
 	case "raw":
 		return rawLoop(ctx, flag.Args()[1:])
 	default:
-		return fmt.Errorf("unknown mode %q: use check, migrate, gate, plan, binary, fleet, fleetscale or all", mode)
+		return fmt.Errorf("unknown mode %q: use check, migrate, gate, plan, review, binary, fleet, fleetscale or all", mode)
 	}
 }
 

@@ -28,9 +28,12 @@ type Request struct {
 	Settings *cli.EnvSettings
 	// Cache, when set, keeps fetched charts and repository indexes between checks.
 	Cache *chartsource.Cache
-	// Clusters, when set, keeps each target's clients, Kubernetes version and an
-	// informer's CRDs between checks.
-	Clusters *livecluster.Clusters
+	// Clusters, when set, keeps each target's clients between checks: a
+	// *livecluster.Clusters with its Kubernetes version and an informer's CRDs (the
+	// gates), a *livecluster.Connections for the checks of one run, which share the
+	// clients and the API server's answers to dry runs but keep no informer (review).
+	// Nil connects for this check alone.
+	Clusters Targets
 	// NoObjectCounts leaves the report's object counts out (one LIST per CRD saved).
 	NoObjectCounts bool
 	// Recorded, when set, is the target's state as recorded elsewhere (a snapshot): the
@@ -38,6 +41,12 @@ type Request struct {
 	// through the same check. Local and Clusters are then unused, and a HelmRelease whose
 	// spec.kubeConfig names another cluster is not resolved.
 	Recorded Recorded
+}
+
+// Targets keeps target clusters' connections between checks, by key: implemented by
+// *livecluster.Clusters and *livecluster.Connections.
+type Targets interface {
+	Get(ctx context.Context, key string, cfg *rest.Config, local bool) (*livecluster.Target, error)
 }
 
 // Recorded is a cluster's state read from a record of it rather than from the cluster:
@@ -176,11 +185,11 @@ func open(ctx context.Context, req Request) (*opened, error) {
 	if req.Recorded != nil {
 		return openRecorded(ctx, req, rel)
 	}
-	cfg, remote, id, err := target(ctx, req.Reader, req.HelmRelease, req.Local)
+	cfg, remote, key, err := target(ctx, req.Reader, req.HelmRelease, req.Local)
 	if err != nil {
 		return nil, err
 	}
-	tgt, err := connect(ctx, req.Clusters, cfg, remote, id)
+	tgt, err := connect(ctx, req.Clusters, key, cfg, remote)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +219,10 @@ func openRecorded(ctx context.Context, req Request, rel *Release) (*opened, erro
 }
 
 // connect returns the target's clients and Kubernetes version: kept in clusters when
-// given, else built for this check (a nil Clusters connects once).
-func connect(ctx context.Context, clusters *livecluster.Clusters, cfg *rest.Config, remote bool, id string) (*livecluster.Target, error) {
-	return clusters.Get(ctx, livecluster.Key(cfg.Host, id), cfg, !remote)
+// given, else built for this check.
+func connect(ctx context.Context, clusters Targets, key string, cfg *rest.Config, remote bool) (*livecluster.Target, error) {
+	if clusters == nil {
+		return livecluster.Connect(ctx, cfg)
+	}
+	return clusters.Get(ctx, key, cfg, !remote)
 }

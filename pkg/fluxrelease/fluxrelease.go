@@ -26,6 +26,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
 	"github.com/upgradeguard/upgradeguard/pkg/kubename"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
 
@@ -259,22 +260,24 @@ func Target(ctx context.Context, r Reader, hr *helmv2.HelmRelease, local *rest.C
 	return cfg, remote, err
 }
 
-// target is Target with an identity of the target for keying caches: "local", or the
-// kubeConfig Secret's namespace, name, key, UID and resourceVersion (never its content).
-func target(ctx context.Context, r Reader, hr *helmv2.HelmRelease, local *rest.Config) (cfg *rest.Config, remote bool, id string, err error) {
+// target is Target with the key of the target in livecluster.Clusters and Connections:
+// the local cluster's (livecluster.LocalKey), or a hash of the API server's address and
+// the kubeConfig Secret's namespace, name, key, UID and resourceVersion (never its
+// content).
+func target(ctx context.Context, r Reader, hr *helmv2.HelmRelease, local *rest.Config) (cfg *rest.Config, remote bool, key string, err error) {
 	kc := hr.Spec.KubeConfig
 	if kc == nil {
-		return local, false, "local", nil
+		return local, false, livecluster.LocalKey(local), nil
 	}
 	if kc.SecretRef == nil {
 		return nil, true, "", &UnsupportedError{Reason: "spec.kubeConfig without secretRef (a ConfigMap reference) is not resolved by the gate"}
 	}
 	cfg, s, err := kubeclient.ConfigFromSecretRef(ctx, r, hr.Namespace, kc.SecretRef.Name, kc.SecretRef.Key)
-	if s == nil {
+	if err != nil {
 		return nil, true, "", err
 	}
-	id = fmt.Sprintf("Secret %s/%s key=%s uid=%s resourceVersion=%s", s.Namespace, s.Name, kc.SecretRef.Key, s.UID, s.ResourceVersion)
-	return cfg, true, id, err
+	id := fmt.Sprintf("Secret %s/%s key=%s uid=%s resourceVersion=%s", s.Namespace, s.Name, kc.SecretRef.Key, s.UID, s.ResourceVersion)
+	return cfg, true, livecluster.Key(cfg.Host, id), nil
 }
 
 // CRDPolicy is which CRDs the HelmRelease's upgrades apply: the chart's crds/ folder too

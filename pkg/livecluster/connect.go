@@ -3,6 +3,7 @@ package livecluster
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"k8s.io/client-go/rest"
 
@@ -50,3 +51,55 @@ func newTarget(cfg *rest.Config) (*Target, error) {
 	}
 	return &Target{Cluster: kc, Clientset: c.Kube, Config: cfg, Metadata: c.Metadata}, nil
 }
+
+// Connections keeps the targets of one run that judges many changes (a review): each is
+// connected once (Connect) and shared by every decision of the run, so those decisions
+// share its clients, its discovery and the API server's answers to the dry runs
+// (KubeCluster.AdmitCRD). Unlike Clusters it starts no informer and keeps no memory
+// between decisions beyond what a KubeCluster keeps itself: every decision reads the
+// cluster as one check does. The zero value is ready to use, and a nil Connections keeps
+// nothing (Connect per call). It is safe for concurrent use.
+type Connections struct {
+	mu      sync.Mutex
+	targets map[string]*runTarget
+}
+
+// runTarget is one target of Connections, connected at its first Get.
+type runTarget struct {
+	mu     sync.Mutex
+	target *Target
+}
+
+// Get returns the target named key (Key), connected from cfg at the first call; a target
+// that could not be reached is tried again at the next. local is unused: a run's targets
+// keep no informer (it makes Connections a stand-in for Clusters).
+func (c *Connections) Get(ctx context.Context, key string, cfg *rest.Config, _ bool) (*Target, error) {
+	if c == nil {
+		return Connect(ctx, cfg)
+	}
+	c.mu.Lock()
+	t, ok := c.targets[key]
+	if !ok {
+		if c.targets == nil {
+			c.targets = map[string]*runTarget{}
+		}
+		t = &runTarget{}
+		c.targets[key] = t
+	}
+	c.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.target == nil {
+		tgt, err := Connect(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		t.target = tgt
+	}
+	out := *t.target
+	return &out, nil
+}
+
+// LocalKey names the cluster of cfg itself (not one a kubeconfig Secret names) in
+// Clusters and Connections.
+func LocalKey(cfg *rest.Config) string { return Key(cfg.Host, "local") }

@@ -17,7 +17,6 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
-	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
 var applicationKind = schema.GroupKind{Group: argoapp.GVR.Group, Kind: "Application"}
@@ -192,7 +191,7 @@ func applicationOn(ctx context.Context, cl Cluster, app *argoapp.Application) (*
 		}
 		return st, "", nil
 	}
-	t, err := livecluster.Connect(ctx, cl.Config)
+	t, err := cl.connect(ctx)
 	if err != nil {
 		return nil, "", err
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/pkg/chartcrds"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
-	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 )
 
 // WhatCRDs is Change.What of a file of CRD manifests the change touches.
@@ -54,7 +53,7 @@ func manifestChanges(base, head *Tree) []Change {
 				if rec := cl.recorded(); rec != nil {
 					cluster = rec
 				} else {
-					t, err := livecluster.Connect(ctx, cl.Config)
+					t, err := cl.connect(ctx)
 					if err != nil {
 						return nil, "", err
 					}

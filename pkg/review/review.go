@@ -27,6 +27,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/slots"
 	"github.com/upgradeguard/upgradeguard/pkg/snapshot"
 )
@@ -280,6 +281,16 @@ type Cluster struct {
 	// Snapshot, when set, is the cluster's state as a snapshot recorded it: read instead
 	// of Config, through the same prediction (fluxrelease.Request.Recorded).
 	Snapshot *snapshot.Snapshot
+
+	// conns are the cluster's connections for one review (Judge): every change judged on
+	// it shares one set of clients, its discovery and the API server's answers to dry
+	// runs.
+	conns *livecluster.Connections
+}
+
+// connect is the cluster's live target, connected once per review.
+func (c Cluster) connect(ctx context.Context) (*livecluster.Target, error) {
+	return c.conns.Get(ctx, livecluster.LocalKey(c.Config), c.Config, true)
 }
 
 // lands says whether a HelmRelease in file lands on the cluster.
@@ -329,15 +340,19 @@ type Report struct {
 func (r *Report) Safe() bool { return !r.FindingReport().Failed() }
 
 // Judge predicts each change on each cluster it lands on, with what the head revision
-// holds for its sources and values. A cluster that cannot be read is an error.
+// holds for its sources and values. Each cluster is connected to once for the whole
+// review (livecluster.Connections), however many changes land on it. A cluster that
+// cannot be read is an error.
 func Judge(ctx context.Context, d *Diff, clusters []Cluster, settings *cli.EnvSettings) (*Report, error) {
 	rep := &Report{Base: d.Base, Head: d.Head, Rows: []Row{}, Snapshots: snapshotStates(clusters, time.Now())}
+	conns := make([]livecluster.Connections, len(clusters))
 	for _, c := range d.Changes {
 		placed := false
-		for _, cl := range clusters {
+		for i, cl := range clusters {
 			if !cl.lands(c.placeFile()) {
 				continue
 			}
+			cl.conns = &conns[i]
 			placed = true
 			row := Row{Cluster: cl.Name, Change: c}
 			if c.judge != nil || c.notJudged != "" {
@@ -351,7 +366,7 @@ func Judge(ctx context.Context, d *Diff, clusters []Cluster, settings *cli.EnvSe
 			if c.reader != nil {
 				reader = c.reader
 			}
-			req := fluxrelease.Request{HelmRelease: c.HelmRelease, Reader: reader, Local: cl.Config, Settings: settings}
+			req := fluxrelease.Request{HelmRelease: c.HelmRelease, Reader: reader, Local: cl.Config, Settings: settings, Clusters: cl.conns}
 			if r := cl.recorded(); r != nil {
 				req.Recorded = r
 			}
