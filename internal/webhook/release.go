@@ -251,9 +251,10 @@ func (g *Gate) recordErrored(subject string, err error) decision {
 	return decision{kind: kindErrorAdmitted, message: msg, warnings: []string{msg}, reason: ReasonGateError, noState: true}
 }
 
-// localTarget is the local cluster, kept between decisions when the gate keeps targets.
+// localTarget is the local cluster, kept between decisions when the gate keeps targets:
+// the same target the HelmRelease gate's decisions on the local cluster use.
 func (g *Gate) localTarget(ctx context.Context) (*livecluster.Target, error) {
-	return g.clusters.Get(ctx, livecluster.Key(g.local.Host), g.local, true)
+	return g.clusters.Get(ctx, livecluster.LocalKey(g.local), g.local, true)
 }
 
 // recordOnHelmRelease puts a release-record or CRD decision where Flux users look: an
