@@ -16,7 +16,6 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
-	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
 	"github.com/upgradeguard/upgradeguard/pkg/review"
 	"github.com/upgradeguard/upgradeguard/test/scenario"
@@ -44,10 +43,6 @@ var reviewCharts = []struct{ dir, chart, version string }{
 // pay alike, is left out. The cluster is prod as the incident left it: the 2.17.2 CRDs
 // from a Helm release, HelmRepositories stored at v1beta2, so both find the migration.
 func benchReview(ctx context.Context, rounds int) error {
-	fx, err := testenv.Fixtures()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "upgradeguard-bench-review-")
 	if err != nil {
 		return err
@@ -67,16 +62,11 @@ func benchReview(ctx context.Context, rounds int) error {
 	if err := scenario.FluxStoredV1beta2(ctx, cp, filepath.Join(dir, "fixtures")); err != nil {
 		return err
 	}
-	charts, err := servers.NewChartRepo(filepath.Join(dir, "charts"))
+	charts, err := scenario.ChartRepo(filepath.Join(dir, "charts"), append([]string{"flux2-2.18.2"}, chartDirs()...)...)
 	if err != nil {
 		return err
 	}
 	defer charts.Close()
-	for _, c := range append([]string{"flux2-2.18.2"}, chartDirs()...) {
-		if err := charts.Add(filepath.Join(fx, "charts", c)); err != nil {
-			return err
-		}
-	}
 	repo := filepath.Join(dir, "repo")
 	base, head, err := reviewRepository(repo, charts.URL)
 	if err != nil {

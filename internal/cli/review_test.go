@@ -36,7 +36,7 @@ func TestReviewFluxBump(t *testing.T) {
 	// staging: 2.17.2 from the start.
 	helmOn(t, staging, "install", "flux2", installed, "-n", "flux-system", "--create-namespace")
 
-	repo := fluxChartRepo(t, fx)
+	repo := fluxChartRepo(t)
 	g := servers.NewGitRepo(t)
 	files := func(version string) map[string]string {
 		m := map[string]string{"README.md": "fleet\n"}

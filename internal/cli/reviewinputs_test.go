@@ -140,7 +140,7 @@ func TestReviewInputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	fx := fixturesDir(t)
-	repo := fluxChartRepo(t, fx)
+	repo := fluxChartRepo(t)
 	// The live Applications: Argo CD's Application CRD (no Argo CD runs: review reads
 	// only the status), flux2 deployed at 2.17.2.
 	if err := argocd.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(prod.Config)); err != nil {
@@ -279,17 +279,12 @@ func TestReviewInputs(t *testing.T) {
 
 // fluxChartRepo serves the real flux2 2.17.2 and 2.18.2 charts from a Helm repository on
 // loopback until the test ends.
-func fluxChartRepo(t *testing.T, fx string) *servers.ChartRepo {
+func fluxChartRepo(t *testing.T) *servers.ChartRepo {
 	t.Helper()
-	repo, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "charts"))
+	repo, err := scenario.ChartRepo(filepath.Join(t.TempDir(), "charts"), "flux2-2.17.2", "flux2-2.18.2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(repo.Close)
-	for _, v := range []string{"2.17.2", "2.18.2"} {
-		if err := repo.Add(filepath.Join(fx, "charts", "flux2-"+v)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return repo
 }

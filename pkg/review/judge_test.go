@@ -63,16 +63,11 @@ func TestJudgeSharesOneConnectionPerCluster(t *testing.T) {
 	if err := scenario.Helm(cp, "install", "flux2", installed, "-n", "flux-system", "--create-namespace"); err != nil {
 		t.Fatal(err)
 	}
-	charts, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "charts"))
+	charts, err := scenario.ChartRepo(filepath.Join(t.TempDir(), "charts"), "flux2-2.17.2", "flux2-2.18.2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(charts.Close)
-	for _, v := range []string{"2.17.2", "2.18.2"} {
-		if err := charts.Add(filepath.Join(fx, "charts", "flux2-"+v)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	crds := func(version string) string {
 		b, err := os.ReadFile(filepath.Join(fx, "charts", "flux2-"+version, "rendered", "crds.yaml"))
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
+	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 )
 
 // kyvernoCRDs are the kyverno CRD fixture sets (crds/kyverno/APP) of each chart version.
@@ -86,4 +87,25 @@ func ChartFiles(chart, version string) (map[string]string, error) {
 		files["templates/hooks/post-upgrade-migrate-resources.yaml"] = "{{- if .Values.crds.migration.enabled }}\n{{- if not .Values.templating.enabled }}\n" + hook + "\n{{- end }}\n{{- end }}\n"
 	}
 	return files, nil
+}
+
+// ChartRepo serves a Helm chart repository on loopback from dir holding the fixture
+// charts named (as "flux2-2.17.2", folders of the fixtures' charts/), packaged and
+// indexed as a publisher releases them. Close stops it.
+func ChartRepo(dir string, charts ...string) (*servers.ChartRepo, error) {
+	fx, err := testenv.Fixtures()
+	if err != nil {
+		return nil, err
+	}
+	r, err := servers.NewChartRepo(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range charts {
+		if err := r.Add(filepath.Join(fx, "charts", c)); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	return r, nil
 }
