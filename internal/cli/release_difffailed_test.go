@@ -6,11 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/output/citest"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/releasediff"
@@ -113,6 +115,14 @@ spec:
 		if strings.Contains(out, secretV1) || strings.Contains(out, secretV2) {
 			t.Fatal("diff-failed printed Secret data")
 		}
+	}
+
+	// CI reads the same: the release half-applied, and the Deployment that drifted.
+	r = ug(t, "release", "diff-failed", "df", "-n", "df", "-o", "sarif")
+	wantCI := []string{releasediff.CheckHalfApplied + " error Release/df/df", releasediff.CheckDrifted + " error Deployment/df/api"}
+	if diff := cmp.Diff(wantCI, citest.SARIF(t, r.stdout)); diff != "" || r.code != cli.ExitFindings ||
+		strings.Contains(r.stdout, secretV1) || strings.Contains(r.stdout, secretV2) {
+		t.Errorf("-o sarif: exit %d (want 1, no Secret data), results (-want +got):\n%s", r.code, diff)
 	}
 }
 

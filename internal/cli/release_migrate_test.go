@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/upgradeguard/upgradeguard/internal/cli"
+	"github.com/upgradeguard/upgradeguard/internal/output/citest"
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/internal/testenv/servers"
 	"github.com/upgradeguard/upgradeguard/pkg/chartmigrate"
@@ -270,6 +271,21 @@ func TestReleaseMigrate(t *testing.T) {
 		!strings.Contains(blocked.stderr, "Error: nothing was changed: the plan has blocking findings (") ||
 		!strings.Contains(blocked.stderr, "): fix them, or pass --override-blocking") {
 		t.Errorf("blocked plan: exit %d, want 1 with the plan and the refusal\n%s\n%s", blocked.code, blocked.stdout, blocked.stderr)
+	}
+	// CI reads the same plans: the blocked one fails on the taken name, the safe one's
+	// notes (pv-not-retain: the migration retains the volume itself) fail nothing.
+	for name, c := range map[string]struct {
+		release string
+		code    int
+		want    string
+	}{
+		"blocked": {"taken", cli.ExitFindings, "release-migrate: Release/" + ns + "/olddb FAIL " + chartmigrate.CheckNewReleaseInUse + " out"},
+		"safe":    {"newdb", cli.ExitSafe, "release-migrate: Release/" + ns + "/olddb out"},
+	} {
+		r := ug(t, "release", "migrate", "olddb", "-n", ns, "--to-chart", newChart, "--new-release", c.release, "--plan", "-o", "junit")
+		if diff := cmp.Diff([]string{c.want}, citest.JUnit(t, r.stdout)); diff != "" || r.code != c.code || strings.Contains(r.stdout, password) {
+			t.Errorf("%s plan, -o junit: exit %d (want %d, no Secret data), cases (-want +got):\n%s", name, r.code, c.code, diff)
+		}
 	}
 	if strings.Contains(blocked.stderr, "1/8 backup") {
 		t.Errorf("blocked plan: a step ran\n%s", blocked.stderr)
