@@ -513,7 +513,7 @@ func TestReadOnlyAndRBAC(t *testing.T) {
 	if dryRuns == 0 {
 		t.Error("check did not ask the API server whether it accepts the incoming CRD (no dry-run write audited)")
 	}
-	if !strings.Contains(upgrade.stdout, "was not asked whether it accepts") {
+	if !strings.Contains(upgrade.stdout, "admission webhooks were not asked about") {
 		t.Errorf("a reader's check does not say the API server was not asked:\n%s", upgrade.stdout)
 	}
 

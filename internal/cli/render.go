@@ -141,21 +141,16 @@ func renderRows(w io.Writer, verbose bool, rep *check.Report, rows []check.CRDRe
 
 // unaskedHeadline words what was not asked (check.Report.Unasked) for a headline.
 func unaskedHeadline(unasked []check.Unasked) string {
-	var dry, policies []string
+	var parts []string
 	for _, u := range unasked {
 		switch u.What {
 		case check.UnaskedDryRun:
-			dry = append(dry, u.CRDs...)
+			parts = append(parts, fmt.Sprintf("the API server's admission webhooks were not asked about %d CRD(s) (only a dry-run write reaches them)", len(u.CRDs)))
+		case check.UnaskedValidation:
+			parts = append(parts, fmt.Sprintf("its own validation of %d of them was not asked (%s)", len(u.CRDs), u.Why))
 		case check.UnaskedPolicies:
-			policies = append(policies, u.CRDs...)
+			parts = append(parts, fmt.Sprintf("its ValidatingAdmissionPolicies could not be read for %d of them", len(u.CRDs)))
 		}
-	}
-	var parts []string
-	if len(dry) > 0 {
-		parts = append(parts, fmt.Sprintf("the API server was not asked whether it accepts %d CRD(s) (its webhooks and its own validation of the CRD answer only a dry-run write)", len(dry)))
-	}
-	if len(policies) > 0 {
-		parts = append(parts, fmt.Sprintf("its ValidatingAdmissionPolicies could not be read for %d of them", len(policies)))
 	}
 	return strings.Join(parts, ", and ")
 }
@@ -170,8 +165,13 @@ func renderUnasked(w io.Writer, unasked []check.Unasked) {
 	for _, u := range unasked {
 		switch u.What {
 		case check.UnaskedDryRun:
-			fmt.Fprintf(w, "  the API server was not asked whether it accepts %s (a dry-run write, which reaches its webhooks and its own validation; it needs update and create on customresourcedefinitions): %s\n",
+			fmt.Fprintf(w, "  the API server's admission webhooks were not asked about %s (only a dry-run write reaches them; it needs update and create on customresourcedefinitions): %s\n",
 				strings.Join(u.CRDs, ", "), u.Why)
+			if u.Local != nil && u.Local.Stands() {
+				fmt.Fprintf(w, "    its own validation of the CRDs was %s\n", u.Local)
+			}
+		case check.UnaskedValidation:
+			fmt.Fprintf(w, "  the API server's own validation of %s was not asked: %s\n", strings.Join(u.CRDs, ", "), u.Why)
 		case check.UnaskedPolicies:
 			fmt.Fprintf(w, "  its ValidatingAdmissionPolicies were not evaluated for %s (they need list on validatingadmissionpolicies and validatingadmissionpolicybindings): %s\n",
 				strings.Join(u.CRDs, ", "), u.Why)

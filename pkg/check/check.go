@@ -209,22 +209,33 @@ type Report struct {
 
 // Unasked is one question about admission that could not be asked, for some CRDs.
 type Unasked struct {
-	// What was not asked (UnaskedDryRun, UnaskedPolicies).
+	// What was not asked (UnaskedDryRun, UnaskedPolicies, UnaskedValidation).
 	What string `json:"what"`
 	// CRDs it was not asked about.
 	CRDs []string `json:"crds"`
 	// Why is the API server's answer to the request that would have asked it, for the
-	// first of the CRDs.
+	// first of the CRDs; for UnaskedValidation, by which minor's rules the CRD's own
+	// validation was evaluated here, or why it could not be.
 	Why string `json:"why"`
+	// Local, for UnaskedDryRun and UnaskedValidation, says the CRD's own validation was
+	// evaluated here in the dry run's stead, and by which minor's rules (the server's own
+	// when Local.Stands); nil when it was not.
+	Local *crdschema.Local `json:"local,omitempty"`
 }
 
 // What an Unasked did not ask.
 const (
 	// UnaskedDryRun: the dry-run write, the only question that reaches the cluster's
-	// admission webhooks and the API server's own validation of the CRD (its schema
-	// and CEL rules by its minor's rules). It needs update and create on
-	// customresourcedefinitions.
+	// admission webhooks. It needs update and create on customresourcedefinitions. The
+	// API server's own validation of the CRD, which it asks too, is evaluated here
+	// instead (crdschema.Validate; Local), and is not asked only as UnaskedValidation
+	// says.
 	UnaskedDryRun = "dry-run"
+	// UnaskedValidation: the API server's own validation of the CRD (its schema and CEL
+	// rules, by its minor's rules), for a CRD whose dry run could not be asked, when the
+	// evaluation here ran by another minor's rules than the server's (a refusal may
+	// differ: 1.38 accepts CEL rules 1.37 refuses for their cost), or could not run.
+	UnaskedValidation = "validation"
 	// UnaskedPolicies: the ValidatingAdmissionPolicies, which could not be read (list on
 	// validatingadmissionpolicies and validatingadmissionpolicybindings, and the
 	// parameters a binding names).

@@ -161,7 +161,14 @@ type answer[T any] struct {
 type policyAnswer = answer[[]admissionpolicy.Denial]
 
 // admission is the API server's answer about one incoming CRD: a refusal (nil: accepted).
-type admission = answer[*crdschema.Refusal]
+// When its dry run could not be asked (err), the CRD's own validation was evaluated here
+// instead (crdschema.Validate): local says by which minor's rules, and v is its refusal;
+// localErr says why it could not be.
+type admission struct {
+	answer[*crdschema.Refusal]
+	local    *crdschema.Local
+	localErr error
+}
 
 // evaluatePolicies evaluates the admission policies for every applied incoming CRD (the
 // same writes admit asks the API server about) and every deletion, bounded, in the order
@@ -178,13 +185,33 @@ func evaluatePolicies(ctx context.Context, cluster Cluster, admitted []judgement
 
 // admit asks the API server whether it accepts every applied incoming CRD, bounded, and
 // returns its answers in the order asked (joinAdmission makes them verdicts). A server
-// that cannot be asked (no RBAC for the dry run) is an answer too: the run goes on.
+// that cannot be asked (no RBAC for the dry run) is an answer too: the run goes on, with
+// the CRD's own validation evaluated here, by the rules of the minor this build links
+// (crdschema.Validate; the server's minor says whether they are its own).
 func admit(ctx context.Context, cluster Cluster, admitted []judgement) ([]admission, error) {
 	s, ok := cluster.(Server)
 	if !ok {
 		return nil, nil
 	}
-	return askEach(ctx, admitted, s.AdmitCRD)
+	answers, err := askEach(ctx, admitted, s.AdmitCRD)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]admission, len(answers))
+	minor := -1
+	for i, a := range answers {
+		out[i].answer = a
+		if a.err == nil {
+			continue
+		}
+		if minor < 0 {
+			minor = serverMinor(ctx, cluster)
+		}
+		local := crdschema.LocalRules(minor)
+		out[i].local = &local
+		out[i].v, out[i].localErr = crdschema.Validate(ctx, admitted[i].live, admitted[i].next, minor)
+	}
+	return out, nil
 }
 
 // askEach asks one question about every judgement, four at a time, and returns the
@@ -218,24 +245,28 @@ func askEach[T any](ctx context.Context, js []judgement, ask func(ctx context.Co
 // answer is that verdict (crdschema.Refusal.Gate). A CRD's own validation runs
 // before admission, so its refusal stands beside a policy's denial. What could not be
 // asked is returned (Report.Unasked): the dry run, for a CRD no policy denies (webhooks
-// and the CRD's own validation answer only to it), with the policies when they could
-// not be read either; the policies for a deletion, which no dry run asks about. A
-// deletion's denials are left in Policies for the removal's verdict, decided once its
-// objects are counted (predict.WithDeletionDenied, in Run).
+// answer only to it), with the policies when they could not be read either; the policies
+// for a deletion, which no dry run asks about. A deletion's denials are left in Policies
+// for the removal's verdict, decided once its objects are counted
+// (predict.WithDeletionDenied, in Run). The CRD's own validation, evaluated here in the
+// dry run's stead, gives its refusal as the API server's would; it is not asked
+// (UnaskedValidation) when it ran by another minor's rules than the server's, or could
+// not run.
 func joinAdmission(answers []admission, policies []policyAnswer, deleted []judgement, crds []CRDReport) []Unasked {
 	byName := map[string]int{}
 	for i := range crds {
 		byName[crds[i].Name] = i
 	}
 	var unasked []Unasked
-	add := func(what, why, name string) {
+	add := func(u Unasked, name string) {
 		for i := range unasked {
-			if unasked[i].What == what { // the first CRD's why stands for the rest
+			if unasked[i].What == u.What { // the first CRD's why stands for the rest
 				unasked[i].CRDs = append(unasked[i].CRDs, name)
 				return
 			}
 		}
-		unasked = append(unasked, Unasked{What: what, Why: why, CRDs: []string{name}})
+		u.CRDs = []string{name}
+		unasked = append(unasked, u)
 	}
 	deletion := map[string]bool{}
 	for _, j := range deleted {
@@ -248,7 +279,7 @@ func joinAdmission(answers []admission, policies []policyAnswer, deleted []judge
 		case p.err != nil:
 			c.PolicyError, policyErr[p.name] = p.err.Error(), p.err
 			if deletion[p.name] {
-				add(UnaskedPolicies, p.err.Error(), p.name) // no dry run asks about a deletion
+				add(Unasked{What: UnaskedPolicies, Why: p.err.Error()}, p.name) // no dry run asks about a deletion
 			}
 		case len(p.v) > 0:
 			c.Policies = p.v
@@ -262,12 +293,24 @@ func joinAdmission(answers []admission, policies []policyAnswer, deleted []judge
 		switch {
 		case a.err != nil:
 			c.AdmissionError = a.err.Error()
+			if a.v != nil { // the CRD's own validation, evaluated here, refuses it
+				c.Refusal = a.v
+				c.Decision = predict.WithRefusal(c.Decision, a.v.Message())
+			}
 			if len(c.Policies) > 0 {
 				continue // a policy denies it: what else admission says cannot let it through
 			}
-			add(UnaskedDryRun, a.err.Error(), a.name)
+			add(Unasked{What: UnaskedDryRun, Why: a.err.Error(), Local: a.local}, a.name)
 			if err := policyErr[a.name]; err != nil {
-				add(UnaskedPolicies, err.Error(), a.name)
+				add(Unasked{What: UnaskedPolicies, Why: err.Error()}, a.name)
+			}
+			// The CRD's own validation evaluated here is not the server's answer when it
+			// ran by another minor's rules, or could not run.
+			switch {
+			case a.localErr != nil:
+				add(Unasked{What: UnaskedValidation, Why: a.localErr.Error()}, a.name)
+			case a.local != nil && !a.local.Stands():
+				add(Unasked{What: UnaskedValidation, Why: a.local.String(), Local: a.local}, a.name)
 			}
 		case a.v != nil && a.v.Gate && c.Verdict.Blocks():
 			// upgradeguard's own gate denied the dry run for the finding reported here

@@ -286,8 +286,9 @@ func specSchema(props map[string]apiextv1.JSONSchemaProps) *apiextv1.CustomResou
 // cost and refuse the CRD; 1.38 accepts it (kubernetes#141984). check asks the target
 // server with a dry-run write: Refused (blocking, with the server's words and no
 // migration offered) where it refuses, ok where it accepts, for a CRD that is live and
-// one that is new. A caller the server does not let write CRDs is told it was not asked,
-// and the verdicts stand.
+// one that is new. A caller the server does not let write CRDs gets the CRD's own
+// validation evaluated here, by the rules of the minor this build links, and is told what
+// was not asked: the webhooks, and the server's own validation where its minor differs.
 func TestRefusedByTheServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a control plane")
@@ -371,7 +372,15 @@ func TestRefusedByTheServer(t *testing.T) {
 		}
 	}
 
-	// A reader that may not write CRDs: not asked, said so, verdicts as without the question.
+	// A reader that may not write CRDs: the dry run is not asked, and the CRD's own
+	// validation is evaluated here (crdschema.Validate), by the rules of the minor this
+	// build links. Where that is the server's minor, its answer is the admin's dry run's,
+	// word for word, and only the webhooks are not asked; elsewhere it says whose rules
+	// it used, and that the server's own validation was not asked.
+	admin := map[string]*crdschema.Refusal{}
+	for _, c := range rep.CRDs {
+		admin[c.Name] = c.Refusal
+	}
 	cp.Grant(t, "crd-viewer", rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}})
 	viewer, err := cp.AddUser("crd-viewer")
 	if err != nil {
@@ -385,12 +394,83 @@ func TestRefusedByTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Safe {
-		t.Fatalf("not asked: want the verdicts without the question (safe), got %+v", rep.CRDs)
+	same := cp.Minor == crdschema.LinkedMinor
+	refusedHere := crdschema.LinkedMinor < 38 // the fixture's rule, by the linked minor's rules
+	if rep.Safe == refusedHere {
+		t.Fatalf("read-only on 1.%d, evaluated by 1.%d's rules: Safe=%v, want %v: %+v", cp.Minor, crdschema.LinkedMinor, rep.Safe, !refusedHere, rep.CRDs)
 	}
 	for _, c := range rep.CRDs {
 		if !strings.Contains(c.AdmissionError, "forbidden") {
 			t.Errorf("%s: want the forbidden dry run said, got %q", c.Name, c.AdmissionError)
 		}
+		if !refusedHere {
+			if c.Verdict != predict.OK || c.Refusal != nil {
+				t.Errorf("%s: 1.%d's rules accept it: want ok, got %s (%s)", c.Name, crdschema.LinkedMinor, c.Verdict, c.Reason)
+			}
+			continue
+		}
+		if c.Verdict != predict.Refused || c.Refusal == nil || c.Refusal.Local == nil || *c.Refusal.Local != crdschema.LocalRules(cp.Minor) ||
+			!strings.Contains(c.Reason, "cost") || !strings.Contains(c.Reason, fmt.Sprintf("Kubernetes 1.%d's rules", crdschema.LinkedMinor)) {
+			t.Fatalf("%s: want refused, evaluated here by 1.%d's rules for a 1.%d server, got %s (%s) %+v",
+				c.Name, crdschema.LinkedMinor, cp.Minor, c.Verdict, c.Reason, c.Refusal)
+		}
+		if a := admin[c.Name]; same && (a == nil || !slices.Equal(c.Refusal.Causes, a.Causes)) {
+			t.Errorf("%s: the server's own minor's rules, evaluated here, refuse it with %q; its dry run answered %+v", c.Name, c.Refusal.Causes, a)
+		}
 	}
+	assertUnasked(t, rep, []string{live.Name, fresh.Name}, same)
+
+	// A CRD whose own validation passes is not refused; the webhooks are still not asked.
+	valid := func(crd *apiextv1.CustomResourceDefinition) *apiextv1.CustomResourceDefinition {
+		c := crd.DeepCopy()
+		for i := range c.Spec.Versions {
+			c.Spec.Versions[i].Schema = specSchema(map[string]apiextv1.JSONSchemaProps{"a": str, "b": {Type: "integer"}})
+		}
+		return c
+	}
+	rep, err = check.Run(ctx, readOnly, check.Request{Operation: predict.Upgrade,
+		Incoming: []chartcrds.CRD{{CRD: valid(live), Source: predict.Templates}, {CRD: valid(fresh), Source: predict.Templates}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Safe {
+		t.Fatalf("read-only, a valid CRD: want safe, got %+v", rep.CRDs)
+	}
+	for _, c := range rep.CRDs {
+		if c.Verdict != predict.OK || c.Refusal != nil {
+			t.Errorf("%s: a valid CRD evaluated here: want ok, got %s (%s)", c.Name, c.Verdict, c.Reason)
+		}
+	}
+	assertUnasked(t, rep, []string{live.Name, fresh.Name}, same)
+}
+
+// assertUnasked: the dry run (the webhooks) is not asked for crds, with the CRD's own
+// validation evaluated here in its stead by the linked minor's rules; the server's own
+// validation is not asked either unless those are its rules (same).
+func assertUnasked(t *testing.T, rep *check.Report, crds []string, same bool) {
+	t.Helper()
+	byWhat := map[string]check.Unasked{}
+	for _, u := range rep.Unasked {
+		byWhat[u.What] = u
+	}
+	dry, ok := byWhat[check.UnaskedDryRun]
+	if !ok || !sameNames(dry.CRDs, crds) || !strings.Contains(dry.Why, "forbidden") || dry.Local == nil || dry.Local.Minor != crdschema.LinkedMinor {
+		t.Errorf("want the dry run (webhooks) not asked for %v, with the validation evaluated here: %+v", crds, rep.Unasked)
+	}
+	v, ok := byWhat[check.UnaskedValidation]
+	if ok == same {
+		t.Errorf("the server's own validation not asked: %v, want %v (server 1.%d, rules 1.%d): %+v", ok, !same, cp.Minor, crdschema.LinkedMinor, rep.Unasked)
+	}
+	if ok && (!sameNames(v.CRDs, crds) || v.Local == nil || v.Local.ServerMinor != cp.Minor ||
+		!strings.Contains(v.Why, fmt.Sprintf("1.%d's rules", crdschema.LinkedMinor)) || !strings.Contains(v.Why, fmt.Sprintf("runs 1.%d", cp.Minor))) {
+		t.Errorf("the validation not asked must name both minors: %+v", v)
+	}
+}
+
+// sameNames says whether a and b hold the same names, in any order.
+func sameNames(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

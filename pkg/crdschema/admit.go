@@ -36,12 +36,19 @@ type Refusal struct {
 	// itself. It runs as a mutating webhook, before the CRD's own validation, so nothing
 	// after it was asked.
 	Gate bool `json:"gate,omitempty"`
+	// Local says the CRD's own validation was evaluated here (Validate), by which
+	// minor's rules, because the dry run could not be asked; nil for the API server's own
+	// answer.
+	Local *Local `json:"local,omitempty"`
 }
 
 // Message is the causes in one line.
 func (r *Refusal) Message() string {
 	if r == nil {
 		return ""
+	}
+	if r.Local != nil {
+		return "the API server's own CRD validation refuses the incoming CRD (the dry run could not be asked; " + r.Local.String() + "): " + strings.Join(r.Causes, "; ")
 	}
 	return "the API server refuses the incoming CRD: " + strings.Join(r.Causes, "; ")
 }
@@ -93,6 +100,13 @@ func ask(ctx context.Context, crds apiextv1client.CustomResourceDefinitionInterf
 	if !apierrors.IsInvalid(err) {
 		return nil, fmt.Errorf("ask the API server whether it accepts CRD %s (a dry-run write): %w", next.Name, err)
 	}
+	return refusalOf(err), nil
+}
+
+// refusalOf is the Refusal an Invalid error from the API server (or from its validation
+// code, Validate) says: nil when it refuses only stored versions the CRD drops (the
+// storedVersions verdict's).
+func refusalOf(err error) *Refusal {
 	var causes []string
 	admission := true
 	if status, ok := err.(apierrors.APIStatus); ok && status.Status().Details != nil {
@@ -109,13 +123,13 @@ func ask(ctx context.Context, crds apiextv1client.CustomResourceDefinitionInterf
 			}
 		}
 		if len(status.Status().Details.Causes) > 0 && len(causes) == 0 {
-			return nil, nil // only stored versions it drops: the storedVersions verdict's
+			return nil // only stored versions it drops: the storedVersions verdict's
 		}
 	}
 	if len(causes) == 0 {
 		causes, admission = []string{err.Error()}, false
 	}
-	return &Refusal{Causes: causes, Admission: admission}, nil
+	return &Refusal{Causes: causes, Admission: admission}
 }
 
 // gateDenied says whether err is upgradeguard's admission gate's denial: its status

@@ -237,6 +237,25 @@ func runRuleCase(t *testing.T, plural string, tc ruleCase) {
 	if want := tc.refusedBy != nil && tc.refusedBy(cp.Minor); (refusal != nil) != want {
 		t.Errorf("Kubernetes 1.%d: refusal %v, want refused=%v", cp.Minor, refusal, want)
 	}
+	// The same question evaluated here (Validate: what an identity that may not make the
+	// dry run is told), by the rules of the minor this build links: the server's answer,
+	// word for word, where that is the server's minor, and that minor's answer elsewhere.
+	local, err := crdschema.Validate(ctx, live, after, cp.Minor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := tc.refusedBy != nil && tc.refusedBy(crdschema.LinkedMinor); (local != nil) != want {
+		t.Errorf("evaluated here by 1.%d's rules: refusal %v, want refused=%v", crdschema.LinkedMinor, local, want)
+	}
+	if local != nil && (local.Local == nil || *local.Local != crdschema.LocalRules(cp.Minor) ||
+		local.Local.Stands() != (cp.Minor == crdschema.LinkedMinor) || local.Admission) {
+		t.Errorf("a refusal evaluated here must say by which minor's rules, for 1.%d: %+v", cp.Minor, local)
+	}
+	if cp.Minor == crdschema.LinkedMinor && refusal != nil && local != nil {
+		if diff := cmp.Diff(refusal.Causes, local.Causes); diff != "" {
+			t.Errorf("evaluated here, the server's own minor's causes differ from its dry run's (-server +here):\n%s", diff)
+		}
+	}
 	err = testenv.ApplyCRD(ctx, cs, after)
 	if refusal != nil {
 		if err == nil {
