@@ -324,6 +324,9 @@ func renderWhy(w io.Writer, rep *check.Report, findings []check.CRDReport) {
 		explain[predict.Delete] = "the Application's chart no longer renders the CRD (from templates/ or crds/, both part of the Application) and its sync prunes it: Argo CD deletes it " +
 			"and every object of its type (OBJECTS)"
 	}
+	if slices.ContainsFunc(findings, func(c check.CRDReport) bool { return c.Refusal != nil && c.Refusal.Local != nil }) {
+		explain[predict.Refused] += "; where this identity may not make the dry run that asks it, its validation code was evaluated here (-v says by which minor's rules)"
+	}
 	fmt.Fprintln(w, "\nWhy:")
 	for _, v := range []predict.Verdict{predict.Delete, predict.Move, predict.PolicyDenied, predict.Refused, predict.DataLoss, predict.Migrate, predict.Bridge, predict.Prune} {
 		n := 0

@@ -13,6 +13,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/check"
+	"github.com/upgradeguard/upgradeguard/pkg/crdschema"
 	"github.com/upgradeguard/upgradeguard/pkg/crdversions"
 	"github.com/upgradeguard/upgradeguard/pkg/predict"
 )
@@ -74,6 +75,21 @@ func TestRenderGolden(t *testing.T) {
 		LiveCRDObjects: []check.CustomResourceCount{{CRD: "helmreleases.helm.toolkit.fluxcd.io", Kind: "HelmRelease", Objects: 3}}}
 	noCRDs := &check.Report{Operation: predict.Upgrade, Safe: true, CRDs: []check.CRDReport{}, NextSteps: []string{},
 		Manifests: &check.ManifestSummary{Files: []string{"out/a.yaml", "out/b.json"}, Documents: 2, Objects: 2}}
+	// A reader that may not make the dry run: the webhooks not asked, the CRD's own
+	// validation evaluated here by the server's own minor's rules; and by another minor's,
+	// refusing one CRD.
+	forbidden := "customresourcedefinitions.apiextensions.k8s.io is forbidden: User \"ci\" cannot update resource \"customresourcedefinitions\""
+	sameMinor := crdschema.Local{Minor: 37, ServerMinor: 37}
+	notAllAsked := &check.Report{Operation: predict.Upgrade, Safe: true, Release: "flux", Namespace: "flux-system", CRDs: goldenReport().CRDs[2:],
+		NextSteps: []string{}, Unasked: []check.Unasked{{What: check.UnaskedDryRun, CRDs: []string{"gitrepositories.source.toolkit.fluxcd.io"}, Why: forbidden, Local: &sameMinor}}}
+	otherMinor := crdschema.Local{Minor: 37, ServerMinor: 38}
+	refusedHere := &crdschema.Refusal{Causes: []string{"spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Forbidden: estimated rule cost exceeds budget by factor of 1.8x"}, Local: &otherMinor}
+	localRefused := &check.Report{Operation: predict.Upgrade, Release: "costs", Namespace: "default", NextSteps: []string{},
+		CRDs: []check.CRDReport{{Decision: predict.WithRefusal(predict.Decision{Name: "costs.cost.example.com", Verdict: predict.OK, Source: predict.Templates,
+			LiveStoredVersions: []string{"v1"}, LiveStorageVersion: "v1", IncomingVersions: goldenReport().CRDs[2].IncomingVersions, IncomingStorageVersion: "v1",
+			MissingStoredVersions: []string{}, Conversion: "None"}, refusedHere.Message()), Refusal: refusedHere, AdmissionError: forbidden}},
+		Unasked: []check.Unasked{{What: check.UnaskedDryRun, CRDs: []string{"costs.cost.example.com"}, Why: forbidden, Local: &otherMinor},
+			{What: check.UnaskedValidation, CRDs: []string{"costs.cost.example.com"}, Why: otherMinor.String(), Local: &otherMinor}}}
 	cases := []struct {
 		name    string
 		format  string
@@ -87,6 +103,9 @@ func TestRenderGolden(t *testing.T) {
 		{"manifests-blocked.txt", "text", false, manifests},
 		{"manifests-blocked.json", "json", false, manifests},
 		{"manifests-no-crds.txt", "text", false, noCRDs},
+		{"not-all-asked.txt", "text", false, notAllAsked},
+		{"refused-here.txt", "text", false, localRefused},
+		{"refused-here.json", "json", false, localRefused},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
