@@ -46,7 +46,7 @@ func (l Local) String() string {
 	case l.ServerMinor == 0:
 		return fmt.Sprintf("evaluated here by Kubernetes 1.%d's rules; the API server's minor could not be read, and its answer may differ", l.Minor)
 	default:
-		return fmt.Sprintf("evaluated here by Kubernetes 1.%d's rules; the API server runs 1.%d, whose answer may differ (CEL cost estimation, for one, changes between minors)", l.Minor, l.ServerMinor)
+		return fmt.Sprintf("evaluated here by Kubernetes 1.%d's rules; the API server runs 1.%d, whose answer may differ: CEL cost estimation, for one, changes between minors", l.Minor, l.ServerMinor)
 	}
 }
 
