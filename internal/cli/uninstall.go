@@ -16,6 +16,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/cliflag"
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/backup"
+	"github.com/upgradeguard/upgradeguard/pkg/livecluster"
 	"github.com/upgradeguard/upgradeguard/pkg/uninstall"
 )
 
@@ -75,6 +76,10 @@ func (o *uninstallCheckOptions) check(ctx context.Context, conn *connection, rel
 	if err != nil {
 		return nil, opts, nil, couldNot("build client: %w", err)
 	}
+	// The admission policies are evaluated for each CRD the uninstall deletes.
+	if opts.Policies, err = livecluster.NewKubeCluster(conn.config); err != nil {
+		return nil, opts, nil, couldNot("build client: %w", err)
+	}
 	rep, err := uninstall.Check(ctx, c, opts)
 	if err != nil {
 		return nil, opts, nil, classifyAs(cmdUninstallCheck, err, conn)
@@ -108,6 +113,11 @@ func (out *uninstallCheckOutput) text(w io.Writer) error {
 	}
 	uninstallExtras(w, out)
 	fmt.Fprintln(w)
+	if rep.Safe && rep.PoliciesNotAsked != "" {
+		fmt.Fprintf(w, "NOT ALL ASKED: no trap found in what was asked, but the cluster's ValidatingAdmissionPolicies could not be read for the CRDs it deletes "+
+			"(they need list on validatingadmissionpolicies and validatingadmissionpolicybindings): %s\n", rep.PoliciesNotAsked)
+		return nil
+	}
 	if rep.Safe {
 		fmt.Fprintln(w, "SAFE: no trap found.")
 		return nil
@@ -115,6 +125,9 @@ func (out *uninstallCheckOutput) text(w io.Writer) error {
 	fmt.Fprintf(w, "UNSAFE: %d finding(s)\n", len(rep.Findings))
 	for _, f := range rep.Findings {
 		fmt.Fprintf(w, "  [%s] %s\n      %s\n      fix: %s\n", f.Check, f.Subject, f.Message, f.Remediation)
+	}
+	if rep.PoliciesNotAsked != "" {
+		fmt.Fprintf(w, "Not asked: the cluster's ValidatingAdmissionPolicies for the CRDs it deletes: %s\n", rep.PoliciesNotAsked)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/kubeclient"
@@ -34,6 +35,8 @@ type inspector struct {
 	// listed holds the subjects of the stored manifest.
 	listed map[string]bool
 	pods   map[string][]podRef
+	// policies evaluates the admission policies for a CRD's deletion (nil: not asked).
+	policies PolicyEvaluator
 }
 
 type podRef struct {
@@ -362,9 +365,35 @@ func (in *inspector) crdCascade(ctx context.Context, o *Object) error {
 	// The verdict on a deleted CRD is predict's, the one every door gives.
 	objects := int64(n)
 	f := predict.DecideRemoved(in.op, in.deployer, predict.Removal{Live: crd, From: predict.ChartCRD{CRD: crd, Source: predict.Templates}, Fate: predict.FateDeleted}, &objects)
+	keep := in.deployer.KeepAdvice(in.op, []*apiextv1.CustomResourceDefinition{crd}, in.release, in.namespace)
 	if f.Verdict == predict.Delete {
-		in.find(CheckCRDCascade, o.Subject, f.Reason, in.deployer.KeepAdvice(in.op, []*apiextv1.CustomResourceDefinition{crd}, in.release, in.namespace))
+		in.find(CheckCRDCascade, o.Subject, f.Reason, keep)
 	}
+	return in.deletionPolicies(ctx, o, crd, keep)
+}
+
+// deletionPolicies evaluates the admission policies for the CRD's deletion: a denial is
+// the CheckCRDDeletionDenied finding (every Helm's uninstall fails on it), and policies
+// that cannot be read are said in Report.PoliciesNotAsked.
+func (in *inspector) deletionPolicies(ctx context.Context, o *Object, crd *apiextv1.CustomResourceDefinition, keep string) error {
+	if in.policies == nil {
+		return nil
+	}
+	ds, err := in.policies.PolicyDenials(ctx, crd, nil)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		if in.rep.PoliciesNotAsked == "" {
+			in.rep.PoliciesNotAsked = err.Error()
+		}
+		return nil
+	case len(ds) == 0:
+		return nil
+	}
+	o.Policies = ds
+	in.find(CheckCRDDeletionDenied, o.Subject, admissionpolicy.Message(ds)+": helm uninstall deletes the release's other objects and then fails on this one, leaving the release half-uninstalled",
+		keep+"; or meet the policy's own exception (its message says which) and uninstall again")
 	return nil
 }
 

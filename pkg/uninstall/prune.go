@@ -54,7 +54,7 @@ func Prune(ctx context.Context, c *Clients, o PruneOptions) (*Report, error) {
 	if deployer == nil {
 		deployer = predict.Helm4
 	}
-	return inspect(ctx, c, rep, deployer, predict.Operation(o.Operation), o.Release, o.Namespace, objs, func(in *inspector, mo manifestObject) (Object, error) {
+	return inspect(ctx, c, rep, deployer, predict.Operation(o.Operation), o.Release, o.Namespace, objs, nil, func(in *inspector, mo manifestObject) (Object, error) {
 		return in.decidePrune(ctx, mo, o.Operation)
 	})
 }

@@ -1,6 +1,7 @@
 package uninstall
 
 import (
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
 )
@@ -61,6 +62,12 @@ type Report struct {
 	Findings []Finding `json:"findings"`
 	// Safe is true when there are no findings.
 	Safe bool `json:"safe"`
+	// PoliciesNotAsked says why the cluster's admission policies could not be evaluated
+	// for the CRDs the uninstall deletes (list on validatingadmissionpolicies and their
+	// bindings, and the parameters a binding names): Safe rests on the rest, and a front
+	// end says so in its headline. Empty when they were evaluated, or not asked for
+	// (Options.Policies nil).
+	PoliciesNotAsked string `json:"policiesNotAsked,omitempty"`
 }
 
 // Object is one object of the stored manifest and what the uninstall does to it.
@@ -86,6 +93,8 @@ type Object struct {
 	Cascade *Cascade     `json:"cascade,omitempty"`
 	Secret  *SecretInfo  `json:"secret,omitempty"`
 	Storage *StorageInfo `json:"storageClass,omitempty"`
+	// Policies are the admission policies that deny deleting this CRD (CheckCRDDeletionDenied).
+	Policies []admissionpolicy.Denial `json:"policies,omitempty"`
 }
 
 // PVCInfo describes a PersistentVolumeClaim and the volume behind it.
@@ -142,6 +151,7 @@ const (
 	CheckStorageClass      = "storageclass-deleted"
 	CheckNamespaceCascade  = "namespace-cascade"
 	CheckCRDCascade        = "crd-cascade"
+	CheckCRDDeletionDenied = "crd-deletion-denied"
 	CheckSecret            = "secret-credentials"
 )
 
@@ -158,6 +168,7 @@ var Checks = []CheckInfo{
 	{CheckStorageClass, "deleting a StorageClass that volumes still use breaks re-creating their claims and provisioning new ones"},
 	{CheckNamespaceCascade, "deleting a Namespace deletes everything in it, including objects the release never listed"},
 	{CheckCRDCascade, "deleting a CustomResourceDefinition deletes every object of that type in the cluster"},
+	{CheckCRDDeletionDenied, "an admission policy of the cluster denies deleting a CustomResourceDefinition the release lists: helm uninstall deletes the release's other objects and then fails on it, leaving the release half-uninstalled"},
 	{CheckSecret, "a deleted Secret holding credentials cannot be recovered: a re-install mints new ones (or refuses) while the data on kept volumes still expects the old ones"},
 }
 

@@ -20,6 +20,7 @@ import (
 	"helm.sh/helm/v4/pkg/release/common"
 	release "helm.sh/helm/v4/pkg/release/v1"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/finding"
 	"github.com/upgradeguard/upgradeguard/pkg/helmrelease"
@@ -61,6 +63,16 @@ type Options struct {
 	// HelmVersion is the version of Helm that will run the uninstall, such as 4.3 or
 	// 3.18; empty means DefaultHelmVersion.
 	HelmVersion string
+	// Policies, when set, evaluates the cluster's admission policies for the deletion of
+	// each CRD the uninstall deletes (livecluster.KubeCluster is one): a denial is the
+	// CheckCRDDeletionDenied finding. Nil does not ask.
+	Policies PolicyEvaluator
+}
+
+// PolicyEvaluator evaluates the cluster's admission policies for a CRD write, a nil next
+// being the deletion of live (check.PolicyEvaluator's port).
+type PolicyEvaluator interface {
+	PolicyDenials(ctx context.Context, live, next *apiextv1.CustomResourceDefinition) ([]admissionpolicy.Denial, error)
 }
 
 // VerifiesOwnership reports whether a Helm version checks the live object's ownership
@@ -233,7 +245,7 @@ func Check(ctx context.Context, c *Clients, o Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	return inspect(ctx, c, rep, deployer, predict.Uninstall, o.Release, o.Namespace, objs, func(in *inspector, obj manifestObject) (Object, error) {
+	return inspect(ctx, c, rep, deployer, predict.Uninstall, o.Release, o.Namespace, objs, o.Policies, func(in *inspector, obj manifestObject) (Object, error) {
 		return in.decide(ctx, obj)
 	})
 }
@@ -241,8 +253,9 @@ func Check(ctx context.Context, c *Clients, o Options) (*Report, error) {
 // inspect decides what happens to each object the operation (op, run by deployer)
 // deletes, looks behind them (volumes, credentials, cascades) and completes the report.
 func inspect(ctx context.Context, c *Clients, rep *Report, deployer predict.Deployer, op predict.Operation, release, namespace string, objs []manifestObject,
-	decide func(*inspector, manifestObject) (Object, error)) (*Report, error) {
-	in := &inspector{c: c, rep: rep, deployer: deployer, op: op, release: release, namespace: namespace, listed: map[string]bool{}, pods: map[string][]podRef{}}
+	policies PolicyEvaluator, decide func(*inspector, manifestObject) (Object, error)) (*Report, error) {
+	in := &inspector{c: c, rep: rep, deployer: deployer, op: op, release: release, namespace: namespace, listed: map[string]bool{}, pods: map[string][]podRef{},
+		policies: policies}
 	for _, obj := range objs {
 		in.listed[obj.subject()] = true
 	}
