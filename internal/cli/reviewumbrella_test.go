@@ -65,6 +65,26 @@ spec:
 `
 }
 
+// argoPathApplication is an Argo CD Application "platform" whose source is the chart
+// folder charts/platform of the fleet repository, deployed to ns.
+func argoPathApplication(ns string) string {
+	return `apiVersion: argoproj.io/v1alpha1
+kind: Application
+metadata:
+  name: platform
+  namespace: argocd
+spec:
+  project: default
+  destination:
+    server: https://kubernetes.default.svc
+    namespace: ` + ns + `
+  source:
+    repoURL: https://git.example.com/platform/fleet.git
+    path: charts/platform
+    targetRevision: main
+`
+}
+
 // umbrellaDir writes the umbrella chart whose Chart.yaml is chartYAML into a new folder
 // and runs the real `helm dependency update` in it, which fetches the dependency into
 // charts/ and writes Chart.lock; it returns the folder.
@@ -237,6 +257,31 @@ func TestReviewUmbrellaFlux(t *testing.T) {
 		if !strings.Contains(text.stdout, want) {
 			t.Errorf("the stale lock, text output lacks %q:\n%s", want, text.stdout)
 		}
+	}
+
+	// An Argo CD Application whose source is the chart's path in the repository: the
+	// same bump, judged as Argo CD syncs it; a stale lock fails Argo CD's helm dependency
+	// build, so that Application is not judged, and review says why.
+	ga := servers.NewGitRepo(t)
+	aBase := ga.Commit("platform through Argo CD", map[string]string{"clusters/prod/platform.yaml": argoPathApplication("flux-system"),
+		"charts/platform/Chart.yaml": pinned("2.17.2"), "charts/platform/Chart.lock": readFile(t, filepath.Join(at2172, "Chart.lock"))})
+	aHead := ga.Commit("Update flux2 to 2.18.2", chart(at2182))
+	aStale := ga.Commit("flux2 2.18.2 in Chart.yaml only", map[string]string{"charts/platform/Chart.lock": readFile(t, filepath.Join(at2172, "Chart.lock"))})
+	argoRow := func(name string, base, head plumbing.Hash, code int) review.Row {
+		t.Helper()
+		r := run(t, "--kubeconfig", prod.Kubeconfig, "review", "--repo", ga.Dir, "--base", base.String(), "--head", head.String(), "-o", "json")
+		rows := reviewRows(t, r)
+		if r.code != code || len(rows) != 1 || rows[0].Subject != "Application/argocd/platform" {
+			t.Fatalf("%s: exit %d with rows %+v, want %d and the Application's row\n%s", name, r.code, rows, code, r.stderr)
+		}
+		return rows[0]
+	}
+	row = argoRow("the Application's bump", aBase, aHead, cli.ExitFindings)
+	if got := findings(row); !slices.Equal(got, wantMigrate) || row.File != "charts/platform/Chart.yaml" || row.Line != 7 {
+		t.Errorf("the Application's bump: findings %v at %s:%d, want %v at charts/platform/Chart.yaml:7", got, row.File, row.Line, wantMigrate)
+	}
+	if row = argoRow("the Application's stale lock", aBase, aStale, cli.ExitSafe); !strings.Contains(row.NotJudged, "Argo CD's repo-server runs helm dependency build") {
+		t.Errorf("the Application's stale lock: not judged %q, want the reason", row.NotJudged)
 	}
 
 	// After the migration, the bump passes.

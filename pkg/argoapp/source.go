@@ -62,6 +62,11 @@ type Options struct {
 	// name as $REF/PATH: a folder per ref (spec.sources[].ref). A $ref without one is an
 	// *UnsupportedError.
 	Refs map[string]string
+	// GitCharts, when set, serves the chart folder of a git source (repoURL, path) from
+	// elsewhere, its dependencies in charts/ (review reads the revision under review):
+	// nothing is cloned and no credential read. ok false clones the source as usual; an
+	// error is an *UnsupportedError with its message.
+	GitCharts func(ctx context.Context, repoURL, path string) (dir string, ok bool, err error)
 }
 
 // Chart is an Application's Helm source as a chart source: Options load and render it
@@ -182,6 +187,16 @@ func Resolve(ctx context.Context, app *Application, o Options) (*Chart, error) {
 }
 
 func (c *Chart) resolve(ctx context.Context, app *Application, src *Source, o Options) error {
+	if src.Chart == "" && o.GitCharts != nil {
+		dir, ok, err := o.GitCharts(ctx, src.RepoURL, src.Path)
+		if err != nil {
+			return app.unsupported("path %q: %v", src.Path, err)
+		}
+		if ok {
+			c.Kind, c.Options.Ref = Git, dir
+			return c.helmOptions(app, src, dir)
+		}
+	}
 	creds, err := credentialsFor(ctx, o, src.RepoURL)
 	var unusable *unusableError
 	if errors.As(err, &unusable) {

@@ -128,6 +128,8 @@ func judgeApplication(app *argoapp.Application, head *Tree) func(context.Context
 		}
 		a, o := *app, on.options
 		a.Status, o.Helm = on.status, settings
+		// A path in this repository is read from the head revision, not cloned.
+		o.GitCharts = head.git.argoCharts(head, settings)
 		if refs := refNames(app); len(refs) > 0 {
 			dir, err := os.MkdirTemp("", "upgradeguard-review-ref-")
 			if err != nil {

@@ -155,7 +155,7 @@ func Changes(ctx context.Context, o Options) (*Diff, error) {
 	}
 	// HelmReleases whose chart is a folder of this repository that the change touches
 	// (umbrella.go).
-	umbrellas, deployed, err := umbrellaChanges(baseTree, headTree, more.built, d.Changes)
+	umbrellas, deployed, err := umbrellaChanges(baseTree, headTree, more.built, append(slices.Clone(d.Changes), more.changes...))
 	if err != nil {
 		return nil, err
 	}

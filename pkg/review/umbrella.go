@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
 	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/fluxrelease"
@@ -86,6 +87,19 @@ func umbrellaChanges(base, head *Tree, built map[string]bool, seen []Change) ([]
 	var deployed []string
 	byDir := map[string]*chartChange{}
 	for _, obj := range head.Objects {
+		if obj.GroupVersionKind().GroupKind() == applicationKind {
+			c, dir, err := umbrellaApplication(base, head, obj, byDir, seen)
+			if err != nil {
+				return nil, nil, err
+			}
+			if dir != "" && !slices.Contains(deployed, dir) {
+				deployed = append(deployed, dir)
+			}
+			if c != nil {
+				changes = append(changes, *c)
+			}
+			continue
+		}
 		if obj.GroupVersionKind().GroupKind() != helmReleaseKind || built[obj.File] {
 			continue
 		}
@@ -129,6 +143,70 @@ func umbrellaChanges(base, head *Tree, built map[string]bool, seen []Change) ([]
 	}
 	slices.Sort(deployed)
 	return changes, deployed, nil
+}
+
+// umbrellaApplication is the change to the Argo CD Application obj when its Helm source
+// is a chart folder of this repository (a path of a repoURL naming it) that the change
+// touches, judged as the Application's own changes are (judgeApplication), with the
+// head's chart; dir is that folder when the Application renders one.
+func umbrellaApplication(base, head *Tree, obj Object, byDir map[string]*chartChange, seen []Change) (*Change, string, error) {
+	app, err := application(obj)
+	if err != nil {
+		return nil, "", err
+	}
+	src := pathSource(app)
+	if src == nil || head.git == nil || !head.git.ours(src.RepoURL) {
+		return nil, "", nil
+	}
+	dir := cleanChartPath(src.Path)
+	cc, ok := byDir[dir]
+	if !ok {
+		if cc, err = diffChart(base, head, dir); err != nil {
+			return nil, "", err
+		}
+		byDir[dir] = cc
+	}
+	if cc == nil || slices.ContainsFunc(seen, func(c Change) bool { return c.Subject == app.Subject() && c.File == obj.File }) {
+		return nil, dir, nil
+	}
+	return &Change{Subject: app.Subject(), File: cc.file, Line: cc.line, From: cc.from, To: cc.to, What: cc.what, Dependencies: cc.moves,
+		Acknowledge: acknowledged(app.Annotations), place: obj.File, chart: dir, judge: judgeApplication(app, head)}, dir, nil
+}
+
+// pathSource is the Application's Helm source when it is a path in a Git repository,
+// nil otherwise.
+func pathSource(app *argoapp.Application) *argoapp.Source {
+	src, err := app.HelmSource()
+	if err != nil || src.Chart != "" || src.Path == "" {
+		return nil
+	}
+	return src
+}
+
+// argoCharts serves an Argo CD git source's chart folder from the head revision when
+// its repoURL names this repository (argoapp.Options.GitCharts), its dependencies built
+// as for a Flux GitRepository; a Chart.lock that does not match Chart.yaml is an error,
+// as Argo CD's repo-server meets it in helm dependency build.
+func (g *gitCharts) argoCharts(t *Tree, settings *cli.EnvSettings) func(context.Context, string, string) (string, bool, error) {
+	if g == nil {
+		return nil
+	}
+	return func(ctx context.Context, url, chartPath string) (string, bool, error) {
+		if !g.ours(url) {
+			return "", false, nil
+		}
+		dir := cleanChartPath(chartPath)
+		files, err := t.filesUnder(dir)
+		if err != nil {
+			return "", false, err
+		}
+		if d, err := readDependencies(dir, files); err == nil && d.staleLock() != "" {
+			return "", false, fmt.Errorf("%s does not match %s: Argo CD's repo-server runs helm dependency build, which refuses the chart, so the sync fails: run `%s` and commit Chart.lock",
+				repoPath(dir, "Chart.lock"), repoPath(dir, "Chart.yaml"), cmdline.HelmDependencyUpdate{Path: dir})
+		}
+		out, err := g.chart(ctx, t, chartPath, settings)
+		return out, err == nil, err
+	}
 }
 
 // chartChange is what the change does to one chart folder.
@@ -504,11 +582,7 @@ func repoID(u string) string {
 
 // chart builds the chart at chartPath of the tree (the head revision) into a folder,
 // with its dependencies (buildDependencies), once.
-func (g *gitCharts) chart(ctx context.Context, t *Tree, repo *sourcev1.GitRepository, chartPath string, settings *cli.EnvSettings) (string, error) {
-	if !g.ours(repo.Spec.URL) {
-		return "", &fluxrelease.UnsupportedError{Reason: fmt.Sprintf("GitRepository %s/%s fetches %s, not this repository: review reads charts from this repository only",
-			repo.Namespace, repo.Name, repo.Spec.URL)}
-	}
+func (g *gitCharts) chart(ctx context.Context, t *Tree, chartPath string, settings *cli.EnvSettings) (string, error) {
 	dir := cleanChartPath(chartPath)
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -517,7 +591,7 @@ func (g *gitCharts) chart(ctx context.Context, t *Tree, repo *sourcev1.GitReposi
 	}
 	out, err := g.build(ctx, t, dir, settings)
 	if err != nil {
-		err = fmt.Errorf("chart %s of GitRepository %s/%s: %w", dir, repo.Namespace, repo.Name, err)
+		err = fmt.Errorf("chart %s: %w", dir, err)
 	}
 	g.built[dir] = builtChart{dir: out, err: err}
 	return out, err
@@ -659,7 +733,15 @@ func (r treeReader) GitChart(ctx context.Context, repo *sourcev1.GitRepository, 
 	if r.tree.git == nil {
 		return "", &fluxrelease.UnsupportedError{Reason: fmt.Sprintf("GitRepository %s/%s: the repository's files are not at hand", repo.Namespace, repo.Name)}
 	}
-	return r.tree.git.chart(ctx, r.tree, repo, chartPath, r.settings)
+	if !r.tree.git.ours(repo.Spec.URL) {
+		return "", &fluxrelease.UnsupportedError{Reason: fmt.Sprintf("GitRepository %s/%s fetches %s, not this repository: review reads charts from this repository only",
+			repo.Namespace, repo.Name, repo.Spec.URL)}
+	}
+	dir, err := r.tree.git.chart(ctx, r.tree, chartPath, r.settings)
+	if err != nil {
+		return "", fmt.Errorf("GitRepository %s/%s: %w", repo.Namespace, repo.Name, err)
+	}
+	return dir, nil
 }
 
 var _ fluxrelease.GitChartReader = treeReader{}
