@@ -272,7 +272,9 @@ the change adds or changes, judged as check --manifests judges them; and umbrell
 in the repository: a HelmRelease whose GitRepository source names this repository and
 whose chart folder the change touches (a dependency moved in Chart.yaml or Chart.lock, a
 subchart vendored in charts/) is judged with the head's chart, its dependencies fetched
-as source-controller builds them (Chart.lock first; a stale lock is said).
+as source-controller builds them (Chart.lock first; a stale lock is said); so is an Argo
+CD Application whose Helm source is such a folder (a path of a repoURL naming this
+repository).
 
 Only the touched HelmReleases are rendered and judged. A HelmRelease whose source or
 values are not in the repository is reported "not judged" with why.
