@@ -280,7 +280,7 @@ func TestReviewUmbrellaFlux(t *testing.T) {
 	if got := findings(row); !slices.Equal(got, wantMigrate) || row.File != "charts/platform/Chart.yaml" || row.Line != 7 {
 		t.Errorf("the Application's bump: findings %v at %s:%d, want %v at charts/platform/Chart.yaml:7", got, row.File, row.Line, wantMigrate)
 	}
-	if row = argoRow("the Application's stale lock", aBase, aStale, cli.ExitSafe); !strings.Contains(row.NotJudged, "Argo CD's repo-server runs helm dependency build") {
+	if row = argoRow("the Application's stale lock", aBase, aStale, cli.ExitSafe); !strings.Contains(row.NotJudged, "Argo CD's repo-server runs `helm dependency build charts/platform`") {
 		t.Errorf("the Application's stale lock: not judged %q, want the reason", row.NotJudged)
 	}
 

@@ -201,8 +201,8 @@ func (g *gitCharts) argoCharts(t *Tree, settings *cli.EnvSettings) func(context.
 			return "", false, err
 		}
 		if d, err := readDependencies(dir, files); err == nil && d.staleLock() != "" {
-			return "", false, fmt.Errorf("%s does not match %s: Argo CD's repo-server runs helm dependency build, which refuses the chart, so the sync fails: run `%s` and commit Chart.lock",
-				repoPath(dir, "Chart.lock"), repoPath(dir, "Chart.yaml"), cmdline.HelmDependencyUpdate{Path: dir})
+			return "", false, fmt.Errorf("%s does not match %s: Argo CD's repo-server runs `%s`, which refuses the chart, so the sync fails: run `%s` and commit Chart.lock",
+				repoPath(dir, "Chart.lock"), repoPath(dir, "Chart.yaml"), cmdline.HelmDependencyBuild{Path: dir}, cmdline.HelmDependencyUpdate{Path: dir})
 		}
 		out, err := g.chart(ctx, t, chartPath, settings)
 		return out, err == nil, err
