@@ -132,7 +132,8 @@ func (c *Cluster) ServerVersion(context.Context) (string, error) { return c.s.Se
 // ErrNotAsked says a snapshot cannot ask the API server whether it accepts a CRD.
 var ErrNotAsked = errors.New("a snapshot cannot ask the API server whether it accepts the CRD (a dry-run write): the live cluster decides that when the upgrade is applied")
 
-// AdmitCRD cannot ask: ErrNotAsked, which leaves the verdict as the rest makes it.
+// AdmitCRD cannot ask: ErrNotAsked. check then evaluates the CRD's own validation
+// here (crdschema.Validate) and says the dry run (the webhooks) was not asked.
 func (c *Cluster) AdmitCRD(context.Context, *apiextv1.CustomResourceDefinition, *apiextv1.CustomResourceDefinition) (*crdschema.Refusal, error) {
 	return nil, ErrNotAsked
 }
