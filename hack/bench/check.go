@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	"github.com/upgradeguard/upgradeguard/internal/testenv"
 	"github.com/upgradeguard/upgradeguard/pkg/chartsource"
@@ -125,21 +126,33 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	// to the dry runs (crdschema.Admissions). A CLI process checks once: each round here
 	// gets clients of its own (built before the clock starts), so every changed CRD is
 	// dry-run again.
-	fresh := make([]*livecluster.KubeCluster, rounds+2) // the last for the trace
+	fresh := make([]*livecluster.KubeCluster, rounds+1)
 	for i := range fresh {
 		if fresh[i], err = livecluster.NewKubeCluster(counted); err != nil {
 			return err
 		}
 	}
 	next := 0
-	firstCheck := func() error {
-		c := fresh[next]
-		next++
+	firstOn := func(c *livecluster.KubeCluster) error {
 		rep, err := check.Run(ctx, c, check.Request{Operation: predict.Upgrade, Incoming: changed, NoSchemaCheck: true})
 		if err == nil && rep.Safe {
 			err = fmt.Errorf("expected findings")
 		}
 		return err
+	}
+	firstCheck := func() error {
+		next++
+		return firstOn(fresh[next-1])
+	}
+	// A traced first check builds its cluster in the round (which makes no request).
+	firstWith := func(cfg *rest.Config) func() error {
+		return func() error {
+			c, err := livecluster.NewKubeCluster(cfg)
+			if err != nil {
+				return err
+			}
+			return firstOn(c)
+		}
 	}
 	firstInProcess, err := measure(fmt.Sprintf("check flux2 2.18.2 (%d CRDs), storedVersions only, first in a process", len(ch.CRDs)), rounds, firstCheck)
 	if err != nil {
@@ -147,6 +160,20 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	}
 	shipped := func() error {
 		_, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: ch.CRDs})
+		return err
+	}
+	// envtest's config sets a client rate limit of its own (QPS 1000); a kubeconfig sets
+	// none, so a CLI run's clients get client-go's default unless upgradeguard sets one.
+	kubeconfig := rest.CopyConfig(counted)
+	kubeconfig.QPS, kubeconfig.Burst = 0, 0
+	for i := range fresh {
+		if fresh[i], err = livecluster.NewKubeCluster(kubeconfig); err != nil {
+			return err
+		}
+	}
+	next = 0
+	firstAsCLI, err := measure(fmt.Sprintf("check flux2 2.18.2 (%d CRDs), storedVersions only, first in a process, a kubeconfig's rate limit", len(ch.CRDs)), rounds, firstCheck)
+	if err != nil {
 		return err
 	}
 	asShipped, err := measure("check flux2 2.18.2 as shipped (no schema of a stored version changes)", rounds, shipped)
@@ -164,7 +191,7 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	}}, {storedOnly, func() error {
 		_, err := check.Run(ctx, cluster, check.Request{Operation: predict.Upgrade, Incoming: changed, NoSchemaCheck: true})
 		return err
-	}}, {firstInProcess, firstCheck}, {asShipped, shipped}} {
+	}}, {firstInProcess, firstWith(counted)}, {firstAsCLI, firstWith(kubeconfig)}, {asShipped, shipped}} {
 		trace, elapsed, err := counter.traceOf(c.f)
 		if err != nil {
 			return err
@@ -211,7 +238,7 @@ func benchCheck(ctx context.Context, rounds, objects int) error {
 	}
 
 	fmt.Printf("\n%-64s %12s %10s %14s\n", "case", "median", "ratio", "alloc/round")
-	for _, r := range []result{baseline, storedOnly, firstInProcess, asShipped} {
+	for _, r := range []result{baseline, storedOnly, firstInProcess, firstAsCLI, asShipped} {
 		fmt.Printf("%-64s %12s %9.1fx %11d KiB\n", r.name, r.median.Round(time.Microsecond), float64(r.median)/float64(baseline.median), r.allocs/1024)
 	}
 	// The schema check's goal: within 2x of storedVersions-only check plus one LIST of
