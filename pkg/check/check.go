@@ -593,14 +593,19 @@ func migrating(active map[string][]svm.Migration, crds []CRDReport) {
 	}
 }
 
+// maxCounts bounds the counts asked at once: the CRDs of most charts (flux2's 14, say)
+// in one wave, rather than a second wave that waits for the first.
+const maxCounts = 16
+
 // countObjects fills Objects for every CRD that exists live and that want names (names[i]
 // is crds[i]'s, read before the schema judges, which run beside it, write the findings).
 // A CRD whose objects cannot be listed (a conversion webhook that is down, say) keeps its
 // verdict and says why the count is missing; a forbidden list stops the run, since the
-// caller lacks RBAC.
+// caller lacks RBAC. Each count is one small LIST (CountObjects), asked maxCounts at a
+// time.
 func countObjects(ctx context.Context, cluster Cluster, live map[string]*apiextv1.CustomResourceDefinition, names []string, crds []CRDReport, want func(name string) bool) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
+	g.SetLimit(maxCounts)
 	for i := range crds {
 		l := live[names[i]]
 		if l == nil || !want(l.Name) {

@@ -82,13 +82,17 @@ type KubeCluster struct {
 // review, the bench) asks only what changed: the CRDs by resourceVersion (a repeated
 // read lists their metadata and reads again only those that changed, CRDs), the answers
 // to AdmitCRD's dry runs by the live CRD's resourceVersion and the incoming CRD, the API
-// server's version, and the admission policies (read at the first question).
+// server's version, and the admission policies (read at the first question). A config
+// that sets no client rate limit (a kubeconfig's) gets none (kubeclient.DefaultRateLimit):
+// client-go's default of 5 requests a second, in bursts of 10, held the last object
+// counts of a 14-CRD check back by 200 ms each; a check bounds its requests by
+// concurrency, and the API server's Priority and Fairness paces them.
 func NewKubeCluster(cfg *rest.Config) (*KubeCluster, error) {
-	c, err := kubeclient.New(cfg)
+	t, err := newTarget(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return newKubeCluster(c, cfg)
+	return t.Cluster, nil
 }
 
 // newKubeCluster is the Cluster of the clients c, built from cfg.

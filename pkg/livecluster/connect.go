@@ -41,11 +41,13 @@ func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // newTarget builds a target's clients from cfg, through pkg/kubeclient.
 func newTarget(cfg *rest.Config) (*Target, error) {
-	c, err := kubeclient.New(cfg)
+	// A config that sets no client rate limit gets none (see NewKubeCluster).
+	limited := kubeclient.DefaultRateLimit(cfg)
+	c, err := kubeclient.New(limited)
 	if err != nil {
 		return nil, fmt.Errorf("target cluster: %w", err)
 	}
-	kc, err := newKubeCluster(c, cfg)
+	kc, err := newKubeCluster(c, limited)
 	if err != nil {
 		return nil, fmt.Errorf("target cluster: %w", err)
 	}
