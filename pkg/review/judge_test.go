@@ -120,7 +120,10 @@ func TestJudgeSharesOneConnectionPerCluster(t *testing.T) {
 	if got := two.versions.Load(); got != 1 {
 		t.Errorf("two changes on one cluster read its version %d times, want 1 (one connection per cluster and review)", got)
 	}
-	if got, want := two.dryRuns.Load(), alone.dryRuns.Load(); got != want {
-		t.Errorf("two changes of the same CRDs made %d dry runs, want %d as for the HelmRelease alone (the answers shared)", got, want)
+	// A dry run answered with a conflict is asked again (the API server may still be
+	// writing a new CRD's status), so either count may hold one more; unshared, the two
+	// changes would ask each CRD twice.
+	if got, alone := two.dryRuns.Load(), alone.dryRuns.Load(); got > alone+1 {
+		t.Errorf("two changes of the same CRDs made %d dry runs, want at most the %d (and a retry) of the HelmRelease alone (the answers shared)", got, alone)
 	}
 }
