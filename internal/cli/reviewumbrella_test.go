@@ -397,14 +397,19 @@ func lwsChartRepo(t *testing.T) *servers.ChartRepo {
 
 // TestReviewUmbrellaChartRepository: an umbrella chart that no HelmRelease of the
 // repository deploys is judged as a chart repository's chart, against its last release,
-// with its dependencies fetched from their Helm repository: its lws dependency moving
-// from 0.7.0 to 0.8.0 deletes the LeaderWorkerSet CRD on the upgrade. No cluster.
+// with its dependencies fetched from their Helm repository (and a file:// one read from
+// the same revision): its lws dependency moving from 0.7.0 to 0.8.0 deletes the
+// LeaderWorkerSet CRD on the upgrade. No cluster.
 func TestReviewUmbrellaChartRepository(t *testing.T) {
 	repo := lwsChartRepo(t)
 	g := servers.NewGitRepo(t)
-	released := g.Commit("platform 0.1.0", map[string]string{"charts/platform/Chart.yaml": umbrellaYAML("lws", "0.7.0", repo.URL)})
+	// A second dependency, a chart of the same repository (file://).
+	common := "  - name: common\n    version: 1.0.0\n    repository: file://../common\n"
+	released := g.Commit("platform 0.1.0", map[string]string{"charts/platform/Chart.yaml": umbrellaYAML("lws", "0.7.0", repo.URL) + common,
+		"charts/common/Chart.yaml":            "apiVersion: v2\nname: common\nversion: 1.0.0\n",
+		"charts/common/templates/config.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: common\n"})
 	g.Tag("platform-0.1.0", released)
-	head := g.Commit("Update lws to 0.8.0", map[string]string{"charts/platform/Chart.yaml": strings.Replace(umbrellaYAML("lws", "0.8.0", repo.URL), "version: 0.1.0", "version: 0.2.0", 1)})
+	head := g.Commit("Update lws to 0.8.0", map[string]string{"charts/platform/Chart.yaml": strings.Replace(umbrellaYAML("lws", "0.8.0", repo.URL), "version: 0.1.0", "version: 0.2.0", 1) + common})
 	r, charts := reviewCharts(t, g.Dir, "--base", released.String(), "--head", head.String())
 	if got := findingsOf(charts, "delete"); r.code != cli.ExitFindings || !slices.Equal(got, []string{"delete " + testenv.LWSCRD}) {
 		t.Errorf("exit %d, findings %v, want 1 and the deletion of %s\n%s%s", r.code, got, testenv.LWSCRD, r.stdout, r.stderr)

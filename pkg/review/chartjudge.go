@@ -129,7 +129,7 @@ func Charts(ctx context.Context, o Options, co ChartOptions) ([]ChartReview, err
 			cr.Findings = append(cr.Findings, finding.Finding{Check: CheckStaleLock, Subject: dir, Severity: finding.Warning, Message: why,
 				Location: &finding.Location{File: repoPath(dir, "Chart.lock"), Line: 1}})
 		}
-		j := &chartJudge{o: co, review: &cr, headFiles: hf}
+		j := &chartJudge{o: co, review: &cr, headFiles: hf, headRev: head}
 		if err := j.load(ctx, repo, hf); err != nil {
 			return nil, fmt.Errorf("chart %s: %w", meta.Name, err)
 		}
@@ -193,6 +193,8 @@ type chartJudge struct {
 	o         ChartOptions
 	review    *ChartReview
 	headFiles map[string][]byte
+	// headRev is the head revision, for the files a file:// dependency names.
+	headRev revision
 	releases  []*chartRelease
 	head      *chartRelease
 	// held collects, per CRD, what reaching the head from each release holds.
@@ -206,17 +208,18 @@ func (j *chartJudge) load(ctx context.Context, repo *git.Repository, hf map[stri
 		if err != nil {
 			return err
 		}
-		files, err := revision{commit: c}.files(j.review.Dir)
+		rev := revision{commit: c}
+		files, err := rev.files(j.review.Dir)
 		if err != nil {
 			return err
 		}
-		rendered, err := j.o.render(ctx, files, j.review.Chart, false)
+		rendered, err := j.o.render(ctx, rev, j.review.Dir, files, j.review.Chart, false)
 		if err != nil {
 			return fmt.Errorf("release %s: %w", b.Label(), err)
 		}
 		j.releases = append(j.releases, j.release(b.Label(), rendered))
 	}
-	rendered, err := j.o.render(ctx, hf, j.review.Chart, true)
+	rendered, err := j.o.render(ctx, j.headRev, j.review.Dir, hf, j.review.Chart, true)
 	if err != nil {
 		return fmt.Errorf("the head: %w", err)
 	}

@@ -494,22 +494,24 @@ func sortByVersion(bs []Baseline) {
 }
 
 // render writes a chart's files to a temporary folder, fetches the dependencies it does
-// not vendor (buildDependencies) and loads them with the Helm SDK, as helm reads a chart
-// folder (.helmignore included), then renders it.
-func (o ChartOptions) render(ctx context.Context, files map[string][]byte, name string, upgrade bool) (*chartsource.Chart, error) {
-	dir, err := os.MkdirTemp("", "upgradeguard-chart-")
+// not vendor (buildDependencies; a file:// one read from rev, relative to the chart's
+// folder dir) and loads them with the Helm SDK, as helm reads a chart folder
+// (.helmignore included), then renders it.
+func (o ChartOptions) render(ctx context.Context, rev revision, dir string, files map[string][]byte, name string, upgrade bool) (*chartsource.Chart, error) {
+	local := func(p string) (map[string][]byte, error) { return rev.files(path.Join(dir, p)) }
+	tmp, err := os.MkdirTemp("", "upgradeguard-chart-")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if err := writeFiles(dir, files); err != nil {
+	defer func() { _ = os.RemoveAll(tmp) }()
+	if err := writeFiles(tmp, files); err != nil {
 		return nil, err
 	}
 	// An umbrella chart's dependencies, as a Git source's chart is built (umbrella.go).
-	if err := buildDependencies(ctx, dir, files, o.Settings, nil); err != nil {
+	if err := buildDependencies(ctx, tmp, files, o.Settings, local); err != nil {
 		return nil, fmt.Errorf("the chart's dependencies: %w", err)
 	}
-	ch, err := loader.Load(dir)
+	ch, err := loader.Load(tmp)
 	if err != nil {
 		return nil, fmt.Errorf("load the chart: %w", err)
 	}
