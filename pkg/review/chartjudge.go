@@ -194,9 +194,9 @@ type chartJudge struct {
 	review    *ChartReview
 	headFiles map[string][]byte
 	// headRev is the head revision, for the files a file:// dependency names.
-	headRev revision
-	releases  []*chartRelease
-	head      *chartRelease
+	headRev  revision
+	releases []*chartRelease
+	head     *chartRelease
 	// held collects, per CRD, what reaching the head from each release holds.
 	held map[string]*heldVersions
 }
