@@ -495,10 +495,10 @@ func equalJSON(t *testing.T, a, b any) bool {
 func TestRenderVariants(t *testing.T) {
 	t.Run("snapshot.repository: the controller pushes snapshots with the Secret's credentials", func(t *testing.T) {
 		d := typed[appsv1.Deployment](t, render(t, "ug", "ops", "snapshot.repository=oci://registry.example.com/fleet/snapshots:prod",
-			"snapshot.credentialsSecret=registry", "snapshot.every=30m"), "Deployment", "ug-upgradeguard")
+			"snapshot.credentialsSecret=registry", "snapshot.every=30m", "snapshot.argocdNamespace=gitops"), "Deployment", "ug-upgradeguard")
 		c := d.Spec.Template.Spec.Containers[0]
 		for _, want := range []string{"--snapshot-push=oci://registry.example.com/fleet/snapshots:prod", "--snapshot-every=30m",
-			"--snapshot-registry-config=/etc/upgradeguard/registry/.dockerconfigjson"} {
+			"--snapshot-argocd-namespace=gitops", "--snapshot-registry-config=/etc/upgradeguard/registry/.dockerconfigjson"} {
 			if !slices.Contains(c.Args, want) {
 				t.Errorf("args %v lack %s", c.Args, want)
 			}

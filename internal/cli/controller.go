@@ -20,6 +20,7 @@ import (
 	"github.com/upgradeguard/upgradeguard/internal/metrics"
 	"github.com/upgradeguard/upgradeguard/internal/shard"
 	"github.com/upgradeguard/upgradeguard/internal/webhook"
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/snapshot"
 )
 
@@ -60,6 +61,7 @@ func (o *controllerOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&m.Snapshot.Every, "snapshot-every", controller.DefaultSnapshotEvery, "how often to push the snapshot of --snapshot-push")
 	f.StringVar(&m.Snapshot.Registry.Config, "snapshot-registry-config", "", "registry credentials file for --snapshot-push (Docker's config.json format: a kubernetes.io/dockerconfigjson Secret's .dockerconfigjson; default: Docker's)")
 	f.BoolVar(&m.Snapshot.Registry.PlainHTTP, "snapshot-plain-http", false, "speak plain HTTP to the registry of --snapshot-push")
+	f.StringVar(&m.Snapshot.Take.ArgoCDNamespace, "snapshot-argocd-namespace", argoapp.DefaultNamespace, "the namespace of Argo CD, whose argocd-cm tracking entries the snapshot of --snapshot-push records")
 	f.BoolVar(&o.jsonLogs, "log-json", false, "log JSON lines")
 	f.BoolVar(&o.debug, "debug", false, "log at debug level")
 	o.addGateFlags(f)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/upgradeguard/upgradeguard/pkg/argoapp"
 	"github.com/upgradeguard/upgradeguard/pkg/snapshot"
 )
 
@@ -18,6 +19,7 @@ type snapshotOptions struct {
 	file     string
 	push     string
 	registry snapshot.Registry
+	take     snapshot.Options
 }
 
 func newSnapshotCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra.Command {
@@ -29,6 +31,7 @@ func newSnapshotCmd(streams Streams, kube *genericclioptions.ConfigFlags) *cobra
 	f.StringVarP(&o.file, "output", "o", "", "write the snapshot to FILE (- for standard output)")
 	f.StringVar(&o.push, "push", "", "push the snapshot to an OCI registry as an artifact: oci://REGISTRY/REPOSITORY:TAG")
 	addRegistryFlags(f, &o.registry)
+	f.StringVar(&o.take.ArgoCDNamespace, "argocd-namespace", argoapp.DefaultNamespace, "the namespace of Argo CD, whose argocd-cm says how it tracks an Application's objects (only its tracking entries are recorded)")
 	return cmd
 }
 
@@ -49,7 +52,7 @@ func (o *snapshotOptions) run(ctx context.Context, streams Streams, kube *generi
 	if err != nil {
 		return couldNot("load kubeconfig: %w (set --kubeconfig or KUBECONFIG, and --context)", err)
 	}
-	s, err := snapshot.Take(ctx, cfg)
+	s, err := snapshot.Take(ctx, cfg, o.take)
 	if err != nil {
 		return couldNot("take the snapshot: %w (check --kubeconfig, and that the identity may list CRDs, their objects and Secrets)", err)
 	}

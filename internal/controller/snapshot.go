@@ -21,6 +21,8 @@ type SnapshotOptions struct {
 	// Registry says how to reach the registry: credentials from a Secret mounted as a
 	// Docker config file (the chart's snapshot.credentialsSecret), plain HTTP.
 	Registry snapshot.Registry
+	// Take says what the snapshot needs to know of the cluster: Argo CD's namespace.
+	Take snapshot.Options
 }
 
 // DefaultSnapshotEvery is how often the controller pushes a snapshot by default.
@@ -57,7 +59,7 @@ func (p *snapshotPusher) Start(ctx context.Context) error {
 
 func (p *snapshotPusher) push(ctx context.Context) {
 	log := ctrl.LoggerFrom(ctx).WithName("snapshot")
-	s, err := snapshot.Take(ctx, p.cfg)
+	s, err := snapshot.Take(ctx, p.cfg, p.o.Take)
 	if err == nil {
 		var digest string
 		if digest, err = p.o.Registry.Push(ctx, s, p.o.Push); err == nil {

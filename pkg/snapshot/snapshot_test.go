@@ -126,16 +126,18 @@ func TestSnapshotHoldsNoData(t *testing.T) {
 	if err := argocd.InstallApplicationCRD(ctx, apiextclient.NewForConfigOrDie(cp.Config)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: argoapp.DefaultNamespace}}, metav1.CreateOptions{}); err != nil {
+	// Argo CD runs in a namespace of its own choosing: the snapshot reads its settings there.
+	const argoNS = "gitops"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: argoNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().ConfigMaps(argoapp.DefaultNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: argoapp.SettingsConfigMap},
+	if _, err := cs.CoreV1().ConfigMaps(argoNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: argoapp.SettingsConfigMap},
 		Data: map[string]string{"application.resourceTrackingMethod": "label", "installationID": "prod-eu", "dex.config": "clientSecret: SENTINEL-ARGOCD-SETTING",
 			"url": "https://sentinel-argocd.example.com"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	app := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-		"metadata": map[string]any{"name": "gadgets", "namespace": argoapp.DefaultNamespace, "annotations": map[string]any{"note": "SENTINEL-APP-ANNOTATION"}},
+		"metadata": map[string]any{"name": "gadgets", "namespace": argoNS, "annotations": map[string]any{"note": "SENTINEL-APP-ANNOTATION"}},
 		"spec": map[string]any{"project": "default", "destination": map[string]any{"server": "https://kubernetes.default.svc", "namespace": "default"},
 			"source": map[string]any{"repoURL": "https://sentinel-user:sentinel-password@charts.example.com/stable?token=sentinel-token", "chart": "gadgets",
 				"targetRevision": "1.2.3", "helm": map[string]any{"values": "note: SENTINEL-APP-VALUE", "valuesObject": map[string]any{"SENTINEL-VALUES-KEY": "x"},
@@ -149,11 +151,11 @@ func TestSnapshotHoldsNoData(t *testing.T) {
 				map[string]any{"version": "v1", "kind": "ConfigMap", "namespace": "default", "name": "sentinel-configmap", "status": "Synced"}},
 			"conditions":     []any{map[string]any{"type": "SyncError", "message": "SENTINEL-CONDITION"}},
 			"operationState": map[string]any{"message": "SENTINEL-OPERATION"}}}}
-	if _, err := dyn.Resource(argoapp.GVR).Namespace(argoapp.DefaultNamespace).Create(ctx, app, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn.Resource(argoapp.GVR).Namespace(argoNS).Create(ctx, app, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	s, err := snapshot.Take(ctx, cp.Config)
+	s, err := snapshot.Take(ctx, cp.Config, snapshot.Options{ArgoCDNamespace: argoNS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +199,7 @@ func TestSnapshotHoldsNoData(t *testing.T) {
 
 	// What a prediction of the Application reads: its source without credentials, what
 	// it deployed, the CRD it manages, and Argo CD's tracking settings.
-	wantApp := snapshot.Application{Namespace: argoapp.DefaultNamespace, Name: "gadgets", RepoURL: "https://charts.example.com/stable", Chart: "gadgets",
+	wantApp := snapshot.Application{Namespace: argoNS, Name: "gadgets", RepoURL: "https://charts.example.com/stable", Chart: "gadgets",
 		TargetRevision: "1.2.3", Destination: "default", Sync: "Synced"}
 	wantApp.Status.Sync.Status, wantApp.Status.Sync.Revision = "Synced", "1.2.3"
 	wantApp.Status.History = []argoapp.HistoryEntry{{Revision: "1.2.3"}}
@@ -205,7 +207,7 @@ func TestSnapshotHoldsNoData(t *testing.T) {
 	if diff := cmp.Diff([]snapshot.Application{wantApp}, s.Applications); diff != "" {
 		t.Errorf("Applications (-want +got):\n%s", diff)
 	}
-	if want := (&snapshot.ArgoCD{Namespace: argoapp.DefaultNamespace, Settings: &argoapp.Settings{TrackingMethod: "label", InstallationID: "prod-eu"}}); !cmp.Equal(want, s.ArgoCD) {
+	if want := (&snapshot.ArgoCD{Namespace: argoNS, Settings: &argoapp.Settings{TrackingMethod: "label", InstallationID: "prod-eu"}}); !cmp.Equal(want, s.ArgoCD) {
 		t.Errorf("Argo CD: %+v, want %+v", s.ArgoCD, want)
 	}
 

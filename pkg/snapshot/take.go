@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,11 +39,19 @@ var KeptMetadata = []string{
 	"argocd.argoproj.io/", "upgradeguard.io/",
 }
 
+// Options say what Take needs to know of the cluster beyond what it reads.
+type Options struct {
+	// ArgoCDNamespace is the namespace of Argo CD, whose argocd-cm says how it tracks an
+	// Application's objects; "" is argoapp.DefaultNamespace.
+	ArgoCDNamespace string
+}
+
 // Take reads the cluster's state. It only reads: it needs list on
 // customresourcedefinitions, on every CRD's objects and on Secrets (Helm's release
 // storage), and, when served, on Flux HelmReleases and Argo CD Applications; get on the
-// ConfigMap argocd-cm in Argo CD's namespace, where allowed (argoapp.ReadSettings).
-func Take(ctx context.Context, cfg *rest.Config) (*Snapshot, error) {
+// ConfigMap argocd-cm in Argo CD's namespace (o.ArgoCDNamespace), where allowed
+// (argoapp.ReadSettings).
+func Take(ctx context.Context, cfg *rest.Config, o Options) (*Snapshot, error) {
 	start := time.Now()
 	t, err := livecluster.Connect(ctx, cfg)
 	if err != nil {
@@ -77,7 +86,7 @@ func Take(ctx context.Context, cfg *rest.Config) (*Snapshot, error) {
 	if s.Applications, err = takeApplications(ctx, dyn, live); err != nil {
 		return nil, err
 	}
-	s.ArgoCD = &ArgoCD{Namespace: argoapp.DefaultNamespace}
+	s.ArgoCD = &ArgoCD{Namespace: cmp.Or(o.ArgoCDNamespace, argoapp.DefaultNamespace)}
 	if s.ArgoCD.Settings, err = argoapp.ReadSettings(ctx, t.Clientset.CoreV1(), s.ArgoCD.Namespace); err != nil {
 		return nil, err
 	}
