@@ -25,9 +25,16 @@ func TestCIGolden(t *testing.T) {
 		sarif, junit []string
 	}{
 		{"plan-multistep", goldenPlan().FindingReport,
-			[]string{"bridge warning " + hr, "migrate warning " + hr},
+			[]string{"bridge warning " + hr, "migrate warning " + hr, "latest note chart version 2.18.2", "rollback-unreachable warning " + hr},
 			[]string{"Release/flux-system/flux: 2.12.0 → 2.18.2 directly out", "Release/flux-system/flux: 2.12.0 → 2.17.2",
-				"Release/flux-system/flux: 2.17.2 → 2.18.2 out"}},
+				"Release/flux-system/flux: 2.17.2 → 2.18.2 out", "Release/flux-system/flux: newest version 2.18.2 out",
+				"Release/flux-system/flux: rollback to revision 1 (chart 2.11.0)",
+				"Release/flux-system/flux: after the plan, rollback to revision 2 (chart 2.12.0) out"}},
+		{"plan-policy", goldenPolicyPlan().FindingReport,
+			[]string{"policy error gateways.gateway.networking.k8s.io", "rollback-reachable-after-steps warning Release/gw/gw",
+				"rollback-denied-by-policy warning Release/gw/gw"},
+			[]string{"Release/gw/gw: 1.0.0 → 2.0.0 FAIL policy", "Release/gw/gw: rollback to revision 2 (chart 0.9.5) out",
+				"Release/gw/gw: rollback to revision 1 (chart 0.9.0) out"}},
 		{"plan-nopath", goldenNoPath().FindingReport,
 			[]string{"bridge error buckets.source.toolkit.fluxcd.io"},
 			[]string{"Release/flux-system/flux-system-flux: 2.12.0 → 2.18.2 FAIL bridge"}},

@@ -68,7 +68,9 @@ plan only reads. Exit codes: 0 the target is reached in one step, 1 findings: a 
 several steps exists (each step before an upgrade answers a finding), admission policies
 alone deny every path (their way on is printed), or no path does (the message names the
 blocking CRD and version), 2 could not run. -o markdown, sarif, junit and github give a
-case per chart upgrade of the path and a finding per step it needs.`,
+case per chart upgrade of the path and a finding per step it needs, and a case for the
+newest version (--latest) and for each rollback target (--rollback,
+--upgrade-keeps-rollback), whose findings are warnings and change no exit code.`,
 		Example: `  # The path from what runs now to 2.18.2, from a chart repository
   upgradeguard plan --release flux -n flux-system --chart flux2 \
     --repo https://fluxcd-community.github.io/helm-charts --version 2.18.2

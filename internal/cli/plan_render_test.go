@@ -8,6 +8,7 @@ import (
 
 	"github.com/upgradeguard/upgradeguard/internal/output"
 	"github.com/upgradeguard/upgradeguard/pkg/admissionpolicy"
+	"github.com/upgradeguard/upgradeguard/pkg/cmdline"
 	"github.com/upgradeguard/upgradeguard/pkg/plan"
 )
 
@@ -57,18 +58,7 @@ func TestPlanGolden(t *testing.T) {
 // TestPlanGoldenDeniedByPolicy: a target only an admission policy blocks, and a rollback
 // target the policy denies, each with the policy's message and way on.
 func TestPlanGoldenDeniedByPolicy(t *testing.T) {
-	const policy, gw = "safe-upgrades.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io"
-	d := admissionpolicy.Denial{Policy: policy, Binding: policy, Operation: admissionregistrationv1.Update, Reason: "Invalid",
-		Message: "Installing CRDs with version before v1.5.0 is prohibited by default.",
-		WayOn: admissionpolicy.WayOn{Kind: admissionpolicy.WayDocumented, Advice: "delete the policy first, then roll back",
-			Command: "kubectl delete validatingadmissionpolicy " + policy, Source: "https://example.com/CHANGELOG.md"}}
-	reason := "ValidatingAdmissionPolicy " + policy + " (binding " + policy + ") denies the write: " + d.Message
-	p := &plan.Plan{Release: "gw", Namespace: "gw", From: "1.0.0", Target: "2.0.0", Steps: []plan.Step{},
-		Blocking: []plan.Blocker{{Version: "2.0.0", CRD: gw, Verdict: "policy", Reason: reason, Policies: []admissionpolicy.Denial{d}}},
-		Rollbacks: []plan.Rollback{{Revision: 1, ChartVersion: "0.9.0", Status: "superseded", Reach: plan.DeniedByPolicy,
-			Denied: []string{gw}, Policies: []admissionpolicy.Denial{d}}},
-		ChartLoads: 2, VersionsConsidered: 1,
-	}
+	p := goldenPolicyPlan()
 	if !p.DeniedByPolicy() {
 		t.Fatal("the plan is not denied by policy")
 	}
@@ -78,6 +68,27 @@ func TestPlanGoldenDeniedByPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkGolden(t, "plan-policy."+map[string]string{"text": "txt", "json": "json"}[f], b.String())
+	}
+}
+
+// goldenPolicyPlan is a plan whose target only an admission policy blocks, with a rollback
+// target the policy denies and one reachable after a step.
+func goldenPolicyPlan() *plan.Plan {
+	const policy, gw = "safe-upgrades.gateway.networking.k8s.io", "gateways.gateway.networking.k8s.io"
+	d := admissionpolicy.Denial{Policy: policy, Binding: policy, Operation: admissionregistrationv1.Update, Reason: "Invalid",
+		Message: "Installing CRDs with version before v1.5.0 is prohibited by default.",
+		WayOn: admissionpolicy.WayOn{Kind: admissionpolicy.WayDocumented, Advice: "delete the policy first, then roll back",
+			Command: "kubectl delete validatingadmissionpolicy " + policy, Source: "https://example.com/CHANGELOG.md"}}
+	reason := "ValidatingAdmissionPolicy " + policy + " (binding " + policy + ") denies the write: " + d.Message
+	return &plan.Plan{Release: "gw", Namespace: "gw", From: "1.0.0", Target: "2.0.0", Steps: []plan.Step{},
+		Blocking: []plan.Blocker{{Version: "2.0.0", CRD: gw, Verdict: "policy", Reason: reason, Policies: []admissionpolicy.Denial{d}}},
+		Rollbacks: []plan.Rollback{
+			{Revision: 2, ChartVersion: "0.9.5", Status: "superseded", Reach: plan.ReachableAfterSteps,
+				Steps: []string{cmdline.ReverseMigration{Release: "gw", Namespace: "gw", Revision: 2}.String(),
+					cmdline.HelmRollback{Release: "gw", Namespace: "gw", Revision: 2}.String()}},
+			{Revision: 1, ChartVersion: "0.9.0", Status: "superseded", Reach: plan.DeniedByPolicy,
+				Denied: []string{gw}, Policies: []admissionpolicy.Denial{d}}},
+		ChartLoads: 2, VersionsConsidered: 1,
 	}
 }
 

@@ -320,6 +320,13 @@ func TestPlanFluxFromOCI(t *testing.T) {
 	if !strings.HasPrefix(steps[len(steps)-1], "helm rollback fluxplan 1 -n "+ns) || !slices.ContainsFunc(steps, func(s string) bool { return strings.Contains(s, "migrate --rollback") }) {
 		t.Fatalf("rollback steps %q, want a reverse migration then helm rollback", steps)
 	}
+	// CI reads the way back as a warning on a case of its own, the steps its remediation;
+	// it changes no exit code.
+	junit := ug(t, append([]string{"plan", "--release", "fluxplan", "-n", ns, "--version", "2.18.2", "--rollback", "-o", "junit"}, chart...)...)
+	if want := "Release/" + ns + "/fluxplan: rollback to revision 1 (chart 2.12.0) out"; junit.code != cli.ExitFindings ||
+		!slices.Contains(citest.JUnit(t, junit.stdout), want) {
+		t.Errorf("--rollback -o junit: exit %d (want 1), cases %q lack %q", junit.code, citest.JUnit(t, junit.stdout), want)
+	}
 	for _, s := range steps {
 		runCommand(t, s)
 	}

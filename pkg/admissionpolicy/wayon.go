@@ -36,6 +36,19 @@ type WayOn struct {
 	Source string `json:"source,omitempty"`
 }
 
+// String words the way on: its advice, the command that starts it, and where the
+// policy's authors document it.
+func (w WayOn) String() string {
+	s := w.Advice
+	if w.Command != "" {
+		s += ": " + w.Command
+	}
+	if w.Source != "" {
+		s += " (" + w.Source + ")"
+	}
+	return s
+}
+
 // Known is a policy whose authors document the way past its denial.
 type Known struct {
 	// Policy is the ValidatingAdmissionPolicy's name.

@@ -762,14 +762,7 @@ func policyAction(denials []admissionpolicy.Denial) string {
 			continue
 		}
 		seen[d.Policy] = true
-		s := fmt.Sprintf("%s: %s", d.Policy, d.WayOn.Advice)
-		if d.WayOn.Command != "" {
-			s += ": " + d.WayOn.Command
-		}
-		if d.WayOn.Source != "" {
-			s += " (" + d.WayOn.Source + ")"
-		}
-		parts = append(parts, s)
+		parts = append(parts, d.Policy+": "+d.WayOn.String())
 	}
 	return strings.Join(parts, "; ") + "; then check again"
 }

@@ -145,7 +145,7 @@ type Rollback struct {
 	Reach        Reach  `json:"reach"`
 	// Steps are the commands to run, the rollback itself last; none when unreachable.
 	Steps []string `json:"steps,omitempty"`
-	// Why says what makes it unreachable, per CRD.
+	// Why says what makes it unreachable, per CRD: "CRD: reason".
 	Why []string `json:"why,omitempty"`
 	// Denied are, when DeniedByPolicy, the CRDs whose writes the policies deny, and
 	// Policies the denials (each once), with their way on.
