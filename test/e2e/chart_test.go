@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -110,8 +111,10 @@ func crdGuarded(t *testing.T, cs *kubernetes.Clientset, ns string) {
 	must(t, os.WriteFile(emptyFile, []byte(empty), 0o600), "write the empty CRD")
 	kubectl(t, "apply", "--server-side", "-f", emptyFile)
 	// Once it is served: before that, listing its objects answers 404, and the guard
-	// refuses a deletion whose objects it cannot count.
-	kubectl(t, "wait", "--for=condition=Established", "crd/leaderworkersets.empty."+group, "--timeout", "1m")
+	// refuses a deletion whose objects it cannot count. (Not `kubectl wait`: it fails at
+	// once on a CRD that has no status.conditions yet, as CI saw.)
+	must(t, testenv.WaitEstablished(ctx, apiextclient.NewForConfigOrDie(cp.Config), "leaderworkersets.empty."+group),
+		"wait until the empty CRD is Established")
 	kubectl(t, "delete", "crd", "leaderworkersets.empty."+group, "--timeout", "1m")
 
 	// The way out the denial names: the annotation, then the CRD goes with its objects.
