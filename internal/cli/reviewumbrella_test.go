@@ -364,17 +364,30 @@ func TestReviewUmbrellaLWS(t *testing.T) {
 	}
 }
 
-// lwsChartRepo serves the real lws 0.7.0 and 0.8.0 charts from a Helm repository on
-// loopback; both upstream Chart.yamls say 0.1.0, so each is packaged with its release's
-// version, as helm package --version does.
+// lwsChartRepo serves the real lws 0.7.0 and 0.8.0 charts (lwsCharts) from a Helm
+// repository on loopback.
 func lwsChartRepo(t *testing.T) *servers.ChartRepo {
 	t.Helper()
-	fx := fixturesDir(t)
 	repo, err := servers.NewChartRepo(filepath.Join(t.TempDir(), "charts"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(repo.Close)
+	for _, dir := range lwsCharts(t) {
+		if err := repo.Add(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return repo
+}
+
+// lwsCharts are folders holding the real lws 0.7.0 and 0.8.0 charts; both upstream
+// Chart.yamls say 0.1.0, so each says its release's version, as helm package --version
+// packages it.
+func lwsCharts(t *testing.T) []string {
+	t.Helper()
+	fx := fixturesDir(t)
+	var dirs []string
 	for _, v := range []string{"0.7.0", "0.8.0"} {
 		dir := filepath.Join(t.TempDir(), "lws")
 		if err := os.CopyFS(dir, os.DirFS(filepath.Join(fx, "charts", "lws-"+v))); err != nil {
@@ -388,11 +401,9 @@ func lwsChartRepo(t *testing.T) *servers.ChartRepo {
 		if err := os.WriteFile(meta, []byte(strings.Replace(data, "\nversion: 0.1.0\n", "\nversion: "+v+"\n", 1)), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if err := repo.Add(dir); err != nil {
-			t.Fatal(err)
-		}
+		dirs = append(dirs, dir)
 	}
-	return repo
+	return dirs
 }
 
 // TestReviewUmbrellaChartRepository: an umbrella chart that no HelmRelease of the
@@ -413,5 +424,56 @@ func TestReviewUmbrellaChartRepository(t *testing.T) {
 	r, charts := reviewCharts(t, g.Dir, "--base", released.String(), "--head", head.String())
 	if got := findingsOf(charts, "delete"); r.code != cli.ExitFindings || !slices.Equal(got, []string{"delete " + testenv.LWSCRD}) {
 		t.Errorf("exit %d, findings %v, want 1 and the deletion of %s\n%s%s", r.code, got, testenv.LWSCRD, r.stdout, r.stderr)
+	}
+}
+
+// TestReviewUmbrellaPrivateRepository: the umbrella chart's dependency comes from a
+// private Helm repository (on loopback, behind basic authentication). Without stored
+// credentials the repository answers 401 and review cannot judge the chart: exit 2,
+// naming helm repo add. Once the real `helm repo add --username --password-stdin` has
+// stored them, review reads the dependency with them, as helm dependency build does, and
+// judges the bump: the deletion of the LeaderWorkerSet CRD. The password is never printed.
+func TestReviewUmbrellaPrivateRepository(t *testing.T) {
+	const user, password = "reader", "s3cret-pass"
+	repoDir := t.TempDir()
+	for _, dir := range lwsCharts(t) {
+		if _, err := testenv.Package(dir, repoDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url, stop, err := servers.ServeRepoBasicAuth(repoDir, user, password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	// Helm's repositories file and cache for this test alone, for review and the Helm CLI.
+	helmHome := t.TempDir()
+	t.Setenv("HELM_REPOSITORY_CONFIG", filepath.Join(helmHome, "repositories.yaml"))
+	t.Setenv("HELM_REPOSITORY_CACHE", filepath.Join(helmHome, "cache"))
+
+	g := servers.NewGitRepo(t)
+	released := g.Commit("platform 0.1.0", map[string]string{"charts/platform/Chart.yaml": umbrellaYAML("lws", "0.7.0", url)})
+	g.Tag("platform-0.1.0", released)
+	head := g.Commit("Update lws to 0.8.0", map[string]string{"charts/platform/Chart.yaml": strings.Replace(umbrellaYAML("lws", "0.8.0", url), "version: 0.1.0", "version: 0.2.0", 1)})
+	args := []string{"review", "--repo", g.Dir, "--base", released.String(), "--head", head.String(), "-o", "json"}
+
+	r := run(t, args...)
+	if r.code != cli.ExitCouldNot || !strings.Contains(r.stderr, "401") || !strings.Contains(r.stderr, "helm repo add lws "+url+" --username USER --password-stdin") {
+		t.Errorf("without credentials: exit %d, want 2 naming the 401 and helm repo add\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	cmd := cp.Helm("repo", "add", "private", url, "--username", user, "--password-stdin") // the environment above
+	cmd.Stdin = strings.NewReader(password)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm repo add: %v\n%s", err, out)
+	}
+	r, charts := reviewCharts(t, g.Dir, "--base", released.String(), "--head", head.String())
+	if got := findingsOf(charts, "delete"); r.code != cli.ExitFindings || !slices.Equal(got, []string{"delete " + testenv.LWSCRD}) {
+		t.Errorf("with helm repo add's credentials: exit %d, findings %v, want 1 and the deletion of %s\n%s%s", r.code, got, testenv.LWSCRD, r.stdout, r.stderr)
+	}
+	for _, out := range []string{r.stdout, r.stderr} {
+		if strings.Contains(out, password) {
+			t.Errorf("the output shows the password:\n%s", out)
+		}
 	}
 }

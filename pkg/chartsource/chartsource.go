@@ -343,6 +343,30 @@ func (o Options) registryClient(settings *cli.EnvSettings) (*registry.Client, er
 	return registry.NewClient(opts...)
 }
 
+// WithStoredCredentials is o with the credentials and TLS files that `helm repo add`
+// stored (Helm's repositories file, o's settings) for the repository at o.RepoURL, as
+// `helm dependency build` uses them for a dependency's repository: o as it is when it
+// names a username or a client certificate itself, names no repository URL, or the file
+// holds no entry for it.
+func (o Options) WithStoredCredentials() Options {
+	if o.RepoURL == "" || o.Username != "" || o.CertFile != "" {
+		return o
+	}
+	f, err := repo.LoadFile(o.settings().RepositoryConfig)
+	if err != nil {
+		return o
+	}
+	want := strings.TrimSuffix(o.RepoURL, "/")
+	for _, e := range f.Repositories {
+		if strings.TrimSuffix(e.URL, "/") == want {
+			o.Username, o.Password, o.PassCredentialsAll = e.Username, e.Password, e.PassCredentialsAll
+			o.CertFile, o.KeyFile, o.CAFile, o.InsecureSkipTLSVerify = e.CertFile, e.KeyFile, e.CAFile, e.InsecureSkipTLSVerify
+			return o
+		}
+	}
+	return o
+}
+
 func (o Options) settings() *cli.EnvSettings {
 	if o.Settings != nil {
 		return o.Settings

@@ -397,6 +397,14 @@ type HelmVersion struct{}
 
 func (HelmVersion) String() string { return start(helm, "version", "--short").String() }
 
+// HelmRepoAdd is `helm repo add NAME URL --username USER --password-stdin`: a private
+// chart repository's credentials in Helm's repositories file.
+type HelmRepoAdd struct{ Name, URL string }
+
+func (c HelmRepoAdd) String() string {
+	return start(helm, "repo", "add", or(c.Name, "NAME"), or(c.URL, "URL"), "--username", "USER", "--password-stdin").String()
+}
+
 // HelmRegistryLogin is `helm registry login HOST`: credentials for an OCI registry in
 // Helm's registry config.
 type HelmRegistryLogin struct{ Host string }

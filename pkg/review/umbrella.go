@@ -646,7 +646,9 @@ func writeFiles(dir string, files map[string][]byte) error {
 // says when they differ, staleLock), else Chart.yaml's, each fetched with the Helm SDK's
 // downloader (chartsource.Options.Locate, as helm pull and helm dependency build fetch).
 // A file:// dependency is read from the same revision through local, relative to the
-// chart's folder. The dependencies' repositories are read without credentials.
+// chart's folder. A dependency's repository is read with the credentials `helm repo add`
+// stored for its URL (as helm dependency build reads them), an OCI registry with Docker's
+// (helm registry login).
 func buildDependencies(ctx context.Context, dir string, files map[string][]byte, settings *cli.EnvSettings, local func(string) (map[string][]byte, error)) error {
 	d, err := readDependencies(dir, files)
 	if err != nil {
@@ -692,11 +694,19 @@ func buildDependencies(ctx context.Context, dir string, files map[string][]byte,
 		default:
 			o := chartsource.Options{Ref: dep.Name, RepoURL: dep.Repository, Version: dep.Version, Settings: settings}
 			if registry.IsOCI(dep.Repository) {
+				// The registry's credentials are Docker's (helm registry login).
 				o.Ref, o.RepoURL = strings.TrimSuffix(dep.Repository, "/")+"/"+dep.Name, ""
+			} else {
+				o = o.WithStoredCredentials()
 			}
 			p, err := o.Locate(nil)
 			if err != nil {
-				return fmt.Errorf("dependency %s %s from %s: %w", dep.Name, dep.Version, dep.Repository, err)
+				how := cmdline.HelmRepoAdd{Name: dep.Name, URL: dep.Repository}.String()
+				if o.RepoURL == "" {
+					how = cmdline.HelmRegistryLogin{Host: registryHost(dep.Repository)}.String()
+				}
+				return fmt.Errorf("dependency %s %s from %s: %w; for a private repository, store its credentials where review runs, as helm dependency build reads them: %s",
+					dep.Name, dep.Version, dep.Repository, err, how)
 			}
 			// The download is named by its digest in Helm's content cache.
 			if err := copyFile(p, filepath.Join(dir, "charts", depKey(dep)+".tgz")); err != nil {
@@ -705,6 +715,12 @@ func buildDependencies(ctx context.Context, dir string, files map[string][]byte,
 		}
 	}
 	return nil
+}
+
+// registryHost is the host of an oci:// repository.
+func registryHost(repository string) string {
+	host, _, _ := strings.Cut(strings.TrimPrefix(repository, "oci://"), "/")
+	return host
 }
 
 func copyFile(from, to string) error {
