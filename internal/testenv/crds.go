@@ -219,14 +219,25 @@ func (cp *ControlPlane) DeleteCRDs(ctx context.Context, keep func(*apiextv1.Cust
 			return fmt.Errorf("delete CRD %s: %w", name, err)
 		}
 	}
-	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	var left *apiextv1.CustomResourceDefinition
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, name := range doomed {
-			if _, err := api.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			crd, err := api.Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				left = crd
+			}
+			if !apierrors.IsNotFound(err) {
 				return false, ignoreNotFound(err)
 			}
 		}
 		return true, nil
 	})
+	if err != nil && left != nil {
+		// Say what holds the deletion: the finalizer's conditions name it.
+		return fmt.Errorf("CRD %s is not gone 2 minutes after its deletion (finalizers %v, conditions %+v): %w",
+			left.Name, left.Finalizers, left.Status.Conditions, err)
+	}
+	return err
 }
 
 // deleting says whether CRD name is gone or being deleted.
